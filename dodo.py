@@ -1,0 +1,5 @@
+"""The build graph: emit -> ptxas -> verify (`doit list` shows the tasks).
+
+Temporary dodo written by the build helper; the lead owns the final one.
+"""
+from pipeline.tasks_build import DOIT_CONFIG, task_emit, task_ptxas, task_verify  # noqa: F401

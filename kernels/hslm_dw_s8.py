@@ -1,0 +1,62 @@
+"""hslm_dw_s8: dW[j, i] = sum_r dYq[r, j] Xq[r, i]  (the weight gradient, X^T x dY).
+
+D = dW (N x K, W's [column][in-feature] order), contraction over rows r. Both
+operands are read transposed from global: A[m=j][k=r] = dYq[r, j] and
+B[k=r][n=i] = Xq[r, i], so fragment rows are contiguous bytes (row offsets are
+immediates) and k walks with a stride of N or K bytes.
+
+int32 is exact while R * 127 * 127 < 2^31, i.e. R <= 131071 (``MAX_ROWS``); the
+float op in kernels/ops.py splits longer batches and sums the chunks in int64.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from kernels import mma_tile
+from kernels.ptx_emit import Ptx
+from kernels.spec import BufferSpec, Dims, KernelSpec, Launch
+from kernels.testdata import saturating_int8
+
+NAME = "hslm_dw_s8"
+MAX_ROWS = 131071  # 127 * 127 * 131071 < 2^31 <= 127 * 127 * 131072 + ...
+PARAMS = (
+    BufferSpec("dw", "int32", lambda d: (d.N, d.K)),
+    BufferSpec("x", "int8", lambda d: (d.R, d.K)),
+    BufferSpec("dy", "int8", lambda d: (d.R, d.N)),
+    BufferSpec("R", "uint32", None),
+    BufferSpec("K", "uint32", None),
+    BufferSpec("N", "uint32", None),
+)
+
+
+def emit() -> str:
+    ptx = Ptx(NAME, [(p.name, "u64" if p.shape else "u32") for p in PARAMS], mma_tile.THREADS)
+    dw, x, dy = ptx.param_ptr("dw"), ptx.param_ptr("x"), ptx.param_ptr("dy")
+    R, K, N = ptx.param_u32("R"), ptx.param_u32("K"), ptx.param_u32("N")
+    lane = mma_tile.lane_coords(ptx)
+    a = mma_tile.GlobalFragments(ptx, lane, dy, lane.m_base, N, row_stride=1,
+                                 k_limit=R, k_stride=N, rows=(0, 8))
+    b = mma_tile.GlobalFragments(ptx, lane, x, lane.n_base, K, row_stride=1,
+                                 k_limit=R, k_stride=K, rows=(0, 8, 16, 24))
+    mma_tile.emit_tile(ptx, lane, a, b, k_limit=R, out=dw, rows=N, cols=K)
+    return ptx.render()
+
+
+def geometry(d: Dims) -> Launch:
+    return mma_tile.geometry(rows=d.N, cols=d.K)
+
+
+def make_inputs(d: Dims, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    return {"x": saturating_int8(rng, (d.R, d.K)), "dy": saturating_int8(rng, (d.R, d.N))}
+
+
+def reference(d: Dims, inputs: dict[str, np.ndarray]) -> np.ndarray:
+    return (inputs["dy"].astype(np.int64).T @ inputs["x"].astype(np.int64)).astype(np.int32)
+
+
+SPEC = KernelSpec(
+    name=NAME, emit=emit, geometry=geometry, params=PARAMS, make_inputs=make_inputs,
+    reference=reference, max_rows=MAX_ROWS,
+    modules=("kernels.hslm_dw_s8", "kernels.mma_tile", "kernels.ptx_emit",
+             "kernels.testdata", "kernels.ternary", "kernels.spec"),
+)

@@ -1,0 +1,60 @@
+"""hslm_dx_s8: dX[r, i] = sum_j dYq[r, j] W[i, j]  (the input gradient, dY x W^T).
+
+D = dX (R x K), A = dYq straight from global (row-major, k = out-feature j contiguous),
+B[k=j][n=i] = W[i, j]. The contraction runs over packed *columns* here, so each thread's
+decoded word (16 consecutive i of one j) is stored k-major as [j][i] and a B fragment
+register (column i, four consecutive j) is gathered with four shared byte loads.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from kernels import mma_tile
+from kernels.ptx_emit import Ptx
+from kernels.spec import BufferSpec, Dims, KernelSpec, Launch
+from kernels.ternary import packed_shape, unpack
+from kernels.testdata import saturating_int8, ternary_weights
+
+NAME = "hslm_dx_s8"
+PARAMS = (
+    BufferSpec("dx", "int32", lambda d: (d.R, d.K)),
+    BufferSpec("dy", "int8", lambda d: (d.R, d.N)),
+    BufferSpec("w", "uint32", lambda d: packed_shape(d.K, d.N)),
+    BufferSpec("R", "uint32", None),
+    BufferSpec("K", "uint32", None),
+    BufferSpec("N", "uint32", None),
+)
+
+
+def emit() -> str:
+    ptx = Ptx(NAME, [(p.name, "u64" if p.shape else "u32") for p in PARAMS], mma_tile.THREADS)
+    dx, dy, w = ptx.param_ptr("dx"), ptx.param_ptr("dy"), ptx.param_ptr("w")
+    R, K, N = ptx.param_u32("R"), ptx.param_u32("K"), ptx.param_u32("N")
+    lane = mma_tile.lane_coords(ptx)
+    words_per_col = ptx.shr(ptx.add(K, 15), 4)
+    a = mma_tile.GlobalFragments(ptx, lane, dy, lane.m_base, R, row_stride=N,
+                                 k_limit=N, k_stride=1, rows=(0, 8))
+    b = mma_tile.TernaryShared(ptx, lane, w, words_per_col, col_limit=N, k_major=True)
+    mma_tile.emit_tile(ptx, lane, a, b, k_limit=N, out=dx, rows=R, cols=K)
+    return ptx.render()
+
+
+def geometry(d: Dims) -> Launch:
+    return mma_tile.geometry(rows=d.R, cols=d.K)
+
+
+def make_inputs(d: Dims, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    return {"dy": saturating_int8(rng, (d.R, d.N)), "w": ternary_weights(rng, d.K, d.N)}
+
+
+def reference(d: Dims, inputs: dict[str, np.ndarray]) -> np.ndarray:
+    w = unpack(inputs["w"], d.K).astype(np.int64)
+    return (inputs["dy"].astype(np.int64) @ w.T).astype(np.int32)
+
+
+SPEC = KernelSpec(
+    name=NAME, emit=emit, geometry=geometry, params=PARAMS, make_inputs=make_inputs,
+    reference=reference,
+    modules=("kernels.hslm_dx_s8", "kernels.mma_tile", "kernels.ptx_emit",
+             "kernels.ternary", "kernels.testdata", "kernels.spec"),
+)

@@ -1,0 +1,229 @@
+"""The CTA tile skeleton all three kernels share: D[m, n] = sum_k A[m, k] B[k, n].
+
+Each kernel is this one loop with different operand sources:
+
+- a CTA of 4 warps computes a 64 (M) x 32 (N) tile of D; warp w owns rows
+  16w..16w+15 and four 16x8 ``mma.m16n8k32`` accumulators across the 32 columns;
+- the contraction runs in chunks of 64 (two mma k-steps); per chunk each operand
+  source supplies fragments in the PTX ISA layout (ptx-facts.md section 1): for lane
+  l, g = l >> 2 and t = l & 3, A needs rows g and g+8 at k = 4t..4t+3 (and +16), B
+  needs column g at k = 4t..4t+3 (and +16);
+- tails are predicated, never padded: a fragment byte outside [0, M) x [0, K) or
+  [0, K) x [0, N) is loaded as 0, an output outside [0, M) x [0, N) is not stored.
+  The contraction loop bound is the same for every thread, so control flow is
+  uniform across the launch (``bra.uni``) and only data movement is predicated.
+
+Operand sources:
+- :class:`GlobalFragments`: bytes straight from global memory, one predicated byte
+  load each (rows of odd length are not 4-byte aligned, so wider loads would need
+  a second, aligned path; see the README's performance notes);
+- :class:`TernaryShared`: packed ternary W, each thread decodes one u32 (16 codes) per
+  chunk with prmt and writes it with one 16-byte shared store; warps then read
+  fragments from shared memory. ``k_major=False`` stores W as [n][k] (forward: one
+  32-bit shared load per fragment register), ``k_major=True`` as [k][n] (dX, where
+  the packed order runs along the output dimension: four byte loads per register).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kernels.ptx_emit import TERNARY_PRMT_TABLE, Operand, Ptx, decode_ternary, guarded_bytes
+from kernels.spec import Launch
+from kernels.ternary import CODES_PER_WORD
+
+WARPS = 4
+THREADS = 32 * WARPS
+TILE_M = 16 * WARPS  # rows of D per CTA
+TILE_N = 32  # columns of D per CTA: four n8 mma tiles
+N_TILES = TILE_N // 8
+CHUNK_K = 64  # contraction per loop trip: two k32 mma steps
+K_STEPS = CHUNK_K // 32
+
+
+def geometry(rows: int, cols: int) -> Launch:
+    """Grid over a rows x cols output: x walks columns (TILE_N), y walks rows (TILE_M)."""
+    return Launch(grid=(-(-cols // TILE_N), -(-rows // TILE_M), 1), block=(THREADS, 1, 1))
+
+
+@dataclass
+class Lane:
+    """Per-thread coordinates every operand source needs (all b32 registers)."""
+
+    tid: str
+    g: str  # lane >> 2: fragment row (A), column (B)
+    t: str  # lane & 3: fragment k group
+    m_base: str  # first D row of this warp
+    n_base: str  # first D column of this CTA
+
+
+def lane_coords(ptx: Ptx) -> Lane:
+    tid = ptx.special("%tid.x")
+    lane = ptx.band(tid, 31)
+    warp_rows = ptx.shl(ptx.shr(tid, 5), 4)  # 16 rows per warp
+    m_base = ptx.mad(ptx.special("%ctaid.y"), TILE_M, warp_rows)
+    n_base = ptx.mul(ptx.special("%ctaid.x"), TILE_N)
+    return Lane(tid=tid, g=ptx.shr(lane, 2), t=ptx.band(lane, 3), m_base=m_base, n_base=n_base)
+
+
+class GlobalFragments:
+    """Fragments read byte by byte from a global int8 matrix.
+
+    Element (row, k) of the operand lives at ``ptr + row * row_stride + k * k_stride``;
+    exactly one of the strides is 1 (contiguous k: forward and dX activations; contiguous
+    rows: dW's transposed reads), so one side of every address is an immediate.
+    ``rows`` are this lane's fragment rows relative to ``row_base + g`` (A: 0 and 8;
+    B: 0, 8, 16, 24 for the four n tiles).
+    """
+
+    def __init__(self, ptx: Ptx, lane: Lane, ptr: str, row_base: str, row_limit: str,
+                 row_stride: Operand, k_limit: str, k_stride: Operand, rows: tuple[int, ...]):
+        assert 1 in (row_stride, k_stride), "one stride must be 1 for immediate offsets"
+        self.ptx, self.rows, self.k_stride = ptx, rows, k_stride
+        first_row = ptx.add(row_base, lane.g)
+        k_first = ptx.shl(lane.t, 2)
+        self.k_left = ptx.sub(k_limit, k_first)  # k_limit - k0 - 4t, kept per chunk
+        self.row_ok = {r: ptx.setp("lt", ptx.add(first_row, r), row_limit, "u32") for r in rows}
+        origin = ptx.byte_offset(ptx.byte_offset(ptr, first_row, row_stride), k_first, k_stride)
+        if k_stride == 1:  # a walking pointer per row; k offsets are immediates
+            self.row_ptr = {r: ptx.byte_offset(origin, r, row_stride) for r in rows}
+        else:  # one walking pointer; rows are immediates, k addresses rebuilt per chunk
+            self.origin = origin
+            self.stride = ptx.wide_mul(k_stride, 1)
+            self.stride16 = ptx.wide_mul(k_stride, 16)
+            self.chunk_step = ptx.wide_mul(k_stride, CHUNK_K)
+
+    def begin_chunk(self) -> None:
+        ptx = self.ptx
+        # rows past the end see 0 k left, so one compare per byte covers both bounds
+        self.left = {r: ptx.selp(self.k_left, 0, self.row_ok[r]) for r in self.rows}
+        if self.k_stride != 1:
+            self.k_ptr = {0: self.origin}
+            for base in range(0, CHUNK_K, 16):
+                if base:
+                    self.k_ptr[base] = ptx.add(self.k_ptr[base - 16], self.stride16, "s64")
+                for b in range(1, 4):
+                    self.k_ptr[base + b] = ptx.add(self.k_ptr[base + b - 1], self.stride, "s64")
+
+    def group(self, row: int, k: int) -> str:
+        """Bytes (row, 4t+k .. 4t+k+3) as one b32, zero outside the matrix."""
+        places = []
+        for b in range(4):
+            ok = self.ptx.setp("gt", self.left[row], k + b)
+            if self.k_stride == 1:
+                places.append((self.row_ptr[row], k + b, ok))
+            else:
+                places.append((self.k_ptr[k + b], row, ok))
+        return guarded_bytes(self.ptx, "global", places)
+
+    def a_fragment(self, step: int) -> list[str]:
+        k = 32 * step
+        return [self.group(0, k), self.group(8, k), self.group(0, k + 16), self.group(8, k + 16)]
+
+    def b_fragment(self, step: int, tile: int) -> list[str]:
+        k = 32 * step
+        return [self.group(8 * tile, k), self.group(8 * tile, k + 16)]
+
+    def end_chunk(self) -> None:
+        ptx = self.ptx
+        ptx.increment(self.k_left, -CHUNK_K, "s32")
+        if self.k_stride == 1:
+            for ptr in self.row_ptr.values():
+                ptx.increment(ptr, CHUNK_K, "s64")
+        else:
+            ptx.increment(self.origin, self.chunk_step, "s64")
+
+
+class TernaryShared:
+    """B fragments from packed ternary W, decoded once per chunk into shared memory.
+
+    The chunk's W tile is 128 u32 words, one per thread: thread ``tid`` decodes the word
+    of packed column ``col_base + (tid >> col_shift)`` at word ``word_base + (tid & word_mask)``
+    and stores its 16 int8 values with one 16-byte ``st.shared.v4``. Barriers before
+    (the previous chunk's readers are done) and after (the tile is complete) the store.
+
+    ``k_major=False`` (forward, contraction = in-features = packed order): tile [n 32][k 64],
+    the packed column is D's column and the word advances along k.
+    ``k_major=True`` (dX, contraction = out-features = packed columns): tile [k 64][n 32],
+    the packed column advances along k and the word is D's column block.
+    Rows are padded by 16 bytes so the fragment reads of the 8 g-lanes hit distinct banks.
+    """
+
+    def __init__(self, ptx: Ptx, lane: Lane, w_ptr: str, words_per_col: str,
+                 col_limit: str, k_major: bool):
+        self.ptx, self.k_major = ptx, k_major
+        if k_major:
+            tile_rows, row_bytes, col_shift, word_mask = CHUNK_K, TILE_N + 16, 1, 1
+            col_first, word_first = 0, ptx.shr(lane.n_base, 4)
+        else:
+            tile_rows, row_bytes, col_shift, word_mask = TILE_N, CHUNK_K + 16, 2, 3
+            col_first, word_first = lane.n_base, 0
+        self.row_bytes = row_bytes
+        self.col = ptx.add(ptx.shr(lane.tid, col_shift), col_first)
+        self.word = ptx.add(ptx.band(lane.tid, word_mask), word_first)
+        self.col_limit, self.words_per_col = col_limit, words_per_col
+        index = ptx.mad(self.col, words_per_col, self.word)
+        self.w_ptr = ptx.byte_offset(w_ptr, index, 4)
+        self.step = (ptx.wide_mul(words_per_col, 4 * CHUNK_K) if k_major
+                     else ptx.wide_mul(CHUNK_K // CODES_PER_WORD, 4))
+        tile = ptx.shared_array("w_tile", tile_rows * row_bytes)
+        slot = ptx.shl(ptx.band(lane.tid, word_mask), 4)
+        self.store_at = ptx.mad(ptx.shr(lane.tid, col_shift), row_bytes, ptx.add(tile, slot))
+        if k_major:  # lane reads k rows 4t.. at column g
+            self.read_at = ptx.mad(lane.t, 4 * row_bytes, ptx.add(tile, lane.g))
+        else:  # lane reads row g at k bytes 4t..
+            self.read_at = ptx.mad(lane.g, row_bytes, ptx.add(tile, ptx.shl(lane.t, 2)))
+        self.table = ptx.mov(TERNARY_PRMT_TABLE)
+
+    def begin_chunk(self) -> None:
+        ptx = self.ptx
+        ok = ptx.and_pred(ptx.setp("lt", self.col, self.col_limit, "u32"),
+                          ptx.setp("lt", self.word, self.words_per_col, "u32"))
+        word = ptx.load("global", "u32", self.w_ptr, guard=ok, zero_fill=True)
+        values = decode_ternary(ptx, word, self.table)
+        ptx.barrier()
+        ptx.store("shared", "v4.b32", self.store_at, values)
+        ptx.barrier()
+
+    def b_fragment(self, step: int, tile: int) -> list[str]:
+        ptx, k = self.ptx, 32 * step
+        if not self.k_major:
+            return [ptx.load("shared", "b32", self.read_at, 8 * tile * self.row_bytes + k + half)
+                    for half in (0, 16)]
+        return [guarded_bytes(ptx, "shared", [(self.read_at, (k + half + b) * self.row_bytes + 8 * tile, None)
+                                              for b in range(4)])
+                for half in (0, 16)]
+
+    def end_chunk(self) -> None:
+        ptx = self.ptx
+        ptx.increment(self.w_ptr, self.step, "s64")
+        ptx.increment(self.col if self.k_major else self.word, CHUNK_K if self.k_major else CHUNK_K // CODES_PER_WORD)
+
+
+def emit_tile(ptx: Ptx, lane: Lane, a: GlobalFragments, b: GlobalFragments | TernaryShared,
+              k_limit: str, out: str, rows: str, cols: str) -> None:
+    """The chunk loop (fragments -> mma) and the predicated int32 store of D[rows x cols]."""
+    acc = [[ptx.mov(0) for _ in range(4)] for _ in range(N_TILES)]
+    k_done = ptx.mov(0)
+    ptx.label("chunk")
+    a.begin_chunk()
+    b.begin_chunk()
+    for step in range(K_STEPS):
+        frag_a = a.a_fragment(step)
+        for tile in range(N_TILES):
+            ptx.mma_s8(acc[tile], frag_a, b.b_fragment(step, tile))
+    a.end_chunk()
+    b.end_chunk()
+    ptx.increment(k_done, CHUNK_K)
+    ptx.branch("chunk", guard=ptx.setp("lt", k_done, k_limit, "u32"))
+
+    ptx.comment("D fragment: c0 (g, 2t), c1 (g, 2t+1), c2 (g+8, 2t), c3 (g+8, 2t+1)")
+    col = ptx.add(lane.n_base, ptx.shl(lane.t, 1))
+    cols_left = ptx.sub(cols, col)
+    for half in (0, 1):
+        row = ptx.add(ptx.add(lane.m_base, lane.g), 8 * half)
+        left = ptx.selp(cols_left, 0, ptx.setp("lt", row, rows, "u32"))
+        ptr = ptx.byte_offset(out, ptx.mad(row, cols, col), 4)
+        for tile in range(N_TILES):
+            for e in (0, 1):
+                ok = ptx.setp("gt", left, 8 * tile + e)
+                ptx.store("global", "s32", ptr, acc[tile][2 * half + e], 4 * (8 * tile + e), guard=ok)

@@ -1,0 +1,251 @@
+"""PTX emit helpers shared by every kernel: a register-allocating builder and one
+helper per instruction form.
+
+A kernel is written as calls on :class:`Ptx`; each helper below emits one PTX form
+and returns the register that holds its result, so kernel code reads like dataflow:
+
+    ptr = ptx.param_ptr("x")
+    row = ptx.mad("u32", ptx.ctaid("y"), 64, ptx.warp())
+
+Every instruction text is produced in exactly one place (``Ptx.ins`` formats,
+the helpers choose the opcode), so a change of form is one edit. Nothing here knows
+about a particular kernel; the mma tile skeleton that all three kernels share lives in
+``kernels/mma_tile.py``.
+
+PTX target: ``.version 8.0`` / ``.target sm_80`` (mma.m16n8k32 needs sm_80, and 8.0 is
+old enough for every driver and ptxas we meet).
+"""
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+PTX_VERSION = "8.0"
+PTX_TARGET = "sm_80"
+
+# register kind -> (PTX declaration type, name prefix)
+REG_KINDS = {"b32": (".b32", "%r"), "b64": (".b64", "%rd"), "pred": (".pred", "%p")}
+
+Operand = str | int
+
+# prmt table for ternary decode: bytes 0x00, 0x01, 0xFF, 0x00 for codes 0, 1, 2, 3
+TERNARY_PRMT_TABLE = 0x00FF0100
+# prmt selectors: two zero-extended bytes -> [a0, b0, 0, 0]; two such halves -> [lo0, lo1, hi0, hi1]
+PRMT_PAIR_LOW = 0x3340
+PRMT_JOIN_HALVES = 0x5410
+
+
+def imm(value: int) -> str:
+    """An integer immediate as PTX writes it (hex for masks keeps the listing readable)."""
+    return hex(value) if value > 255 else str(value)
+
+
+def operand(value: Operand) -> str:
+    return imm(value) if isinstance(value, int) else value
+
+
+class Ptx:
+    """One kernel's PTX: parameters, registers allocated on demand, an instruction list."""
+
+    def __init__(self, entry: str, params: Sequence[tuple[str, str]], max_threads: int):
+        self.entry = entry
+        self.params = list(params)  # (name, "u64" | "u32")
+        self.max_threads = max_threads
+        self.count = {kind: 0 for kind in REG_KINDS}
+        self.shared: list[tuple[str, int]] = []
+        self.body: list[str] = []
+
+    # -- registers, labels, raw instructions -------------------------------------------
+    def reg(self, kind: str = "b32") -> str:
+        """A fresh register of ``kind`` (b32, b64 or pred)."""
+        name = f"{REG_KINDS[kind][1]}{self.count[kind]}"
+        self.count[kind] += 1
+        return name
+
+    def ins(self, opcode: str, *operands: Operand, guard: str | None = None) -> None:
+        """Emit ``[@guard] opcode op0, op1, ...;`` -- the single formatter of instructions."""
+        prefix = f"@{guard} " if guard else ""
+        self.body.append(f"\t{prefix}{opcode} {', '.join(operand(o) for o in operands)};")
+
+    def fresh(self, kind: str, opcode: str, *srcs: Operand, guard: str | None = None) -> str:
+        """Emit ``opcode dst, srcs`` into a fresh register and return it."""
+        dst = self.reg(kind)
+        self.ins(opcode, dst, *srcs, guard=guard)
+        return dst
+
+    def label(self, name: str) -> None:
+        self.body.append(f"{name}:")
+
+    def comment(self, text: str) -> None:
+        self.body.append(f"\t// {text}")
+
+    def shared_array(self, name: str, nbytes: int) -> str:
+        """Declare a 16-byte aligned static shared array; returns its 32-bit address register."""
+        self.shared.append((name, nbytes))
+        return self.fresh("b32", "mov.u32", name)
+
+    # -- parameters and special registers ---------------------------------------------
+    def param_ptr(self, name: str) -> str:
+        """A global pointer parameter, converted to a global-window address."""
+        generic = self.fresh("b64", "ld.param.u64", f"[{name}]")
+        return self.fresh("b64", "cvta.to.global.u64", generic)
+
+    def param_u32(self, name: str) -> str:
+        return self.fresh("b32", "ld.param.u32", f"[{name}]")
+
+    def special(self, name: str) -> str:
+        """%tid.x, %ctaid.y, %laneid ... into a fresh register."""
+        return self.fresh("b32", "mov.u32", name)
+
+    # -- integer arithmetic (u32 unless stated) -----------------------------------------
+    def mov(self, value: Operand, kind: str = "b32") -> str:
+        return self.fresh(kind, "mov.b64" if kind == "b64" else "mov.b32", value)
+
+    def binop(self, op: str, a: Operand, b: Operand, ty: str = "u32") -> str:
+        """add, sub, mul.lo, shl, shr, and, or, min, max ... on ``ty``; returns the result."""
+        return self.fresh("b64" if ty.endswith("64") else "b32", f"{op}.{ty}", a, b)
+
+    def add(self, a: Operand, b: Operand, ty: str = "u32") -> str:
+        return self.binop("add", a, b, ty)
+
+    def sub(self, a: Operand, b: Operand, ty: str = "s32") -> str:
+        return self.binop("sub", a, b, ty)
+
+    def mul(self, a: Operand, b: Operand) -> str:
+        return self.binop("mul.lo", a, b)
+
+    def mad(self, a: Operand, b: Operand, c: Operand) -> str:
+        return self.fresh("b32", "mad.lo.u32", a, b, c)
+
+    def shl(self, a: Operand, bits: int) -> str:
+        return self.binop("shl", a, bits, "b32")
+
+    def shr(self, a: Operand, bits: int) -> str:
+        return self.binop("shr", a, bits)
+
+    def band(self, a: Operand, b: Operand) -> str:
+        return self.binop("and", a, b, "b32")
+
+    def lop3(self, a: Operand, b: Operand, c: Operand, lut: int) -> str:
+        return self.fresh("b32", "lop3.b32", a, b, c, lut)
+
+    def prmt(self, a: Operand, b: Operand, selector: Operand) -> str:
+        return self.fresh("b32", "prmt.b32", a, b, selector)
+
+    def selp(self, a: Operand, b: Operand, pred: str) -> str:
+        return self.fresh("b32", "selp.b32", a, b, pred)
+
+    def setp(self, cmp: str, a: Operand, b: Operand, ty: str = "s32") -> str:
+        return self.fresh("pred", f"setp.{cmp}.{ty}", a, b)
+
+    def and_pred(self, p: str, q: str) -> str:
+        return self.fresh("pred", "and.pred", p, q)
+
+    def increment(self, reg: str, step: Operand, ty: str = "u32") -> None:
+        """In-place ``reg += step`` (loop counters and walking pointers)."""
+        self.ins(f"add.{ty}", reg, reg, step)
+
+    def wide_mul(self, a: Operand, b: Operand) -> str:
+        """u32 x u32 -> u64 (offsets in bytes stay exact past 4 GiB)."""
+        return self.fresh("b64", "mul.wide.u32", a, b)
+
+    def byte_offset(self, base64: str, index: Operand, scale: Operand) -> str:
+        """``base64 + index * scale`` with a widening multiply (32-bit index, 64-bit address)."""
+        return self.add(base64, self.wide_mul(index, scale), "s64")
+
+    # -- memory ----------------------------------------------------------------------
+    def load(self, space: str, ty: str, address: str, offset: int = 0,
+             guard: str | None = None, zero_fill: bool = False) -> str:
+        """``ld.<space>.<ty>`` into a fresh b32; with ``zero_fill`` the register is 0 where ``guard`` is off."""
+        dst = self.mov(0) if zero_fill else self.reg("b32")
+        self.ins(f"ld.{space}.{ty}", dst, addr(address, offset), guard=guard)
+        return dst
+
+    def store(self, space: str, ty: str, address: str, value: str | Sequence[str],
+              offset: int = 0, guard: str | None = None) -> None:
+        """``st.<space>.<ty>``; a sequence of values is a vector store ``{a, b, ...}``."""
+        src = value if isinstance(value, str) else "{" + ", ".join(value) + "}"
+        self.ins(f"st.{space}.{ty}", addr(address, offset), src, guard=guard)
+
+    def barrier(self) -> None:
+        self.ins("bar.sync", 0)
+
+    # -- control -------------------------------------------------------------------------
+    def branch(self, target: str, guard: str | None = None) -> None:
+        """A uniform branch: every thread of the launch takes the same way."""
+        self.ins("bra.uni", target, guard=guard)
+
+    # -- tensor core ------------------------------------------------------------------
+    def mma_s8(self, acc: Sequence[str], a: Sequence[str], b: Sequence[str]) -> None:
+        """acc += A(16x32 s8, row) * B(32x8 s8, col) in s32, accumulating in place."""
+        group = lambda regs: "{" + ", ".join(regs) + "}"
+        self.ins("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32",
+                 group(acc), group(a), group(b), group(acc))
+
+    # -- the module text --------------------------------------------------------------
+    def render(self) -> str:
+        params = ",\n".join(f"\t.param .{ty} {name}" for name, ty in self.params)
+        decls = [f"\t.reg {REG_KINDS[k][0]} {REG_KINDS[k][1]}<{n}>;" for k, n in self.count.items() if n]
+        decls += [f"\t.shared .align 16 .b8 {name}[{nbytes}];" for name, nbytes in self.shared]
+        return "\n".join([
+            f"// {self.entry}: generated by hslm-ptx (kernels/), do not edit",
+            f".version {PTX_VERSION}",
+            f".target {PTX_TARGET}",
+            ".address_size 64",
+            "",
+            f".visible .entry {self.entry}(",
+            params,
+            f")\n.maxntid {self.max_threads}, 1, 1",
+            "{",
+            *decls,
+            "",
+            *self.body,
+            "\tret;",
+            "}",
+            "",
+        ])
+
+
+def addr(base: str, offset: int = 0) -> str:
+    """``[base]`` or ``[base+offset]`` (offset may be negative)."""
+    if not offset:
+        return f"[{base}]"
+    return f"[{base}{'+' if offset > 0 else ''}{offset}]"
+
+
+def pack_bytes(ptx: Ptx, lows: Sequence[str]) -> str:
+    """Four zero-extended byte registers -> one b32 with byte b = lows[b] (3 prmt)."""
+    b0, b1, b2, b3 = lows
+    low = ptx.prmt(b0, b1, PRMT_PAIR_LOW)
+    high = ptx.prmt(b2, b3, PRMT_PAIR_LOW)
+    return ptx.prmt(low, high, PRMT_JOIN_HALVES)
+
+
+def decode_ternary(ptx: Ptx, word: str, table: str) -> list[str]:
+    """16 packed 2-bit codes -> four b32 registers of 16 int8 values, without branches.
+
+    Each half-word's eight 2-bit codes are spread into eight 4-bit nibbles (three
+    shift-or-mask steps, fused as lop3 ``(a | b) & c``), which are exactly the prmt
+    selectors that pick 0x00/0x01/0xFF/0x00 out of ``table`` (0x00FF0100). prmt reads
+    only the low 16 selector bits, so the upper four nibbles serve the next register
+    after a shift.
+    """
+    out: list[str] = []
+    for half in range(2):
+        spread = ptx.band(word, 0xFFFF) if half == 0 else ptx.shr(word, 16)
+        for shift, mask in ((8, 0x00FF00FF), (4, 0x0F0F0F0F), (2, 0x33333333)):
+            spread = ptx.lop3(spread, ptx.shl(spread, shift), mask, 0xA8)  # (a | b) & c
+        out.append(ptx.prmt(table, 0, spread))
+        out.append(ptx.prmt(table, 0, ptx.shr(spread, 16)))
+    return out
+
+
+def guarded_bytes(ptx: Ptx, space: str, places: Iterable[tuple[str, int, str]]) -> str:
+    """Four predicated byte loads, zero where the predicate is off, packed into one b32.
+
+    ``places`` gives (address register, immediate offset, predicate or None) per byte,
+    lowest byte first; this is how every operand that is not 4-byte aligned in memory (odd K,
+    strided columns) reaches a tensor-core fragment.
+    """
+    lows = [ptx.load(space, "u8", base, off, guard=pred, zero_fill=pred is not None)
+            for base, off, pred in places]
+    return pack_bytes(ptx, lows)

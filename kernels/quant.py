@@ -1,0 +1,52 @@
+"""Symmetric int8 quantization with the scales the integer kernels assume.
+
+q = clip(round(x / s), -127, 127) with s = max|x| / 127 over one slice (s = 1 for an
+all-zero slice), so |x - s q| <= s / 2 elementwise: the bound every f64 test uses.
+-128 is never produced, which keeps int8 products symmetric.
+
+Which slice carries one scale depends on the product that follows:
+- forward and dX contract along a row of X / dY: one scale per row (``axis=1``);
+- dW contracts along rows: one scale per column of X (u_i) and of dY (v_j) (``axis=0``).
+Works on numpy and CuPy arrays alike (only array methods and ufuncs are used).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+QMAX = 127
+
+
+def quantize(x: Any, axis: int) -> tuple[Any, Any]:
+    """Quantize ``x`` with one scale per slice reduced over ``axis``; returns (q int8, scale f64).
+
+    ``scale`` keeps the reduced axis (shape (R, 1) for ``axis=1``) so ``q * scale``
+    broadcasts back to ``x``.
+    """
+    x = x.astype("float64", copy=False)
+    amax = abs(x).max(axis=axis, keepdims=True)
+    scale = amax / QMAX
+    scale[amax == 0] = 1.0
+    q = (x / scale).round().clip(-QMAX, QMAX).astype("int8")
+    return q, scale
+
+
+def quantize_rows(x: Any) -> tuple[Any, Any]:
+    """One scale per row (forward: X; dX: dY)."""
+    return quantize(x, axis=1)
+
+
+def quantize_cols(x: Any) -> tuple[Any, Any]:
+    """One scale per column (dW: u_i for X, v_j for dY)."""
+    return quantize(x, axis=0)
+
+
+def ternarize(w: Any) -> tuple[Any, float]:
+    """Float weights -> ({-1, 0, +1} int8, beta) with beta = mean|w| (absmean, as BitNet b1.58).
+
+    An all-zero matrix gets beta = 1 so that beta * t reproduces it.
+    """
+    w = w.astype("float64", copy=False)
+    beta = float(abs(w).mean())
+    if beta == 0.0:
+        return w.astype("int8"), 1.0
+    return (w / beta).round().clip(-1, 1).astype("int8"), beta

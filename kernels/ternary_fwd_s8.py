@@ -1,0 +1,59 @@
+"""ternary_fwd_s8: Y[r, j] = sum_i Xq[r, i] W[i, j]  (int8 x ternary -> int32).
+
+The forward product of an HSLM linear layer. D = Y (R x N), A = Xq read straight from
+global (row-major, k = in-feature i contiguous), B = W decoded into shared memory as
+[j][i], so a B fragment register (column j, four consecutive i) is one 32-bit load.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from kernels import mma_tile
+from kernels.ptx_emit import Ptx
+from kernels.spec import BufferSpec, Dims, KernelSpec, Launch
+from kernels.ternary import packed_shape, unpack
+from kernels.testdata import ternary_weights, saturating_int8
+
+NAME = "ternary_fwd_s8"
+PARAMS = (
+    BufferSpec("y", "int32", lambda d: (d.R, d.N)),
+    BufferSpec("x", "int8", lambda d: (d.R, d.K)),
+    BufferSpec("w", "uint32", lambda d: packed_shape(d.K, d.N)),
+    BufferSpec("R", "uint32", None),
+    BufferSpec("K", "uint32", None),
+    BufferSpec("N", "uint32", None),
+)
+
+
+def emit() -> str:
+    ptx = Ptx(NAME, [(p.name, "u64" if p.shape else "u32") for p in PARAMS], mma_tile.THREADS)
+    y, x, w = ptx.param_ptr("y"), ptx.param_ptr("x"), ptx.param_ptr("w")
+    R, K, N = ptx.param_u32("R"), ptx.param_u32("K"), ptx.param_u32("N")
+    lane = mma_tile.lane_coords(ptx)
+    words_per_col = ptx.shr(ptx.add(K, 15), 4)
+    a = mma_tile.GlobalFragments(ptx, lane, x, lane.m_base, R, row_stride=K,
+                                 k_limit=K, k_stride=1, rows=(0, 8))
+    b = mma_tile.TernaryShared(ptx, lane, w, words_per_col, col_limit=N, k_major=False)
+    mma_tile.emit_tile(ptx, lane, a, b, k_limit=K, out=y, rows=R, cols=N)
+    return ptx.render()
+
+
+def geometry(d: Dims) -> Launch:
+    return mma_tile.geometry(rows=d.R, cols=d.N)
+
+
+def make_inputs(d: Dims, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    return {"x": saturating_int8(rng, (d.R, d.K)), "w": ternary_weights(rng, d.K, d.N)}
+
+
+def reference(d: Dims, inputs: dict[str, np.ndarray]) -> np.ndarray:
+    w = unpack(inputs["w"], d.K).astype(np.int64)
+    return (inputs["x"].astype(np.int64) @ w).astype(np.int32)
+
+
+SPEC = KernelSpec(
+    name=NAME, emit=emit, geometry=geometry, params=PARAMS, make_inputs=make_inputs,
+    reference=reference,
+    modules=("kernels.ternary_fwd_s8", "kernels.mma_tile", "kernels.ptx_emit",
+             "kernels.ternary", "kernels.testdata", "kernels.spec"),
+)

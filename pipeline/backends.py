@@ -1,0 +1,80 @@
+"""Where a kernel runs: a GPU through CuPy, or the CPU PTX emulator.
+
+Both hand back a function with CuPy's RawKernel calling convention,
+``fn(grid, block, args, shared_mem=0)``, so verify and bench launch kernels the same
+way on either (kernels.launch.launch). CuPy is optional and imported lazily: on a
+machine without it (CI, laptops) only the emulator exists, and ``auto`` picks it.
+"""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from pipeline.artifacts import UserError
+from pipeline.config import BACKENDS
+
+EMULATOR_DEVICE = "cpu-emulator"
+GPU_HINT = "pip install -e '.[gpu]' (cupy-cuda12x) on a machine with a CUDA GPU, or use backend=emulator"
+
+
+@functools.lru_cache(maxsize=None)
+def gpu_available() -> bool:
+    """True when CuPy imports and sees at least one CUDA device."""
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:  # no cupy, no driver, no device: all mean "no GPU here"
+        return False
+
+
+def resolve_backend(name: str) -> str:
+    """'auto' -> 'gpu' when a device is usable, else 'emulator'; 'gpu' without one is refused."""
+    if name not in BACKENDS:
+        raise UserError(f"unknown backend '{name}'; known: {', '.join(BACKENDS)}")
+    if name == "auto":
+        return "gpu" if gpu_available() else "emulator"
+    if name == "gpu" and not gpu_available():
+        raise UserError(f"backend=gpu: CuPy sees no CUDA device; {GPU_HINT}")
+    return name
+
+
+def array_module(backend: str) -> Any:
+    """numpy for the emulator, cupy for the GPU (the ``xp`` of kernels.launch.launch)."""
+    if backend == "gpu":
+        import cupy
+
+        return cupy
+    return np
+
+
+def to_host(array: Any) -> np.ndarray:
+    """A numpy copy of a numpy or cupy array."""
+    return array.get() if hasattr(array, "get") else np.asarray(array)
+
+
+def load_function(backend: str, ptx: Path, entry: str) -> Callable[..., Any]:
+    """``entry`` from the PTX file, callable as ``fn(grid, block, args, shared_mem=0)``."""
+    if backend == "gpu":
+        import cupy
+
+        return cupy.RawModule(path=str(ptx)).get_function(entry)
+    from pipeline.ptxemu import Module
+
+    return Module(path=str(ptx)).get_function(entry)
+
+
+def device_info(backend: str) -> tuple[str, str | None]:
+    """(device name, CUDA driver version or None) for the report of who ran a check."""
+    if backend != "gpu":
+        return EMULATOR_DEVICE, None
+    import cupy
+
+    props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+    name = props["name"]
+    version = cupy.cuda.runtime.driverGetVersion()
+    return (name.decode() if isinstance(name, bytes) else str(name),
+            f"{version // 1000}.{version % 1000 // 10}")

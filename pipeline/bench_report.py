@@ -1,0 +1,381 @@
+"""The bench record and everything derived from it: statistics, GOP/s, peaks, table, plot.
+
+pipeline/bench.py measures on a GPU and builds a :class:`BenchReport`; this module needs
+no GPU, so the statistics, the markdown table and the plot are tested on the CPU against
+recorded sample data (tests/data/bench/sample_*.json, marked ``synthetic``).
+
+Every figure shown is derived from the raw samples stored in the record: a Timing's
+median/p10/p90 must equal the statistics of its samples, and a report's summary must
+equal what its rows give, or the record is refused (a hand-edited or stale file is
+caught, not rendered).
+"""
+from __future__ import annotations
+
+import io
+import math
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from pipeline.artifacts import write_atomic, write_model
+
+Impl = Literal["ours", "cublas_int8", "cublas_f16", "cublas_f32", "torch_int_mm", "torch_bf16"]
+IMPLS: tuple[str, ...] = Impl.__args__  # table / plot order
+BASELINES: tuple[str, ...] = IMPLS[1:]
+
+# Device int8 tensor-core peaks, DENSE (no 2:4 sparsity), at boost clock, in TOPS.
+# NVIDIA datasheets print the sparse figure with an asterisk; dense is half of it.
+# First match (case-insensitive substring of the device name) wins: specific names first.
+PEAKS: tuple[tuple[str, float, str], ...] = (
+    ("H200 NVL", 1670.5, "NVIDIA H200 NVL datasheet: INT8 Tensor Core 3,341 TOPS with sparsity; dense, no sparsity = half"),
+    ("H200", 1979.0, "NVIDIA H200 SXM datasheet: INT8 Tensor Core 3,958 TOPS with sparsity; dense, no sparsity = half"),
+    ("H100 NVL", 1670.5, "NVIDIA H100 NVL datasheet: INT8 Tensor Core 3,341 TOPS with sparsity; dense, no sparsity = half"),
+    ("H100 PCIe", 1513.0, "NVIDIA H100 PCIe datasheet: INT8 Tensor Core 3,026 TOPS with sparsity; dense, no sparsity = half"),
+    ("H100", 1979.0, "NVIDIA H100 SXM datasheet: INT8 Tensor Core 3,958 TOPS with sparsity; dense, no sparsity = half"),
+    ("A100", 624.0, "NVIDIA A100 datasheet: INT8 Tensor Core 1,248 TOPS with sparsity; dense, no sparsity = 624"),
+    ("L40S", 733.0, "NVIDIA L40S datasheet: INT8 Tensor Core 1,466 TOPS with sparsity; dense, no sparsity = half"),
+    ("L4", 242.5, "NVIDIA L4 datasheet: INT8 Tensor Core 485 TOPS with sparsity; dense, no sparsity = half"),
+)
+
+# Relative-error tolerances (||out - ref|| / ||ref||) for the float baselines. Their
+# operands are int8 values / 128, exact in f16, bf16 and f32, so only accumulation and
+# output rounding count: f16 output rounding is 2^-11, bf16 2^-8 (METHOD.md ranges).
+TOLERANCE: dict[str, float] = {"cublas_f32": 1e-4, "cublas_f16": 2e-3, "torch_bf16": 1e-2}
+
+
+def peak_for(device_name: str) -> tuple[float, str] | tuple[None, None]:
+    """(dense int8 TOPS, source) for a device name, or (None, None) when not in PEAKS."""
+    for key, tops, source in PEAKS:
+        if key.lower() in device_name.lower():
+            return tops, source
+    return None, None
+
+
+def percentiles(samples: list[float]) -> tuple[float, float, float]:
+    """(median, p10, p90) with numpy's linear interpolation: the one definition used."""
+    p10, median, p90 = np.percentile(np.asarray(samples, dtype=np.float64), [10, 50, 90])
+    return float(median), float(p10), float(p90)
+
+
+def gops(R: int, K: int, N: int, seconds: float) -> float:
+    """Throughput counted as 2*R*K*N operations (one multiply + one add per MAC)."""
+    return 2.0 * R * K * N / seconds / 1e9
+
+
+class Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Timing(Record):
+    """Device time per call over repeats, in microseconds, with the samples it came from.
+
+    One sample times ``calls_per_sample`` back-to-back launches between two CUDA events
+    and divides by that count, so microsecond kernels are timed well above the events'
+    resolution.
+    """
+
+    samples_us: list[float] = Field(min_length=1)
+    calls_per_sample: int = Field(ge=1)
+    median_us: float
+    p10_us: float
+    p90_us: float
+
+    @classmethod
+    def of(cls, samples_us: list[float], calls_per_sample: int) -> "Timing":
+        median, p10, p90 = percentiles(samples_us)
+        return cls(samples_us=list(samples_us), calls_per_sample=calls_per_sample,
+                   median_us=median, p10_us=p10, p90_us=p90)
+
+    @model_validator(mode="after")
+    def _stats_match_samples(self) -> "Timing":
+        if not all(math.isfinite(s) and s > 0 for s in self.samples_us):
+            raise ValueError("samples_us must be finite and > 0")
+        want = percentiles(self.samples_us)
+        got = (self.median_us, self.p10_us, self.p90_us)
+        if not np.allclose(got, want, rtol=1e-9, atol=0):
+            raise ValueError(f"median/p10/p90 {got} do not match the samples' {want}")
+        return self
+
+
+class Check(Record):
+    """The output compared with the exact integer reference (scaled for float paths)."""
+
+    max_abs_err: float
+    rel_err: float  # ||out - ref|| / ||ref||
+    tolerance: float  # 0: must be exact
+    passed: bool
+
+    @classmethod
+    def of(cls, out: np.ndarray, ref: np.ndarray, tolerance: float) -> "Check":
+        out = np.asarray(out, dtype=np.float64)
+        ref = np.asarray(ref, dtype=np.float64)
+        if out.shape != ref.shape:
+            return cls(max_abs_err=math.inf, rel_err=math.inf, tolerance=tolerance, passed=False)
+        diff = out - ref
+        finite = bool(np.isfinite(out).all())
+        max_abs = float(np.abs(diff).max()) if finite else math.inf
+        norm = float(np.linalg.norm(ref))
+        rel = (float(np.linalg.norm(diff)) / norm if norm else max_abs) if finite else math.inf
+        passed = finite and (max_abs == 0 if tolerance == 0 else rel <= tolerance)
+        return cls(max_abs_err=max_abs, rel_err=rel, tolerance=tolerance, passed=passed)
+
+
+class Row(Record):
+    """One implementation on one (kernel, shape): its timings, check, and what it ran."""
+
+    kernel: str
+    shape: str
+    R: int
+    K: int
+    N: int
+    impl: Impl
+    gemm: tuple[int, int, int]  # (M, inner, out) as run, after any padding
+    note: str = ""  # padding and layout the row needed, in words
+    buffer_sets: int = 1  # input sets rotated so the working set exceeds L2
+    stream: Timing | None = None  # back-to-back launches on one stream
+    graph: Timing | None = None  # the same launches replayed from one CUDA graph
+    graph_error: str | None = None
+    check: Check | None = None
+    error: str | None = None  # why it did not run (torch missing, a cuBLAS error, ...)
+
+    @property
+    def ok(self) -> bool:
+        """Ran and computed the right answer: only such a row may count as a baseline."""
+        return self.error is None and self.stream is not None and self.check is not None \
+            and self.check.passed
+
+    def gops(self) -> float | None:
+        return gops(self.R, self.K, self.N, self.stream.median_us * 1e-6) if self.stream else None
+
+
+class Device(Record):
+    name: str
+    driver: str | None = None
+    cuda_runtime: str | None = None
+    compute_capability: str | None = None
+    sm_count: int | None = None
+    l2_bytes: int | None = None
+    clocks: dict[str, str] = {}  # e.g. {"sm_mhz": "1980", "mem_mhz": "3201", ...}
+    clocks_source: str = ""  # "nvidia-smi" or "cupy device attributes"
+    libraries: dict[str, str] = {}  # cupy, torch, cublas versions
+    peak_int8_tops: float | None = None  # dense, no sparsity
+    peak_source: str | None = None
+
+
+class Method(Record):
+    """How the numbers were taken, so a reader can judge them."""
+
+    warmup: int
+    repeats: int
+    target_sample_us: float  # a sample spans at least this much device time
+    l2_multiple: float  # rotated working set >= this many times L2
+    timer: str = "cupyx.profiler.benchmark (CUDA events), per-call = sample / calls_per_sample"
+    baseline_operands: str = (
+        "baselines get the dense int8 GEMM operands pre-laid-out (W unpacked, transposes "
+        "done) outside the timed region; float baselines get them / 128 (exact in f16/bf16/f32)"
+    )
+
+
+class Summary(Record):
+    """Ours against the fastest correct baseline on one (kernel, shape)."""
+
+    kernel: str
+    shape: str
+    ours_us: float | None
+    best_baseline: str | None
+    best_us: float | None
+    ratio: float | None  # ours / best (time): < 1 means ours is faster
+    ours_graph_us: float | None = None
+    best_graph_baseline: str | None = None
+    best_graph_us: float | None = None
+    graph_ratio: float | None = None
+    gops: float | None = None
+    peak_fraction: float | None = None  # of the dense int8 peak
+
+
+def summarize(rows: list[Row], peak_tops: float | None) -> list[Summary]:
+    """One Summary per (kernel, shape), in row order. Failed or wrong baselines never win."""
+    keys = list(dict.fromkeys((r.kernel, r.shape) for r in rows))
+    out = []
+    for kernel, shape in keys:
+        group = [r for r in rows if (r.kernel, r.shape) == (kernel, shape)]
+        ours = next((r for r in group if r.impl == "ours" and r.ok), None)
+        base = [r for r in group if r.impl != "ours" and r.ok]
+        best = min(base, key=lambda r: r.stream.median_us, default=None)
+        gbase = [r for r in base if r.graph is not None]
+        gbest = min(gbase, key=lambda r: r.graph.median_us, default=None)
+        ours_us = ours.stream.median_us if ours else None
+        ours_g = ours.graph.median_us if ours and ours.graph else None
+        rate = ours.gops() if ours else None
+        out.append(Summary(
+            kernel=kernel, shape=shape, ours_us=ours_us,
+            best_baseline=best.impl if best else None,
+            best_us=best.stream.median_us if best else None,
+            ratio=ours_us / best.stream.median_us if ours_us and best else None,
+            ours_graph_us=ours_g,
+            best_graph_baseline=gbest.impl if gbest else None,
+            best_graph_us=gbest.graph.median_us if gbest else None,
+            graph_ratio=ours_g / gbest.graph.median_us if ours_g and gbest else None,
+            gops=rate,
+            peak_fraction=rate / (peak_tops * 1e3) if rate and peak_tops else None,
+        ))
+    return out
+
+
+class BenchReport(Record):
+    """``doit bench shape=<set>``: every kernel x shape x implementation of one run."""
+
+    shape_set: str
+    created: str  # ISO 8601, UTC
+    synthetic: bool = False  # True only for made-up sample data (tests); never a measurement
+    device: Device
+    method: Method
+    ptx_sha256: dict[str, str]  # kernel -> the PTX that was timed
+    rows: list[Row]
+    summary: list[Summary]
+
+    @model_validator(mode="after")
+    def _summary_matches_rows(self) -> "BenchReport":
+        if self.summary != summarize(self.rows, self.device.peak_int8_tops):
+            raise ValueError("summary does not match the rows; rebuild it with summarize()")
+        return self
+
+
+# ---------------------------------------------------------------- rendering
+
+SYNTHETIC_BANNER = (
+    "> **SYNTHETIC SAMPLE DATA: not a measurement.** These numbers were made up to test "
+    "the report code; no GPU ran them."
+)
+
+
+def _us(t: Timing | None) -> str:
+    return f"{t.median_us:.2f}" if t else "-"
+
+
+def _spread(t: Timing | None) -> str:
+    return f"{t.p10_us:.2f}-{t.p90_us:.2f}" if t else "-"
+
+
+def _num(x: float | None, fmt: str) -> str:
+    return format(x, fmt) if x is not None else "-"
+
+
+def _check(row: Row) -> str:
+    if row.error:
+        return "not run"
+    if row.check is None:
+        return "-"
+    if row.check.tolerance == 0:
+        return "exact" if row.check.passed else f"WRONG (max err {row.check.max_abs_err:g})"
+    verdict = "ok" if row.check.passed else "WRONG"
+    return f"{verdict} rel {row.check.rel_err:.1e}"
+
+
+def markdown(report: BenchReport) -> str:
+    """The bench table: per kernel, one line per shape x implementation, then the summary."""
+    dev = report.device
+    lines = [f"# bench: shape set `{report.shape_set}`", ""]
+    if report.synthetic:
+        lines += [SYNTHETIC_BANNER, ""]
+    clocks = ", ".join(f"{k} {v}" for k, v in dev.clocks.items()) or "not read"
+    libs = ", ".join(f"{k} {v}" for k, v in dev.libraries.items())
+    peak = (f"{dev.peak_int8_tops:g} TOPS int8 dense, no sparsity ({dev.peak_source})"
+            if dev.peak_int8_tops else "unknown for this device (not in PEAKS)")
+    m = report.method
+    lines += [
+        f"- device: {dev.name}, driver {dev.driver or '?'}, CUDA {dev.cuda_runtime or '?'}, "
+        f"cc {dev.compute_capability or '?'}, {dev.sm_count or '?'} SMs, "
+        f"L2 {dev.l2_bytes / 2**20:.0f} MiB" if dev.l2_bytes else f"- device: {dev.name}",
+        f"- clocks ({dev.clocks_source or 'no source'}): {clocks}",
+        f"- libraries: {libs or '-'}",
+        f"- peak: {peak}",
+        f"- method: {m.warmup} warm-up, {m.repeats} timed samples of >= {m.target_sample_us:g} us "
+        f"each; {m.timer}; working set rotated over >= {m.l2_multiple:g}x L2; "
+        f"{m.baseline_operands}",
+        f"- created {report.created}",
+        "",
+        "Times are device microseconds per call: median (p10-p90) over samples. `graph` is "
+        "the same launches replayed from a CUDA graph (launch overhead removed). "
+        "GOP/s counts 2*R*K*N. Ratio = ours / best correct baseline (time; < 1: ours faster).",
+        "",
+    ]
+    for kernel in dict.fromkeys(r.kernel for r in report.rows):
+        lines += [f"## {kernel}", "",
+                  "| shape | R x K x N | impl | us | p10-p90 | graph us | GOP/s | % int8 peak "
+                  "| check | sets | note |",
+                  "| --- | --- | --- | ---: | --- | ---: | ---: | ---: | --- | ---: | --- |"]
+        for r in (r for r in report.rows if r.kernel == kernel):
+            rate = r.gops()
+            frac = rate / (dev.peak_int8_tops * 1e3) if rate and dev.peak_int8_tops else None
+            note = "; ".join(x for x in (r.note, r.error and f"error: {r.error}",
+                                         r.graph_error and f"graph: {r.graph_error}") if x)
+            lines.append(
+                f"| {r.shape} | {r.R}x{r.K}x{r.N} | {r.impl} | {_us(r.stream)} | "
+                f"{_spread(r.stream)} | {_us(r.graph)} | {_num(rate, '.0f')} | "
+                f"{_num(frac and frac * 100, '.2f')} | {_check(r)} | {r.buffer_sets} | {note} |")
+        lines.append("")
+    lines += ["## summary: ours / best baseline", "",
+              "| kernel | shape | ours us | best baseline | its us | ratio | ours graph us "
+              "| best graph | its us | graph ratio | GOP/s | % int8 peak |",
+              "| --- | --- | ---: | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |"]
+    for s in report.summary:
+        lines.append(
+            f"| {s.kernel} | {s.shape} | {_num(s.ours_us, '.2f')} | {s.best_baseline or '-'} | "
+            f"{_num(s.best_us, '.2f')} | {_num(s.ratio, '.2f')} | {_num(s.ours_graph_us, '.2f')} | "
+            f"{s.best_graph_baseline or '-'} | {_num(s.best_graph_us, '.2f')} | "
+            f"{_num(s.graph_ratio, '.2f')} | {_num(s.gops, '.0f')} | "
+            f"{_num(s.peak_fraction and s.peak_fraction * 100, '.2f')} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot_png(report: BenchReport) -> bytes:
+    """Time per shape, ours against each baseline, log scale, one panel per kernel (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    kernels = list(dict.fromkeys(r.kernel for r in report.rows))
+    fig, axes = plt.subplots(1, len(kernels), figsize=(5.5 * len(kernels), 4.5), squeeze=False)
+    markers = dict(zip(IMPLS, "o^sDvP"))
+    for ax, kernel in zip(axes[0], kernels):
+        rows = [r for r in report.rows if r.kernel == kernel]
+        shapes = list(dict.fromkeys(r.shape for r in rows))
+        for impl in IMPLS:
+            pts = [(shapes.index(r.shape), r.stream) for r in rows
+                   if r.impl == impl and r.ok]
+            if not pts:
+                continue
+            xs = [x for x, _ in pts]
+            med = [t.median_us for _, t in pts]
+            err = [[t.median_us - t.p10_us for _, t in pts], [t.p90_us - t.median_us for _, t in pts]]
+            ax.errorbar(xs, med, yerr=err, marker=markers[impl], capsize=3,
+                        linewidth=2.5 if impl == "ours" else 1, label=impl)
+        ax.set_yscale("log")
+        ax.set_xticks(range(len(shapes)), shapes, rotation=30, ha="right")
+        ax.set_ylabel("device time per call, us (median, p10-p90)")
+        ax.set_title(kernel)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    title = f"bench {report.shape_set} on {report.device.name}"
+    if report.synthetic:
+        title = "SYNTHETIC SAMPLE DATA, NOT A MEASUREMENT: " + title
+    fig.suptitle(title, color="red" if report.synthetic else "black")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def write_outputs(report: BenchReport, folder: Path) -> list[Path]:
+    """<set>.json, <set>.md, <set>.png under ``folder``, atomically; returns the paths."""
+    base = Path(folder) / report.shape_set
+    paths = [base.with_suffix(".json"), base.with_suffix(".md"), base.with_suffix(".png")]
+    write_model(paths[0], report)
+    write_atomic(paths[1], markdown(report))
+    write_atomic(paths[2], plot_png(report))
+    return paths

@@ -1,0 +1,277 @@
+"""The records that cross stage boundaries: emit -> ptxas -> verify (-> seal, gate).
+
+Each stage writes one of these as JSON beside its artifact and the next stage reads
+it back through :func:`pipeline.artifacts.read_model`; no stage re-parses another's
+free text. Models are strict (``extra="forbid"``) so a hand-edited or stale-format
+file is refused with the field named instead of half-understood.
+"""
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Shape(Record):
+    """One named problem size from shapes.yaml."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    R: int = Field(ge=1, description="rows (tokens)")
+    K: int = Field(ge=1, description="in-features")
+    N: int = Field(ge=1, description="out-features")
+
+
+class EmitResult(Record):
+    """emit: the PTX text of one kernel, pinned by content."""
+
+    kernel: str
+    entry: str
+    ptx_path: str  # relative to the project root
+    ptx_sha256: str
+    ptx_bytes: int
+    source_sha256: str  # hash of the kernel's defining Python modules
+
+
+class PtxasArch(Record):
+    """ptxas -v figures for one kernel on one arch, and the budget verdict."""
+
+    arch: str
+    registers: int
+    spill_stores: int
+    spill_loads: int
+    shared_bytes: int
+    stack_bytes: int
+    problems: list[str] = []  # empty when within budget and spill-free
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+class PtxasReport(Record):
+    kernel: str
+    ptx_sha256: str
+    ptxas: str  # path of the ptxas that ran
+    ptxas_version: str
+    max_registers: int
+    max_shared_bytes: int
+    archs: list[PtxasArch]
+
+    @property
+    def ok(self) -> bool:
+        return all(a.ok for a in self.archs)
+
+
+class Mismatch(Record):
+    row: int
+    col: int
+    got: int
+    want: int
+
+
+class VerifyReport(Record):
+    """verify: one kernel on one shape, checked element by element against the reference."""
+
+    kernel: str
+    shape_set: str
+    shape: str
+    R: int
+    K: int
+    N: int
+    backend: Literal["gpu", "emulator"]
+    device: str  # GPU name, or "cpu-emulator"
+    driver: str | None = None  # CUDA driver version when a GPU ran it
+    mismatches: int
+    rows_checked: int
+    max_abs_diff: int
+    first_mismatch: Mismatch | None = None
+    seconds: float
+    ptx_sha256: str
+    error: str | None = None  # the emulator's or driver's error, when the launch failed
+
+    @property
+    def passed(self) -> bool:
+        return self.error is None and self.mismatches == 0 and self.rows_checked == self.R
+
+
+# --- seal, ledger, gate -------------------------------------------------------------
+# Written by pipeline/assertcount.py (test counts), pipeline/seal.py (seals),
+# pipeline/ledger.py (ledger) and read back by pipeline/gate.py.
+
+Verdict = Literal["pass", "pass_vacuous", "blocked", "fail"]
+Check = Literal["ptxas", "verify", "tests"]
+CellKey = tuple[str, str, str]  # (kernel, check, target): the ledger's sort key
+
+
+class TestCounts(Record):
+    """One kernel's tests as counted by the assertcount plugin.
+
+    ``vacuous``: passed without one passing assert (or pytest.raises);
+    ``invariants``: passed hypothesis properties.
+    """
+
+    __test__ = False  # not a pytest test class, despite the name
+
+    passed: int = Field(ge=0)
+    failed: int = Field(ge=0)
+    skipped: int = Field(ge=0)
+    total: int = Field(ge=0)
+    vacuous: int = Field(ge=0)
+    invariants: int = Field(ge=0)
+
+
+class KernelTestRun(Record):
+    """What one pytest run of the kernel-marked tests found, per kernel."""
+
+    exitstatus: int
+    kernels: dict[str, TestCounts]
+    failures: dict[str, str] = {}  # kernel -> "nodeid: first error line" of its first failure
+    vacuous_tests: dict[str, list[str]] = {}  # kernel -> node ids of its vacuous tests
+    errors: list[str] = []  # collection/internal errors: the counts cannot be trusted
+
+
+class SealedShape(Record):
+    shape_set: str
+    shape: str
+    R: int
+    K: int
+    N: int
+    mismatches: int
+    rows_checked: int
+
+
+class SealedVerify(Record):
+    backend: Literal["gpu", "emulator"]
+    device: str
+    driver: str | None = None
+    shapes: list[SealedShape]
+
+
+class Seal(Record):
+    """ledger/seals/<kernel>.json: what was verified, pinned by content.
+
+    Stale when the kernel's current source hash or PTX hash differs. ``sealed_at`` is
+    information only; nothing compares it.
+    """
+
+    kernel: str
+    source_sha256: str
+    ptx_sha256: str
+    ptx_bytes: int
+    ptxas_version: str
+    ptxas: list[PtxasArch]
+    verify: SealedVerify
+    tests: TestCounts
+    sealed_at: str
+
+
+class LedgerEntry(Record):
+    """The expected verdict of one cell kernel x check x target.
+
+    ``reason`` is kept free-form here so a wrong one is a gate finding (BAD REASON)
+    rather than an unreadable ledger.
+    """
+
+    kernel: str
+    check: Check
+    target: str  # arch (ptxas), "set/shape" (verify), "tests" (tests)
+    verdict: Verdict
+    blocker: str | None = None  # first error line, for a non-pass verdict
+    reason: str | None = None  # one of pipeline.ledger.REASONS, for a non-pass verdict
+
+    @property
+    def key(self) -> CellKey:
+        return (self.kernel, self.check, self.target)
+
+
+class Ledger(Record):
+    """ledger/ledger.json: every cell's expected verdict, the tally and the cap.
+
+    Entries are unique per cell and kept sorted; ``counts`` must be the tally of the
+    entries, so a hand edit that forgets it is refused as unreadable, not half-trusted.
+    """
+
+    max_not_pass: int = Field(ge=0)
+    counts: dict[Verdict, int]
+    entries: list[LedgerEntry]
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Ledger":
+        keys = [e.key for e in self.entries]
+        dups = sorted({k for k in keys if keys.count(k) > 1})
+        if dups:
+            raise ValueError(f"cell {'/'.join(dups[0])} is listed twice")
+        if keys != sorted(keys):
+            raise ValueError("entries are not sorted by (kernel, check, target)")
+        tally = {v: sum(1 for e in self.entries if e.verdict == v) for v in get_args(Verdict)}
+        if dict(self.counts) != tally:
+            raise ValueError(f"counts {dict(self.counts)} do not add up to the entries' {tally}")
+        return self
+
+    @property
+    def not_pass(self) -> int:
+        return sum(1 for e in self.entries if e.verdict != "pass")
+
+
+class CellResult(Record):
+    """One cell's verdict in a run (what bless writes and the gate compares)."""
+
+    kernel: str
+    check: Check
+    target: str
+    verdict: Verdict
+    blocker: str | None = None
+    reason: str | None = None  # a reason the run can tell by itself (e.g. vacuous-test)
+
+    @property
+    def key(self) -> CellKey:
+        return (self.kernel, self.check, self.target)
+
+
+class KernelState(Record):
+    """A kernel's current source and PTX hashes (what a seal must match)."""
+
+    kernel: str
+    source_sha256: str
+    ptx_sha256: str
+
+
+class FunctionRef(Record):
+    path: str  # relative to the project root
+    qualname: str
+    line: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.path}::{self.qualname}"
+
+
+class DuplicateGroup(Record):
+    """Functions in two or more files whose normalized bodies are identical."""
+
+    members: list[FunctionRef]
+
+
+class AllowedDuplicate(Record):
+    functions: list[str] = Field(min_length=2)  # "path::qualname"
+    reason: str = Field(min_length=1)
+
+
+class AllowedDuplicates(Record):
+    """ledger/allowed_duplicates.yaml."""
+
+    allowed: list[AllowedDuplicate] = []
+
+
+class RunSummary(Record):
+    """What the gate's run found: the cells that exist, the verdicts it could get,
+    the kernels' current hashes and the duplicate bodies."""
+
+    cells: list[CellKey]
+    results: list[CellResult]
+    kernels: list[KernelState]
+    duplicates: list[DuplicateGroup]

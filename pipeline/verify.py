@@ -1,0 +1,90 @@
+"""verify: run one kernel's PTX on one shape and compare with its integer CPU reference.
+
+Inputs are seeded from the kernel and shape names (crc32, stable across runs and
+machines), so a report is reproducible and a failure can be replayed. The output is
+compared element by element, exactly: integer results have no tolerance. A launch
+that fails (emulator error, refused shape, driver error) is recorded in the report's
+``error`` as one line rather than raised, so the report always says what happened.
+"""
+from __future__ import annotations
+
+import time
+import zlib
+
+import numpy as np
+
+from kernels.launch import launch
+from kernels.spec import Dims, KernelSpec
+from pipeline import backends
+from pipeline.artifacts import check_artifact, read_model, write_model
+from pipeline.config import emit_json, ptx_path, verify_json
+from pipeline.models import EmitResult, Mismatch, Shape, VerifyReport
+
+
+def seed(kernel: str, shape: Shape) -> int:
+    """Input seed of one cell: crc32 of "kernel/shape-name"."""
+    return zlib.crc32(f"{kernel}/{shape.name}".encode())
+
+
+def compare(got: np.ndarray, want: np.ndarray) -> tuple[int, int, Mismatch | None]:
+    """(mismatch count, max |got - want|, first mismatch in row-major order)."""
+    if got.shape != want.shape:
+        raise ValueError(f"output shape {got.shape} != reference shape {want.shape}")
+    diff = np.abs(got.astype(np.int64) - want.astype(np.int64))
+    bad = np.argwhere(diff != 0)
+    first = None
+    if len(bad):
+        row, col = (int(v) for v in bad[0])
+        first = Mismatch(row=row, col=col, got=int(got[row, col]), want=int(want[row, col]))
+    return len(bad), int(diff.max(initial=0)), first
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception as one line, 'EmulatorError: ...', whitespace collapsed."""
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())}".rstrip(": ")
+
+
+def verify_cell(spec: KernelSpec, shape_set: str, shape: Shape, backend: str) -> VerifyReport:
+    """Run ``spec``'s emitted PTX on ``shape`` with ``backend`` ('gpu' or 'emulator'),
+    write artifacts/verify/<kernel>/<set>/<shape>.json and return the report."""
+    emitted = read_model(emit_json(spec.name), EmitResult)
+    ptx = ptx_path(spec.name)
+    check_artifact(ptx, emitted.ptx_sha256)
+    dims = Dims(shape.R, shape.K, shape.N)
+    inputs = spec.make_inputs(dims, np.random.default_rng(seed(spec.name, shape)))
+    want = spec.reference(dims, inputs)
+    device, driver = backends.device_info(backend)
+    xp = backends.array_module(backend)
+    mismatches = max_abs = rows = 0
+    first = error = None
+    start = time.perf_counter()
+    try:
+        fn = backends.load_function(backend, ptx, emitted.entry)
+        got = launch(spec, fn, dims, {k: xp.asarray(v) for k, v in inputs.items()}, xp)
+        got = backends.to_host(got)
+    except Exception as exc:  # recorded, not raised: the report says what failed
+        error = one_line(exc)
+    seconds = time.perf_counter() - start
+    if error is None:
+        mismatches, max_abs, first = compare(got, want)
+        rows = dims.R  # the whole output was compared: every problem row contributed
+    report = VerifyReport(
+        kernel=spec.name, shape_set=shape_set, shape=shape.name, R=shape.R, K=shape.K, N=shape.N,
+        backend=backend, device=device, driver=driver, mismatches=mismatches, rows_checked=rows,
+        max_abs_diff=max_abs, first_mismatch=first, seconds=round(seconds, 4),
+        ptx_sha256=emitted.ptx_sha256, error=error,
+    )
+    write_model(verify_json(spec.name, shape_set, shape.name), report)
+    return report
+
+
+def verdict(report: VerifyReport) -> str:
+    """One line for the progress log and the failure message."""
+    where = f"{report.kernel} {report.shape_set}/{report.shape} R={report.R} K={report.K} N={report.N}"
+    if report.error:
+        return f"{where}: {report.backend} error: {report.error}"
+    if report.mismatches:
+        m = report.first_mismatch
+        return (f"{where}: {report.mismatches} mismatches (max |diff| {report.max_abs_diff}); "
+                f"first at (row {m.row}, col {m.col}): got {m.got}, want {m.want}")
+    return f"{where}: ok, {report.rows_checked} rows exact on {report.backend} ({report.seconds:.2f}s)"

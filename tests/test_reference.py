@@ -1,0 +1,85 @@
+"""The integer CPU references: exact against a float64 einsum, and the quantized float
+math of each kernel stays inside the bound that follows from |x - s q| <= s/2."""
+import numpy as np
+import pytest
+
+from kernels.quant import quantize_cols, quantize_rows, ternarize
+from kernels.registry import KERNELS
+from kernels.spec import Dims
+from kernels.ternary import pack, unpack
+
+DIMS = [Dims(1, 17, 3), Dims(27, 243, 29), Dims(5, 64, 8)]
+EINSUM = {
+    "ternary_fwd_s8": lambda d, v: np.einsum("ri,ij->rj", v["x"], unpack(v["w"], d.K).astype(np.float64)),
+    "hslm_dx_s8": lambda d, v: np.einsum("rj,ij->ri", v["dy"], unpack(v["w"], d.K).astype(np.float64)),
+    "hslm_dw_s8": lambda d, v: np.einsum("rj,ri->ji", v["dy"], v["x"]),
+}
+
+
+@pytest.mark.parametrize("dims", DIMS, ids=str)
+@pytest.mark.parametrize("name", list(KERNELS))
+def test_reference_matches_float64_einsum(name, dims):
+    spec = KERNELS[name]
+    inputs = spec.make_inputs(dims, np.random.default_rng(7))
+    got = spec.reference(dims, inputs)
+    floats = {k: v if k == "w" else v.astype(np.float64) for k, v in inputs.items()}
+    want = EINSUM[name](dims, floats)
+    assert got.dtype == np.int32 and got.shape == spec.output.shape(dims)
+    assert np.array_equal(got, want)  # float64 is exact far beyond these sums
+
+
+@pytest.mark.parametrize("name", list(KERNELS))
+def test_verify_inputs_reach_the_extremes(name):
+    spec = KERNELS[name]
+    inputs = spec.make_inputs(Dims(27, 243, 29), np.random.default_rng(3))
+    for key, value in inputs.items():
+        if key == "w":
+            assert set(np.unique(unpack(value, 243))) == {-1, 0, 1}
+        else:
+            assert value.min() <= -127 and value.max() == 127
+
+
+def _layer(rng, R=48, K=200, N=72):
+    x = rng.standard_normal((R, K))
+    w = rng.standard_normal((K, N))
+    dy = rng.standard_normal((R, N))
+    t, beta = ternarize(w)
+    return x, t, beta, dy
+
+
+def _assert_tight(err, bound):
+    assert np.all(err <= bound * (1 + 1e-12))
+    assert err.max() > 0  # quantization really happened
+    assert (err / bound).max() < 0.5  # and the bound is not vacuous slack either
+
+
+def test_forward_quantized_within_bound():
+    x, t, beta, _ = _layer(np.random.default_rng(11))
+    spec, d = KERNELS["ternary_fwd_s8"], Dims(x.shape[0], *t.shape)
+    xq, s = quantize_rows(x)
+    y = s * spec.reference(d, {"x": xq, "w": pack(t)}) * beta
+    exact = x @ (beta * t)
+    bound = s / 2 * beta * np.abs(t).sum(axis=0)[None, :]
+    _assert_tight(np.abs(y - exact), bound)
+
+
+def test_dx_quantized_within_bound():
+    _, t, beta, dy = _layer(np.random.default_rng(12))
+    spec, d = KERNELS["hslm_dx_s8"], Dims(dy.shape[0], *t.shape)
+    dyq, s = quantize_rows(dy)
+    dx = s * spec.reference(d, {"dy": dyq, "w": pack(t)}) * beta
+    exact = dy @ (beta * t).T
+    bound = s / 2 * beta * np.abs(t).sum(axis=1)[None, :]
+    _assert_tight(np.abs(dx - exact), bound)
+
+
+def test_dw_quantized_within_bound():
+    x, t, _, dy = _layer(np.random.default_rng(13))
+    spec, d = KERNELS["hslm_dw_s8"], Dims(x.shape[0], t.shape[0], t.shape[1])
+    xq, u = quantize_cols(x)  # u: (1, K)
+    dyq, v = quantize_cols(dy)  # v: (1, N)
+    dw = v.T * spec.reference(d, {"x": xq, "dy": dyq}) * u
+    exact = dy.T @ x
+    ax, ay = np.abs(u * xq), np.abs(v * dyq)  # |u q_x| (R, K), |v q_y| (R, N)
+    bound = (ay.T @ np.ones_like(ax)) * u / 2 + v.T / 2 * (np.ones_like(ay).T @ ax) + x.shape[0] * v.T * u / 4
+    _assert_tight(np.abs(dw - exact), bound)
