@@ -13,7 +13,6 @@ from __future__ import annotations
 import numpy as np
 
 from kernels import mma_tile
-from kernels.ptx_emit import Ptx
 from kernels.spec import BufferSpec, Dims, KernelSpec, Launch
 from kernels.testdata import saturating_int8
 
@@ -30,15 +29,14 @@ PARAMS = (
 
 
 def emit() -> str:
-    ptx = Ptx(NAME, [(p.name, "u64" if p.shape else "u32") for p in PARAMS], mma_tile.THREADS)
-    dw, x, dy = ptx.param_ptr("dw"), ptx.param_ptr("x"), ptx.param_ptr("dy")
-    R, K, N = ptx.param_u32("R"), ptx.param_u32("K"), ptx.param_u32("N")
-    lane = mma_tile.lane_coords(ptx)
-    a = mma_tile.GlobalFragments(ptx, lane, dy, lane.m_base, N, row_stride=1,
-                                 k_limit=R, k_stride=N, rows=(0, 8))
-    b = mma_tile.GlobalFragments(ptx, lane, x, lane.n_base, K, row_stride=1,
-                                 k_limit=R, k_stride=K, rows=(0, 8, 16, 24))
-    mma_tile.emit_tile(ptx, lane, a, b, k_limit=R, out=dw, rows=N, cols=K)
+    ptx, p, lane = mma_tile.begin(NAME, PARAMS)
+    # A[m=j][k=r] = dYq[r, j]: rows contiguous, k strides by N
+    a = mma_tile.GlobalFragments(ptx, lane, p["dy"], lane.m_base, p["N"], row_stride=1,
+                                 k_limit=p["R"], k_stride=p["N"], rows=(0, 8))
+    # B[k=r][n=i] = Xq[r, i]: the four n tiles are rows g, g+8, g+16, g+24
+    b = mma_tile.GlobalFragments(ptx, lane, p["x"], lane.n_base, p["K"], row_stride=1,
+                                 k_limit=p["R"], k_stride=p["K"], rows=(0, 8, 16, 24))
+    mma_tile.emit_tile(ptx, lane, a, b, k_limit=p["R"], out=p["dw"], rows=p["N"], cols=p["K"])
     return ptx.render()
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import numpy as np
 
 from kernels import mma_tile
-from kernels.ptx_emit import Ptx
 from kernels.spec import BufferSpec, Dims, KernelSpec, Launch
 from kernels.ternary import packed_shape, unpack
 from kernels.testdata import saturating_int8, ternary_weights
@@ -27,15 +26,14 @@ PARAMS = (
 
 
 def emit() -> str:
-    ptx = Ptx(NAME, [(p.name, "u64" if p.shape else "u32") for p in PARAMS], mma_tile.THREADS)
-    dx, dy, w = ptx.param_ptr("dx"), ptx.param_ptr("dy"), ptx.param_ptr("w")
-    R, K, N = ptx.param_u32("R"), ptx.param_u32("K"), ptx.param_u32("N")
-    lane = mma_tile.lane_coords(ptx)
-    words_per_col = ptx.shr(ptx.add(K, 15), 4)
-    a = mma_tile.GlobalFragments(ptx, lane, dy, lane.m_base, R, row_stride=N,
-                                 k_limit=N, k_stride=1, rows=(0, 8))
-    b = mma_tile.TernaryShared(ptx, lane, w, words_per_col, col_limit=N, k_major=True)
-    mma_tile.emit_tile(ptx, lane, a, b, k_limit=N, out=dx, rows=R, cols=K)
+    ptx, p, lane = mma_tile.begin(NAME, PARAMS)
+    words_per_col = ptx.shr(ptx.add(p["K"], 15), 4)
+    # A[m=r][k=j] = dYq[r, j]
+    a = mma_tile.GlobalFragments(ptx, lane, p["dy"], lane.m_base, p["R"], row_stride=p["N"],
+                                 k_limit=p["N"], k_stride=1, rows=(0, 8))
+    # B[k=j][n=i] = W[i, j]: packed columns are the contraction, decoded to shared as [j][i]
+    b = mma_tile.TernaryShared(ptx, lane, p["w"], words_per_col, col_limit=p["N"], k_major=True)
+    mma_tile.emit_tile(ptx, lane, a, b, k_limit=p["N"], out=p["dx"], rows=p["R"], cols=p["K"])
     return ptx.render()
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kernels.ptx_emit import TERNARY_PRMT_TABLE, Operand, Ptx, decode_ternary, guarded_bytes
-from kernels.spec import Launch
+from kernels.spec import BufferSpec, Launch
 from kernels.ternary import CODES_PER_WORD
 
 WARPS = 4
@@ -54,6 +54,14 @@ class Lane:
     t: str  # lane & 3: fragment k group
     m_base: str  # first D row of this warp
     n_base: str  # first D column of this CTA
+
+
+def begin(name: str, params: tuple[BufferSpec, ...]) -> tuple[Ptx, dict[str, str], Lane]:
+    """A kernel's prologue: its parameters loaded (buffers as global pointers, sizes as
+    u32) and this thread's tile coordinates."""
+    ptx = Ptx(name, [(p.name, "u64" if p.shape else "u32") for p in params], THREADS)
+    regs = {p.name: ptx.param_ptr(p.name) if p.shape else ptx.param_u32(p.name) for p in params}
+    return ptx, regs, lane_coords(ptx)
 
 
 def lane_coords(ptx: Ptx) -> Lane:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import numpy as np
 
 from kernels import mma_tile
-from kernels.ptx_emit import Ptx
 from kernels.spec import BufferSpec, Dims, KernelSpec, Launch
 from kernels.ternary import packed_shape, unpack
 from kernels.testdata import ternary_weights, saturating_int8
@@ -26,15 +25,14 @@ PARAMS = (
 
 
 def emit() -> str:
-    ptx = Ptx(NAME, [(p.name, "u64" if p.shape else "u32") for p in PARAMS], mma_tile.THREADS)
-    y, x, w = ptx.param_ptr("y"), ptx.param_ptr("x"), ptx.param_ptr("w")
-    R, K, N = ptx.param_u32("R"), ptx.param_u32("K"), ptx.param_u32("N")
-    lane = mma_tile.lane_coords(ptx)
-    words_per_col = ptx.shr(ptx.add(K, 15), 4)
-    a = mma_tile.GlobalFragments(ptx, lane, x, lane.m_base, R, row_stride=K,
-                                 k_limit=K, k_stride=1, rows=(0, 8))
-    b = mma_tile.TernaryShared(ptx, lane, w, words_per_col, col_limit=N, k_major=False)
-    mma_tile.emit_tile(ptx, lane, a, b, k_limit=K, out=y, rows=R, cols=N)
+    ptx, p, lane = mma_tile.begin(NAME, PARAMS)
+    words_per_col = ptx.shr(ptx.add(p["K"], 15), 4)
+    # A[m=r][k=i] = Xq[r, i]
+    a = mma_tile.GlobalFragments(ptx, lane, p["x"], lane.m_base, p["R"], row_stride=p["K"],
+                                 k_limit=p["K"], k_stride=1, rows=(0, 8))
+    # B[k=i][n=j] = W[i, j], decoded to shared as [j][i]
+    b = mma_tile.TernaryShared(ptx, lane, p["w"], words_per_col, col_limit=p["N"], k_major=False)
+    mma_tile.emit_tile(ptx, lane, a, b, k_limit=p["K"], out=p["y"], rows=p["R"], cols=p["N"])
     return ptx.render()
 
 

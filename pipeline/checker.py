@@ -1,10 +1,12 @@
-"""Content-based up-to-date checks for doit: inputs by sha256, targets by their recorded hash.
+"""Content-based up-to-date checks for doit: inputs and targets by sha256, never by mtime.
 
 doit's default md5 checker trusts an unchanged mtime (an edit kept by ``cp -p``, tar
 or a fast editor is missed) and only checks that targets exist (a damaged target
 is trusted). Here every file_dep is hashed on every run (our inputs are small) and
-each stage's ``uptodate`` re-hashes its artifact against the sha256 its result JSON
-recorded, so both cases re-run exactly the stage that owns the file.
+every task's targets are re-hashed against the hashes saved when it last succeeded
+(:class:`targets_intact`), so both cases re-run exactly the stage that owns the file.
+Readers still check an artifact against the sha256 its result JSON records
+(pipeline.artifacts.check_artifact) before using it.
 """
 from __future__ import annotations
 
@@ -12,9 +14,9 @@ import os
 from pathlib import Path
 
 from doit.dependency import FileChangedChecker
-from pydantic import BaseModel
+from doit.task import Task
 
-from pipeline.artifacts import ArtifactError, check_artifact, read_model, sha256_file
+from pipeline.artifacts import sha256_file
 
 
 class ContentChecker(FileChangedChecker):
@@ -27,17 +29,21 @@ class ContentChecker(FileChangedChecker):
         return sha256_file(Path(dep))
 
 
-def recorded_hash_matches(result: Path, model: type[BaseModel], artifact: Path,
-                          field: str = "ptx_sha256"):
-    """An ``uptodate`` callable: True while ``result`` reads as ``model`` and ``artifact``
-    still has the sha256 recorded in its ``field``; any damage makes the task re-run."""
+class targets_intact:
+    """An ``uptodate`` check: every target still has the sha256 it had when the task last
+    succeeded (saved in doit's DB beside the task), so a damaged, truncated or hand-edited
+    artifact or result JSON re-runs the task that writes it. Named like doit's own
+    ``config_changed``, used the same way: ``"uptodate": [targets_intact()]``."""
 
-    def uptodate() -> bool:
-        try:
-            check_artifact(artifact, getattr(read_model(result, model), field))
-        except ArtifactError:
-            return False
-        return True
+    KEY = "_targets_sha256"
 
-    uptodate.__name__ = f"recorded_hash_matches({Path(artifact).name})"
-    return uptodate
+    def configure_task(self, task: Task) -> None:
+        task.value_savers.append(lambda: {self.KEY: self.hashes(task.targets)})
+
+    @staticmethod
+    def hashes(targets: list[str]) -> dict[str, str | None]:
+        return {t: sha256_file(Path(t)) if os.path.exists(t) else None for t in targets}
+
+    def __call__(self, task: Task, values: dict) -> bool:
+        saved = values.get(self.KEY)
+        return saved is not None and saved == self.hashes(task.targets)

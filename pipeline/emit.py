@@ -10,7 +10,7 @@ import importlib.util
 from pathlib import Path
 
 from kernels.spec import KernelSpec
-from pipeline.artifacts import ROOT, rel, sha256_bytes, sha256_file, write_atomic, write_model
+from pipeline.artifacts import rel, sha256_bytes, sha256_file, write_atomic, write_model
 from pipeline.config import emit_json, ptx_path
 from pipeline.models import EmitResult
 
@@ -43,7 +43,7 @@ def emit(spec: KernelSpec) -> EmitResult:
     path = ptx_path(spec.name)
     write_atomic(path, data)
     result = EmitResult(
-        kernel=spec.name, entry=spec.name, ptx_path=str(path.relative_to(ROOT)),
+        kernel=spec.name, entry=spec.name, ptx_path=rel(path),
         ptx_sha256=sha256_bytes(data), ptx_bytes=len(data), source_sha256=source_sha256(spec),
     )
     write_model(emit_json(spec.name), result)

@@ -271,3 +271,10 @@ def bless(old: Ledger | None, universe: list[CellKey], results: list[CellResult]
         notes.append(f"give a reason ({', '.join(REASONS)}) in {rel(LEDGER_FILE)} to: {listing(unreasoned, 20)}")
     return ledger, notes
 
+
+def bless_file(universe: list[CellKey], results: list[CellResult], accept_new: bool = False,
+               path: Path = LEDGER_FILE) -> tuple[Ledger, list[str]]:
+    """:func:`bless` the ledger at ``path`` and write it; a refusal raises before any write."""
+    ledger, notes = bless(read_present(path, Ledger), universe, results, accept_new)
+    write_ledger(ledger, path)
+    return ledger, notes

@@ -80,3 +80,8 @@ def select_sets(names: tuple[str, ...], path: Path = SHAPES_FILE) -> dict[str, t
                 f"unknown shape set '{set_name}' in {rel(path)}; known: {', '.join(sets)}"
             )
     return {set_name: sets[set_name] for set_name in names}
+
+
+def load_set(name: str, path: Path = SHAPES_FILE) -> tuple[Shape, ...]:
+    """The shapes of one named set (:class:`UserError` when unknown)."""
+    return select_sets((name,), path)[name]

@@ -8,8 +8,9 @@ line: ``emit``, ``ptxas``, ``verify`` (each a group: ``emit:<kernel>``,
 Up-to-date rules, so only stale work re-runs:
 - file_dep are compared by sha256 (pipeline.checker.ContentChecker): a comment-only
   kernel edit re-runs emit; the PTX bytes are the same, so ptxas and verify do not.
-- every stage's ``uptodate`` re-checks its artifact against the sha256 its result
-  JSON recorded, so a damaged or hand-edited file re-runs the stage that owns it;
+- every task's targets are re-hashed against the hashes saved when it last succeeded
+  (pipeline.checker.targets_intact), so a damaged or hand-edited artifact or report
+  re-runs the stage that owns it;
   ``config_changed`` carries the parameters (archs, budget, ptxas, dims, backend, seed).
 
 User mistakes (bad shapes.yaml, unknown set or backend) stop task creation with one
@@ -30,9 +31,9 @@ from kernels.registry import KERNELS
 from pipeline import config
 from pipeline.artifacts import ArtifactError, UserError, read_model, rel, write_model
 from pipeline.backends import resolve_backend
-from pipeline.checker import ContentChecker, recorded_hash_matches
+from pipeline.checker import ContentChecker, targets_intact
 from pipeline.emit import emit, source_files
-from pipeline.models import EmitResult, PtxasReport, Shape, VerifyReport
+from pipeline.models import PtxasReport, Shape, VerifyReport
 from pipeline.ptxas import PtxasError, assemble, find_ptxas, ptxas_version
 from pipeline.shapes import parse_set_names, select_sets
 from pipeline.verify import seed, verdict, verify_cell
@@ -71,10 +72,13 @@ def one_line_failure(action: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """A plain text table; numbers right-aligned, text left-aligned."""
-    cells = [[str(c) for c in headers]] + [[str(c) for c in row] for row in rows]
+    """A plain text table; number columns right-aligned (floats to 2 places), text left."""
+    def text(value: Any) -> str:
+        return f"{value:.2f}" if isinstance(value, float) else str(value)
+
+    cells = [list(headers)] + [[text(c) for c in row] for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    numeric = [all(isinstance(row[i], int) for row in rows) for i in range(len(headers))]
+    numeric = [all(isinstance(row[i], (int, float)) for row in rows) for i in range(len(headers))]
     return "\n".join(
         "  ".join(c.rjust(w) if num else c.ljust(w) for c, w, num in zip(row, widths, numeric)).rstrip()
         for row in cells
@@ -98,7 +102,7 @@ def task_emit() -> Iterator[dict]:
             "actions": [(_emit, [spec.name])],
             "file_dep": [str(p) for p in source_files(spec)],
             "targets": [str(ptx), str(result)],
-            "uptodate": [recorded_hash_matches(result, EmitResult, ptx)],
+            "uptodate": [targets_intact()],
             "clean": True,
         }
 
@@ -116,29 +120,31 @@ def _ptxas_config(kernel: str) -> dict[str, Any]:
     return {"archs": list(config.ARCHS), "budget": config.budget(kernel)._asdict(), **found}
 
 
+PTXAS_COLUMNS = ("kernel", "arch", "regs", "spill st", "spill ld", "smem B", "stack B", "verdict")
+
+
+def _ptxas_rows(report: PtxasReport) -> list[list[Any]]:
+    return [[report.kernel, a.arch, a.registers, a.spill_stores, a.spill_loads, a.shared_bytes,
+             a.stack_bytes, "; ".join(a.problems) or "ok"] for a in report.archs]
+
+
 @one_line_failure
 def _ptxas(kernel: str) -> TaskFailed | None:
     report = assemble(kernel, kernel, config.ptx_path(kernel), config.ARCHS, config.budget(kernel))
     write_model(config.ptxas_json(kernel), report)
     problems = [f"{kernel} {a.arch}: {p}" for a in report.archs for p in a.problems]
-    for line in problems:
-        print(line)
-    if problems:
-        return TaskFailed(f"{kernel}: {problems[0].split(': ', 1)[1]} on {len(problems)} "
-                          f"arch/check(s); see {rel(config.ptxas_json(kernel))}")
+    if problems:  # the summary will not run: show this kernel's rows now
+        print(table(PTXAS_COLUMNS, _ptxas_rows(report)))
+        more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
+        return TaskFailed(f"{problems[0]}{more}; see {rel(config.ptxas_json(kernel))}")
     print(f"{kernel}: within budget on {', '.join(config.ARCHS)} (ptxas {report.ptxas_version})")
     return None
 
 
 @one_line_failure
 def _ptxas_summary(kernels: Sequence[str]) -> None:
-    rows = []
-    for kernel in kernels:
-        report = read_model(config.ptxas_json(kernel), PtxasReport)
-        for a in report.archs:
-            rows.append([kernel, a.arch, a.registers, a.spill_stores, a.spill_loads,
-                         a.shared_bytes, a.stack_bytes, "; ".join(a.problems) or "ok"])
-    print(table(["kernel", "arch", "regs", "spill st", "spill ld", "smem B", "stack B", "verdict"], rows))
+    rows = [row for k in kernels for row in _ptxas_rows(read_model(config.ptxas_json(k), PtxasReport))]
+    print(table(PTXAS_COLUMNS, rows))
 
 
 def task_ptxas() -> Iterator[dict]:
@@ -150,8 +156,7 @@ def task_ptxas() -> Iterator[dict]:
             "actions": [(_ptxas, [spec.name])],
             "file_dep": [str(ptx)],
             "targets": [str(report)],
-            "uptodate": [config_changed(_ptxas_config(spec.name)),
-                         recorded_hash_matches(report, PtxasReport, ptx)],
+            "uptodate": [config_changed(_ptxas_config(spec.name)), targets_intact()],
             "clean": True,
         }
     yield {
@@ -178,7 +183,7 @@ def _verify_summary(cells: Sequence[tuple[str, str, str]]) -> None:
     for kernel, shape_set, shape in cells:
         r = read_model(config.verify_json(kernel, shape_set, shape), VerifyReport)
         rows.append([r.kernel, r.shape_set, r.shape, r.R, r.K, r.N, r.backend, r.mismatches,
-                     r.rows_checked, r.max_abs_diff, f"{r.seconds:.2f}",
+                     r.rows_checked, r.max_abs_diff, r.seconds,
                      "ok" if r.passed else (r.error or "MISMATCH")])
     print(table(["kernel", "set", "shape", "R", "K", "N", "backend", "mismatches", "rows",
                  "max|diff|", "seconds", "verdict"], rows))
@@ -207,7 +212,7 @@ def task_verify() -> Iterator[dict]:
                     "file_dep": [str(ptx)],
                     "task_dep": [f"ptxas:{spec.name}"],
                     "targets": [str(report)],
-                    "uptodate": [config_changed(params), recorded_hash_matches(report, VerifyReport, ptx)],
+                    "uptodate": [config_changed(params), targets_intact()],
                     "clean": True,
                 }
     yield {

@@ -31,7 +31,7 @@ class EmulatorError(Exception):
         if text:
             parts.append(f"`{text}`")
         if ctaid is not None:
-            parts.append(f"thread ctaid={_t(ctaid)} tid={_t(tid)}")
+            parts.append(f"thread ctaid={fmt3(ctaid)} tid={fmt3(tid)}")
         if address is not None:
             parts.append(f"address={address:#x}")
         if detail:
@@ -39,7 +39,7 @@ class EmulatorError(Exception):
         super().__init__(" ".join(parts))
 
 
-def _t(xyz) -> str:
+def fmt3(xyz) -> str:
     return "(" + ",".join(str(int(v)) for v in xyz) + ")"
 
 

@@ -1,0 +1,64 @@
+"""Emulator and graph speed on this machine: a benchmark that prints figures, not a test.
+
+    python bench/emulator_bench.py            # whole hslm set, every row, all kernels
+    python bench/emulator_bench.py --set tails
+
+Prints the wall time of each kernel x shape on the CPU PTX emulator (with the
+mismatch count, so a fast wrong run is visible) and the time of one no-op
+``doit verify`` (everything up to date) in a subprocess.
+"""
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from kernels.launch import launch  # noqa: E402
+from kernels.registry import KERNELS  # noqa: E402
+from kernels.spec import Dims  # noqa: E402
+from pipeline.ptxemu import Module  # noqa: E402
+from pipeline.shapes import load_set  # noqa: E402
+
+
+def emulate_set(shape_set: str) -> float:
+    total = 0.0
+    print(f"{'kernel':<16} {'shape':<16} {'R':>6} {'K':>5} {'N':>5} {'seconds':>8} {'mismatches':>10}")
+    for name, spec in KERNELS.items():
+        fn = Module(code=spec.emit()).get_function(name)
+        for shape in load_set(shape_set):
+            dims = Dims(shape.R, shape.K, shape.N)
+            inputs = spec.make_inputs(dims, np.random.default_rng(0))
+            start = time.perf_counter()
+            out = launch(spec, fn, dims, inputs)
+            seconds = time.perf_counter() - start
+            total += seconds
+            bad = int(np.count_nonzero(out != spec.reference(dims, inputs)))
+            print(f"{name:<16} {shape.name:<16} {dims.R:>6} {dims.K:>5} {dims.N:>5} {seconds:>8.3f} {bad:>10}")
+    print(f"emulator total for '{shape_set}': {total:.2f} s")
+    return total
+
+
+def noop_verify() -> float:
+    subprocess.run([sys.executable, "-m", "doit", "verify"], cwd=ROOT, check=True, capture_output=True)
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "doit", "verify"], cwd=ROOT, check=True, capture_output=True)
+    seconds = time.perf_counter() - start
+    print(f"no-op `doit verify` (everything up to date): {seconds:.2f} s")
+    return seconds
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--set", default="hslm", help="shape set from shapes.yaml (default hslm)")
+    parser.add_argument("--skip-doit", action="store_true", help="only time the emulator")
+    args = parser.parse_args()
+    emulate_set(args.set)
+    if not args.skip_doit:
+        noop_verify()

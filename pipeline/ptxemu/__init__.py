@@ -1,0 +1,14 @@
+"""A strict, vectorized CPU emulator for the PTX subset our kernels use.
+
+    from pipeline.ptxemu import Module, EmulatorError
+    fn = Module(code=ptx).get_function("ternary_fwd_s8")
+    fn(grid, block, [out, x, w, np.uint32(R), ...], shared_mem=0)   # like cupy.RawKernel
+
+Modules: parse (text -> records), operands (types, registers, operand closures),
+ops (the instruction table), memory (global/shared with bounds, alignment and race
+checks), machine (the lockstep min-PC executor, Module and Function).
+"""
+from pipeline.ptxemu.machine import Function, Module
+from pipeline.ptxemu.parse import EmulatorError
+
+__all__ = ["Module", "Function", "EmulatorError"]

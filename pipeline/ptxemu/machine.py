@@ -1,0 +1,312 @@
+"""The lockstep executor: every thread of every CTA of a launch in one set of arrays.
+
+Scheduling is min-PC: each step runs the instruction at the smallest PC among the
+threads still running, for exactly the threads at that PC. Uniform code therefore
+runs once for all threads; a divergent forward branch runs its sides one after the
+other and reconverges where the PCs meet again; loops with per-thread trip counts
+work the same way. While all running threads share one PC the executor keeps it as a
+Python int and passes the mask ``None`` (no masking anywhere: the fast path).
+
+Strictness that needs the schedule lives here: ``bra.uni`` must be uniform over the
+threads that reach it; ``mma`` needs all 32 lanes of each warp that executes it;
+``bar.sync`` needs every running thread of the CTA there at once (exited threads do
+not count) and then closes the CTA's shared-memory race window.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, NamedTuple, Sequence
+
+import numpy as np
+
+from pipeline.ptxemu.memory import Fault, GlobalMemory, SharedMemory
+from pipeline.ptxemu.operands import TYPES, Ctx, State
+from pipeline.ptxemu.ops import Exec, decode
+from pipeline.ptxemu.parse import EmulatorError, Entry, Instr, fmt3, parse
+
+DONE = np.iinfo(np.int32).max      # the PC of an exited thread
+
+
+class Step(NamedTuple):
+    ins: Instr
+    guard: Any          # getter of the guard predicate (negation folded in), or None
+    ex: Exec
+
+
+def _align(n: int, a: int) -> int:
+    return -(-n // a) * a
+
+
+def _dim3(v: Any, what: str, line: int) -> tuple[int, int, int]:
+    t = tuple(v) if isinstance(v, (tuple, list)) else (v,)
+    if not 1 <= len(t) <= 3 or not all(isinstance(x, (int, np.integer)) and x >= 1
+                                       for x in t):
+        raise EmulatorError("launch", line, "", f"{what} must be 1 to 3 positive ints, "
+                                                f"got {v!r}")
+    return tuple(int(x) for x in t) + (1,) * (3 - len(t))
+
+
+class Function:
+    """One decoded ``.entry``; call it as CuPy's RawKernel: ``fn(grid, block, args)``."""
+
+    def __init__(self, entry: Entry, strict_shared_init: bool = True):
+        self.entry, self.name, self.strict_shared_init = entry, entry.name, strict_shared_init
+        offsets, end, ext_align = {}, 0, 0
+        for sym, align, nbytes, _ in entry.shared:
+            if nbytes is not None:
+                end = _align(end, align)
+                offsets[sym], end = end, end + nbytes
+            else:
+                ext_align = max(ext_align, align)
+        self.static_shared = end
+        self.extern_offset = _align(end, ext_align) if ext_align else None
+        for sym, _, nbytes, _ in entry.shared:
+            if nbytes is None:
+                offsets[sym] = self.extern_offset
+        self.param_offsets, pend = {}, 0
+        for name, ty in entry.params:
+            size = TYPES[ty].bits // 8
+            pend = _align(pend, size)
+            self.param_offsets[name], pend = (pend, ty), pend + size
+        self.param_bytes = pend
+        self.steps = [self._decode(ins, offsets) for ins in entry.body]
+        # race tracking grain: the smallest shared access (all are aligned to their size)
+        self.grain = min([s.ex.shared_bytes for s in self.steps if s.ex.shared_bytes] + [16])
+
+    def _decode(self, ins: Instr, shared_offsets: dict[str, int]) -> Step:
+        cx = Ctx(self.entry, ins, shared_offsets, self.param_offsets)
+        guard = None
+        if ins.guard is not None:
+            reg, neg = ins.guard
+            guard = cx.pred(("!" if neg else "") + reg)
+        return Step(ins, guard, decode(cx))
+
+    # ---- launch -----------------------------------------------------------------------
+
+    def _bind(self, args: Sequence[Any]) -> tuple[bytes, list[tuple[str, np.ndarray]]]:
+        """Parameter bytes (arrays become fake global addresses) and the buffer list."""
+        line = self.entry.line
+        params = self.entry.params
+        if not isinstance(args, (list, tuple)) or len(args) != len(params):
+            n = len(args) if isinstance(args, (list, tuple)) else type(args).__name__
+            raise EmulatorError("launch", line, "", f"{self.name} takes {len(params)} "
+                                f"arguments ({', '.join(p for p, _ in params)}), got {n}")
+        blob, buffers = bytearray(self.param_bytes), []
+        for (name, ty), arg in zip(params, args):
+            off, _ = self.param_offsets[name]
+            size = TYPES[ty].bits // 8
+            if isinstance(arg, np.ndarray) and arg.ndim > 0:
+                if size != 8:
+                    raise EmulatorError("launch", line, "", f"parameter '{name}' is .{ty}, "
+                                        "an array (a 64-bit address) cannot go there")
+                if not arg.flags.c_contiguous:
+                    raise EmulatorError("launch", line, "", f"array for '{name}' must be "
+                                        "C-contiguous (use np.ascontiguousarray)")
+                value = GlobalMemory.base(len(buffers))
+                buffers.append((name, arg))
+            elif isinstance(arg, np.generic) and np.issubdtype(arg.dtype, np.integer):
+                if arg.dtype.itemsize != size:
+                    raise EmulatorError("launch", line, "", f"parameter '{name}' is .{ty} "
+                                        f"({size} bytes), got {arg.dtype} "
+                                        f"({arg.dtype.itemsize} bytes)")
+                value = int(arg) & ((1 << (8 * size)) - 1)
+            else:
+                raise EmulatorError("launch", line, "", f"argument for '{name}' must be a "
+                                    "numpy array or numpy integer scalar (e.g. np.uint32(n)),"
+                                    f" got {type(arg).__name__}")
+            blob[off:off + size] = value.to_bytes(size, "little")
+        return bytes(blob), buffers
+
+    def __call__(self, grid, block, args, shared_mem: int = 0) -> None:
+        line = self.entry.line
+        g, b = _dim3(grid, "grid", line), _dim3(block, "block", line)
+        tpc, ctas = b[0] * b[1] * b[2], g[0] * g[1] * g[2]
+        if tpc > 1024:
+            raise EmulatorError("launch", line, "", f"block {b} has {tpc} threads, over 1024")
+        if not isinstance(shared_mem, (int, np.integer)) or shared_mem < 0:
+            raise EmulatorError("launch", line, "", f"shared_mem must be an int >= 0, "
+                                                    f"got {shared_mem!r}")
+        params, buffers = self._bind(args)
+        window = self.static_shared
+        if self.extern_offset is not None:
+            window = max(window, self.extern_offset + int(shared_mem))
+        T = tpc * ctas
+        tl, cl = np.arange(T, dtype=np.uint32) % tpc, np.arange(T, dtype=np.uint32) // tpc
+        special: dict[str, Any] = {"laneid": tl % 32}
+        for reg, lin, dims in (("tid", tl, b), ("ctaid", cl, g)):
+            special[f"{reg}.x"] = lin % dims[0]
+            special[f"{reg}.y"] = (lin // dims[0]) % dims[1]
+            special[f"{reg}.z"] = lin // (dims[0] * dims[1])
+        for reg, dims in (("ntid", b), ("nctaid", g)):
+            for axis, v in zip("xyz", dims):
+                special[f"{reg}.{axis}"] = np.uint32(v)
+        st = State(T, special, params, GlobalMemory(buffers),
+                   SharedMemory(ctas, tpc, window, self.strict_shared_init, self.grain),
+                   tpc)
+        self._grid, self._block = g, b
+        self._run(st)
+
+    # ---- the executor -------------------------------------------------------------------
+
+    def _where(self, thread: int) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+        """Global thread index -> (ctaid, tid)."""
+        (bx, by, bz), (gx, gy, gz) = self._block, self._grid
+        tpc = bx * by * bz
+        c, t = divmod(int(thread), tpc)
+        return ((c % gx, c // gx % gy, c // (gx * gy)), (t % bx, t // bx % by, t // (bx * by)))
+
+    def _fail(self, kind: str, ins: Instr, thread: int, detail: str = "",
+              address: int | None = None) -> EmulatorError:
+        ctaid, tid = self._where(thread)
+        return EmulatorError(kind, ins.line, ins.text, detail, ctaid, tid, address)
+
+    def _fault(self, f: Fault, ins: Instr) -> EmulatorError:
+        detail = f.detail
+        if f.other is not None:
+            detail += f"; other thread tid={fmt3(self._where(f.other)[1])}"
+        return self._fail(f.kind, ins, f.thread, detail, f.address)
+
+    def _warp_check(self, st: State, m, ins: Instr) -> None:
+        if st.tpc % 32:
+            first = 0 if m is None else int(np.flatnonzero(m)[0])
+            raise self._fail("divergence", ins, first, f"a warp-collective instruction needs "
+                             f"whole warps; the block has {st.tpc} threads")
+        if m is None:
+            return
+        mw = m.reshape(-1, 32)
+        bad = mw.any(1) & ~mw.all(1)
+        if bad.any():
+            w = int(np.flatnonzero(bad)[0])
+            lanes = mw[w]
+            raise self._fail("divergence", ins, w * 32 + int(np.flatnonzero(lanes)[0]),
+                             f"only {int(lanes.sum())} of 32 lanes of the warp execute it "
+                             f"(lane {int(np.flatnonzero(~lanes)[0])} does not)")
+
+    def _bar_check(self, st: State, m, live, ins: Instr):
+        """Return the CTAs at the barrier (None: all); every running thread must be there."""
+        if m is None:
+            return None
+        L = np.ones(st.T, bool) if live is None else live
+        pm, lm = m.reshape(-1, st.tpc), L.reshape(-1, st.tpc)
+        cp, cl = pm.sum(1), lm.sum(1)
+        bad = (cp > 0) & (cp != cl)
+        if bad.any():
+            c = int(np.flatnonzero(bad)[0])
+            here = c * st.tpc + int(np.flatnonzero(pm[c])[0])
+            away = int(np.flatnonzero(lm[c] & ~pm[c])[0])
+            raise self._fail("divergence", ins, here, f"{int(cp[c])} of {int(cl[c])} running "
+                             f"threads of the CTA reached this bar.sync; tid="
+                             f"{fmt3(self._where(c * st.tpc + away)[1])} did not")
+        return np.flatnonzero(cp > 0)
+
+    def _run(self, st: State) -> None:
+        steps, n, T = self.steps, len(self.steps), st.T
+        pc, pcs, live, nlive = 0, None, None, T   # converged: pc; diverged: pcs array
+        while True:
+            if pcs is None:
+                if pc >= n:
+                    return
+                i, active = pc, live
+            else:
+                i = int(pcs.min())
+                if i >= n:
+                    return
+                active = pcs == i
+                if int(np.count_nonzero(active)) == nlive:      # reconverged
+                    pc, pcs, live = i, None, (None if nlive == T else active)
+                    active = live
+            step = steps[i]
+            ins, ex = step.ins, step.ex
+            try:
+                m = active
+                if step.guard is not None:
+                    p = step.guard(st, active)
+                    m = p if active is None else (p & active)
+                    if m.all():
+                        m = None
+                kind = ex.kind
+                if kind == "op":
+                    if m is None or m.any():
+                        if ex.warp:
+                            self._warp_check(st, m, ins)
+                        ex.run(st, m)
+                elif kind == "bar":
+                    if m is None or m.any():
+                        running = live if pcs is None else pcs != DONE
+                        st.smem.barrier(self._bar_check(st, m, running, ins))
+                elif kind == "bra":
+                    taken = m
+                    if taken is None or step.guard is None:
+                        stay = None
+                    else:
+                        stay = ~taken if active is None else (active & ~taken)
+                        if not stay.any():
+                            stay = None
+                        elif not taken.any():                # nobody takes it
+                            if pcs is None:
+                                pc += 1
+                            else:
+                                pcs[active] = i + 1
+                            continue
+                    if stay is None:                       # every thread here takes it
+                        if pcs is None:
+                            pc = ex.target
+                        else:
+                            pcs[active] = ex.target
+                        continue
+                    if ex.uni:
+                        t0, s0 = int(np.flatnonzero(taken)[0]), int(np.flatnonzero(stay)[0])
+                        raise self._fail("divergence", ins, s0, "bra.uni is not uniform: "
+                                         f"this thread falls through, tid="
+                                         f"{fmt3(self._where(t0)[1])} branches")
+                    if pcs is None:
+                        pcs = np.full(T, i + 1, np.int32)
+                        if live is not None:
+                            pcs[~live] = DONE
+                    else:
+                        pcs[active] = i + 1
+                    pcs[taken] = ex.target
+                    continue
+                elif kind == "exit":
+                    if m is None:
+                        return
+                    gone = int(np.count_nonzero(m))
+                    if pcs is None:
+                        live = ~m if live is None else (live & ~m)
+                    else:
+                        pcs[active] = i + 1
+                        pcs[m] = DONE
+                    nlive -= gone
+                    if nlive == 0:
+                        return
+                    if pcs is None:
+                        pc += 1
+                    continue
+            except Fault as f:
+                raise self._fault(f, ins) from None
+            if pcs is None:
+                pc += 1
+            else:
+                pcs[active] = i + 1
+
+
+class Module:
+    """A PTX module, parsed and decoded once; mirrors ``cupy.RawModule``.
+
+    ``strict_shared_init``: reading a shared byte no thread of the CTA ever wrote is an
+    ``uninitialized`` error (real hardware returns garbage there).
+    """
+
+    def __init__(self, code: str | None = None, path: str | Path | None = None,
+                 strict_shared_init: bool = True):
+        if (code is None) == (path is None):
+            raise TypeError("Module needs exactly one of code= or path=")
+        text = Path(path).read_text() if path is not None else code
+        self.functions = {name: Function(e, strict_shared_init)
+                          for name, e in parse(text).items()}
+
+    def get_function(self, name: str) -> Function:
+        if name not in self.functions:
+            raise EmulatorError("launch", None, "", f"no .entry '{name}' in the module; "
+                                f"entries: {', '.join(self.functions) or 'none'}")
+        return self.functions[name]

@@ -1,0 +1,232 @@
+"""Global and shared memory of one launch, with the checks real hardware does not make.
+
+Every access arrives as a batch: one address per executing thread plus those threads'
+global indices (for the error message). Addresses are checked for bounds and for
+alignment to the whole access (a .v4.b32 needs 16), then served through a typed view
+of the underlying bytes, so a batch is one numpy gather or scatter.
+
+Global: buffer ``i`` (in argument order among the array arguments) lives at the fake
+base ``(i + 1) << 32``, so an address names its buffer without ambiguity and any byte
+outside a buffer is out of bounds. Stores write the caller's array in place.
+
+Shared: one window of ``size`` bytes per CTA, addressed by offset from 0. Race
+tracking keeps, per byte (grain), the last writer and the readers tagged with the CTA's
+barrier epoch (bar.sync bumps the epoch instead of clearing arrays): a byte touched by
+two different threads since the last bar.sync, at least one of them writing, is a race.
+A read of a shared byte no thread ever wrote is an ``uninitialized`` error (hardware
+gives garbage there), unless the module was built with ``strict_shared_init=False``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+SPAN = 1 << 32          # each global buffer owns a 4 GiB window of fake addresses
+UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+_TID_BITS = 11          # tags are (epoch << 11) | linear tid; a CTA has <= 1024 threads
+
+
+class Fault(Exception):
+    """A per-thread failure found while executing; the machine adds line and thread."""
+
+    def __init__(self, kind: str, thread: int, detail: str = "", address: int | None = None,
+                 other: int | None = None):
+        super().__init__(kind)
+        self.kind, self.thread, self.detail = kind, int(thread), detail
+        self.address = None if address is None else int(address)
+        self.other = None if other is None else int(other)  # the racing thread
+
+
+def _first(bad: np.ndarray) -> int:
+    return int(np.flatnonzero(bad)[0])
+
+
+def _typed(raw: np.ndarray, elem: int, vec: int) -> np.ndarray:
+    """The largest prefix of ``raw`` (uint8) viewed as [n, vec] elements of ``elem`` bytes.
+
+    An access of ``elem*vec`` bytes that is aligned and in bounds always lies inside
+    this prefix, so row ``offset // (elem*vec)`` is exactly the accessed data.
+    """
+    size = elem * vec
+    n = raw.size // size * size
+    return raw[:n].view(UINT[elem]).reshape(-1, vec)
+
+
+class GlobalMemory:
+    """The launch's array arguments, reachable by fake 64-bit addresses."""
+
+    def __init__(self, buffers: list[tuple[str, np.ndarray]]):
+        self.names = [n for n, _ in buffers]
+        self.raw = [a.reshape(-1).view(np.uint8) for _, a in buffers]
+        self.nbytes = np.array([r.size for r in self.raw] + [0], dtype=np.int64)
+        self._views: dict[tuple[int, int, int], np.ndarray] = {}
+
+    @staticmethod
+    def base(i: int) -> int:
+        return (i + 1) * SPAN
+
+    def _view(self, b: int, elem: int, vec: int) -> np.ndarray:
+        key = (b, elem, vec)
+        if key not in self._views:
+            self._views[key] = _typed(self.raw[b], elem, vec)
+        return self._views[key]
+
+    def _locate(self, addr: np.ndarray, threads: np.ndarray, size: int):
+        """Check a batch; return [(buffer, positions or slice, row index)]."""
+        nb = len(self.raw)
+        b = (addr >> np.uint64(32)).astype(np.int64) - 1
+        off = (addr & np.uint64(SPAN - 1)).astype(np.int64)
+        lo, hi = int(b.min()), int(b.max())
+        if lo == hi and 0 <= lo < nb:
+            bad = off > self.nbytes[lo] - size
+            groups = [(lo, slice(None))]
+        else:
+            bi = np.where((b >= 0) & (b < nb), b, nb)
+            bad = off > self.nbytes[bi] - size
+            groups = [(k, np.flatnonzero(bi == k)) for k in range(nb)]
+        if bad.any():
+            i = _first(bad)
+            k = int(b[i])
+            where = (f"buffer {k} '{self.names[k]}' has {self.nbytes[k]} bytes"
+                     if 0 <= k < nb else "not inside any buffer argument")
+            raise Fault("out_of_bounds", threads[i], f"{size}-byte access, {where}",
+                        int(addr[i]))
+        mis = (off & (size - 1)) != 0
+        if mis.any():
+            i = _first(mis)
+            raise Fault("misaligned", threads[i], f"{size}-byte access needs "
+                        f"{size}-byte alignment", int(addr[i]))
+        return [(k, pos, off[pos] // size) for k, pos in groups
+                if isinstance(pos, slice) or pos.size]
+
+    def load(self, addr, threads, elem: int, vec: int) -> np.ndarray:
+        groups = self._locate(addr, threads, elem * vec)
+        if len(groups) == 1:
+            k, _, rows = groups[0]
+            return self._view(k, elem, vec)[rows]
+        out = np.empty((addr.size, vec), UINT[elem])
+        for k, pos, rows in groups:
+            out[pos] = self._view(k, elem, vec)[rows]
+        return out
+
+    def store(self, addr, threads, elem: int, vec: int, values: np.ndarray) -> None:
+        for k, pos, rows in self._locate(addr, threads, elem * vec):
+            self._view(k, elem, vec)[rows] = values[pos]
+
+
+class SharedMemory:
+    """Per-CTA shared windows plus race tags per ``grain`` bytes.
+
+    ``grain`` is the smallest shared access size in the kernel: every access is aligned
+    to its own size, so two accesses share a byte exactly when they share a grain, and
+    tracking grains instead of bytes is exact (and 4-16x cheaper for b32/v4 code).
+    Tags are ``(epoch << 11) | linear tid``; readers keep the min and max reader tag, so
+    "read by someone other than me this epoch" is ``rmin != me or rmax != me``.
+    """
+
+    def __init__(self, ctas: int, tpc: int, size: int, strict_init: bool = True,
+                 grain: int = 1):
+        self.size, self.tpc, self.strict_init, self.grain = size, tpc, strict_init, grain
+        self.pad = max(16, -(-size // 16) * 16)
+        n = ctas * self.pad
+        self.raw = np.zeros(n, np.uint8)
+        self.writer = np.full(n // grain, -1, np.int32)  # last writer's tag, -1 never written
+        self.rmin = np.full(n // grain, -1, np.int32)    # smallest reader tag
+        self.rmax = np.full(n // grain, -1, np.int32)    # largest reader tag
+        self.epoch = np.zeros(ctas, np.int32)
+        self._views: dict[tuple, np.ndarray] = {}
+
+    def _view(self, name: str, elem: int, vec: int) -> np.ndarray:
+        key = (name, elem, vec)
+        if key not in self._views:
+            arr = getattr(self, name)
+            self._views[key] = (_typed(arr, elem, vec) if name == "raw"
+                                else arr.reshape(-1, elem * vec // self.grain))
+        return self._views[key]
+
+    def barrier(self, ctas: np.ndarray | None) -> None:
+        """bar.sync: every access before it is ordered before every access after it."""
+        if ctas is None:
+            self.epoch += 1
+        else:
+            self.epoch[ctas] += 1
+        if self.epoch.max() >= (1 << (31 - _TID_BITS)) - 1:   # tag space exhausted
+            written = self.writer >= 0              # keep "ever written" as epoch 0
+            self.rmin.fill(-1)
+            self.rmax.fill(-1)
+            self.writer[:] = np.where(written, 0, -1)
+            self.epoch[:] = 1
+
+    def _locate(self, addr, threads, size: int):
+        off = np.asarray(addr).astype(np.int64)
+        bad = off > self.size - size
+        if bad.any():
+            i = _first(bad)
+            raise Fault("out_of_bounds", threads[i], f"{size}-byte shared access, the "
+                        f"shared window is {self.size} bytes", int(off[i]))
+        mis = (off & (size - 1)) != 0
+        if mis.any():
+            i = _first(mis)
+            raise Fault("misaligned", threads[i], f"{size}-byte shared access needs "
+                        f"{size}-byte alignment", int(off[i]))
+        cta = threads // self.tpc
+        return (cta * self.pad + off) // size, cta, off
+
+    def _race(self, bad: np.ndarray, tags: np.ndarray, threads, off, cta, what: str):
+        i, j = np.argwhere(bad)[0]
+        other = int(tags[i, j]) & ((1 << _TID_BITS) - 1)
+        at = int(off[i]) + int(j) * self.grain
+        raise Fault("race", threads[i], f"shared offset {at:#x} {what} by another thread "
+                    "of the CTA since the last bar.sync", at,
+                    other=int(cta[i]) * self.tpc + other)
+
+    def _track(self, rows, cta, threads, off, size: int, write: bool) -> None:
+        ep = self.epoch[cta][:, None]
+        tag = ((ep << _TID_BITS) | (threads % self.tpc)[:, None]).astype(np.int32)
+        wv, lo, hi = (self._view(n, size, 1) for n in ("writer", "rmin", "rmax"))
+        W = wv[rows]
+        if not write and self.strict_init and (W < 0).any():
+            i, j = np.argwhere(W < 0)[0]
+            at = int(off[i]) + int(j) * self.grain
+            raise Fault("uninitialized", threads[i], f"shared offset {at:#x} read but never "
+                        "written", at)
+        bad = ((W >> _TID_BITS) == ep) & (W != tag)
+        if bad.any():
+            self._race(bad, W, threads, off, cta, "written")
+        unique = rows.size < 2 or bool((rows[1:] > rows[:-1]).all())
+        if write:
+            L, H = lo[rows], hi[rows]
+            bad = ((H >> _TID_BITS) == ep) & ((L != tag) | (H != tag))
+            if bad.any():
+                self._race(bad, np.where(L != tag, L, H), threads, off, cta, "read")
+            if not unique:
+                order = np.argsort(rows, kind="stable")
+                same = np.flatnonzero(rows[order][1:] == rows[order][:-1])
+                if same.size:
+                    a, b = order[same[0]], order[same[0] + 1]
+                    raise Fault("race", threads[max(a, b)], f"shared offset "
+                                f"{int(off[a]):#x} written by two threads in one "
+                                "instruction", int(off[a]), other=threads[min(a, b)])
+            wv[rows] = tag
+            return
+        L, H = lo[rows], hi[rows]
+        stale = (H >> _TID_BITS) != ep
+        if unique:
+            lo[rows] = np.where(stale, tag, np.minimum(L, tag))
+            hi[rows] = np.where(stale, tag, np.maximum(H, tag))
+            return
+        lo[rows] = np.where(stale, tag, L)      # open this epoch, then fold in duplicates
+        hi[rows] = np.where(stale, tag, H)
+        flat = (rows[:, None] * (size // self.grain) + np.arange(size // self.grain)).ravel()
+        tags = np.broadcast_to(tag, L.shape).ravel()
+        np.minimum.at(self.rmin, flat, tags)
+        np.maximum.at(self.rmax, flat, tags)
+
+    def load(self, addr, threads, elem: int, vec: int) -> np.ndarray:
+        rows, cta, off = self._locate(addr, threads, elem * vec)
+        self._track(rows, cta, threads, off, elem * vec, write=False)
+        return self._view("raw", elem, vec)[rows]
+
+    def store(self, addr, threads, elem: int, vec: int, values: np.ndarray) -> None:
+        rows, cta, off = self._locate(addr, threads, elem * vec)
+        self._track(rows, cta, threads, off, elem * vec, write=True)
+        self._view("raw", elem, vec)[rows] = values

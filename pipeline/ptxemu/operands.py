@@ -1,0 +1,234 @@
+"""Types, the per-launch register state, and operand decoding into closures.
+
+Decoding happens once per module: each operand becomes a closure ``get(st, m)`` (value
+over all threads) or ``put(st, m, value)``, where ``m`` is the executing-thread mask or
+``None`` for "every thread" (the fast path: no masking at all). Registers hold raw bits
+in an unsigned array of their declared width (bool for .pred); a getter returns the
+signed view for .sN operands, so each op is plain numpy on correctly typed arrays and
+wraps like the hardware. Immediates become numpy scalars of the operand type.
+
+A register whose bits are not yet written by every thread is listed in ``st.partial``
+with a written-mask; reading it for a thread that never wrote it is ``uninitialized``.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Callable, NamedTuple
+
+import numpy as np
+
+from pipeline.ptxemu.memory import Fault
+from pipeline.ptxemu.parse import EmulatorError, Entry, Instr
+
+
+class Ty(NamedTuple):
+    name: str
+    bits: int
+    signed: bool
+
+    @property
+    def dtype(self) -> np.dtype:
+        if self.name == "pred":
+            return np.dtype(bool)
+        return np.dtype(f"{'i' if self.signed else 'u'}{self.bits // 8}")
+
+    @property
+    def udtype(self) -> np.dtype:
+        return np.dtype(f"u{self.bits // 8}")
+
+
+TYPES = {f"{k}{b}": Ty(f"{k}{b}", b, k == "s") for k in "bus" for b in (8, 16, 32, 64)}
+TYPES.update({f"f{b}": Ty(f"f{b}", b, False) for b in (16, 32, 64)})  # storage only
+TYPES["pred"] = Ty("pred", 1, False)
+U32, U64, PRED = TYPES["u32"], TYPES["u64"], TYPES["pred"]
+
+SPECIAL = {f"%{r}.{a}" for r in ("tid", "ntid", "ctaid", "nctaid") for a in "xyz"} | {"%laneid"}
+
+Get = Callable[[Any, Any], Any]
+Put = Callable[[Any, Any, Any], None]
+
+
+class State:
+    """Everything one launch mutates: registers, memories, and the launch constants."""
+
+    def __init__(self, T: int, special: dict[str, Any], params: bytes, gmem, smem, tpc: int):
+        self.T, self.special, self.params, self.gmem, self.smem = T, special, params, gmem, smem
+        self.tpc = tpc
+        self.regs: dict[str, np.ndarray] = {}
+        self.partial: dict[str, np.ndarray] = {}   # written-mask of partly written registers
+        self.threads = np.arange(T)
+
+    def check(self, name: str, m) -> None:
+        """Raise ``uninitialized`` if a thread of ``m`` reads ``name`` before writing it."""
+        w = self.partial.get(name)
+        never = ~w if w is not None else np.ones(self.T, bool)
+        bad = never if m is None else (never & m)
+        if bad.any():
+            raise Fault("uninitialized", np.flatnonzero(bad)[0], f"register {name} read "
+                        "before any write by this thread")
+
+    def sel(self, m) -> np.ndarray:
+        """Indices of the executing threads."""
+        return self.threads if m is None else np.flatnonzero(m)
+
+
+def imm(tok: str, ty: Ty):
+    """Integer literal (decimal, 0x hex, 0b binary, leading-0 octal, U suffix) in ``ty``."""
+    t = tok.rstrip("Uu")
+    neg = t.startswith("-")
+    t = t.lstrip("-")
+    if re.fullmatch(r"0[xX][0-9a-fA-F]+", t):
+        v = int(t, 16)
+    elif re.fullmatch(r"0[bB][01]+", t):
+        v = int(t[2:], 2)
+    elif re.fullmatch(r"0[0-7]+", t):
+        v = int(t, 8)
+    elif re.fullmatch(r"\d+", t):
+        v = int(t)
+    else:
+        raise ValueError(tok)
+    v = (-v if neg else v) & ((1 << ty.bits) - 1)
+    if ty.signed and v >> (ty.bits - 1):
+        v -= 1 << ty.bits
+    return ty.dtype.type(v)
+
+
+class Ctx:
+    """Decodes one instruction's operands against its entry's declarations."""
+
+    def __init__(self, entry: Entry, ins: Instr, shared_offsets: dict[str, int],
+                 param_offsets: dict[str, tuple[int, str]]):
+        self.entry, self.ins = entry, ins
+        self.shared, self.param_offsets = shared_offsets, param_offsets
+
+    def error(self, why: str) -> EmulatorError:
+        return EmulatorError("unsupported", self.ins.line, self.ins.text, why)
+
+    def nargs(self, *counts: int) -> tuple:
+        if len(self.ins.args) not in counts:
+            raise self.error(f"expected {' or '.join(map(str, counts))} operands, got "
+                             f"{len(self.ins.args)}")
+        return self.ins.args
+
+    def reg_type(self, tok) -> Ty:
+        if not isinstance(tok, str) or tok not in self.entry.regs:
+            raise self.error(f"`{tok}` is not a declared register")
+        return TYPES[self.entry.regs[tok]]
+
+    def _width(self, tok: str, ty: Ty, relaxed: bool) -> Ty:
+        rty = self.reg_type(tok)
+        if (rty.name == "pred") != (ty.name == "pred"):
+            raise self.error(f"`{tok}` is .{rty.name}, the instruction wants .{ty.name}")
+        if rty.bits != ty.bits and not (relaxed and rty.bits > ty.bits):
+            raise self.error(f"`{tok}` is a {rty.bits}-bit register, the instruction wants "
+                             f"{ty.bits} bits")
+        return rty
+
+    def src(self, tok, ty: Ty, relaxed: bool = False) -> Get:
+        """Value of a source operand as ``ty`` (relaxed: a wider register is truncated)."""
+        if not isinstance(tok, str):
+            raise self.error(f"vector operand {{{', '.join(tok)}}} not allowed here")
+        if tok in SPECIAL:
+            if ty.bits != 32:
+                raise self.error(f"special register {tok} is 32-bit")
+            name = tok[1:]
+            return lambda st, m: st.special[name]
+        if tok in self.shared:
+            off = imm(str(self.shared[tok]), ty)
+            return lambda st, m: off
+        if tok.startswith("%") or tok in self.entry.regs:
+            rty = self._width(tok, ty, relaxed)
+            view = None if ty.name == "pred" else ty.dtype
+            if rty.bits != ty.bits:
+                def get_trunc(st, m, name=tok):
+                    a = st.regs.get(name)
+                    if a is None or name in st.partial:
+                        st.check(name, m)
+                    return a.astype(view)
+                return get_trunc
+            if view == rty.dtype or view is None:
+                def get_raw(st, m, name=tok):
+                    a = st.regs.get(name)
+                    if a is None or name in st.partial:
+                        st.check(name, m)
+                    return a
+                return get_raw
+
+            def get_view(st, m, name=tok):
+                a = st.regs.get(name)
+                if a is None or name in st.partial:
+                    st.check(name, m)
+                return a.view(view)
+            return get_view
+        if ty.name == "pred":
+            raise self.error(f"predicate operand `{tok}` must be a register")
+        try:
+            v = imm(tok, ty)
+        except ValueError:
+            raise self.error(f"operand `{tok}` is not a register, integer literal, special "
+                             "register or shared symbol") from None
+        return lambda st, m: v
+
+    def pred(self, tok: str) -> Get:
+        """A predicate source, ``%p`` or ``!%p``."""
+        if isinstance(tok, str) and tok.startswith("!"):
+            g = self.src(tok[1:], PRED)
+            return lambda st, m: ~g(st, m)
+        return self.src(tok, PRED)
+
+    def dst(self, tok, ty: Ty, relaxed: bool = False) -> Put:
+        """Writer of a destination register (relaxed: a wider register gets the value
+        sign- or zero-extended by ``ty``, as ld/cvt into a wider register do)."""
+        if not isinstance(tok, str) or tok in SPECIAL:
+            raise self.error(f"`{tok}` cannot be a destination")
+        rty = self._width(tok, ty, relaxed)
+        dtype = rty.dtype
+
+        def put(st, m, v, name=tok):
+            a = st.regs.get(name)
+            if m is None:
+                if a is None:
+                    a = st.regs[name] = np.empty(st.T, dtype)
+                a[...] = v
+                st.partial.pop(name, None)
+                return
+            if a is None:
+                a = st.regs[name] = np.zeros(st.T, dtype)
+                st.partial[name] = np.zeros(st.T, bool)
+            np.copyto(a, v, where=m, casting="unsafe")
+            w = st.partial.get(name)
+            if w is not None:
+                w |= m
+                if w.all():
+                    del st.partial[name]
+        return put
+
+    def address(self, tok) -> tuple[Get | None, int]:
+        """``[reg]``, ``[reg+imm]``, ``[sym]``, ``[sym+imm]`` -> (register getter, offset).
+
+        A shared symbol's offset folds into the constant; the getter returns the raw
+        register bits (64-bit, or 32-bit for shared windows)."""
+        m = re.fullmatch(r"\[\s*([%\w$.]+)\s*(?:([+-])\s*(-?\w+))?\s*\]", tok) \
+            if isinstance(tok, str) else None
+        if not m:
+            raise self.error(f"address operand `{tok}` not supported")
+        base, sign, off = m.groups()
+        k = 0
+        if off is not None:
+            try:
+                k = int(imm(off, TYPES["s64"])) * (-1 if sign == "-" else 1)
+            except ValueError:
+                raise self.error(f"address offset `{off}`") from None
+        if base in self.shared:
+            return None, self.shared[base] + k
+        if base in self.param_offsets:
+            return None, ("param", base, k)
+        rty = self.reg_type(base)
+        if rty.bits not in (32, 64) or rty.name == "pred":
+            raise self.error(f"address register `{base}` must be 32 or 64-bit")
+        return self.src(base, rty), k
+
+    def label(self, tok) -> int:
+        if not isinstance(tok, str) or tok not in self.entry.labels:
+            raise self.error(f"unknown branch target `{tok}`")
+        return self.entry.labels[tok]

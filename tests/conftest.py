@@ -1,0 +1,74 @@
+"""Suite-wide wiring and the ratchet tests' fake artifacts.
+
+- pipeline.assertcount: registers the ``kernel(name)`` marker and, with
+  ``--test-counts=PATH`` (and enable_assertion_pass_hook), counts each kernel's tests
+  for seals and the ledger.
+- pytester: tests/test_assertcount.py runs small pytest sessions through it.
+- ``fake_artifacts``: emit/ptxas/verify results written into a tmp artifacts tree,
+  so ledger, seal and gate logic is tested without emitting or running a kernel.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pipeline import config
+from pipeline.artifacts import sha256_bytes, write_atomic, write_model
+from pipeline.models import EmitResult, Mismatch, PtxasArch, PtxasReport, Shape, VerifyReport
+
+pytest_plugins = ["pipeline.assertcount", "pytester"]
+
+SHAPES = {"smoke": (Shape(name="tiny", R=4, K=16, N=8), Shape(name="tail", R=3, K=17, N=5))}
+
+
+class FakeArtifacts:
+    """Writes the stage results a run would leave, with whatever verdicts a test needs."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def emit(self, kernel: str, source: str = "src", ptx: str = "// ptx\n") -> EmitResult:
+        data = ptx.encode()
+        write_atomic(config.ptx_path(kernel), data)
+        result = EmitResult(kernel=kernel, entry=kernel, ptx_path=str(config.ptx_path(kernel)),
+                            ptx_sha256=sha256_bytes(data), ptx_bytes=len(data), source_sha256=source)
+        write_model(config.emit_json(kernel), result)
+        return result
+
+    def ptxas(self, emitted: EmitResult, problems: dict[str, list[str]] | None = None,
+              archs: tuple[str, ...] = ("sm_80", "sm_90")) -> PtxasReport:
+        problems = problems or {}
+        report = PtxasReport(
+            kernel=emitted.kernel, ptx_sha256=emitted.ptx_sha256, ptxas="ptxas", ptxas_version="12.9",
+            max_registers=128, max_shared_bytes=49152,
+            archs=[PtxasArch(arch=a, registers=40, spill_stores=0, spill_loads=0, shared_bytes=1024,
+                             stack_bytes=0, problems=problems.get(a, [])) for a in archs])
+        write_model(config.ptxas_json(emitted.kernel), report)
+        return report
+
+    def verify(self, emitted: EmitResult, shape_set: str, shape: Shape, mismatches: int = 0,
+               error: str | None = None, backend: str = "emulator", ptx_sha256: str | None = None) -> VerifyReport:
+        report = VerifyReport(
+            kernel=emitted.kernel, shape_set=shape_set, shape=shape.name, R=shape.R, K=shape.K, N=shape.N,
+            backend=backend, device="cpu-emulator" if backend == "emulator" else "H200", mismatches=mismatches,
+            rows_checked=0 if error else shape.R, max_abs_diff=mismatches, seconds=0.01,
+            first_mismatch=Mismatch(row=0, col=0, got=1, want=0) if mismatches else None,
+            ptx_sha256=ptx_sha256 or emitted.ptx_sha256, error=error)
+        write_model(config.verify_json(emitted.kernel, shape_set, shape.name), report)
+        return report
+
+    def all_pass(self, kernel: str, source: str = "src") -> EmitResult:
+        emitted = self.emit(kernel, source)
+        self.ptxas(emitted)
+        for shape_set, shapes in SHAPES.items():
+            for shape in shapes:
+                self.verify(emitted, shape_set, shape)
+        return emitted
+
+
+@pytest.fixture
+def fake_artifacts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeArtifacts:
+    for name in ("PTX_DIR", "PTXAS_DIR", "VERIFY_DIR"):
+        monkeypatch.setattr(config, name, tmp_path / "artifacts" / name.lower())
+    return FakeArtifacts(tmp_path)

@@ -1,0 +1,101 @@
+"""The duplicate-body rule: copies found through renames and docstrings, small or
+different bodies left alone, allowances matched and kept honest."""
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from pipeline.artifacts import ArtifactError
+from pipeline.dupbody import allowed_group, find_duplicates, read_allowed, stale_allowances
+from pipeline.models import AllowedDuplicate, AllowedDuplicates
+
+ORIGINAL = '''
+def total(rows, scale):
+    """Sum the rows, scaled."""
+    acc = 0
+    for row in rows:
+        acc += row * scale
+    return acc
+'''
+
+
+def tree(tmp_path, **files: str):
+    for name, text in files.items():
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    return find_duplicates(tmp_path, ("kernels", "pipeline"))
+
+
+def names(groups) -> list[list[str]]:
+    return [[m.name for m in g.members] for g in groups]
+
+
+def test_copy_with_renamed_locals_and_new_docstring_is_found(tmp_path):
+    copy = '''
+    class Acc:
+        def summed(self_unused, xs, k):
+            """Another docstring."""
+            total_ = 0
+            for x in xs:
+                total_ += x * k
+            return total_
+    '''
+    copy = copy.replace("self_unused, ", "")  # a plain function body inside a class: still a copy
+    groups = tree(tmp_path, **{"kernels/a.py": ORIGINAL, "pipeline/sub/b.py": copy})
+    assert names(groups) == [["kernels/a.py::total", "pipeline/sub/b.py::Acc.summed"]]
+    assert groups[0].members[0].line == 2
+
+
+@pytest.mark.parametrize("other", [
+    ORIGINAL.replace("row * scale", "row * scale + 1"),  # a different constant
+    ORIGINAL.replace("def total(rows, scale)", "def total(scale, rows)"),  # arguments swapped
+    ORIGINAL.replace("row * scale", "abs(row) * scale"),  # a different global call
+    "def total(rows, scale):\n    acc = 0\n    return acc\n",  # too small to matter
+])
+def test_different_or_small_bodies_are_not_duplicates(tmp_path, other):
+    assert tree(tmp_path, **{"kernels/a.py": ORIGINAL, "pipeline/b.py": other}) == []
+
+
+def test_same_file_and_outside_scope_are_not_reported(tmp_path):
+    twice = ORIGINAL + ORIGINAL.replace("def total", "def total2")
+    assert tree(tmp_path, **{"kernels/a.py": twice, "tests/t.py": ORIGINAL}) == []
+
+
+def test_a_copied_nested_function_is_reported_once(tmp_path):
+    outer = "def outer(x):\n    y = x + 1\n" + textwrap.indent(ORIGINAL, "    ") + "    return total([y], 2)\n"
+    groups = tree(tmp_path, **{"kernels/a.py": outer, "pipeline/b.py": outer})
+    assert names(groups) == [["kernels/a.py::outer", "pipeline/b.py::outer"]]
+
+
+def test_allowances_match_and_go_stale(tmp_path):
+    groups = tree(tmp_path, **{"kernels/a.py": ORIGINAL, "pipeline/b.py": ORIGINAL})
+    pair = ["kernels/a.py::total", "pipeline/b.py::total"]
+    allowed = AllowedDuplicates(allowed=[AllowedDuplicate(functions=pair, reason="bench must not import kernels")])
+    assert allowed_group(groups[0], allowed) and stale_allowances(groups, allowed) == []
+    other = AllowedDuplicates(allowed=[AllowedDuplicate(functions=["kernels/a.py::total", "pipeline/c.py::f"], reason="x")])
+    assert not allowed_group(groups[0], other)
+    assert stale_allowances(groups, other) == [["kernels/a.py::total", "pipeline/c.py::f"]]
+
+
+@pytest.mark.parametrize("text, message", [
+    ("allowed:\n  - functions: [a.py::f, b.py::g]\n", "field 'allowed.0.reason': Field required"),
+    ("allowed:\n  - functions: [a.py::f]\n    reason: why\n", "allowed.0.functions"),
+    ("allowed: [\n", "not valid YAML"),
+    ("allowed: []\nextra: 1\n", "field 'extra'"),
+])
+def test_bad_allowed_file_is_unreadable(tmp_path, text, message):
+    (tmp_path / "allowed.yaml").write_text(text)
+    with pytest.raises(ArtifactError, match=message):
+        read_allowed(tmp_path / "allowed.yaml")
+
+
+def test_unparsable_source_is_unreadable(tmp_path):
+    with pytest.raises(ArtifactError, match="kernels/a.py:1: cannot parse"):
+        tree(tmp_path, **{"kernels/a.py": "def broken(:\n"})
+
+
+def test_the_repository_has_no_unallowed_duplicates():
+    allowed = read_allowed()
+    assert [g for g in find_duplicates() if not allowed_group(g, allowed)] == []

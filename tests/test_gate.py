@@ -1,0 +1,201 @@
+"""The gate as a ratchet's own suite: a green control, every finding planted once and
+found exactly, each rule shown necessary (remove it and its planted case passes),
+unreadable input -> exit 2, and doit passing the exit status through."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from pipeline import gate
+from pipeline.artifacts import ROOT, ArtifactError, write_model
+from pipeline.ledger import cells, dump_ledger, make_ledger
+from pipeline.models import (
+    AllowedDuplicate, AllowedDuplicates, CellResult, DuplicateGroup, FunctionRef, KernelState,
+    LedgerEntry, PtxasArch, RunSummary, Seal, SealedShape, SealedVerify, Shape, TestCounts,
+)
+
+KERNELS = ("kern_a", "kern_b")
+UNIVERSE = cells(KERNELS, ("sm_80", "sm_90"), {"smoke": (Shape(name="tiny", R=1, K=1, N=1),)})
+BLOCKED = ("kern_b", "ptxas", "sm_90")
+TINY = ("kern_a", "verify", "smoke/tiny")
+
+
+def ref(path: str, qualname: str, line: int = 1) -> FunctionRef:
+    return FunctionRef(path=path, qualname=qualname, line=line)
+
+
+ALLOWED_PAIR = DuplicateGroup(members=[ref("kernels/x.py", "f"), ref("pipeline/y.py", "g")])
+COPY = DuplicateGroup(members=[ref("kernels/ops.py", "scale", 10), ref("pipeline/bench.py", "scale", 20)])
+
+
+def result(key, verdict="pass") -> CellResult:
+    blocked = verdict != "pass"
+    return CellResult(kernel=key[0], check=key[1], target=key[2], verdict=verdict,
+                      blocker="ptxas fatal : Unsupported .version 9.0" if blocked else None,
+                      reason="ptxas-version" if blocked else None)
+
+
+def seal(kernel: str, ptx: str = "p") -> Seal:
+    return Seal(
+        kernel=kernel, source_sha256=f"s-{kernel}", ptx_sha256=f"{ptx}-{kernel}", ptx_bytes=10, ptxas_version="12.9",
+        ptxas=[PtxasArch(arch="sm_80", registers=40, spill_stores=0, spill_loads=0, shared_bytes=0, stack_bytes=0)],
+        verify=SealedVerify(backend="emulator", device="cpu-emulator", shapes=[
+            SealedShape(shape_set="smoke", shape="tiny", R=1, K=1, N=1, mismatches=0, rows_checked=1)]),
+        tests=TestCounts(passed=2, failed=0, skipped=0, total=2, vacuous=0, invariants=1), sealed_at="2025-01-01")
+
+
+def green() -> gate.Inputs:
+    """A consistent world: every cell as the ledger says (one blocked, inside the cap),
+    every kernel sealed at its current hashes, the one duplicate allowed."""
+    results = [result(k, "blocked" if k == BLOCKED else "pass") for k in UNIVERSE]
+    run = RunSummary(cells=UNIVERSE, results=results, duplicates=[ALLOWED_PAIR],
+                     kernels=[KernelState(kernel=k, source_sha256=f"s-{k}", ptx_sha256=f"p-{k}") for k in KERNELS])
+    ledger = make_ledger([LedgerEntry(**r.model_dump()) for r in results], max_not_pass=1)
+    allowed = AllowedDuplicates(allowed=[AllowedDuplicate(functions=[m.name for m in ALLOWED_PAIR.members],
+                                                          reason="kept apart on purpose")])
+    return gate.Inputs(run, ledger, {k: seal(k) for k in KERNELS}, allowed)
+
+
+def with_result(i: gate.Inputs, key, verdict: str) -> gate.Inputs:
+    results = [result(key, verdict) if r.key == key else r for r in i.run.results]
+    return i._replace(run=i.run.model_copy(update={"results": results}))
+
+
+def with_entries(i: gate.Inputs, entries, cap=None) -> gate.Inputs:
+    return i._replace(ledger=make_ledger(entries, i.ledger.max_not_pass if cap is None else cap))
+
+
+def replace_entry(i: gate.Inputs, key, **update) -> gate.Inputs:
+    return with_entries(i, [e.model_copy(update=update) if e.key == key else e for e in i.ledger.entries])
+
+
+# name -> (plant, the kind it must produce, the rule that must find it)
+PLANTED = {
+    "unexpected failure": (lambda i: with_result(i, TINY, "fail"), "UNEXPECTED FAILURE", gate.verdicts),
+    "unexpected pass": (lambda i: with_result(i, BLOCKED, "pass"), "UNEXPECTED PASS", gate.verdicts),
+    "unlisted": (lambda i: with_entries(i, [e for e in i.ledger.entries if e.key != TINY]), "UNLISTED", gate.unlisted),
+    "stale entry": (lambda i: with_entries(i, [*i.ledger.entries, LedgerEntry(
+        kernel="kern_a", check="ptxas", target="sm_70", verdict="pass")]), "STALE", gate.stale_entries),
+    "over cap": (lambda i: with_entries(i, i.ledger.entries, cap=0), "OVER CAP", gate.over_cap),
+    "bad reason": (lambda i: replace_entry(i, BLOCKED, reason="flaky"), "BAD REASON", gate.bad_reasons),
+    "missing blocker": (lambda i: replace_entry(i, BLOCKED, blocker=None), "BAD REASON", gate.bad_reasons),
+    "reason on a pass": (lambda i: replace_entry(i, TINY, reason="no-gpu"), "BAD REASON", gate.bad_reasons),
+    "stale seal": (lambda i: i._replace(seals={**i.seals, "kern_a": seal("kern_a", ptx="old")}), "STALE SEAL", gate.seals),
+    "seal of a gone kernel": (lambda i: i._replace(seals={**i.seals, "gone": seal("gone")}), "STALE SEAL", gate.seals),
+    "unsealed": (lambda i: i._replace(seals={"kern_b": i.seals["kern_b"]}), "UNSEALED", gate.seals),
+    "duplicate body": (lambda i: i._replace(run=i.run.model_copy(update={"duplicates": [ALLOWED_PAIR, COPY]})),
+                       "DUPLICATE BODY", gate.duplicates),
+    "stale allowance": (lambda i: i._replace(run=i.run.model_copy(update={"duplicates": []})), "STALE", gate.duplicates),
+}
+
+
+def findings(i: gate.Inputs, rules=gate.RULES) -> list[gate.Finding]:
+    return gate.compare(i.run, i.ledger, i.seals, i.allowed, rules)
+
+
+def test_green_control():
+    assert findings(green()) == []
+
+
+@pytest.mark.parametrize("case", PLANTED)
+def test_each_planted_finding_is_found_exactly(case):
+    plant, kind, _ = PLANTED[case]
+    found = findings(plant(green()))
+    assert [f.kind for f in found] == [kind]
+    assert "->" in str(found[0]) and found[0].fix
+
+
+@pytest.mark.parametrize("rule", gate.RULES, ids=lambda r: r.__name__)
+def test_a_gate_without_one_rule_misses_its_planted_cases(rule):
+    cases = [name for name, (_, _, owner) in PLANTED.items() if owner is rule]
+    assert cases, f"no planted case for rule {rule.__name__}"
+    for name in cases:
+        planted = PLANTED[name][0](green())
+        assert findings(planted) != []
+        assert findings(planted, tuple(r for r in gate.RULES if r is not rule)) == []
+
+
+def test_only_unexpected_pass_is_informational():
+    assert {k for k in gate.Kind.__args__ if not gate.Finding(k, "", "", "").red} == {"UNEXPECTED PASS"}
+    line = str(findings(PLANTED["unexpected pass"][0](green()))[0])
+    assert line.startswith("INFO UNEXPECTED PASS  kern_b ptxas sm_90: ledger blocked, now pass  -> doit bless")
+
+
+def test_finding_lines_name_the_cell_or_file_and_the_fix():
+    lines = [str(f) for name in ("unexpected failure", "stale seal", "duplicate body")
+             for f in findings(PLANTED[name][0](green()))]
+    assert lines[0] == ("UNEXPECTED FAILURE  kern_a verify smoke/tiny: ledger pass, now fail: ptxas fatal : "
+                        "Unsupported .version 9.0  -> fix it (doit verify shape=smoke backend=emulator)")
+    assert lines[1].startswith("STALE SEAL  ledger/seals/kern_a.json: PTX changed (old-kern_a -> p-kern_a)  -> doit seal:kern_a")
+    assert lines[2].startswith("DUPLICATE BODY  kernels/ops.py::scale:10: same body as pipeline/bench.py::scale:20  -> import")
+
+
+# --- main: exit status ---------------------------------------------------------------------
+
+@pytest.fixture
+def world(tmp_path, monkeypatch):
+    """gate.main() on files in tmp_path holding the green world; returns the paths."""
+    i = green()
+    paths = {"ledger": tmp_path / "ledger.json", "seals": tmp_path / "seals", "allowed": tmp_path / "allowed.yaml"}
+    paths["ledger"].write_text(dump_ledger(i.ledger))
+    for kernel, s in i.seals.items():
+        write_model(paths["seals"] / f"{kernel}.json", s)
+    paths["allowed"].write_text("allowed:\n  - functions: [kernels/x.py::f, pipeline/y.py::g]\n    reason: on purpose\n")
+    for name, attr in (("ledger", "LEDGER_FILE"), ("seals", "SEALS_DIR"), ("allowed", "ALLOWED_FILE")):
+        monkeypatch.setattr(gate, attr, paths[name])
+    monkeypatch.setattr(gate, "GATE_DIR", tmp_path / "gate")
+    monkeypatch.setattr(gate, "summarize", lambda sets: i.run)
+    return paths
+
+
+def test_main_green_red_and_informational(world, capsys):
+    assert gate.main(["--no-run"]) == 0
+    assert "gate: green" in capsys.readouterr().out
+    write_model(world["seals"] / "kern_a.json", seal("kern_a", ptx="old"))
+    assert gate.main(["--no-run"]) == 1
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].startswith("STALE SEAL  ledger/seals/kern_a.json") and "gate: RED" in out
+
+
+@pytest.mark.parametrize("damage", [
+    lambda p: p["ledger"].write_text("{ not json"),
+    lambda p: p["ledger"].unlink(),
+    lambda p: p["ledger"].write_text(p["ledger"].read_text().replace('"blocked": 1', '"blocked": 0')),
+    lambda p: (p["seals"] / "kern_a.json").write_text('{"kernel": "kern_a"}'),
+    lambda p: p["allowed"].write_text("allowed: [{functions: [a, b]}]\n"),
+], ids=["ledger-json", "ledger-missing", "ledger-counts", "seal", "allowed"])
+def test_unreadable_input_exits_2_with_no_verdict(world, capsys, damage):
+    damage(world)
+    assert gate.main(["--no-run"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("gate: cannot read ") and err.count("\n") == 1
+
+
+def test_unreadable_run_exits_2(world, monkeypatch, capsys):
+    def broken(sets):
+        raise ArtifactError("artifacts/verify/k/smoke/tiny.json: unreadable JSON; delete it and re-run")
+
+    monkeypatch.setattr(gate, "summarize", broken)
+    assert gate.main(["--no-run"]) == 2
+    assert "tiny.json: unreadable JSON" in capsys.readouterr().err
+
+
+def test_doit_gate_passes_the_exit_status_through(tmp_path):
+    """`doit gate` is a python-action raising SystemExit(code): doit must not flatten 2 into 1."""
+    dodo = tmp_path / "dodo.py"
+    dodo.write_text(textwrap.dedent("""
+        from pipeline import gate
+        gate.main = lambda argv: int(open("code").read())
+        from pipeline.tasks_ratchet import task_gate
+        DOIT_CONFIG = {"dep_file": "db", "backend": "json"}
+    """))
+    codes = []
+    for code in (0, 1, 2):
+        (tmp_path / "code").write_text(str(code))
+        proc = subprocess.run([sys.executable, "-m", "doit", "-f", str(dodo), "-d", str(tmp_path), "gate"],
+                              cwd=ROOT, capture_output=True, text=True)
+        codes.append(proc.returncode)
+    assert codes == [0, 1, 2]

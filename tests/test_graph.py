@@ -1,0 +1,265 @@
+"""The doit graph re-runs exactly the stale stages, judged by content, never by mtime.
+
+One copy of the project (dodo.py, kernels/, pipeline/, shapes.yaml) per module in a
+temp folder; each test runs ``python -m doit`` there and reads which tasks ran
+(``.  name``) and which were up to date (``-- name``) from doit's output. Tests run
+in file order and each leaves the copy up to date for the next.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+from doit.task import Task
+
+from pipeline.artifacts import ROOT, sha256_file
+from pipeline.checker import ContentChecker, targets_intact
+
+KERNELS = ("ternary_fwd_s8", "hslm_dx_s8", "hslm_dw_s8")
+EMIT = {f"emit:{k}" for k in KERNELS}
+PTXAS = {f"ptxas:{k}" for k in KERNELS}
+
+
+class Run(NamedTuple):
+    rc: int
+    ran: set[str]
+    fresh: set[str]  # up to date
+    out: str
+    err: str
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("project")
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc", ".*.tmp")
+    for name in ("kernels", "pipeline"):
+        shutil.copytree(ROOT / name, root / name, ignore=skip)
+    for name in ("dodo.py", "shapes.yaml"):
+        shutil.copy2(ROOT / name, root / name)
+    first = doit(root, "ptxas")
+    assert first.rc == 0, first.out + first.err
+    assert first.ran == EMIT | PTXAS | {"ptxas:summary"}
+    assert "kernel" in first.out and "spill st" in first.out
+    assert (root / "artifacts/ptxas/hslm_dw_s8.json").exists()  # the copy's own artifacts
+    return root
+
+
+def doit(project: Path, *args: str, **env: str) -> Run:
+    environ = {k: v for k, v in os.environ.items() if k != "PTXAS"}
+    environ.update(PYTHONPATH=str(project), **env)
+    proc = subprocess.run([sys.executable, "-m", "doit", *args], cwd=project, env=environ,
+                          capture_output=True, text=True, timeout=300)
+    lines = proc.stdout.splitlines()
+    return Run(proc.returncode, {l[3:] for l in lines if l.startswith(".  ")},
+               {l[3:] for l in lines if l.startswith("-- ")}, proc.stdout, proc.stderr)
+
+
+def edit(path: Path, text: str, keep_mtime: bool = False) -> None:
+    stat = path.stat()
+    path.write_text(text)
+    if keep_mtime:
+        os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+        assert path.stat().st_mtime_ns == stat.st_mtime_ns
+
+
+# ---- units ---------------------------------------------------------------------------
+
+def test_content_checker_ignores_mtime(tmp_path):
+    path = tmp_path / "f"
+    path.write_text("one")
+    checker = ContentChecker()
+    state = checker.get_state(str(path), None)
+    assert not checker.check_modified(str(path), path.stat(), state)
+    edit(path, "two", keep_mtime=True)
+    assert checker.check_modified(str(path), path.stat(), state)
+    edit(path, "one")  # new mtime, same content
+    assert not checker.check_modified(str(path), path.stat(), state)
+
+
+def test_targets_intact(tmp_path):
+    target = tmp_path / "k.ptx"
+    task = Task("t", actions=None, targets=[str(target)], uptodate=[targets_intact()])
+    check = task.uptodate[0][0]
+    assert not check(task, {})  # never succeeded
+    target.write_text("ptx")
+    task.save_extra_values()  # what doit does after the task succeeded
+    assert check(task, task.values)
+    target.write_text("PTX")
+    assert not check(task, task.values)  # damaged
+    target.unlink()
+    assert not check(task, task.values)  # missing
+
+
+# ---- the graph -----------------------------------------------------------------------
+
+def test_list_shows_the_stages(project):
+    run = doit(project, "list")
+    docs = dict(line.split(None, 1) for line in run.out.splitlines())
+    assert run.rc == 0 and {"emit", "ptxas", "verify"} <= set(docs)
+    assert all(docs[t].strip() for t in ("emit", "ptxas", "verify"))
+
+
+def test_second_ptxas_runs_nothing(project):
+    second = doit(project, "ptxas")  # the fixture ran the first
+    assert second.rc == 0 and second.ran == set()
+    assert second.fresh == EMIT | PTXAS | {"ptxas:summary"}
+
+
+def test_comment_only_edit_reruns_emit_not_ptxas(project):
+    source = project / "kernels" / "hslm_dx_s8.py"
+    original = source.read_text()
+    ptx = project / "artifacts/ptx/hslm_dx_s8.ptx"
+    before = sha256_file(ptx)
+    edit(source, original + "# a comment: the PTX does not change\n")
+    run = doit(project, "ptxas")
+    assert run.rc == 0 and run.ran == {"emit:hslm_dx_s8"}
+    assert sha256_file(ptx) == before and "ptxas:hslm_dx_s8" in run.fresh
+    edit(source, original)
+    assert doit(project, "ptxas").ran == {"emit:hslm_dx_s8"}
+
+
+def emits_a_trailer(text: str) -> str:
+    """The kernel module, edited so its PTX gains a trailing comment line."""
+    return text + ("\nimport dataclasses as _dc\n"
+                   "SPEC = _dc.replace(SPEC, emit=lambda _emit=SPEC.emit: _emit() + '// edited\\n')\n")
+
+
+def test_edit_that_keeps_the_mtime_is_caught(project):
+    source = project / "kernels" / "ternary_fwd_s8.py"
+    original = source.read_text()
+    ptx = project / "artifacts/ptx/ternary_fwd_s8.ptx"
+    edit(source, emits_a_trailer(original), keep_mtime=True)
+    run = doit(project, "ptxas")
+    assert run.rc == 0 and run.ran == {"emit:ternary_fwd_s8", "ptxas:ternary_fwd_s8", "ptxas:summary"}
+    assert ptx.read_text().endswith("// edited\n")
+    edit(source, original, keep_mtime=True)
+    assert doit(project, "ptxas").ran == {"emit:ternary_fwd_s8", "ptxas:ternary_fwd_s8", "ptxas:summary"}
+    assert not ptx.read_text().endswith("// edited\n")
+
+
+def test_doit_md5_checker_would_miss_that_edit(project):
+    """The negative of the test above: why ContentChecker exists."""
+    source = project / "kernels" / "ternary_fwd_s8.py"
+    original = source.read_text()
+    md5 = ("--check_file_uptodate", "md5")
+    assert doit(project, *md5, "ptxas").rc == 0  # checker switched: everything re-runs once
+    edit(source, emits_a_trailer(original), keep_mtime=True)
+    missed = doit(project, *md5, "ptxas")
+    assert missed.rc == 0 and missed.ran == set()
+    caught = doit(project, "ptxas")
+    assert "emit:ternary_fwd_s8" in caught.ran
+    assert (project / "artifacts/ptx/ternary_fwd_s8.ptx").read_text().endswith("// edited\n")
+    edit(source, original, keep_mtime=True)
+    assert doit(project, "ptxas").ran == {"emit:ternary_fwd_s8", "ptxas:ternary_fwd_s8", "ptxas:summary"}
+
+
+def test_damaged_targets_are_rebuilt(project):
+    ptx = project / "artifacts/ptx/hslm_dw_s8.ptx"
+    good = ptx.read_bytes()
+    ptx.write_bytes(good[:-40] + b"garbage")
+    run = doit(project, "ptxas")
+    assert run.rc == 0 and run.ran == {"emit:hslm_dw_s8"} and ptx.read_bytes() == good
+    report = project / "artifacts/ptxas/hslm_dx_s8.json"
+    good = report.read_bytes()
+    report.write_text("{}")
+    # rebuilt with the same content, so the summary that reads it stays up to date
+    assert doit(project, "ptxas").ran == {"ptxas:hslm_dx_s8"} and report.read_bytes() == good
+
+
+def test_over_budget_fails_with_one_line(project):
+    cfg = project / "pipeline" / "config.py"
+    original = cfg.read_text()
+    assert "max_registers=128" in original
+    edit(cfg, original.replace("max_registers=128", "max_registers=24"))
+    run = doit(project, "--continue", "ptxas")
+    # rc 2: with --continue doit also reports the summary's unmet dependency
+    assert run.rc == 2 and run.ran == PTXAS  # the budget is part of each task's config
+    assert "Traceback" not in run.out + run.err
+    row = re.search(r"^ternary_fwd_s8 +sm_80 +(\d+) .* (\d+) registers > budget 24$", run.out, re.M)
+    assert row and row.group(1) == row.group(2)
+    failure = run.out.split("TaskFailed - taskid:ptxas:ternary_fwd_s8\n", 1)[1].split("\n")
+    assert failure[0].startswith("ternary_fwd_s8 sm_80: ") and failure[0].endswith(
+        "; see artifacts/ptxas/ternary_fwd_s8.json") and failure[1] == ""
+    edit(cfg, original)
+    run = doit(project, "ptxas")  # failed tasks are never up to date
+    assert run.rc == 0 and run.ran == PTXAS | {"ptxas:summary"}
+
+
+def test_missing_ptxas_fails_with_one_line(project):
+    run = doit(project, "ptxas", PTXAS=str(project / "nope"))
+    assert run.rc == 1 and "Traceback" not in run.out + run.err
+    assert run.out.rstrip().endswith(f"PTXAS={project / 'nope'}: not an executable file; fix it or unset PTXAS")
+    assert doit(project, "ptxas").ran == {"ptxas:ternary_fwd_s8"}  # the failed task re-runs
+
+
+@pytest.mark.parametrize("args, message", [
+    (("verify", "shape=nope"), "error: unknown shape set 'nope' in shapes.yaml; known: smoke, tails, hslm, large"),
+    (("verify", "shape=smoke", "backend=tpu"), "error: unknown backend 'tpu'; known: auto, gpu, emulator"),
+])
+def test_user_errors_are_one_line(project, args, message):
+    run = doit(project, *args)
+    assert (run.rc, run.out, run.err) == (2, "", message + "\n")
+
+
+def test_bad_shapes_yaml_is_one_line(project):
+    shapes = project / "shapes.yaml"
+    original = shapes.read_text()
+    edit(shapes, original.replace("{name: odd,           R: 33, K: 31,", "{name: odd, R: 33, K: 0,"))
+    run = doit(project, "verify")
+    edit(shapes, original)
+    assert (run.rc, run.out) == (2, "")
+    assert run.err == ("error: shapes.yaml: set 'tails' entry 4 ('odd'): field 'K': "
+                       "Input should be greater than or equal to 1\n")
+
+
+# ---- verify (on the emulator) --------------------------------------------------------
+
+SMOKE = ("tiny", "small", "k_tail")
+CELLS = {f"verify:{k}/smoke/{s}" for k in KERNELS for s in SMOKE}
+
+
+def test_verify_runs_only_stale_cells(project):
+    args = ("verify", "shape=smoke", "backend=emulator")
+    first = doit(project, *args)
+    assert first.rc == 0, first.out + first.err
+    assert first.ran == CELLS | {"verify:summary"}
+    assert "9 cells on emulator: all exact" in first.out
+    assert doit(project, *args).ran == set()
+    source = project / "kernels" / "hslm_dw_s8.py"
+    original = source.read_text()
+    edit(source, original + "# comment only\n")
+    assert doit(project, *args).ran == {"emit:hslm_dw_s8"}  # same PTX: no ptxas, no verify
+    edit(source, original)
+    assert doit(project, *args).ran == {"emit:hslm_dw_s8"}
+    report = project / "artifacts/verify/hslm_dx_s8/smoke/small.json"
+    good = report.read_text()
+    report.write_text(good.replace('"mismatches": 0', '"mismatches": 7'))
+    # the cell re-runs; its fresh report differs (seconds), so the table is printed again
+    assert doit(project, *args).ran == {"verify:hslm_dx_s8/smoke/small", "verify:summary"}
+    assert '"mismatches": 0' in report.read_text()
+
+
+def test_verify_mismatch_fails_with_the_first_one(project):
+    """A kernel whose PTX changed and now disagrees with its reference (here: the reference
+    is made off by one) fails its cells with the first mismatching element."""
+    source = project / "kernels" / "ternary_fwd_s8.py"
+    original = source.read_text()
+    edit(source, emits_a_trailer(original) +
+         "SPEC = _dc.replace(SPEC, reference=lambda d, i, _ref=SPEC.reference: _ref(d, i) + 1)\n")
+    run = doit(project, "verify", "shape=smoke", "backend=emulator")
+    edit(source, original)
+    assert run.rc == 1 and "Traceback" not in run.out + run.err
+    failure = re.search(r"TaskFailed - taskid:verify:ternary_fwd_s8/smoke/(\w+)\n(.*)\n", run.out)
+    assert failure, run.out
+    assert re.fullmatch(rf"ternary_fwd_s8 smoke/{failure.group(1)} R=\d+ K=\d+ N=\d+: (\d+) mismatches "
+                        r"\(max \|diff\| 1\); first at \(row 0, col 0\): got (-?\d+), want (-?\d+)",
+                        failure.group(2))
+    got, want = (int(v) for v in failure.group(2).rsplit(": got ", 1)[1].split(", want "))
+    assert got == want - 1
+    assert doit(project, "verify", "shape=smoke", "backend=emulator").rc == 0  # restored

@@ -1,0 +1,207 @@
+"""The ledger: cells and their verdicts from artifacts, the file format, and bless's rules."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import SHAPES
+from pydantic import ValidationError
+
+from pipeline.artifacts import ArtifactError
+from pipeline.ledger import (
+    BlessRefused, bless, bless_file, cells, collect, dump_ledger, make_ledger, read_ledger,
+)
+from pipeline.models import CellResult, KernelTestRun, LedgerEntry, PtxasArch, TestCounts
+from pipeline.ptxas import PtxasError
+
+ARCHS = ("sm_80", "sm_90")
+
+
+def counts(**kw: int) -> TestCounts:
+    base = dict(passed=2, failed=0, skipped=0, total=2, vacuous=0, invariants=1)
+    return TestCounts(**{**base, **kw})
+
+
+def run_of(**per_kernel: TestCounts) -> KernelTestRun:
+    return KernelTestRun(exitstatus=0, kernels=per_kernel)
+
+
+def no_reassemble(emitted, arch):
+    raise AssertionError("reassemble must not run when the report is current")
+
+
+def by_key(results: list[CellResult]) -> dict[tuple[str, str, str], CellResult]:
+    return {r.key: r for r in results}
+
+
+# --- collect -----------------------------------------------------------------------------
+
+def test_collect_all_pass(fake_artifacts):
+    fake_artifacts.all_pass("k")
+    results = collect({"k": "src"}, ARCHS, SHAPES, run_of(k=counts()), no_reassemble)
+    assert [r.key for r in results] == cells(["k"], ARCHS, SHAPES)
+    assert {r.verdict for r in results} == {"pass"}
+
+
+def test_collect_verify_mismatch_error_and_stale_report(fake_artifacts):
+    emitted = fake_artifacts.all_pass("k")
+    tiny, tail = SHAPES["smoke"]
+    fake_artifacts.verify(emitted, "smoke", tiny, mismatches=3)
+    fake_artifacts.verify(emitted, "smoke", tail, error="EmulatorError: unsupported instruction 'ldmatrix' at line 9")
+    got = by_key(collect({"k": "src"}, ARCHS, SHAPES, run_of(k=counts()), no_reassemble))
+    assert got[("k", "verify", "smoke/tiny")].verdict == "fail"
+    assert "3 mismatches" in got[("k", "verify", "smoke/tiny")].blocker
+    assert (got[("k", "verify", "smoke/tail")].verdict, got[("k", "verify", "smoke/tail")].reason) == ("blocked", "emulator-gap")
+    fake_artifacts.verify(emitted, "smoke", tiny, ptx_sha256="0" * 64)  # made from other PTX
+    got = by_key(collect({"k": "src"}, ARCHS, SHAPES, run_of(k=counts()), no_reassemble))
+    assert got[("k", "verify", "smoke/tiny")].verdict == "fail"
+    assert "no verify report for the current PTX" in got[("k", "verify", "smoke/tiny")].blocker
+
+
+def test_collect_ptxas_problems_and_missing_report(fake_artifacts):
+    emitted = fake_artifacts.all_pass("k")
+    fake_artifacts.ptxas(emitted, problems={"sm_90": ["spills 8 bytes stores / 8 bytes loads"]})
+    got = by_key(collect({"k": "src"}, ARCHS, SHAPES, run_of(k=counts()), no_reassemble))
+    assert got[("k", "ptxas", "sm_80")].verdict == "pass"
+    assert (got[("k", "ptxas", "sm_90")].verdict, got[("k", "ptxas", "sm_90")].reason) == ("fail", "over-budget")
+
+    def reassemble(emitted, arch):  # the ptxas task wrote nothing: per-arch reruns give the blocker
+        if arch == "sm_90":
+            raise PtxasError("k.ptx (sm_90): ptxas fatal : Unsupported .version 9.9; current version is '8.8'")
+        return PtxasArch(arch=arch, registers=40, spill_stores=0, spill_loads=0, shared_bytes=0, stack_bytes=0)
+
+    fake_artifacts.emit("k", ptx="// changed\n")  # the PTX moved on: the report is of the old one
+    got = by_key(collect({"k": "src"}, ARCHS, SHAPES, run_of(k=counts()), reassemble))
+    assert got[("k", "ptxas", "sm_80")].verdict == "pass"
+    assert (got[("k", "ptxas", "sm_90")].verdict, got[("k", "ptxas", "sm_90")].reason) == ("blocked", "ptxas-version")
+    assert got[("k", "ptxas", "sm_90")].blocker.endswith("current version is '8.8'")
+
+
+def test_collect_source_newer_than_emit_fails_every_stage_cell(fake_artifacts):
+    fake_artifacts.all_pass("k", source="old")
+    got = collect({"k": "new"}, ARCHS, SHAPES, run_of(k=counts()), no_reassemble)
+    assert {r.verdict for r in got if r.check != "tests"} == {"fail"}
+    assert all("run doit emit" in r.blocker for r in got if r.check != "tests")
+
+
+@pytest.mark.parametrize("run, verdict, reason", [
+    (run_of(k=counts()), "pass", None),
+    (run_of(k=counts(vacuous=1)), "pass_vacuous", "vacuous-test"),
+    (run_of(k=counts(passed=1, failed=1)), "fail", None),
+    (run_of(k=counts(passed=0, skipped=2)), "blocked", "not-run"),
+    (run_of(), "blocked", "no-tests"),
+    (None, "fail", None),
+])
+def test_tests_cell(fake_artifacts, run, verdict, reason):
+    fake_artifacts.all_pass("k")
+    got = by_key(collect({"k": "src"}, ARCHS, SHAPES, run, no_reassemble))[("k", "tests", "tests")]
+    assert (got.verdict, got.reason) == (verdict, reason)
+    assert (got.blocker is None) == (verdict == "pass")
+
+
+# --- the file ------------------------------------------------------------------------------
+
+def entry(kernel: str, target: str, verdict: str = "pass", reason: str | None = None, check: str = "verify") -> LedgerEntry:
+    blocker = None if verdict == "pass" else f"{target} broke"
+    return LedgerEntry(kernel=kernel, check=check, target=target, verdict=verdict, blocker=blocker, reason=reason)
+
+
+def test_dump_is_one_sorted_entry_per_line_and_round_trips(tmp_path):
+    ledger = make_ledger([entry("b", "smoke/x"), entry("a", "smoke/y", "blocked", "no-gpu"), entry("a", "smoke/x")], 1)
+    text = dump_ledger(ledger)
+    lines = [line for line in text.splitlines() if line.strip().startswith('{"kernel"')]
+    assert len(lines) == 3 and [json.loads(line.rstrip(","))["kernel"] for line in lines] == ["a", "a", "b"]
+    (tmp_path / "ledger.json").write_text(text)
+    assert read_ledger(tmp_path / "ledger.json") == ledger
+    assert ledger.counts == {"pass": 2, "pass_vacuous": 0, "blocked": 1, "fail": 0}
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d["counts"].update(blocked=0), "do not add up"),
+    (lambda d: d["entries"].append(d["entries"][0]), "listed twice"),
+    (lambda d: d["entries"].reverse(), "not sorted"),
+    (lambda d: d["entries"][0].update(verdict="maybe"), "verdict"),
+])
+def test_inconsistent_ledger_is_unreadable(tmp_path, edit, message):
+    data = json.loads(dump_ledger(make_ledger([entry("a", "smoke/x"), entry("a", "smoke/y", "blocked", "no-gpu")], 1)))
+    edit(data)
+    (tmp_path / "ledger.json").write_text(json.dumps(data))
+    with pytest.raises(ArtifactError, match=message):
+        read_ledger(tmp_path / "ledger.json")
+    with pytest.raises(ValidationError):
+        type(make_ledger([], 0)).model_validate(data)
+
+
+# --- bless ---------------------------------------------------------------------------------
+
+UNIVERSE = [("a", "verify", "smoke/x"), ("a", "verify", "smoke/y"), ("a", "verify", "smoke/z")]
+
+
+def result(key, verdict="pass", blocker=None, reason=None) -> CellResult:
+    kernel, check, target = key
+    blocker = blocker or (None if verdict == "pass" else f"{target} broke")
+    return CellResult(kernel=kernel, check=check, target=target, verdict=verdict, blocker=blocker, reason=reason)
+
+
+def test_bless_keeps_hand_written_reasons_and_tightens_the_cap():
+    old = make_ledger([entry("a", "smoke/x"), entry("a", "smoke/y", "blocked", "known-bug"),
+                       entry("a", "smoke/z", "fail", "known-bug")], 2)
+    results = [result(UNIVERSE[0]), result(UNIVERSE[1], "blocked", "new first line"), result(UNIVERSE[2])]
+    new, notes = bless(old, UNIVERSE, results)
+    y = next(e for e in new.entries if e.target == "smoke/y")
+    assert (y.reason, y.blocker) == ("known-bug", "new first line")
+    assert new.max_not_pass == 1 and new.not_pass == 1
+    assert "cap: 2 -> 1" in notes[0]
+
+
+def test_bless_refuses_a_fail_where_the_ledger_says_pass():
+    old = make_ledger([entry("a", "smoke/x"), entry("a", "smoke/y"), entry("a", "smoke/z", "blocked", "no-gpu")], 5)
+    with pytest.raises(BlessRefused, match="a verify smoke/x failed where the ledger says pass"):
+        bless(old, UNIVERSE, [result(UNIVERSE[0], "fail"), result(UNIVERSE[1])])
+    with pytest.raises(BlessRefused, match="failed where the ledger says pass"):
+        bless(old, UNIVERSE, [result(UNIVERSE[0], "fail")], accept_new=True)
+
+
+def test_bless_never_raises_the_cap_by_itself():
+    old = make_ledger([entry("a", "smoke/x"), entry("a", "smoke/y")], 0)
+    with pytest.raises(BlessRefused, match=r"over the cap 0 \(new: a verify smoke/z\).*accept_new=1"):
+        bless(old, UNIVERSE, [result(k) for k in UNIVERSE[:2]] + [result(UNIVERSE[2], "blocked", reason="no-gpu")])
+    # a regression pass -> blocked is not new: accept_new does not cover it
+    with pytest.raises(BlessRefused, match="over the cap 0 .*not new"):
+        bless(old, UNIVERSE, [result(UNIVERSE[0], "blocked"), result(UNIVERSE[1]), result(UNIVERSE[2])], accept_new=True)
+
+
+def test_accept_new_raises_the_cap_by_exactly_the_new_entries():
+    old = make_ledger([entry("a", "smoke/x", "blocked", "no-gpu")], 1)
+    universe = UNIVERSE + [("b", "tests", "tests")]
+    results = [result(UNIVERSE[0], "blocked"), result(UNIVERSE[1], "fail"),
+               result(UNIVERSE[2]), result(universe[3], "pass_vacuous", reason="vacuous-test")]
+    new, notes = bless(old, universe, results, accept_new=True)
+    assert new.max_not_pass == 3 == new.not_pass
+    assert notes[0].startswith("cap: old 1 + 2 new not-passing (a verify smoke/y, b tests tests) = new cap 3")
+    # the new fail has no reason the run could tell: bless says so (the gate calls it BAD REASON)
+    assert "give a reason" in notes[-1] and "a verify smoke/y" in notes[-1]
+
+
+def test_first_bless_and_stale_entries_dropped():
+    with pytest.raises(BlessRefused, match="over the cap 0"):
+        bless(None, UNIVERSE, [result(UNIVERSE[0], "blocked", reason="no-gpu")])
+    new, _ = bless(None, UNIVERSE, [result(UNIVERSE[0], "blocked", reason="no-gpu")], accept_new=True)
+    assert [e.key for e in new.entries] == UNIVERSE[:1] and new.max_not_pass == 1
+    old = make_ledger([entry("a", "smoke/x"), entry("gone", "smoke/x", "blocked", "no-gpu")], 1)
+    new, notes = bless(old, UNIVERSE, [result(UNIVERSE[0])])
+    assert [e.kernel for e in new.entries] == ["a"] and new.max_not_pass == 0
+    assert any("dropped 1 stale" in n for n in notes)
+
+
+def test_refused_bless_writes_nothing(tmp_path):
+    path = tmp_path / "ledger.json"
+    path.write_text(dump_ledger(make_ledger([entry("a", "smoke/x")], 0)))
+    before = path.read_bytes()
+    with pytest.raises(BlessRefused):
+        bless_file(UNIVERSE, [result(UNIVERSE[0], "fail")], path=path)
+    with pytest.raises(BlessRefused):
+        bless_file(UNIVERSE, [result(UNIVERSE[0]), result(UNIVERSE[1], "blocked")], path=path)
+    assert path.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["ledger.json"]
+    bless_file(UNIVERSE, [result(k) for k in UNIVERSE], path=path)
+    assert read_ledger(path).counts["pass"] == 3
