@@ -9,9 +9,11 @@ Up-to-date rules, so only stale work re-runs:
 - file_dep are compared by sha256 (pipeline.checker.ContentChecker): a comment-only
   kernel edit re-runs emit; the PTX bytes are the same, so ptxas and verify do not.
 - every task's targets are re-hashed against the hashes saved when it last succeeded
-  (pipeline.checker.targets_intact), so a damaged or hand-edited artifact or report
-  re-runs the stage that owns it;
-  ``config_changed`` carries the parameters (archs, budget, ptxas, dims, backend, seed).
+  (pipeline.checker.targets_intact): a damaged or hand-edited artifact or report
+  re-runs the stage that owns it.
+- ``config_changed`` carries the parameters (archs, budget, ptxas, dims, backend, seed).
+- the summaries depend on the reports' content: a no-op run prints no table (and runs
+  nothing); the table appears whenever a report changed.
 
 User mistakes (bad shapes.yaml, unknown set or backend) stop task creation with one
 line on stderr and exit status 2; a stage failure (ptxas missing, spills, mismatches)

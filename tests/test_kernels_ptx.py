@@ -7,13 +7,14 @@ DESIGN.md so a refactor of the emitters cannot drop it silently.
 import re
 
 import pytest
+from kernelcases import per_kernel
 
 from kernels.registry import KERNELS, get_kernel
 
 TERNARY = ["ternary_fwd_s8", "hslm_dx_s8"]
 
 
-@pytest.mark.parametrize("name", list(KERNELS))
+@pytest.mark.parametrize("name", per_kernel())
 def test_emission_is_deterministic_and_targets_sm80(name):
     ptx = KERNELS[name].emit()
     assert ptx == KERNELS[name].emit()
@@ -22,14 +23,14 @@ def test_emission_is_deterministic_and_targets_sm80(name):
     assert ptx.count("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32") == 8  # 2 k-steps x 4 n-tiles
 
 
-@pytest.mark.parametrize("name", list(KERNELS))
+@pytest.mark.parametrize("name", per_kernel())
 def test_control_flow_is_uniform(name):
     ptx = KERNELS[name].emit()
     branches = re.findall(r"\bbra(\.\w+)?\b", ptx)
     assert branches == [".uni"]  # the chunk loop's back edge, nothing data-dependent
 
 
-@pytest.mark.parametrize("name", TERNARY)
+@pytest.mark.parametrize("name", per_kernel(TERNARY))
 def test_ternary_decode_is_one_word_prmt_and_one_16_byte_store(name):
     ptx = KERNELS[name].emit()
     assert ptx.count("ld.global.u32") == 1  # one u32 of 16 codes per thread per chunk
@@ -40,6 +41,7 @@ def test_ternary_decode_is_one_word_prmt_and_one_16_byte_store(name):
     assert ptx.count("bar.sync 0;") == 2
 
 
+@pytest.mark.kernel("hslm_dw_s8")
 def test_dw_reads_no_weights_and_uses_no_shared_memory():
     ptx = get_kernel("hslm_dw_s8").emit()
     assert ".shared" not in ptx and "bar.sync" not in ptx

@@ -2,6 +2,7 @@
 math of each kernel stays inside the bound that follows from |x - s q| <= s/2."""
 import numpy as np
 import pytest
+from kernelcases import per_kernel
 
 from kernels.quant import quantize_cols, quantize_rows, ternarize
 from kernels.registry import KERNELS
@@ -17,7 +18,7 @@ EINSUM = {
 
 
 @pytest.mark.parametrize("dims", DIMS, ids=str)
-@pytest.mark.parametrize("name", list(KERNELS))
+@pytest.mark.parametrize("name", per_kernel())
 def test_reference_matches_float64_einsum(name, dims):
     spec = KERNELS[name]
     inputs = spec.make_inputs(dims, np.random.default_rng(7))
@@ -28,7 +29,7 @@ def test_reference_matches_float64_einsum(name, dims):
     assert np.array_equal(got, want)  # float64 is exact far beyond these sums
 
 
-@pytest.mark.parametrize("name", list(KERNELS))
+@pytest.mark.parametrize("name", per_kernel())
 def test_verify_inputs_reach_the_extremes(name):
     spec = KERNELS[name]
     inputs = spec.make_inputs(Dims(27, 243, 29), np.random.default_rng(3))
@@ -53,6 +54,7 @@ def _assert_tight(err, bound):
     assert (err / bound).max() < 0.5  # and the bound is not vacuous slack either
 
 
+@pytest.mark.kernel("ternary_fwd_s8")
 def test_forward_quantized_within_bound():
     x, t, beta, _ = _layer(np.random.default_rng(11))
     spec, d = KERNELS["ternary_fwd_s8"], Dims(x.shape[0], *t.shape)
@@ -63,6 +65,7 @@ def test_forward_quantized_within_bound():
     _assert_tight(np.abs(y - exact), bound)
 
 
+@pytest.mark.kernel("hslm_dx_s8")
 def test_dx_quantized_within_bound():
     _, t, beta, dy = _layer(np.random.default_rng(12))
     spec, d = KERNELS["hslm_dx_s8"], Dims(dy.shape[0], *t.shape)
@@ -73,6 +76,7 @@ def test_dx_quantized_within_bound():
     _assert_tight(np.abs(dx - exact), bound)
 
 
+@pytest.mark.kernel("hslm_dw_s8")
 def test_dw_quantized_within_bound():
     x, t, _, dy = _layer(np.random.default_rng(13))
     spec, d = KERNELS["hslm_dw_s8"], Dims(x.shape[0], t.shape[0], t.shape[1])
