@@ -47,11 +47,15 @@ def kernel_function(name: str, xp: Any) -> Callable[..., Any]:
     """The kernel as a RawKernel-style callable for ``xp``: emulator (numpy) or CuPy."""
     key = (name, xp.__name__)
     if key not in _FUNCTIONS:
+        ptx = get_kernel(name).emit()
         if xp is np:
             from pipeline.ptxemu import Module
-        else:
-            Module = xp.RawModule
-        _FUNCTIONS[key] = Module(code=get_kernel(name).emit()).get_function(name)
+
+            _FUNCTIONS[key] = Module(code=ptx).get_function(name)
+        else:  # cupy.RawModule(code=) would compile CUDA C++; PTX goes to the driver's JIT
+            module = xp.cuda.function.Module()
+            module.load(ptx.encode())
+            _FUNCTIONS[key] = module.get_function(name)
     return _FUNCTIONS[key]
 
 

@@ -357,12 +357,11 @@ def make_problem(cp: Any, spec: KernelSpec, shape: Shape) -> Problem:
 CEILING_N = 8192
 
 
-def measure_ceiling(cp: Any, m: Method, l2_bytes: int) -> tuple[float | None, str]:
-    """The device's int8 rate as cuBLAS reaches it on a large random GEMM, in TOPS.
+def measure_ceiling(cp: Any, m: Method, l2_bytes: int, n: int = CEILING_N) -> tuple[float | None, str]:
+    """The device's int8 rate as cuBLAS reaches it on a large random n^3 GEMM, in TOPS.
 
     Run first, so it also brings the clocks up before the kernels are timed.
     """
-    n = CEILING_N
     rng = np.random.default_rng(0)
     A, Bt = (rng.integers(-127, 128, size=(n, n), dtype=np.int8) for _ in range(2))
     p = Problem("ceiling", Shape(name=f"sq{n}", R=n, K=n, N=n), Dims(n, n, n), {}, A, Bt,
@@ -452,7 +451,7 @@ def _load_ours(kernel: str) -> Callable[..., Any]:
 
 
 def run_bench(shape_set: str, method: Method = DEFAULT_METHOD, out_dir=BENCH_DIR,
-              kernels: tuple[str, ...] | None = None) -> list:
+              kernels: tuple[str, ...] | None = None, ceiling_n: int = CEILING_N) -> list:
     """Bench every kernel on every shape of ``shape_set``; write JSON, markdown and PNG."""
     cp = require_gpu()
     from pipeline.shapes import select_sets
@@ -461,7 +460,7 @@ def run_bench(shape_set: str, method: Method = DEFAULT_METHOD, out_dir=BENCH_DIR
     torch, no_torch = _torch()
     l2 = int(cp.cuda.Device().attributes.get("L2CacheSize", 50 * 2**20))
     names = kernels or tuple(KERNELS)
-    ceiling, ceiling_source = measure_ceiling(cp, method, l2)
+    ceiling, ceiling_source = measure_ceiling(cp, method, l2, ceiling_n)
     print(f"int8 ceiling: {ceiling and round(ceiling)} TOPS ({ceiling_source})", flush=True)
     rows: list[Row] = []
     for kernel in names:

@@ -194,8 +194,8 @@ def run_stages(sets: tuple[str, ...]) -> None:
           f"(exit {proc.returncode}; log {rel(GATE_DIR / 'stages.log')})")
     start = time.perf_counter()
     tests = run_kernel_tests(TESTS_JSON)
-    print(f"gate: ran the kernels' tests in {time.perf_counter() - start:.1f}s "
-          f"({sum(c.total for c in tests.kernels.values())} kernel test counts)")
+    print(f"gate: ran the kernels' tests in {time.perf_counter() - start:.1f}s ("
+          + ", ".join(f"{k} {c.passed}/{c.total} passed" for k, c in tests.kernels.items()) + ")")
 
 
 def summarize(sets: tuple[str, ...]) -> RunSummary:

@@ -20,7 +20,7 @@ import re
 from pathlib import Path
 from typing import Callable, Iterable, get_args
 
-from pipeline.artifacts import ROOT, UserError, read_model, rel, write_atomic
+from pipeline.artifacts import M, ROOT, ArtifactError, UserError, read_model, rel, write_atomic
 from pipeline.config import budget, emit_json, ptxas_json, verify_json
 from pipeline.models import (
     CellKey, CellResult, EmitResult, KernelTestRun, Ledger, LedgerEntry, PtxasArch, PtxasReport,
@@ -204,9 +204,19 @@ def dump_ledger(ledger: Ledger) -> str:
     return head + ",\n".join(f"    {line}" for line in lines) + ("\n" if lines else "") + "  ]\n}\n"
 
 
+def read_committed(path: Path, model: type[M]) -> M:
+    """:func:`read_model` for a committed file (ledger, seal): one fixes or restores it, never
+    deletes it, so the hint says so."""
+    try:
+        return read_model(path, model)
+    except ArtifactError as exc:
+        text = str(exc).removesuffix("; delete it and re-run").removesuffix("; run the stage that writes it")
+        raise ArtifactError(f"{text}; fix it by hand or git checkout it") from None
+
+
 def read_ledger(path: Path = LEDGER_FILE) -> Ledger:
     """The ledger; :class:`ArtifactError` (gate exit 2) when it is missing or unreadable."""
-    return read_model(path, Ledger)
+    return read_committed(path, Ledger)
 
 
 def write_ledger(ledger: Ledger, path: Path = LEDGER_FILE) -> None:
@@ -275,6 +285,6 @@ def bless(old: Ledger | None, universe: list[CellKey], results: list[CellResult]
 def bless_file(universe: list[CellKey], results: list[CellResult], accept_new: bool = False,
                path: Path = LEDGER_FILE) -> tuple[Ledger, list[str]]:
     """:func:`bless` the ledger at ``path`` and write it; a refusal raises before any write."""
-    ledger, notes = bless(read_present(path, Ledger), universe, results, accept_new)
+    ledger, notes = bless(read_committed(path, Ledger) if path.exists() else None, universe, results, accept_new)
     write_ledger(ledger, path)
     return ledger, notes

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from pipeline.artifacts import ROOT, ArtifactError, UserError, check_artifact, read_model, rel, write_model
 from pipeline.config import emit_json, ptx_path, ptxas_json, verify_json
-from pipeline.ledger import verify_results
+from pipeline.ledger import read_committed, verify_results
 from pipeline.models import (
     EmitResult, KernelState, KernelTestRun, PtxasReport, Seal, SealedShape, SealedVerify, Shape,
     TestCounts, VerifyReport,
@@ -89,7 +89,7 @@ def read_seals(folder: Path = SEALS_DIR) -> dict[str, Seal]:
     or names another kernel than its file."""
     seals = {}
     for path in sorted(Path(folder).glob("*.json")):
-        seal = read_model(path, Seal)
+        seal = read_committed(path, Seal)
         if seal.kernel != path.stem:
             raise ArtifactError(f"{rel(path)}: field 'kernel': '{seal.kernel}' in the seal of '{path.stem}'")
         seals[seal.kernel] = seal

@@ -181,15 +181,15 @@ def _verify(kernel: str, shape_set: str, shape: Shape, backend: str) -> TaskFail
 
 @one_line_failure
 def _verify_summary(cells: Sequence[tuple[str, str, str]]) -> None:
-    rows = []
-    for kernel, shape_set, shape in cells:
-        r = read_model(config.verify_json(kernel, shape_set, shape), VerifyReport)
-        rows.append([r.kernel, r.shape_set, r.shape, r.R, r.K, r.N, r.backend, r.mismatches,
-                     r.rows_checked, r.max_abs_diff, r.seconds,
-                     "ok" if r.passed else (r.error or "MISMATCH")])
+    reports = [read_model(config.verify_json(*cell), VerifyReport) for cell in cells]
+    rows = [[r.kernel, r.shape_set, r.shape, r.R, r.K, r.N, r.backend, r.mismatches,
+             r.rows_checked, r.max_abs_diff, r.seconds, "ok" if r.passed else (r.error or "MISMATCH")]
+            for r in reports]
     print(table(["kernel", "set", "shape", "R", "K", "N", "backend", "mismatches", "rows",
                  "max|diff|", "seconds", "verdict"], rows))
-    print(f"{len(rows)} cells on {rows[0][6] if rows else '-'}: all exact")
+    failed = sum(not r.passed for r in reports)
+    backends = ", ".join(sorted({r.backend for r in reports})) or "-"
+    print(f"{len(reports)} cells on {backends}: {f'{failed} FAILED' if failed else 'all exact'}")
 
 
 def task_verify() -> Iterator[dict]:

@@ -289,3 +289,99 @@ def test_python_m_bench_without_gpu(tmp_path):
                          capture_output=True, text=True, env=_no_gpu_env(), timeout=120)
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert res.stderr.startswith("error: bench needs a CUDA GPU") and res.stderr.count("\n") == 1
+
+
+# ---- the whole GPU flow on a stand-in: numpy as "cupy", the emulator as RawModule ----
+
+def fake_gpu(monkeypatch) -> None:
+    """Just enough of cupy/cupyx for run_bench's plumbing, on numpy. No cuBLAS (so those
+    rows must come out as errors, not crashes) and graphs that replay nothing: this checks
+    the flow, the records and the error paths, never a timing."""
+    import time
+    from pipeline.ptxemu import Module
+
+    class Event:
+        def record(self, stream=None):
+            self.t = time.perf_counter()
+
+        def synchronize(self):
+            pass
+
+    class Stream:
+        def __init__(self, non_blocking=False):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def begin_capture(self):
+            pass
+
+        def end_capture(self):
+            return types.SimpleNamespace(launch=lambda stream=None: None)
+
+    class Device:
+        id = 0
+        attributes = {"L2CacheSize": 1024, "MultiProcessorCount": 2}
+
+        def synchronize(self):
+            pass
+
+    def benchmark(func, n_repeat, n_warmup):
+        for _ in range(n_warmup):
+            func()
+        times = []
+        for _ in range(n_repeat):
+            t0 = time.perf_counter()
+            func()
+            times.append(time.perf_counter() - t0 + 1e-9)
+        return types.SimpleNamespace(gpu_times=np.array([times]))
+
+    runtime = types.SimpleNamespace(
+        getDeviceCount=lambda: 1, driverGetVersion=lambda: 12040, runtimeGetVersion=lambda: 12040,
+        getDeviceProperties=lambda i: {"name": b"FAKE numpy GPU", "major": 8, "minor": 0})
+    cuda = types.ModuleType("cupy.cuda")
+    cuda.__dict__.update(runtime=runtime, Event=Event, Stream=Stream, Device=Device,
+                         get_elapsed_time=lambda a, b: max(b.t - a.t, 1e-6) * 1e3)
+    cupy = types.ModuleType("cupy")
+    cupy.__dict__.update(
+        __version__="0-fake", cuda=cuda, int32=np.int32, float64=np.float64, ndarray=np.ndarray,
+        asarray=lambda a, dtype=None: np.array(a, dtype=dtype), asnumpy=np.asarray, full=np.full,
+        zeros=np.zeros, matmul=np.matmul, ascontiguousarray=np.ascontiguousarray,
+        RawModule=Module)
+    profiler = types.ModuleType("cupyx.profiler")
+    profiler.benchmark = benchmark
+    for name, mod in {"cupy": cupy, "cupy.cuda": cuda, "cupyx": types.ModuleType("cupyx"),
+                      "cupyx.profiler": profiler}.items():
+        monkeypatch.setitem(sys.modules, name, mod)
+
+
+def test_bench_flow_on_a_stand_in_gpu(monkeypatch, tmp_path):
+    from pipeline.bench_report import Method
+
+    fake_gpu(monkeypatch)
+    for kernel, spec in KERNELS.items():
+        (tmp_path / f"{kernel}.ptx").write_text(spec.emit())
+    monkeypatch.setattr(bench, "ptx_path", lambda k: tmp_path / f"{k}.ptx")
+    method = Method(warmup=1, repeats=3, target_sample_us=1.0, l2_multiple=2.0)
+    paths = bench.run_bench("smoke", method=method, out_dir=tmp_path / "out", ceiling_n=32)
+    assert [p.name for p in paths] == ["smoke.json", "smoke.md", "smoke.png"]
+    report = read_model(paths[0], BenchReport)
+    shapes = 3  # smoke
+    assert len(report.rows) == len(KERNELS) * shapes * 6
+    by_impl = lambda impl: [r for r in report.rows if r.impl == impl]  # noqa: E731
+    # our PTX ran (on the emulator, standing in for the GPU) and matched exactly
+    assert all(r.ok and r.check.tolerance == 0 and r.stream and r.graph for r in by_impl("ours"))
+    # the stand-in L2 is 1 KiB: the smallest sets are rotated (2 x L2), so rotation ran
+    assert any(r.buffer_sets > 1 for r in report.rows if r.ok)
+    # no cuBLAS in the stand-in: recorded as errors, never best
+    assert all(r.error and "cublas" in r.error for r in by_impl("cublas_int8"))
+    assert all(r.ok for r in by_impl("cublas_f32"))
+    assert all(not r.ok and r.error for r in by_impl("torch_int_mm") + by_impl("torch_bf16"))
+    assert all(s.best_baseline in ("cublas_f16", "cublas_f32") and s.ratio > 0 for s in report.summary)
+    assert report.device.name == "FAKE numpy GPU" and not report.synthetic
+    assert report.device.ceiling_int8_tops is None and "did not give a figure" in report.device.ceiling_source
+    assert set(report.ptx_sha256) == set(KERNELS)

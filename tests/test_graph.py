@@ -210,11 +210,11 @@ def test_user_errors_are_one_line(project, args, message):
 def test_bad_shapes_yaml_is_one_line(project):
     shapes = project / "shapes.yaml"
     original = shapes.read_text()
-    edit(shapes, original.replace("{name: odd,           R: 33, K: 31,", "{name: odd, R: 33, K: 0,"))
+    edit(shapes, "smoke:\n  - {name: a, R: 1, K: 1, N: 1}\n  - {name: odd, R: 33, K: 0, N: 9}\n")
     run = doit(project, "verify")
     edit(shapes, original)
     assert (run.rc, run.out) == (2, "")
-    assert run.err == ("error: shapes.yaml: set 'tails' entry 4 ('odd'): field 'K': "
+    assert run.err == ("error: shapes.yaml: set 'smoke' entry 2 ('odd'): field 'K': "
                        "Input should be greater than or equal to 1\n")
 
 

@@ -9,8 +9,12 @@ Python int and passes the mask ``None`` (no masking anywhere: the fast path).
 
 Strictness that needs the schedule lives here: ``bra.uni`` must be uniform over the
 threads that reach it; ``mma`` needs all 32 lanes of each warp that executes it;
-``bar.sync`` needs every running thread of the CTA there at once (exited threads do
-not count) and then closes the CTA's shared-memory race window.
+``bar.sync`` needs every running thread of the CTA there (exited threads do
+not count) and then closes the CTA's shared-memory race window. Threads that reach a
+bar.sync before the rest of their CTA wait there (PC parked) while the others run on;
+the barrier opens when every running thread of the CTA waits at it, so the common
+`if (i >= n) return; ... __syncthreads()` is fine, and waiting at two different
+barriers is a divergence error.
 """
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ from pipeline.ptxemu.ops import Exec, decode
 from pipeline.ptxemu.parse import EmulatorError, Entry, Instr, fmt3, parse
 
 DONE = np.iinfo(np.int32).max      # the PC of an exited thread
+WAIT = DONE - 1                     # the PC of a thread waiting at a bar.sync
 
 
 class Step(NamedTuple):
@@ -70,6 +75,9 @@ class Function:
             self.param_offsets[name], pend = (pend, ty), pend + size
         self.param_bytes = pend
         self.steps = [self._decode(ins, offsets) for ins in entry.body]
+        end = entry.body[-1].line if entry.body else entry.line    # falling off the end
+        self.steps.append(Step(Instr(end, "(end of kernel)", None, "exit", ()), None,
+                               Exec("exit")))
         # race tracking grain: the smallest shared access (all are aligned to their size)
         self.grain = min([s.ex.shared_bytes for s in self.steps if s.ex.shared_bytes] + [16])
 
@@ -182,35 +190,46 @@ class Function:
                              f"only {int(lanes.sum())} of 32 lanes of the warp execute it "
                              f"(lane {int(np.flatnonzero(~lanes)[0])} does not)")
 
-    def _bar_check(self, st: State, m, live, ins: Instr):
-        """Return the CTAs at the barrier (None: all); every running thread must be there."""
-        if m is None:
-            return None
-        L = np.ones(st.T, bool) if live is None else live
-        pm, lm = m.reshape(-1, st.tpc), L.reshape(-1, st.tpc)
-        cp, cl = pm.sum(1), lm.sum(1)
-        bad = (cp > 0) & (cp != cl)
-        if bad.any():
-            c = int(np.flatnonzero(bad)[0])
-            here = c * st.tpc + int(np.flatnonzero(pm[c])[0])
-            away = int(np.flatnonzero(lm[c] & ~pm[c])[0])
-            raise self._fail("divergence", ins, here, f"{int(cp[c])} of {int(cl[c])} running "
-                             f"threads of the CTA reached this bar.sync; tid="
-                             f"{fmt3(self._where(c * st.tpc + away)[1])} did not")
-        return np.flatnonzero(cp > 0)
+    def _release(self, st: State, pcs: np.ndarray) -> None:
+        """Open the barrier of every CTA whose running threads all wait at one.
+
+        Waiting threads sit at PC ``WAIT`` (never the minimum) with their barrier's PC
+        in ``self._waitpc``. Threads that exited do not count, as on hardware; threads
+        of one CTA waiting at different bar.sync instructions are a divergence error."""
+        waiting = (pcs == WAIT).reshape(-1, st.tpc)
+        running = (pcs != DONE).reshape(-1, st.tpc)
+        ready = waiting.any(1) & (waiting.sum(1) == running.sum(1))
+        if not ready.any():
+            return
+        ctas = np.flatnonzero(ready)
+        rows = waiting[ctas]
+        wpc = np.where(rows, self._waitpc.reshape(-1, st.tpc)[ctas], -1)
+        lo = np.where(rows, wpc, np.iinfo(np.int32).max).min(1)
+        split = (wpc.max(1) != lo)
+        if split.any():
+            c = int(np.flatnonzero(split)[0])
+            t = int(np.flatnonzero(rows[c] & (wpc[c] != lo[c]))[0])
+            first = self.steps[int(lo[c])].ins
+            raise self._fail("divergence", self.steps[int(wpc[c, t])].ins,
+                             int(ctas[c]) * st.tpc + t, "threads of the CTA wait at different "
+                             f"barriers (this one and line {first.line})")
+        w = np.zeros(pcs.size, bool)
+        w.reshape(-1, st.tpc)[ctas] = rows
+        pcs[w] = self._waitpc[w] + 1
+        st.smem.barrier(ctas)
 
     def _run(self, st: State) -> None:
-        steps, n, T = self.steps, len(self.steps), st.T
+        steps, T = self.steps, st.T
         pc, pcs, live, nlive = 0, None, None, T   # converged: pc; diverged: pcs array
+        self._waitpc = np.zeros(T, np.int32)
         while True:
             if pcs is None:
-                if pc >= n:
-                    return
                 i, active = pc, live
             else:
                 i = int(pcs.min())
-                if i >= n:
-                    return
+                if i >= WAIT:                   # cannot happen: _release opens barriers
+                    raise EmulatorError("divergence", None, "", "every running thread "
+                                        "waits at a barrier that never opens")
                 active = pcs == i
                 if int(np.count_nonzero(active)) == nlive:      # reconverged
                     pc, pcs, live = i, None, (None if nlive == T else active)
@@ -230,10 +249,18 @@ class Function:
                         if ex.warp:
                             self._warp_check(st, m, ins)
                         ex.run(st, m)
-                elif kind == "bar":
-                    if m is None or m.any():
-                        running = live if pcs is None else pcs != DONE
-                        st.smem.barrier(self._bar_check(st, m, running, ins))
+                elif kind == "bar" and m is None:
+                    st.smem.barrier(None)
+                elif kind == "bar" and m.any():            # some wait for the others
+                    if pcs is None:
+                        pcs = np.full(T, i, np.int32)
+                        if live is not None:
+                            pcs[~live] = DONE
+                    pcs[active] = i + 1
+                    pcs[m] = WAIT
+                    self._waitpc[m] = i
+                    self._release(st, pcs)
+                    continue
                 elif kind == "bra":
                     taken = m
                     if taken is None or step.guard is None:
@@ -270,17 +297,16 @@ class Function:
                 elif kind == "exit":
                     if m is None:
                         return
-                    gone = int(np.count_nonzero(m))
-                    if pcs is None:
-                        live = ~m if live is None else (live & ~m)
-                    else:
-                        pcs[active] = i + 1
-                        pcs[m] = DONE
-                    nlive -= gone
+                    nlive -= int(np.count_nonzero(m))
                     if nlive == 0:
                         return
                     if pcs is None:
+                        live = ~m if live is None else (live & ~m)
                         pc += 1
+                    else:
+                        pcs[active] = i + 1
+                        pcs[m] = DONE
+                        self._release(st, pcs)
                     continue
             except Fault as f:
                 raise self._fault(f, ins) from None
