@@ -25,7 +25,7 @@ def quantize(x: Any, axis: int) -> tuple[Any, Any]:
     x = x.astype("float64", copy=False)
     amax = abs(x).max(axis=axis, keepdims=True)
     scale = amax / QMAX
-    scale[amax == 0] = 1.0
+    scale[scale == 0] = 1.0  # an all-zero slice (or one so tiny its scale underflows)
     q = (x / scale).round().clip(-QMAX, QMAX).astype("int8")
     return q, scale
 

@@ -11,25 +11,23 @@ and the *invariants* (passed hypothesis properties).
 Passing asserts come from pytest's ``pytest_assertion_pass`` hook, which only fires
 with ``enable_assertion_pass_hook = true`` and only in modules pytest rewrites (test
 files, conftest.py, ``pytest.register_assert_rewrite`` modules). Rewritten modules are
-cached as .pyc without noting whether the hook was on, so :func:`run_kernel_tests`
-gives pytest its own pycache folder.
+cached as .pyc without noting whether the hook was on, so the runner gives pytest
+its own pycache folder.
 
-``--test-counts=PATH`` writes a :class:`pipeline.models.KernelTestRun` JSON there.
+``--test-counts=PATH`` writes a :class:`pipeline.models.KernelTestRun` JSON there;
+pipeline.gate.run_kernel_tests runs it (kept there, so importing the pipeline never
+needs pytest).
 """
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
 
-from pipeline.artifacts import ARTIFACTS, ROOT, ArtifactError, read_model, rel, write_model
+from pipeline.artifacts import write_model
 from pipeline.models import KernelTestRun, TestCounts
 
-TESTS_JSON = ARTIFACTS / "tests" / "kernel_tests.json"
 MARKER = "kernel"
 CHECKS = ("raises", "warns")  # pytest helpers that check without an assert statement
 
@@ -72,7 +70,9 @@ def first_error_line(report: pytest.TestReport | pytest.CollectReport) -> str:
     crash = getattr(report.longrepr, "reprcrash", None)
     lines = [line.strip() for line in (crash.message if crash else str(report.longrepr)).splitlines()]
     marked = [line[1:].strip() for line in lines if line.startswith("E ")]
-    return (marked[-1:] if not crash and marked else [line for line in lines if line] or ["failed"])[0]
+    if marked and crash is None:  # a collection error: the exception is the last E line
+        return marked[-1]
+    return next((line for line in lines if line), "failed")
 
 
 class AssertCounter:
@@ -161,19 +161,3 @@ class AssertCounter:
             kernels={k: TestCounts(**{f: c[f] for f in fields}) for k, c in sorted(counts.items())},
             failures=failures, vacuous_tests=dict(vacuous), errors=self.errors,
         ))
-
-
-def run_kernel_tests(out: Path = TESTS_JSON, *args: str) -> KernelTestRun:
-    """Run the kernel-marked tests in a fresh pytest process and return their counts;
-    :class:`ArtifactError` when pytest wrote none (it crashed or was misused)."""
-    out = Path(out)
-    out.unlink(missing_ok=True)
-    env = {**os.environ, "PYTHONPYCACHEPREFIX": str(ARTIFACTS / "tests" / "pycache")}
-    cmd = [sys.executable, "-m", "pytest", "-m", MARKER, "-p", "pipeline.assertcount",
-           "-o", "enable_assertion_pass_hook=true", f"--test-counts={out}", "-q",
-           "-p", "no:cacheprovider", *args]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
-    if not out.exists():
-        tail = (proc.stdout + proc.stderr).strip().splitlines()[-1:] or ["no output"]
-        raise ArtifactError(f"pytest -m {MARKER} wrote no {rel(out)} (exit {proc.returncode}): {tail[0]}")
-    return read_model(out, KernelTestRun)

@@ -14,22 +14,38 @@ The work is split so it can be tested without the slow part: :func:`summarize` t
 the artifacts into a :class:`RunSummary`; :func:`compare` is a pure function of
 (run, ledger, seals, allowed duplicates) built from the small rules in :data:`RULES`.
 
-Which findings are red: all but UNEXPECTED PASS. A cell that passes where the ledger
-expects it not to is good news, and may come from a better machine or tool than the
-ledger's; it is printed (INFO) so ``doit bless`` records it and lowers the cap, but it
-does not fail CI.
+Findings (all red but UNEXPECTED PASS):
+
+- UNEXPECTED FAILURE: a cell ran worse than its ledger verdict (pass < pass_vacuous <
+  blocked < fail).
+- UNEXPECTED PASS (informational): a cell ran better. It may come from a better
+  machine or tool than the ledger's, so it does not fail CI; ``doit bless`` records it
+  and lowers the cap.
+- UNLISTED: a cell that exists (kernel x arch, kernel x shape of the sealed and CI
+  sets, kernel tests) has no ledger entry.
+- STALE: a ledger entry whose cell no longer exists, or an allowed duplicate whose
+  functions no longer share a body.
+- OVER CAP: the ledger lists more not-passing entries than its ``max_not_pass``.
+- BAD REASON: a not-passing entry without a blocker or with a reason outside
+  pipeline.ledger.REASONS, or a passing entry with either.
+- STALE SEAL: a seal whose source or PTX hash is not the kernel's now, or of a kernel
+  that no longer exists. UNSEALED: a kernel without a seal.
+- DUPLICATE BODY: see pipeline.dupbody.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Callable, Iterable, Literal, NamedTuple
 
 from pipeline import config
-from pipeline.artifacts import ARTIFACTS, ROOT, ArtifactError, UserError, rel, write_atomic, write_model
-from pipeline.assertcount import TESTS_JSON, run_kernel_tests
+from pipeline.artifacts import (
+    ARTIFACTS, ROOT, ArtifactError, UserError, read_model, rel, write_atomic, write_model,
+)
 from pipeline.dupbody import (
     ALLOWED_FILE, allowed_group, find_duplicates, read_allowed, stale_allowances,
 )
@@ -167,6 +183,27 @@ def compare(run: RunSummary, ledger: Ledger, sealed: dict[str, Seal], allowed: A
 
 
 # --- the run --------------------------------------------------------------------------
+
+TESTS_JSON = ARTIFACTS / "tests" / "kernel_tests.json"
+
+
+def run_kernel_tests(out: Path = TESTS_JSON, *args: str) -> KernelTestRun:
+    """The kernel-marked tests in a fresh pytest process under pipeline.assertcount, with a
+    pycache of their own (see that module) and a fixed hypothesis seed (a gate verdict must
+    not depend on the examples drawn); :class:`ArtifactError` when pytest wrote no counts
+    (it crashed or was misused)."""
+    out = Path(out)
+    out.unlink(missing_ok=True)
+    env = {**os.environ, "PYTHONPYCACHEPREFIX": str(ARTIFACTS / "tests" / "pycache")}
+    cmd = [sys.executable, "-m", "pytest", "-m", "kernel", "-p", "pipeline.assertcount",
+           "-o", "enable_assertion_pass_hook=true", f"--test-counts={out}", "-q",
+           "-p", "no:cacheprovider", "--hypothesis-seed=0", *args]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    if not out.exists():
+        tail = (proc.stdout + proc.stderr).strip().splitlines()[-1:] or ["no output"]
+        raise ArtifactError(f"pytest -m kernel wrote no {rel(out)} (exit {proc.returncode}): {tail[0]}")
+    return read_model(out, KernelTestRun)
+
 
 def kernel_sources() -> dict[str, str]:
     """Each registered kernel and its current source hash (imported here, so a kernel

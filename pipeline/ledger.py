@@ -42,13 +42,14 @@ REASONS: dict[str, str] = {
     "not-run": "the cell has no result yet",
 }
 
-# What a run can tell by itself from its first error line: (pattern, verdict, reason).
-# Anything else is a plain fail whose reason a person writes into the ledger.
-BLOCKERS: tuple[tuple[re.Pattern[str], Verdict, str], ...] = (
-    (re.compile(r"Unsupported \.version|PTX ISA version", re.I), "blocked", "ptxas-version"),
-    (re.compile(r"not (defined|supported) for .*sm_|unsupported (gpu|arch)", re.I), "blocked", "unsupported-arch"),
-    (re.compile(r"unsupported|not implemented", re.I), "blocked", "emulator-gap"),
-    (re.compile(r"spills|> budget", re.I), "fail", "over-budget"),
+# What a run can tell by itself from a check's first error line:
+# (check, pattern, verdict, reason). Anything else is a plain fail whose reason a
+# person writes into the ledger.
+BLOCKERS: tuple[tuple[str, re.Pattern[str], Verdict, str], ...] = (
+    ("ptxas", re.compile(r"Unsupported \.version|PTX ISA version", re.I), "blocked", "ptxas-version"),
+    ("ptxas", re.compile(r"not (defined|supported) (for|on) .*sm_|unsupported (gpu|arch)", re.I), "blocked", "unsupported-arch"),
+    ("ptxas", re.compile(r"spills|> budget", re.I), "fail", "over-budget"),
+    ("verify", re.compile(r"ptxemu: unsupported\b"), "blocked", "emulator-gap"),
 )
 
 Reassemble = Callable[[EmitResult, str], PtxasArch]
@@ -69,8 +70,8 @@ def cell_name(key: CellKey) -> str:
 def failed(key: CellKey, blocker: str) -> CellResult:
     """A not-passing cell, classified by :data:`BLOCKERS` (plain ``fail`` when none match)."""
     line = " ".join(blocker.split())
-    for pattern, verdict, reason in BLOCKERS:
-        if pattern.search(line):
+    for check, pattern, verdict, reason in BLOCKERS:
+        if check == key[1] and pattern.search(line):
             return CellResult(kernel=key[0], check=key[1], target=key[2], verdict=verdict,
                               blocker=line, reason=reason)
     return CellResult(kernel=key[0], check=key[1], target=key[2], verdict="fail", blocker=line)

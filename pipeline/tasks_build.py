@@ -11,7 +11,9 @@ Up-to-date rules, so only stale work re-runs:
 - every task's targets are re-hashed against the hashes saved when it last succeeded
   (pipeline.checker.targets_intact): a damaged or hand-edited artifact or report
   re-runs the stage that owns it.
-- ``config_changed`` carries the parameters (archs, budget, ptxas, dims, backend, seed).
+- ``config_changed`` carries the parameters (archs, budget, ptxas, dims, backend, seed,
+  the hash of the reference and input generator, and of the emulator when it is the
+  backend: pipeline.verify.check_hash / backend_hash).
 - the summaries depend on the reports' content: a no-op run prints no table (and runs
   nothing); the table appears whenever a report changed.
 
@@ -38,7 +40,7 @@ from pipeline.emit import emit, source_files
 from pipeline.models import PtxasReport, Shape, VerifyReport
 from pipeline.ptxas import PtxasError, assemble, find_ptxas, ptxas_version
 from pipeline.shapes import parse_set_names, select_sets
-from pipeline.verify import seed, verdict, verify_cell
+from pipeline.verify import backend_hash, check_hash, seed, verdict, verify_cell
 
 DOIT_CONFIG = {
     "default_tasks": ["verify"],
@@ -58,6 +60,21 @@ def _exit(exc: UserError) -> NoReturn:
     """A user mistake found while creating tasks: one line, exit 2, no traceback."""
     print(f"error: {exc}", file=sys.stderr)
     raise SystemExit(2)
+
+
+def exits_on_user_error(creator: Callable[[], Iterator[dict]]) -> Callable[[], Iterator[dict]]:
+    """For task creators (generators) that read user input (shapes.yaml, shape=, backend=):
+    a :class:`UserError` while creating tasks is :func:`_exit`. doit creates every task for
+    every command, so one bad input must not turn into a traceback anywhere."""
+
+    @functools.wraps(creator)
+    def create() -> Iterator[dict]:
+        try:
+            yield from creator()
+        except UserError as exc:
+            _exit(exc)
+
+    return create
 
 
 def one_line_failure(action: Callable[..., Any]) -> Callable[..., Any]:
@@ -192,21 +209,19 @@ def _verify_summary(cells: Sequence[tuple[str, str, str]]) -> None:
     print(f"{len(reports)} cells on {backends}: {f'{failed} FAILED' if failed else 'all exact'}")
 
 
+@exits_on_user_error
 def task_verify() -> Iterator[dict]:
     """Run every kernel on shape=<sets> (default smoke,tails,hslm) via backend=auto|gpu|emulator and compare exactly."""
-    try:
-        sets = select_sets(parse_set_names(_var("shape", ",".join(config.VERIFY_SETS))))
-        backend = resolve_backend(_var("backend", config.DEFAULT_BACKEND))
-    except UserError as exc:
-        _exit(exc)
-    cells = []
+    sets = select_sets(parse_set_names(_var("shape", ",".join(config.VERIFY_SETS))))
+    backend = resolve_backend(_var("backend", config.DEFAULT_BACKEND))
+    cells, emulator = [], backend_hash(backend)
     for spec in KERNELS.values():
-        ptx = config.ptx_path(spec.name)
+        ptx, checked_by = config.ptx_path(spec.name), check_hash(spec)
         for shape_set, shapes in sets.items():
             for shape in shapes:
                 report = config.verify_json(spec.name, shape_set, shape.name)
                 params = {"R": shape.R, "K": shape.K, "N": shape.N, "backend": backend,
-                          "seed": seed(spec.name, shape)}
+                          "seed": seed(spec.name, shape), "reference": checked_by, "emulator": emulator}
                 cells.append((spec.name, shape_set, shape.name))
                 yield {
                     "name": f"{spec.name}/{shape_set}/{shape.name}",

@@ -21,13 +21,13 @@ from doit.exceptions import TaskFailed
 from kernels.registry import KERNELS
 from pipeline import config, gate
 from pipeline.artifacts import ROOT, read_model, rel
-from pipeline.assertcount import TESTS_JSON, run_kernel_tests
 from pipeline.emit import source_sha256
+from pipeline.gate import TESTS_JSON, run_kernel_tests
 from pipeline.ledger import LEDGER_FILE, bless_file
 from pipeline.models import KernelTestRun
 from pipeline.seal import build_seal, seal_path, write_seal
 from pipeline.shapes import parse_set_names, select_sets
-from pipeline.tasks_build import one_line_failure
+from pipeline.tasks_build import exits_on_user_error, one_line_failure
 
 
 @one_line_failure
@@ -56,8 +56,10 @@ def _seal(kernel: str) -> None:
           f"{seal.tests.total} passed, {seal.tests.vacuous} vacuous, {seal.tests.invariants} invariants)")
 
 
+@exits_on_user_error
 def task_seal() -> Iterator[dict]:
     """Seal each kernel (ledger/seals/<kernel>.json) once its sealed sets verify."""
+    # seal:<k> waits for the verify cells this command line creates (see task_verify)
     chosen = parse_set_names(get_var("shape", None) or ",".join(config.VERIFY_SETS))
     sets = select_sets(tuple(s for s in config.VERIFY_SETS if s in chosen))
     for kernel in KERNELS:

@@ -8,17 +8,38 @@ that fails (emulator error, refused shape, driver error) is recorded in the repo
 """
 from __future__ import annotations
 
+import inspect
 import time
 import zlib
+from pathlib import Path
 
 import numpy as np
 
+from kernels import ternary, testdata
 from kernels.launch import launch
 from kernels.spec import Dims, KernelSpec
-from pipeline import backends
-from pipeline.artifacts import check_artifact, read_model, write_model
+from pipeline import backends, ptxemu
+from pipeline.artifacts import check_artifact, read_model, sha256_bytes, write_model
 from pipeline.config import emit_json, ptx_path, verify_json
 from pipeline.models import EmitResult, Mismatch, Shape, VerifyReport
+
+
+def check_hash(spec: KernelSpec) -> str:
+    """sha256 of the code that decides a verdict besides the PTX: the kernel's input
+    generator and reference (and the modules they call). A change there re-runs the
+    verify cells even when the PTX bytes did not change."""
+    parts = [inspect.getsource(spec.make_inputs), inspect.getsource(spec.reference),
+             inspect.getsource(testdata), inspect.getsource(ternary)]
+    return sha256_bytes("\n".join(parts).encode())
+
+
+def backend_hash(backend: str) -> str:
+    """sha256 of the emulator's source when it is the backend: an emulator fix re-runs
+    the cells it judged. A GPU verdict depends on the device, recorded in the report."""
+    if backend != "emulator":
+        return ""
+    sources = sorted(Path(ptxemu.__file__).parent.glob("*.py"))
+    return sha256_bytes(b"".join(p.read_bytes() for p in sources))
 
 
 def seed(kernel: str, shape: Shape) -> int:

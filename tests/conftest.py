@@ -6,15 +6,21 @@
 - pytester: tests/test_assertcount.py runs small pytest sessions through it.
 - ``fake_artifacts``: emit/ptxas/verify results written into a tmp artifacts tree,
   so ledger, seal and gate logic is tested without emitting or running a kernel.
+- ``tmp_doit``: runs ``python -m doit`` on a small dodo written in a tmp folder
+  (the ratchet's tasks with their inputs swapped for fixtures).
 """
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
 from pipeline import config
-from pipeline.artifacts import sha256_bytes, write_atomic, write_model
+from pipeline.artifacts import ROOT, sha256_bytes, write_atomic, write_model
 from pipeline.models import EmitResult, Mismatch, PtxasArch, PtxasReport, Shape, VerifyReport
 
 pytest_plugins = ["pipeline.assertcount", "pytester"]
@@ -72,3 +78,15 @@ def fake_artifacts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeArtif
     for name in ("PTX_DIR", "PTXAS_DIR", "VERIFY_DIR"):
         monkeypatch.setattr(config, name, tmp_path / "artifacts" / name.lower())
     return FakeArtifacts(tmp_path)
+
+
+@pytest.fixture
+def tmp_doit(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess]:
+    """``tmp_doit(dodo_source, *doit_args)``: doit run in tmp_path with that dodo.py."""
+
+    def run(dodo: str, *args: str) -> subprocess.CompletedProcess:
+        (tmp_path / "dodo.py").write_text(textwrap.dedent(dodo) + '\nDOIT_CONFIG = {"dep_file": "db", "backend": "json"}\n')
+        return subprocess.run([sys.executable, "-m", "doit", "-f", str(tmp_path / "dodo.py"), "-d", str(tmp_path), *args],
+                              cwd=ROOT, capture_output=True, text=True)
+
+    return run

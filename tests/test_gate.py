@@ -3,14 +3,10 @@ found exactly, each rule shown necessary (remove it and its planted case passes)
 unreadable input -> exit 2, and doit passing the exit status through."""
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
-
 import pytest
 
 from pipeline import gate
-from pipeline.artifacts import ROOT, ArtifactError, write_model
+from pipeline.artifacts import ArtifactError, write_model
 from pipeline.ledger import cells, dump_ledger, make_ledger
 from pipeline.models import (
     AllowedDuplicate, AllowedDuplicates, CellResult, DuplicateGroup, FunctionRef, KernelState,
@@ -183,19 +179,15 @@ def test_unreadable_run_exits_2(world, monkeypatch, capsys):
     assert "tiny.json: unreadable JSON" in capsys.readouterr().err
 
 
-def test_doit_gate_passes_the_exit_status_through(tmp_path):
+def test_doit_gate_passes_the_exit_status_through(tmp_path, tmp_doit):
     """`doit gate` is a python-action raising SystemExit(code): doit must not flatten 2 into 1."""
-    dodo = tmp_path / "dodo.py"
-    dodo.write_text(textwrap.dedent("""
+    dodo = """
         from pipeline import gate
         gate.main = lambda argv: int(open("code").read())
         from pipeline.tasks_ratchet import task_gate
-        DOIT_CONFIG = {"dep_file": "db", "backend": "json"}
-    """))
+    """
     codes = []
     for code in (0, 1, 2):
         (tmp_path / "code").write_text(str(code))
-        proc = subprocess.run([sys.executable, "-m", "doit", "-f", str(dodo), "-d", str(tmp_path), "gate"],
-                              cwd=ROOT, capture_output=True, text=True)
-        codes.append(proc.returncode)
+        codes.append(tmp_doit(dodo, "gate").returncode)
     assert codes == [0, 1, 2]

@@ -11,7 +11,7 @@ from pipeline.artifacts import ArtifactError
 from pipeline.ledger import (
     BlessRefused, bless, bless_file, cells, collect, dump_ledger, make_ledger, read_ledger,
 )
-from pipeline.models import CellResult, KernelTestRun, LedgerEntry, PtxasArch, TestCounts
+from pipeline.models import CellResult, KernelTestRun, LedgerEntry, PtxasArch, RunSummary, TestCounts
 from pipeline.ptxas import PtxasError
 
 ARCHS = ("sm_80", "sm_90")
@@ -47,7 +47,7 @@ def test_collect_verify_mismatch_error_and_stale_report(fake_artifacts):
     emitted = fake_artifacts.all_pass("k")
     tiny, tail = SHAPES["smoke"]
     fake_artifacts.verify(emitted, "smoke", tiny, mismatches=3)
-    fake_artifacts.verify(emitted, "smoke", tail, error="EmulatorError: unsupported instruction 'ldmatrix' at line 9")
+    fake_artifacts.verify(emitted, "smoke", tail, error="EmulatorError: ptxemu: unsupported at line 9 `ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r1}, [%r2];`")
     got = by_key(collect({"k": "src"}, ARCHS, SHAPES, run_of(k=counts()), no_reassemble))
     assert got[("k", "verify", "smoke/tiny")].verdict == "fail"
     assert "3 mismatches" in got[("k", "verify", "smoke/tiny")].blocker
@@ -205,3 +205,31 @@ def test_refused_bless_writes_nothing(tmp_path):
     assert path.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["ledger.json"]
     bless_file(UNIVERSE, [result(k) for k in UNIVERSE], path=path)
     assert read_ledger(path).counts["pass"] == 3
+
+
+def test_doit_bless_refuses_in_one_line_and_accept_new_prints_the_accounting(tmp_path, tmp_doit):
+    ledger = tmp_path / "ledger.json"
+    ledger.write_text(dump_ledger(make_ledger([entry("a", "smoke/x")], 0)))
+    dodo = """
+        import functools, pathlib
+        from pipeline import gate, ledger, tasks_ratchet
+        from pipeline.models import RunSummary
+        gate.summarize = lambda sets: RunSummary.model_validate_json(pathlib.Path("run.json").read_text())
+        tasks_ratchet.bless_file = functools.partial(ledger.bless_file, path=pathlib.Path("ledger.json").resolve())
+        from pipeline.tasks_ratchet import task_bless
+    """
+
+    def bless_run(results, *args):
+        run = RunSummary(cells=UNIVERSE[:2], results=results, kernels=[], duplicates=[])
+        (tmp_path / "run.json").write_text(run.model_dump_json())
+        return tmp_doit(dodo, "bless", *args)
+
+    before = ledger.read_bytes()
+    refused = bless_run([result(UNIVERSE[0], "fail", blocker="3 mismatches")])
+    assert refused.returncode == 1 and "Traceback" not in refused.stdout + refused.stderr
+    assert "bless refused: a verify smoke/x failed where the ledger says pass" in refused.stdout
+    assert ledger.read_bytes() == before
+    accepted = bless_run([result(UNIVERSE[0]), result(UNIVERSE[1], "blocked", reason="no-gpu")], "accept_new=1")
+    assert accepted.returncode == 0, accepted.stdout + accepted.stderr
+    assert "cap: old 0 + 1 new not-passing (a verify smoke/y) = new cap 1" in accepted.stdout
+    assert read_ledger(ledger).max_not_pass == 1

@@ -134,6 +134,10 @@ class SharedMemory:
         self.rmax = np.full(n // grain, -1, np.int32)    # largest reader tag
         self.epoch = np.zeros(ctas, np.int32)
         self._views: dict[tuple, np.ndarray] = {}
+        self._reads: list = []      # loads since the last barrier, folded in lazily
+        self._dirty = False         # some store since the last all-CTA barrier
+        self._readers = False       # rmin/rmax hold reads since the last all-CTA barrier
+        self._cache = None
 
     def _view(self, name: str, elem: int, vec: int) -> np.ndarray:
         key = (name, elem, vec)
@@ -146,15 +150,29 @@ class SharedMemory:
     def barrier(self, ctas: np.ndarray | None) -> None:
         """bar.sync: every access before it is ordered before every access after it."""
         if ctas is None:
+            self._reads.clear()                 # no later write can race with them
+            self._dirty = self._readers = False
             self.epoch += 1
         else:
+            self._fold()
             self.epoch[ctas] += 1
+        self._cache = None
         if self.epoch.max() >= (1 << (31 - _TID_BITS)) - 1:   # tag space exhausted
             written = self.writer >= 0              # keep "ever written" as epoch 0
             self.rmin.fill(-1)
             self.rmax.fill(-1)
             self.writer[:] = np.where(written, 0, -1)
             self.epoch[:] = 1
+
+    def _who(self, threads):
+        """(cta, epoch, tag) per thread; cached for the all-threads index array."""
+        if self._cache is not None and self._cache[0] is threads:
+            return self._cache[1:]
+        cta = threads // self.tpc
+        ep = self.epoch[cta][:, None]
+        tag = ((ep << _TID_BITS) | (threads % self.tpc)[:, None]).astype(np.int32)
+        self._cache = (threads, cta, ep, tag)
+        return cta, ep, tag
 
     def _locate(self, addr, threads, size: int):
         off = np.asarray(addr).astype(np.int64)
@@ -168,8 +186,8 @@ class SharedMemory:
             i = _first(mis)
             raise Fault("misaligned", threads[i], f"{size}-byte shared access needs "
                         f"{size}-byte alignment", int(off[i]))
-        cta = threads // self.tpc
-        return (cta * self.pad + off) // size, cta, off
+        cta, ep, tag = self._who(threads)
+        return (cta * self.pad + off) // size, cta, ep, tag, off
 
     def _race(self, bad: np.ndarray, tags: np.ndarray, threads, off, cta, what: str):
         i, j = np.argwhere(bad)[0]
@@ -179,54 +197,67 @@ class SharedMemory:
                     "of the CTA since the last bar.sync", at,
                     other=int(cta[i]) * self.tpc + other)
 
-    def _track(self, rows, cta, threads, off, size: int, write: bool) -> None:
-        ep = self.epoch[cta][:, None]
-        tag = ((ep << _TID_BITS) | (threads % self.tpc)[:, None]).astype(np.int32)
-        wv, lo, hi = (self._view(n, size, 1) for n in ("writer", "rmin", "rmax"))
-        W = wv[rows]
-        if not write and self.strict_init and (W < 0).any():
+    def _fold(self) -> None:
+        """Record the deferred reads in rmin/rmax (needed once a write or a partial
+        barrier follows them; a barrier of all CTAs just drops them)."""
+        self._readers = self._readers or bool(self._reads)
+        for rows, ep, tag, size in self._reads:
+            lo, hi = self._view("rmin", size, 1), self._view("rmax", size, 1)
+            L, H = lo[rows], hi[rows]
+            stale = (H >> _TID_BITS) != ep
+            if rows.size < 2 or bool((rows[1:] > rows[:-1]).all()):
+                lo[rows] = np.where(stale, tag, np.minimum(L, tag))
+                hi[rows] = np.where(stale, tag, np.maximum(H, tag))
+                continue
+            lo[rows] = np.where(stale, tag, L)    # open this epoch, then fold duplicates
+            hi[rows] = np.where(stale, tag, H)
+            k = size // self.grain
+            flat = (rows[:, None] * k + np.arange(k)).ravel()
+            tags = np.broadcast_to(tag, L.shape).ravel()
+            np.minimum.at(self.rmin, flat, tags)
+            np.maximum.at(self.rmax, flat, tags)
+        self._reads.clear()
+
+    def load(self, addr, threads, elem: int, vec: int) -> np.ndarray:
+        size = elem * vec
+        rows, cta, ep, tag, off = self._locate(addr, threads, size)
+        W = self._view("writer", size, 1)[rows]
+        if self.strict_init and (W < 0).any():
             i, j = np.argwhere(W < 0)[0]
             at = int(off[i]) + int(j) * self.grain
             raise Fault("uninitialized", threads[i], f"shared offset {at:#x} read but never "
                         "written", at)
-        bad = ((W >> _TID_BITS) == ep) & (W != tag)
-        if bad.any():
-            self._race(bad, W, threads, off, cta, "written")
-        unique = rows.size < 2 or bool((rows[1:] > rows[:-1]).all())
-        if write:
-            L, H = lo[rows], hi[rows]
-            bad = ((H >> _TID_BITS) == ep) & ((L != tag) | (H != tag))
+        if self._dirty:
+            bad = ((W >> _TID_BITS) == ep) & (W != tag)
             if bad.any():
-                self._race(bad, np.where(L != tag, L, H), threads, off, cta, "read")
-            if not unique:
-                order = np.argsort(rows, kind="stable")
-                same = np.flatnonzero(rows[order][1:] == rows[order][:-1])
-                if same.size:
-                    a, b = order[same[0]], order[same[0] + 1]
-                    raise Fault("race", threads[max(a, b)], f"shared offset "
-                                f"{int(off[a]):#x} written by two threads in one "
-                                "instruction", int(off[a]), other=threads[min(a, b)])
-            wv[rows] = tag
-            return
-        L, H = lo[rows], hi[rows]
-        stale = (H >> _TID_BITS) != ep
-        if unique:
-            lo[rows] = np.where(stale, tag, np.minimum(L, tag))
-            hi[rows] = np.where(stale, tag, np.maximum(H, tag))
-            return
-        lo[rows] = np.where(stale, tag, L)      # open this epoch, then fold in duplicates
-        hi[rows] = np.where(stale, tag, H)
-        flat = (rows[:, None] * (size // self.grain) + np.arange(size // self.grain)).ravel()
-        tags = np.broadcast_to(tag, L.shape).ravel()
-        np.minimum.at(self.rmin, flat, tags)
-        np.maximum.at(self.rmax, flat, tags)
-
-    def load(self, addr, threads, elem: int, vec: int) -> np.ndarray:
-        rows, cta, off = self._locate(addr, threads, elem * vec)
-        self._track(rows, cta, threads, off, elem * vec, write=False)
+                self._race(bad, W, threads, off, cta, "written")
+        self._reads.append((rows, ep, tag, size))
         return self._view("raw", elem, vec)[rows]
 
     def store(self, addr, threads, elem: int, vec: int, values: np.ndarray) -> None:
-        rows, cta, off = self._locate(addr, threads, elem * vec)
-        self._track(rows, cta, threads, off, elem * vec, write=True)
+        size = elem * vec
+        rows, cta, ep, tag, off = self._locate(addr, threads, size)
+        wv = self._view("writer", size, 1)
+        if self._dirty:
+            W = wv[rows]
+            bad = ((W >> _TID_BITS) == ep) & (W != tag)
+            if bad.any():
+                self._race(bad, W, threads, off, cta, "written")
+        if self._reads:
+            self._fold()
+        if self._readers:
+            L, H = self._view("rmin", size, 1)[rows], self._view("rmax", size, 1)[rows]
+            bad = ((H >> _TID_BITS) == ep) & ((L != tag) | (H != tag))
+            if bad.any():
+                self._race(bad, np.where(L != tag, L, H), threads, off, cta, "read")
+        if rows.size > 1 and not bool((rows[1:] > rows[:-1]).all()):
+            order = np.argsort(rows, kind="stable")
+            same = np.flatnonzero(rows[order][1:] == rows[order][:-1])
+            if same.size:
+                a, b = order[same[0]], order[same[0] + 1]
+                raise Fault("race", threads[max(a, b)], f"shared offset {int(off[a]):#x} "
+                            "written by two threads in one instruction", int(off[a]),
+                            other=threads[min(a, b)])
+        wv[rows] = tag
+        self._dirty = True
         self._view("raw", elem, vec)[rows] = values

@@ -57,6 +57,7 @@ class State:
         self.regs: dict[str, np.ndarray] = {}
         self.partial: dict[str, np.ndarray] = {}   # written-mask of partly written registers
         self.threads = np.arange(T)
+        self.row8 = self.threads * 8        # byte offset of each thread's 8-byte row
 
     def check(self, name: str, m) -> None:
         """Raise ``uninitialized`` if a thread of ``m`` reads ``name`` before writing it."""

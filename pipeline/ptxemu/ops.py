@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import operator
 import re
-from typing import Any, Callable, NamedTuple
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -261,23 +261,24 @@ def _prmt(cx):
     d, a, b, c = cx.nargs(4)
     put = cx.dst(d, TYPES["b32"])
     ga, gb, gc = cx.src(a, TYPES["b32"]), cx.src(b, TYPES["b32"]), cx.src(c, TYPES["b32"])
-    shifts = np.array([0, 4, 8, 12], np.uint32)
 
     def run(st, m):
-        pool = np.empty((st.T, 2), np.uint32)
+        T = st.T
+        pool = np.empty((T, 2), np.uint32)
         pool[:, 0], pool[:, 1] = ga(st, m), gb(st, m)
-        pool = pool.view(np.uint8)                                  # [T, 8] bytes
         c = gc(st, m)
         if np.ndim(c) == 0:                                         # literal selector
-            nib = [(int(c) >> (4 * k)) & 15 for k in range(4)]
-            out = pool[:, [x & 7 for x in nib]]
-            sign = np.array([x >> 3 for x in nib], bool)
-        else:
-            nib = (c[:, None] >> shifts) & 15
-            out = np.take_along_axis(pool, (nib & 7).astype(np.intp), 1)
-            sign = nib >= 8
-        out = np.where(sign, (out.view(np.int8) >> 7).view(np.uint8), out)
-        put(st, m, np.ascontiguousarray(out).view(np.uint32)[:, 0])
+            nib = np.array([(int(c) >> (4 * k)) & 15 for k in range(4)], np.uint8)
+            out = np.take(pool.view(np.uint8), nib & 7, axis=1)
+        else:                                   # nibbles 0..3 of c, gathered per thread
+            cb = np.asarray(c).view(np.uint8).reshape(T, 4)
+            nib = np.empty((T, 4), np.uint8)
+            nib[:, 0::2], nib[:, 1::2] = cb[:, :2] & 15, cb[:, :2] >> 4
+            out = pool.view(np.uint8).reshape(-1)[st.row8[:, None] + (nib & 7)]
+        sign = nib >= 8
+        if sign.any():
+            out = np.where(sign, (out.view(np.int8) >> 7).view(np.uint8), out)
+        put(st, m, out.view(np.uint32)[:, 0])
     return run
 
 
@@ -415,7 +416,7 @@ def _ldst(cx, op, space, nc, vec, t):
 
         def ld_param(st, m):
             raw = np.frombuffer(st.params, t.udtype, 1, where)[0]
-            put(st, m, raw.view(t.dtype) if hasattr(raw, "view") else raw)
+            put(st, m, raw.view(t.dtype))
         return ld_param
     if isinstance(off, tuple):
         raise cx.error("a kernel parameter is only addressed by ld.param")
@@ -424,8 +425,9 @@ def _ldst(cx, op, space, nc, vec, t):
     koff = np.uint64(off & (2 ** 64 - 1))
 
     def addresses(st, m, sel):
-        a = np.asarray(base(st, m)).astype(np.uint64) if base is not None else np.uint64(0)
-        a = np.broadcast_to(a, (st.T,))
+        if base is None:
+            return np.full(sel.size, koff, np.uint64)
+        a = np.broadcast_to(np.asarray(base(st, m), dtype=np.uint64), (st.T,))
         return (a if m is None else a[sel]) + koff
 
     if op == "ld":
