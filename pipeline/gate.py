@@ -14,13 +14,13 @@ The work is split so it can be tested without the slow part: :func:`summarize` t
 the artifacts into a :class:`RunSummary`; :func:`compare` is a pure function of
 (run, ledger, seals, allowed duplicates) built from the small rules in :data:`RULES`.
 
-Findings (all red but UNEXPECTED PASS):
+Findings (all red but NOT RUN, which is informational):
 
 - UNEXPECTED FAILURE: a cell ran worse than its ledger verdict (pass < pass_vacuous <
   blocked < fail).
-- UNEXPECTED PASS (informational): a cell ran better. It may come from a better
-  machine or tool than the ledger's, so it does not fail CI; ``doit bless`` records it
-  and lowers the cap.
+- UNEXPECTED PASS: a cell ran better than its ledger verdict. Red too: the ledger is a
+  ratchet, and an improvement that is not blessed would let the cap stay loose;
+  ``doit bless`` records it and lowers the cap.
 - UNLISTED: a cell that exists (kernel x arch, kernel x shape of the sealed and CI
   sets, kernel tests) has no ledger entry.
 - STALE: a ledger entry whose cell no longer exists, or an allowed duplicate whose
@@ -31,6 +31,9 @@ Findings (all red but UNEXPECTED PASS):
 - STALE SEAL: a seal whose source or PTX hash is not the kernel's now, or of a kernel
   that no longer exists. UNSEALED: a kernel without a seal.
 - DUPLICATE BODY: see pipeline.dupbody.
+- NOT RUN (informational): ledger cells this gate has no verdict for (the verify sets
+  CI does not run, e.g. ``hslm``), one line per check and set, so a green gate never
+  reads as more than it checked.
 """
 from __future__ import annotations
 
@@ -60,8 +63,8 @@ from pipeline.shapes import select_sets
 
 GATE_DIR = ARTIFACTS / "gate"
 Kind = Literal["UNEXPECTED FAILURE", "UNEXPECTED PASS", "UNLISTED", "STALE", "OVER CAP",
-               "BAD REASON", "STALE SEAL", "UNSEALED", "DUPLICATE BODY"]
-INFORMATIONAL: frozenset[str] = frozenset({"UNEXPECTED PASS"})
+               "BAD REASON", "STALE SEAL", "UNSEALED", "DUPLICATE BODY", "NOT RUN"]
+INFORMATIONAL: frozenset[str] = frozenset({"NOT RUN"})
 
 
 class Finding(NamedTuple):
@@ -96,7 +99,7 @@ def rerun(check: str, target: str) -> str:
 
 
 def verdicts(i: Inputs) -> Iterable[Finding]:
-    """A run verdict worse than the ledger's is a failure; a better one an (informational) pass."""
+    """A run verdict other than the ledger's: worse is a failure, better an unexpected pass."""
     expected = {e.key: e for e in i.ledger.entries}
     for result in i.run.results:
         entry = expected.get(result.key)
@@ -172,7 +175,21 @@ def duplicates(i: Inputs) -> Iterable[Finding]:
                       f"remove the entry from {rel(ALLOWED_FILE)}")
 
 
-RULES: tuple[Rule, ...] = (verdicts, unlisted, stale_entries, over_cap, bad_reasons, seals, duplicates)
+def not_run(i: Inputs) -> Iterable[Finding]:
+    """Which existing cells this run gave no verdict for, grouped by check and set."""
+    judged = {r.key for r in i.run.results}
+    groups: dict[tuple[str, str], int] = {}
+    for _, check, target in i.run.cells:
+        if (_, check, target) not in judged:
+            group = (check, target.split("/")[0])
+            groups[group] = groups.get(group, 0) + 1
+    for (check, target), count in sorted(groups.items()):
+        yield Finding("NOT RUN", f"{check} {target}", f"{count} cells have no verdict from this run",
+                      rerun(check, target))
+
+
+RULES: tuple[Rule, ...] = (verdicts, unlisted, stale_entries, over_cap, bad_reasons, seals, duplicates,
+                           not_run)
 
 
 def compare(run: RunSummary, ledger: Ledger, sealed: dict[str, Seal], allowed: AllowedDuplicates,
@@ -276,8 +293,8 @@ def main(argv: list[str] | None = None) -> int:
     for finding in findings:
         print(finding)
     red = sum(f.red for f in findings)
-    print(f"gate: {'RED' if red else 'green'}: {len(run.results)} cells checked, {red} red findings, "
-          f"{len(findings) - red} informational")
+    print(f"gate: {'RED' if red else 'green'}: {len(run.results)} of {len(run.cells)} cells checked, "
+          f"{red} red finding{'s' * (red != 1)}, {len(findings) - red} informational")
     return 1 if red else 0
 
 

@@ -72,6 +72,8 @@ def replace_entry(i: gate.Inputs, key, **update) -> gate.Inputs:
 PLANTED = {
     "unexpected failure": (lambda i: with_result(i, TINY, "fail"), "UNEXPECTED FAILURE", gate.verdicts),
     "unexpected pass": (lambda i: with_result(i, BLOCKED, "pass"), "UNEXPECTED PASS", gate.verdicts),
+    "no verdict": (lambda i: i._replace(run=i.run.model_copy(update={"results": i.run.results[1:]})),
+                   "NOT RUN", gate.not_run),
     "unlisted": (lambda i: with_entries(i, [e for e in i.ledger.entries if e.key != TINY]), "UNLISTED", gate.unlisted),
     "stale entry": (lambda i: with_entries(i, [*i.ledger.entries, LedgerEntry(
         kernel="kern_a", check="ptxas", target="sm_70", verdict="pass")]), "STALE", gate.stale_entries),
@@ -114,10 +116,20 @@ def test_a_gate_without_one_rule_misses_its_planted_cases(rule):
         assert findings(planted, tuple(r for r in gate.RULES if r is not rule)) == []
 
 
-def test_only_unexpected_pass_is_informational():
-    assert {k for k in gate.Kind.__args__ if not gate.Finding(k, "", "", "").red} == {"UNEXPECTED PASS"}
+def test_only_not_run_is_informational():
+    assert {k for k in gate.Kind.__args__ if not gate.Finding(k, "", "", "").red} == {"NOT RUN"}
     line = str(findings(PLANTED["unexpected pass"][0](green()))[0])
-    assert line.startswith("INFO UNEXPECTED PASS  kern_b ptxas sm_90: ledger blocked, now pass  -> doit bless")
+    assert line.startswith("UNEXPECTED PASS  kern_b ptxas sm_90: ledger blocked, now pass  -> doit bless")
+
+
+def test_cells_without_a_verdict_are_reported_not_failed():
+    i = green()
+    unjudged = [r for r in i.run.results if r.check == "verify"]
+    i = i._replace(run=i.run.model_copy(update={"results": [r for r in i.run.results if r not in unjudged]}))
+    found = findings(i)
+    assert found and all(f.kind == "NOT RUN" and not f.red for f in found)
+    assert sum(int(f.what.split()[0]) for f in found) == len(unjudged)
+    assert str(found[0]).startswith("INFO NOT RUN  verify smoke: ")
 
 
 def test_finding_lines_name_the_cell_or_file_and_the_fix():
