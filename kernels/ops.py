@@ -8,7 +8,7 @@ the integer kernel through :func:`kernels.launch.launch`, and rescales the int32
 - dW       dW[j, i] = v_j u_i   * sum_r dYq[r, j] Xq[r, i]   (u_i, v_j: per column of X, dY)
 
 The array module of the inputs picks the backend: numpy arrays run the same PTX on the
-CPU emulator (pipeline.ptxemu), CuPy arrays run it on the GPU (cupy.RawModule). Both
+CPU emulator (pipeline.ptxemu), CuPy arrays run it on the GPU (pipeline.backends). Both
 are called as CuPy's RawKernel is, so nothing below knows which one ran. The PTX is
 emitted in-process from the kernel's spec (the same text `doit emit` writes).
 
@@ -47,15 +47,10 @@ def kernel_function(name: str, xp: Any) -> Callable[..., Any]:
     """The kernel as a RawKernel-style callable for ``xp``: emulator (numpy) or CuPy."""
     key = (name, xp.__name__)
     if key not in _FUNCTIONS:
-        ptx = get_kernel(name).emit()
-        if xp is np:
-            from pipeline.ptxemu import Module
+        from pipeline.backends import load_ptx
 
-            _FUNCTIONS[key] = Module(code=ptx).get_function(name)
-        else:  # cupy.RawModule(code=) would compile CUDA C++; PTX goes to the driver's JIT
-            module = xp.cuda.function.Module()
-            module.load(ptx.encode())
-            _FUNCTIONS[key] = module.get_function(name)
+        backend = "emulator" if xp is np else "gpu"
+        _FUNCTIONS[key] = load_ptx(backend, get_kernel(name).emit(), name)
     return _FUNCTIONS[key]
 
 

@@ -56,15 +56,25 @@ def to_host(array: Any) -> np.ndarray:
     return array.get() if hasattr(array, "get") else np.asarray(array)
 
 
-def load_function(backend: str, ptx: Path, entry: str) -> Callable[..., Any]:
-    """``entry`` from the PTX file, callable as ``fn(grid, block, args, shared_mem=0)``."""
+def load_ptx(backend: str, ptx: str, entry: str) -> Callable[..., Any]:
+    """``entry`` from PTX text, callable as ``fn(grid, block, args, shared_mem=0)``.
+
+    On the GPU the text goes to the driver's JIT through CuPy's module loader (the one
+    ``cupy.RawModule(path=...)`` uses; ``RawModule(code=...)`` would compile CUDA C++)."""
     if backend == "gpu":
         import cupy
 
-        return cupy.RawModule(path=str(ptx)).get_function(entry)
+        module = cupy.cuda.function.Module()
+        module.load(ptx.encode())
+        return module.get_function(entry)
     from pipeline.ptxemu import Module
 
-    return Module(path=str(ptx)).get_function(entry)
+    return Module(code=ptx).get_function(entry)
+
+
+def load_function(backend: str, ptx: Path, entry: str) -> Callable[..., Any]:
+    """``entry`` from a PTX file (see :func:`load_ptx`)."""
+    return load_ptx(backend, Path(ptx).read_text(), entry)
 
 
 def device_info(backend: str) -> tuple[str, str | None]:

@@ -291,7 +291,7 @@ def test_python_m_bench_without_gpu(tmp_path):
     assert res.stderr.startswith("error: bench needs a CUDA GPU") and res.stderr.count("\n") == 1
 
 
-# ---- the whole GPU flow on a stand-in: numpy as "cupy", the emulator as RawModule ----
+# ---- the whole GPU flow on a stand-in: numpy as "cupy", the emulator as its module loader ----
 
 def fake_gpu(monkeypatch) -> None:
     """Just enough of cupy/cupyx for run_bench's plumbing, on numpy. No cuBLAS (so those
@@ -343,15 +343,22 @@ def fake_gpu(monkeypatch) -> None:
     runtime = types.SimpleNamespace(
         getDeviceCount=lambda: 1, driverGetVersion=lambda: 12040, runtimeGetVersion=lambda: 12040,
         getDeviceProperties=lambda i: {"name": b"FAKE numpy GPU", "major": 8, "minor": 0})
+    class FunctionModule:  # cupy.cuda.function.Module: PTX bytes in, kernels out
+        def load(self, image):
+            self.module = Module(code=image.decode())
+
+        def get_function(self, name):
+            return self.module.get_function(name)
+
     cuda = types.ModuleType("cupy.cuda")
     cuda.__dict__.update(runtime=runtime, Event=Event, Stream=Stream, Device=Device,
+                         function=types.SimpleNamespace(Module=FunctionModule),
                          get_elapsed_time=lambda a, b: max(b.t - a.t, 1e-6) * 1e3)
     cupy = types.ModuleType("cupy")
     cupy.__dict__.update(
         __version__="0-fake", cuda=cuda, int32=np.int32, float64=np.float64, ndarray=np.ndarray,
         asarray=lambda a, dtype=None: np.array(a, dtype=dtype), asnumpy=np.asarray, full=np.full,
-        zeros=np.zeros, matmul=np.matmul, ascontiguousarray=np.ascontiguousarray,
-        RawModule=Module)
+        zeros=np.zeros, matmul=np.matmul, ascontiguousarray=np.ascontiguousarray)
     profiler = types.ModuleType("cupyx.profiler")
     profiler.benchmark = benchmark
     for name, mod in {"cupy": cupy, "cupy.cuda": cuda, "cupyx": types.ModuleType("cupyx"),
