@@ -13,6 +13,9 @@ import numpy as np
 from kernels.spec import Dims, KernelSpec
 
 
+GRID_LIMITS = (2**31 - 1, 65535, 65535)  # CUDA's maximum grid size per axis
+
+
 class LaunchError(ValueError):
     """A launch was refused before it started (bad input shape, dtype or size)."""
 
@@ -47,8 +50,14 @@ def launch(spec: KernelSpec, fn: Callable[..., Any], dims: Dims,
             f"{spec.name}: R={dims.R} is over {spec.max_rows}, where int32 accumulation "
             f"could overflow; split the rows (kernels.ops does) and sum the chunks in int64"
         )
-    out = xp.zeros(spec.output.shape(dims), dtype=spec.output.dtype)
     geometry = spec.geometry(dims)
+    for axis, size, limit in zip("xyz", geometry.grid, GRID_LIMITS):
+        if size > limit:
+            raise LaunchError(
+                f"{spec.name}: R={dims.R} K={dims.K} N={dims.N} needs grid.{axis}={size}, over "
+                f"CUDA's {limit}; split the problem into smaller launches"
+            )
+    out = xp.zeros(spec.output.shape(dims), dtype=spec.output.dtype)
     fn(geometry.grid, geometry.block, kernel_args(spec, dims, out, inputs),
        shared_mem=geometry.shared_mem)
     return out

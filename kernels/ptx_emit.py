@@ -144,12 +144,22 @@ class Ptx:
         """In-place ``reg += step`` (loop counters and walking pointers)."""
         self.ins(f"add.{ty}", reg, reg, step)
 
+    def widen(self, a: str) -> str:
+        """u32 -> u64."""
+        return self.fresh("b64", "cvt.u64.u32", a)
+
     def wide_mul(self, a: Operand, b: Operand) -> str:
-        """u32 x u32 -> u64 (offsets in bytes stay exact past 4 GiB)."""
+        """u32 x u32 -> u64 (offsets in bytes stay exact past 4 GiB); register first."""
+        if isinstance(a, int):
+            a, b = b, a
+        if b == 1:
+            return self.widen(a)
         return self.fresh("b64", "mul.wide.u32", a, b)
 
     def byte_offset(self, base64: str, index: Operand, scale: Operand) -> str:
         """``base64 + index * scale`` with a widening multiply (32-bit index, 64-bit address)."""
+        if index == 0:
+            return base64
         return self.add(base64, self.wide_mul(index, scale), "s64")
 
     # -- memory ----------------------------------------------------------------------

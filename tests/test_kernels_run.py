@@ -74,6 +74,15 @@ def test_dw_refuses_rows_past_the_int32_bound():
         launch(spec, lambda *a, **k: None, Dims(131072, 1, 1), {})
 
 
+@pytest.mark.kernel("ternary_fwd_s8")
+def test_launch_refuses_a_grid_cuda_cannot_run():
+    spec = get_kernel("ternary_fwd_s8")
+    launch(spec, lambda *a, **k: None, Dims(65535 * 64, 1, 1), {  # the largest R that fits
+        "x": np.zeros((65535 * 64, 1), np.int8), "w": np.zeros((1, 1), np.uint32)})
+    with pytest.raises(LaunchError, match=r"needs grid\.y=65536, over CUDA's 65535"):
+        launch(spec, lambda *a, **k: None, Dims(65535 * 64 + 1, 1, 1), {})
+
+
 @pytest.mark.parametrize("name", per_kernel())
 def test_launch_refuses_mismatched_inputs(name):
     spec = get_kernel(name)
