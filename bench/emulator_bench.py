@@ -4,8 +4,10 @@
     python bench/emulator_bench.py --set tails
 
 Prints the wall time of each kernel x shape on the CPU PTX emulator (with the
-mismatch count, so a fast wrong run is visible) and the time of one no-op
-``doit verify`` (everything up to date) in a subprocess.
+mismatch count, so a fast wrong run is visible), what the launch issued (warp
+instructions per mma, global and shared loads per mma: a deterministic measure of
+how much work surrounds each tensor-core op, not a GPU time), and the time of one
+no-op ``doit verify`` (everything up to date) in a subprocess.
 """
 from __future__ import annotations
 
@@ -29,7 +31,8 @@ from pipeline.shapes import load_set  # noqa: E402
 
 def emulate_set(shape_set: str) -> float:
     total = 0.0
-    print(f"{'kernel':<16} {'shape':<16} {'R':>6} {'K':>5} {'N':>5} {'seconds':>8} {'mismatches':>10}")
+    print(f"{'kernel':<16} {'shape':<16} {'R':>6} {'K':>5} {'N':>5} {'seconds':>8} {'mismatches':>10}"
+          f" {'warp instr':>11} {'instr/mma':>9} {'ld.global/mma':>13} {'ld.shared/mma':>13}")
     for name, spec in KERNELS.items():
         fn = Module(code=spec.emit()).get_function(name)
         for shape in load_set(shape_set):
@@ -40,7 +43,11 @@ def emulate_set(shape_set: str) -> float:
             seconds = time.perf_counter() - start
             total += seconds
             bad = int(np.count_nonzero(out != spec.reference(dims, inputs)))
-            print(f"{name:<16} {shape.name:<16} {dims.R:>6} {dims.K:>5} {dims.N:>5} {seconds:>8.3f} {bad:>10}")
+            st = fn.stats
+            mma = max(1, st.by_opcode.get("mma", 0))
+            print(f"{name:<16} {shape.name:<16} {dims.R:>6} {dims.K:>5} {dims.N:>5} {seconds:>8.3f} {bad:>10}"
+                  f" {st.warp_instructions:>11} {st.per('mma'):>9.1f}"
+                  f" {st.by_opcode.get('ld.global', 0) / mma:>13.1f} {st.by_opcode.get('ld.shared', 0) / mma:>13.1f}")
     print(f"emulator total for '{shape_set}': {total:.2f} s")
     return total
 

@@ -6,9 +6,10 @@
 
 Modules: parse (text -> records), operands (types, registers, operand closures),
 ops (the instruction table), memory (global/shared with bounds, alignment and race
-checks), machine (the lockstep min-PC executor, Module and Function).
+checks), machine (the lockstep min-PC executor, Module and Function). After a launch
+``fn.stats`` (LaunchStats) says how many warp instructions it issued, by opcode.
 """
-from pipeline.ptxemu.machine import Function, Module
+from pipeline.ptxemu.machine import Function, LaunchStats, Module
 from pipeline.ptxemu.parse import EmulatorError
 
-__all__ = ["Module", "Function", "EmulatorError"]
+__all__ = ["Module", "Function", "EmulatorError", "LaunchStats"]

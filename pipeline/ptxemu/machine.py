@@ -38,6 +38,25 @@ class Step(NamedTuple):
     ex: Exec
 
 
+class LaunchStats(NamedTuple):
+    """What one launch issued, counted as the hardware counts: one per warp that reaches
+    an instruction, predicated-off or not (a guard does not take back the issue slot)."""
+
+    warp_instructions: int
+    by_opcode: dict[str, int]  # "ld.global", "ld.shared", "mma", "prmt", ... -> count
+
+    def per(self, opcode: str) -> float:
+        """Warp instructions issued per ``opcode`` instruction (e.g. per mma)."""
+        return self.warp_instructions / max(1, self.by_opcode.get(opcode, 0))
+
+
+def opcode_class(op: str) -> str:
+    """The name statistics group by: memory ops keep their state space."""
+    words = op.split(".")
+    space = next((w for w in words[1:] if w in ("global", "shared", "param")), None)
+    return f"{words[0]}.{space}" if words[0] in ("ld", "st") and space else words[0]
+
+
 def _align(n: int, a: int) -> int:
     return -(-n // a) * a
 
@@ -56,6 +75,7 @@ class Function:
 
     def __init__(self, entry: Entry, strict_shared_init: bool = True):
         self.entry, self.name, self.strict_shared_init = entry, entry.name, strict_shared_init
+        self.stats: LaunchStats | None = None  # of the last launch
         offsets, end, ext_align = {}, 0, 0
         for sym, align, nbytes, _ in entry.shared:
             if nbytes is not None:
@@ -152,7 +172,15 @@ class Function:
                    SharedMemory(ctas, tpc, window, self.strict_shared_init, self.grain),
                    tpc)
         self._grid, self._block = g, b
-        self._run(st)
+        warps = np.arange(T) // tpc * -(-tpc // 32) + tl // 32
+        issued = np.zeros(len(self.steps), np.int64)
+        self._run(st, issued, warps)
+        by_opcode: dict[str, int] = {}
+        for step, count in zip(self.steps, issued.tolist()):
+            if count:
+                name = opcode_class(step.ins.op)
+                by_opcode[name] = by_opcode.get(name, 0) + count
+        self.stats = LaunchStats(int(issued.sum()), by_opcode)
 
     # ---- the executor -------------------------------------------------------------------
 
@@ -218,9 +246,11 @@ class Function:
         pcs[w] = self._waitpc[w] + 1
         st.smem.barrier(ctas)
 
-    def _run(self, st: State) -> None:
+    def _run(self, st: State, issued: np.ndarray, warps: np.ndarray) -> None:
+        """Run to the end; ``issued[i]`` counts the warps that issued step i."""
         steps, T = self.steps, st.T
         pc, pcs, live, nlive = 0, None, None, T   # converged: pc; diverged: pcs array
+        all_warps = int(warps[-1]) + 1
         self._waitpc = np.zeros(T, np.int32)
         while True:
             if pcs is None:
@@ -236,6 +266,7 @@ class Function:
                     active = live
             step = steps[i]
             ins, ex = step.ins, step.ex
+            issued[i] += all_warps if active is None else np.unique(warps[active]).size
             try:
                 m = active
                 if step.guard is not None:
