@@ -6,26 +6,30 @@ Each kernel is this one loop with different operand sources:
   16w..16w+15 and four 16x8 ``mma.m16n8k32`` accumulators across the 32 columns;
 - the contraction runs in chunks of 64 (two mma k-steps); per chunk each operand
   source supplies fragments in the PTX ISA layout (ptx-facts.md section 1): for lane
-  l, g = l >> 2 and t = l & 3, A needs rows g and g+8 at k = 4t..4t+3 (and +16), B
-  needs column g at k = 4t..4t+3 (and +16);
+  l, g = l >> 2 and t = l & 3, A needs rows g and g+8 and B column g, each at four
+  k slots per register;
+- which chunk bytes fill those k slots is a :class:`KOrder`. The mma sums over k, so
+  any permutation used by both A and B gives the same D; ``BLOCKED`` hands lane t the
+  16 consecutive bytes 16t..16t+15, so one 16-byte shared load or five aligned global
+  words cover a lane's whole chunk;
 - tails are predicated, never padded: a fragment byte outside [0, M) x [0, K) or
   [0, K) x [0, N) is loaded as 0, an output outside [0, M) x [0, N) is not stored.
   The contraction loop bound is the same for every thread, so control flow is
   uniform across the launch (``bra.uni``) and only data movement is predicated.
 
 Operand sources:
-- :class:`GlobalFragments`: bytes straight from global memory, one predicated byte
-  load each (rows of odd length are not 4-byte aligned, so wider loads would need
-  a second, aligned path; see the README's performance notes);
+- :class:`GlobalFragments`: int8 straight from global memory: predicated byte loads
+  in any chunk, aligned words funnelled with prmt in chunks well inside the rows;
 - :class:`TernaryShared`: packed ternary W, each thread decodes one u32 (16 codes) per
   chunk with prmt and writes it with one 16-byte shared store; warps then read
   fragments from shared memory. ``k_major=False`` stores W as [n][k] (forward: one
-  32-bit shared load per fragment register), ``k_major=True`` as [k][n] (dX, where
-  the packed order runs along the output dimension: four byte loads per register).
+  16-byte shared load per lane and n tile per chunk), ``k_major=True`` as [k][n] (dX,
+  where the packed order runs along the output dimension: four byte loads per register).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from kernels.ptx_emit import TERNARY_PRMT_TABLE, Operand, Ptx, decode_ternary, guarded_bytes
 from kernels.spec import BufferSpec, Launch
@@ -38,6 +42,22 @@ TILE_N = 32  # columns of D per CTA: four n8 mma tiles
 N_TILES = TILE_N // 8
 CHUNK_K = 64  # contraction per loop trip: two k32 mma steps
 K_STEPS = CHUNK_K // 32
+
+
+class KOrder(NamedTuple):
+    """Chunk offset of the 4 bytes in k slots 4t.. of ``step`` and ``half`` (+16) for lane t."""
+
+    name: str
+    lane: int  # offset of lane t's first byte: lane * t
+    step: int
+    half: int
+
+    def offset(self, step: int, half: int) -> int:
+        return self.step * step + self.half * half
+
+
+NATURAL = KOrder("natural", lane=4, step=32, half=16)  # the PTX ISA's own k order
+BLOCKED = KOrder("blocked", lane=16, step=8, half=4)  # lane t: chunk bytes 16t..16t+15
 
 
 def geometry(rows: int, cols: int) -> Launch:
@@ -74,71 +94,104 @@ def lane_coords(ptx: Ptx) -> Lane:
 
 
 class GlobalFragments:
-    """Fragments read byte by byte from a global int8 matrix.
+    """Fragments read from a global int8 matrix.
 
     Element (row, k) of the operand lives at ``ptr + row * row_stride + k * k_stride``;
     exactly one of the strides is 1 (contiguous k: forward and dX activations; contiguous
     rows: dW's transposed reads), so one side of every address is an immediate.
     ``rows`` are this lane's fragment rows relative to ``row_base + g`` (A: 0 and 8;
-    B: 0, 8, 16, 24 for the four n tiles).
+    B: 0, 8, 16, 24 for the four n tiles). Rows past ``row_limit`` read the last row
+    instead (in bounds, and their results are never stored).
+
+    Two ways to fetch 4 k-consecutive bytes:
+    - byte path (any chunk): four predicated byte loads, zero past the matrix, packed
+      with prmt;
+    - funnel path (contiguous k, chunks well inside every row): rows of odd length are
+      not 4-byte aligned, so aligned 32-bit loads, each shared by the groups that
+      touch it, and one prmt per group that selects bytes o..o+3 of a word pair, o =
+      the row's misalignment. No predicates: the chunk and the word past it lie inside
+      the row (``FAST_MARGIN``).
     """
 
-    def __init__(self, ptx: Ptx, lane: Lane, ptr: str, row_base: str, row_limit: str,
-                 row_stride: Operand, k_limit: str, k_stride: Operand, rows: tuple[int, ...]):
+    def __init__(self, ptx: Ptx, lane: Lane, order: KOrder, ptr: str, row_base: str,
+                 row_limit: str, row_stride: Operand, k_limit: str, k_stride: Operand,
+                 rows: tuple[int, ...]):
         assert 1 in (row_stride, k_stride), "one stride must be 1 for immediate offsets"
-        self.ptx, self.rows, self.k_stride = ptx, rows, k_stride
+        self.ptx, self.order, self.rows, self.k_stride = ptx, order, rows, k_stride
+        self.fast_path = k_stride == 1
         first_row = ptx.add(row_base, lane.g)
-        k_first = ptx.shl(lane.t, 2)
-        self.k_left = ptx.sub(k_limit, k_first)  # k_limit - k0 - 4t, kept per chunk
+        k_first = ptx.mul(lane.t, order.lane)
+        self.k_left = ptx.sub(k_limit, k_first)  # k_limit - k0 - first k, kept per chunk
         self.row_ok = {r: ptx.setp("lt", ptx.add(first_row, r), row_limit, "u32") for r in rows}
-        origin = ptx.byte_offset(ptx.byte_offset(ptr, first_row, row_stride), k_first, k_stride)
         if k_stride == 1:  # a walking pointer per row; k offsets are immediates
-            self.row_ptr = {r: ptx.byte_offset(origin, r, row_stride) for r in rows}
+            last = ptx.sub(row_limit, 1, "u32")
+            self.row_ptr, self.aligned, self.funnel = {}, {}, {}
+            for r in rows:
+                row = ptx.binop("min", ptx.add(first_row, r), last)
+                self.row_ptr[r] = ptx.byte_offset(ptx.byte_offset(ptr, row, row_stride), k_first, 1)
+                self.aligned[r] = ptx.binop("and", self.row_ptr[r], -4, "b64")
+                misalign = ptx.band(ptx.fresh("b32", "cvt.u32.u64", self.row_ptr[r]), 3)
+                self.funnel[r] = ptx.mad(misalign, 0x1111, 0x3210)  # prmt bytes o..o+3
         else:  # one walking pointer; rows are immediates, k addresses rebuilt per chunk
-            self.origin = origin
+            self.origin = ptx.byte_offset(ptx.byte_offset(ptr, first_row, row_stride), k_first, k_stride)
             self.stride = ptx.wide_mul(k_stride, 1)
-            self.stride16 = ptx.wide_mul(k_stride, 16)
             self.chunk_step = ptx.wide_mul(k_stride, CHUNK_K)
 
-    def begin_chunk(self) -> None:
+    def begin_chunk(self, fast: bool) -> None:
         ptx = self.ptx
+        self.fast, self.words = fast, {}
+        if fast:
+            assert self.fast_path
+            return
         # rows past the end see 0 k left, so one compare per byte covers both bounds
         self.left = {r: ptx.selp(self.k_left, 0, self.row_ok[r]) for r in self.rows}
-        if self.k_stride != 1:
-            self.k_ptr = {0: self.origin}
-            for base in range(0, CHUNK_K, 16):
-                if base:
-                    self.k_ptr[base] = ptx.add(self.k_ptr[base - 16], self.stride16, "s64")
-                for b in range(1, 4):
-                    self.k_ptr[base + b] = ptx.add(self.k_ptr[base + b - 1], self.stride, "s64")
+        if self.k_stride != 1:  # the k addresses this lane touches, walked once per chunk
+            ks = sorted({self.order.offset(s, h) + b for s in range(K_STEPS) for h in (0, 1) for b in range(4)})
+            self.k_ptr = {0: self.origin}  # ks[0] == 0: every order starts at the lane's first k
+            for prev, k in zip(ks, ks[1:]):
+                step = self.stride if k == prev + 1 else ptx.wide_mul(self.k_stride, k - prev)
+                self.k_ptr[k] = ptx.add(self.k_ptr[prev], step, "s64")
+
+    def word(self, row: int, offset: int) -> str:
+        """The aligned 32-bit word at ``offset`` past this row's aligned pointer (loaded once a chunk)."""
+        if (row, offset) not in self.words:
+            self.words[row, offset] = self.ptx.load("global", "b32", self.aligned[row], offset)
+        return self.words[row, offset]
 
     def group(self, row: int, k: int) -> str:
-        """Bytes (row, 4t+k .. 4t+k+3) as one b32, zero outside the matrix."""
+        """Bytes (row, first k + k .. + 3) as one b32, zero outside the matrix."""
+        ptx = self.ptx
+        if self.fast:
+            return ptx.prmt(self.word(row, k), self.word(row, k + 4), self.funnel[row])
         places = []
         for b in range(4):
-            ok = self.ptx.setp("gt", self.left[row], k + b)
+            ok = ptx.setp("gt", self.left[row], k + b)
             if self.k_stride == 1:
                 places.append((self.row_ptr[row], k + b, ok))
             else:
                 places.append((self.k_ptr[k + b], row, ok))
-        return guarded_bytes(self.ptx, "global", places)
+        return guarded_bytes(ptx, "global", places)
 
     def a_fragment(self, step: int) -> list[str]:
-        k = 32 * step
-        return [self.group(0, k), self.group(8, k), self.group(0, k + 16), self.group(8, k + 16)]
+        low, high = (self.order.offset(step, h) for h in (0, 1))
+        return [self.group(0, low), self.group(8, low), self.group(0, high), self.group(8, high)]
 
     def b_fragment(self, step: int, tile: int) -> list[str]:
-        k = 32 * step
-        return [self.group(8 * tile, k), self.group(8 * tile, k + 16)]
+        return [self.group(8 * tile, self.order.offset(step, h)) for h in (0, 1)]
 
     def end_chunk(self) -> None:
         ptx = self.ptx
         ptx.increment(self.k_left, -CHUNK_K, "s32")
         if self.k_stride == 1:
-            for ptr in self.row_ptr.values():
+            for ptr in (*self.row_ptr.values(), *self.aligned.values()):
                 ptx.increment(ptr, CHUNK_K, "s64")
         else:
             ptx.increment(self.origin, self.chunk_step, "s64")
+
+
+# the funnel path reads up to the word after a lane's last group: 3 bytes of slack past
+# the chunk plus a whole word (BLOCKED: first k + 12 + 7 = 16t + 19 <= 67 = CHUNK_K + 3)
+FAST_MARGIN = 4
 
 
 class TernaryShared:
@@ -150,20 +203,29 @@ class TernaryShared:
     (the previous chunk's readers are done) and after (the tile is complete) the store.
 
     ``k_major=False`` (forward, contraction = in-features = packed order): tile [n 32][k 64],
-    the packed column is D's column and the word advances along k.
+    the packed column is D's column and the word advances along k. With the BLOCKED k
+    order a lane's whole chunk for one n tile is the 16-byte word it reads with one
+    ``ld.shared.v4``; 64-byte rows keep both the stores and those loads conflict-free
+    (8 lanes of a phase cover 128 consecutive bytes).
     ``k_major=True`` (dX, contraction = out-features = packed columns): tile [k 64][n 32],
-    the packed column advances along k and the word is D's column block.
-    Rows are padded by 16 bytes so the fragment reads of the 8 g-lanes hit distinct banks.
+    the packed column advances along k and the word is D's column block; fragment
+    registers are gathered with four byte loads in the NATURAL k order (the BLOCKED
+    order would put a lane's rows 16 apart, all in one bank). Rows are padded by 16
+    bytes so the g-lanes' and t-lanes' bytes fall in different banks.
     """
+
+    fast_path = False  # one decode serves every chunk
 
     def __init__(self, ptx: Ptx, lane: Lane, w_ptr: str, words_per_col: str,
                  col_limit: str, k_major: bool):
         self.ptx, self.k_major = ptx, k_major
         if k_major:
+            self.order = NATURAL
             tile_rows, row_bytes, col_shift, word_mask = CHUNK_K, TILE_N + 16, 1, 1
             col_first, word_first = 0, ptx.shr(lane.n_base, 4)
         else:
-            tile_rows, row_bytes, col_shift, word_mask = TILE_N, CHUNK_K + 16, 2, 3
+            self.order = BLOCKED
+            tile_rows, row_bytes, col_shift, word_mask = TILE_N, CHUNK_K, 2, 3
             col_first, word_first = lane.n_base, 0
         self.row_bytes = row_bytes
         self.col = ptx.add(ptx.shr(lane.tid, col_shift), col_first)
@@ -178,12 +240,13 @@ class TernaryShared:
         self.store_at = ptx.mad(ptx.shr(lane.tid, col_shift), row_bytes, ptx.add(tile, slot))
         if k_major:  # lane reads k rows 4t.. at column g
             self.read_at = ptx.mad(lane.t, 4 * row_bytes, ptx.add(tile, lane.g))
-        else:  # lane reads row g at k bytes 4t..
-            self.read_at = ptx.mad(lane.g, row_bytes, ptx.add(tile, ptx.shl(lane.t, 2)))
+        else:  # lane reads row g at k bytes 16t..16t+15
+            self.read_at = ptx.mad(lane.g, row_bytes, ptx.add(tile, ptx.shl(lane.t, 4)))
         self.table = ptx.mov(TERNARY_PRMT_TABLE)
 
-    def begin_chunk(self) -> None:
+    def begin_chunk(self, fast: bool) -> None:
         ptx = self.ptx
+        self.lane_words: dict[int, list[str]] = {}
         ok = ptx.and_pred(ptx.setp("lt", self.col, self.col_limit, "u32"),
                           ptx.setp("lt", self.word, self.words_per_col, "u32"))
         word = ptx.load("global", "u32", self.w_ptr, guard=ok, zero_fill=True)
@@ -193,13 +256,14 @@ class TernaryShared:
         ptx.barrier()
 
     def b_fragment(self, step: int, tile: int) -> list[str]:
-        ptx, k = self.ptx, 32 * step
-        if not self.k_major:
-            return [ptx.load("shared", "b32", self.read_at, 8 * tile * self.row_bytes + k + half)
-                    for half in (0, 16)]
-        return [guarded_bytes(ptx, "shared", [(self.read_at, (k + half + b) * self.row_bytes + 8 * tile, None)
-                                              for b in range(4)])
-                for half in (0, 16)]
+        ptx, order = self.ptx, self.order
+        if not self.k_major:  # all four registers of this n tile in one 16-byte load
+            if tile not in self.lane_words:
+                self.lane_words[tile] = ptx.load_vector("shared", "b32", self.read_at, 8 * tile * self.row_bytes, 4)
+            return [self.lane_words[tile][2 * step + h] for h in (0, 1)]
+        return [guarded_bytes(ptx, "shared", [(self.read_at, (order.offset(step, h) + b) * self.row_bytes
+                                               + 8 * tile, None) for b in range(4)])
+                for h in (0, 1)]
 
     def end_chunk(self) -> None:
         ptx = self.ptx
@@ -209,16 +273,35 @@ class TernaryShared:
 
 def emit_tile(ptx: Ptx, lane: Lane, a: GlobalFragments, b: GlobalFragments | TernaryShared,
               k_limit: str, out: str, rows: str, cols: str) -> None:
-    """The chunk loop (fragments -> mma) and the predicated int32 store of D[rows x cols]."""
+    """The chunk loop (fragments -> mma) and the predicated int32 store of D[rows x cols].
+
+    When an operand has a funnel path, each trip picks (uniformly, on k alone) the fast
+    body while the whole chunk plus ``FAST_MARGIN`` lies inside the rows, and the
+    predicated body for the last chunk(s); operands without one use the same body twice.
+    """
     acc = [[ptx.mov(0) for _ in range(4)] for _ in range(N_TILES)]
     k_done = ptx.mov(0)
+    fast = a.fast_path or b.fast_path
+    if fast:
+        fast_end = ptx.sub(k_limit, CHUNK_K + FAST_MARGIN - 1)
+
+    def body(fast: bool) -> None:
+        a.begin_chunk(fast)
+        b.begin_chunk(fast)
+        for step in range(K_STEPS):
+            frag_a = a.a_fragment(step)
+            for tile in range(N_TILES):
+                ptx.mma_s8(acc[tile], frag_a, b.b_fragment(step, tile))
+
     ptx.label("chunk")
-    a.begin_chunk()
-    b.begin_chunk()
-    for step in range(K_STEPS):
-        frag_a = a.a_fragment(step)
-        for tile in range(N_TILES):
-            ptx.mma_s8(acc[tile], frag_a, b.b_fragment(step, tile))
+    if fast:
+        ptx.branch("tail_chunk", guard="!" + ptx.setp("lt", k_done, fast_end))
+        body(fast=True)
+        ptx.branch("next_chunk")
+        ptx.label("tail_chunk")
+    body(fast=False)
+    if fast:
+        ptx.label("next_chunk")
     a.end_chunk()
     b.end_chunk()
     ptx.increment(k_done, CHUNK_K)

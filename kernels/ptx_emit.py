@@ -170,6 +170,12 @@ class Ptx:
         self.ins(f"ld.{space}.{ty}", dst, addr(address, offset), guard=guard)
         return dst
 
+    def load_vector(self, space: str, ty: str, address: str, offset: int, count: int) -> list[str]:
+        """``ld.<space>.v<count>.<ty>`` into fresh b32 registers (element 0 at the lowest address)."""
+        dst = [self.reg("b32") for _ in range(count)]
+        self.ins(f"ld.{space}.v{count}.{ty}", "{" + ", ".join(dst) + "}", addr(address, offset))
+        return dst
+
     def store(self, space: str, ty: str, address: str, value: str | Sequence[str],
               offset: int = 0, guard: str | None = None) -> None:
         """``st.<space>.<ty>``; a sequence of values is a vector store ``{a, b, ...}``."""
