@@ -33,10 +33,11 @@ def emit() -> str:
     order = mma_tile.BLOCKED  # lane t walks rows 16t..16t+15 of each chunk
     # A[m=j][k=r] = dYq[r, j]: rows contiguous, k strides by N
     a = mma_tile.GlobalFragments(ptx, lane, order, p["dy"], lane.m_base, p["N"], row_stride=1,
-                                 k_limit=p["R"], k_stride=p["N"], rows=(0, 8))
+                                 k_limit=p["R"], k_stride=p["N"], rows=(0, 8), span=mma_tile.TILE_M)
     # B[k=r][n=i] = Xq[r, i]: the four n tiles are rows g, g+8, g+16, g+24
     b = mma_tile.GlobalFragments(ptx, lane, order, p["x"], lane.n_base, p["K"], row_stride=1,
-                                 k_limit=p["R"], k_stride=p["K"], rows=(0, 8, 16, 24))
+                                 k_limit=p["R"], k_stride=p["K"], rows=(0, 8, 16, 24),
+                                 span=mma_tile.TILE_N)
     mma_tile.emit_tile(ptx, lane, a, b, k_limit=p["R"], out=p["dw"], rows=p["N"], cols=p["K"])
     return ptx.render()
 

@@ -32,7 +32,7 @@ def emit() -> str:
     b = mma_tile.TernaryShared(ptx, lane, p["w"], words_per_col, col_limit=p["N"], k_major=True)
     # A[m=r][k=j] = dYq[r, j], in B's k order
     a = mma_tile.GlobalFragments(ptx, lane, b.order, p["dy"], lane.m_base, p["R"], row_stride=p["N"],
-                                 k_limit=p["N"], k_stride=1, rows=(0, 8))
+                                 k_limit=p["N"], k_stride=1, rows=(0, 8), span=mma_tile.TILE_M)
     mma_tile.emit_tile(ptx, lane, a, b, k_limit=p["N"], out=p["dx"], rows=p["R"], cols=p["K"])
     return ptx.render()
 

@@ -31,7 +31,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from kernels.ptx_emit import TERNARY_PRMT_TABLE, Operand, Ptx, decode_ternary, guarded_bytes
+from kernels.ptx_emit import (
+    TERNARY_PRMT_TABLE, Operand, Ptx, decode_ternary, guarded_bytes, transpose_bytes,
+)
 from kernels.spec import BufferSpec, Launch
 from kernels.ternary import CODES_PER_WORD
 
@@ -58,6 +60,19 @@ class KOrder(NamedTuple):
 
 NATURAL = KOrder("natural", lane=4, step=32, half=16)  # the PTX ISA's own k order
 BLOCKED = KOrder("blocked", lane=16, step=8, half=4)  # lane t: chunk bytes 16t..16t+15
+
+
+class NOrder(NamedTuple):
+    """Which CTA column n tile ``tile``'s fragment column j (B's g, D's 2t+e) stands for:
+    ``j * self.j + tile * self.tile``. Like k, n may be permuted as long as B's source
+    and the store of D agree."""
+
+    j: int
+    tile: int
+
+
+NATURAL_N = NOrder(j=1, tile=8)  # tile nt is columns 8nt..8nt+7
+INTERLEAVED_N = NOrder(j=4, tile=1)  # lane g's four tiles are columns 4g..4g+3
 
 
 def geometry(rows: int, cols: int) -> Launch:
@@ -100,25 +115,30 @@ class GlobalFragments:
     exactly one of the strides is 1 (contiguous k: forward and dX activations; contiguous
     rows: dW's transposed reads), so one side of every address is an immediate.
     ``rows`` are this lane's fragment rows relative to ``row_base + g`` (A: 0 and 8;
-    B: 0, 8, 16, 24 for the four n tiles). Rows past ``row_limit`` read the last row
-    instead (in bounds, and their results are never stored).
+    B: 0, 8, 16, 24 for the four n tiles); ``span`` is how many rows the CTA covers.
 
     Two ways to fetch 4 k-consecutive bytes:
-    - byte path (any chunk): four predicated byte loads, zero past the matrix, packed
+    - tail path (any chunk): four predicated byte loads, zero past the matrix, packed
       with prmt;
-    - funnel path (contiguous k, chunks well inside every row): rows of odd length are
-      not 4-byte aligned, so aligned 32-bit loads, each shared by the groups that
-      touch it, and one prmt per group that selects bytes o..o+3 of a word pair, o =
-      the row's misalignment. No predicates: the chunk and the word past it lie inside
-      the row (``FAST_MARGIN``).
+    - fast path (chunks with ``k0 < self.fast_end``), no predicates at all. Rows past
+      ``row_limit`` compute garbage that is never stored, so they only must stay in
+      the buffer. Contiguous k: such rows read the last row instead, and rows of odd
+      length, not 4-byte aligned, are read as aligned 32-bit words (each shared by the
+      groups that touch it) funnelled with one prmt per group selecting bytes o..o+3,
+      o = the row's misalignment; the chunk and the word past it lie inside the row
+      (``FAST_MARGIN``). Contiguous rows: rows past the limit run into the next k
+      row, so the chunk stops early enough that the span's overhang stays inside.
     """
+
+    n_order = NATURAL_N  # as B: n tile nt is rows 8nt.. of this operand
+
+    fast_path = True
 
     def __init__(self, ptx: Ptx, lane: Lane, order: KOrder, ptr: str, row_base: str,
                  row_limit: str, row_stride: Operand, k_limit: str, k_stride: Operand,
-                 rows: tuple[int, ...]):
+                 rows: tuple[int, ...], span: int):
         assert 1 in (row_stride, k_stride), "one stride must be 1 for immediate offsets"
         self.ptx, self.order, self.rows, self.k_stride = ptx, order, rows, k_stride
-        self.fast_path = k_stride == 1
         first_row = ptx.add(row_base, lane.g)
         k_first = ptx.mul(lane.t, order.lane)
         self.k_left = ptx.sub(k_limit, k_first)  # k_limit - k0 - first k, kept per chunk
@@ -132,25 +152,26 @@ class GlobalFragments:
                 self.aligned[r] = ptx.binop("and", self.row_ptr[r], -4, "b64")
                 misalign = ptx.band(ptx.fresh("b32", "cvt.u32.u64", self.row_ptr[r]), 3)
                 self.funnel[r] = ptx.mad(misalign, 0x1111, 0x3210)  # prmt bytes o..o+3
+            self.fast_end = ptx.sub(k_limit, CHUNK_K + FAST_MARGIN - 1)
         else:  # one walking pointer; rows are immediates, k addresses rebuilt per chunk
             self.origin = ptx.byte_offset(ptx.byte_offset(ptr, first_row, row_stride), k_first, k_stride)
             self.stride = ptx.wide_mul(k_stride, 1)
             self.chunk_step = ptx.wide_mul(k_stride, CHUNK_K)
+            # rows up to span - 1 past the limit spill into ceil((span - 1) / k_stride) more k rows
+            spill = ptx.binop("div", ptx.add(k_stride, span - 2), k_stride)
+            self.fast_end = ptx.sub(ptx.sub(k_limit, CHUNK_K - 1), spill)
 
     def begin_chunk(self, fast: bool) -> None:
         ptx = self.ptx
         self.fast, self.words = fast, {}
-        if fast:
-            assert self.fast_path
-            return
-        # rows past the end see 0 k left, so one compare per byte covers both bounds
-        self.left = {r: ptx.selp(self.k_left, 0, self.row_ok[r]) for r in self.rows}
         if self.k_stride != 1:  # the k addresses this lane touches, walked once per chunk
             ks = sorted({self.order.offset(s, h) + b for s in range(K_STEPS) for h in (0, 1) for b in range(4)})
             self.k_ptr = {0: self.origin}  # ks[0] == 0: every order starts at the lane's first k
             for prev, k in zip(ks, ks[1:]):
                 step = self.stride if k == prev + 1 else ptx.wide_mul(self.k_stride, k - prev)
                 self.k_ptr[k] = ptx.add(self.k_ptr[prev], step, "s64")
+        if not fast:  # rows past the end see 0 k left: one compare per byte covers both bounds
+            self.left = {r: ptx.selp(self.k_left, 0, self.row_ok[r]) for r in self.rows}
 
     def word(self, row: int, offset: int) -> str:
         """The aligned 32-bit word at ``offset`` past this row's aligned pointer (loaded once a chunk)."""
@@ -161,11 +182,11 @@ class GlobalFragments:
     def group(self, row: int, k: int) -> str:
         """Bytes (row, first k + k .. + 3) as one b32, zero outside the matrix."""
         ptx = self.ptx
-        if self.fast:
+        if self.fast and self.k_stride == 1:
             return ptx.prmt(self.word(row, k), self.word(row, k + 4), self.funnel[row])
         places = []
         for b in range(4):
-            ok = ptx.setp("gt", self.left[row], k + b)
+            ok = None if self.fast else ptx.setp("gt", self.left[row], k + b)
             if self.k_stride == 1:
                 places.append((self.row_ptr[row], k + b, ok))
             else:
@@ -208,10 +229,11 @@ class TernaryShared:
     ``ld.shared.v4``; 64-byte rows keep both the stores and those loads conflict-free
     (8 lanes of a phase cover 128 consecutive bytes).
     ``k_major=True`` (dX, contraction = out-features = packed columns): tile [k 64][n 32],
-    the packed column advances along k and the word is D's column block; fragment
-    registers are gathered with four byte loads in the NATURAL k order (the BLOCKED
-    order would put a lane's rows 16 apart, all in one bank). Rows are padded by 16
-    bytes so the g-lanes' and t-lanes' bytes fall in different banks.
+    the packed column advances along k and the word is D's column block. Lanes read
+    it in the NATURAL k order with INTERLEAVED columns: lane g's four n tiles are the 4
+    consecutive bytes 4g..4g+3 of a k row, so four 32-bit loads (k rows 4t..4t+3) and one
+    4x4 byte transpose give one fragment register for each tile. Rows are padded by 16
+    bytes so the four t-lanes' rows fall into two bank groups instead of one.
     """
 
     fast_path = False  # one decode serves every chunk
@@ -220,11 +242,11 @@ class TernaryShared:
                  col_limit: str, k_major: bool):
         self.ptx, self.k_major = ptx, k_major
         if k_major:
-            self.order = NATURAL
+            self.order, self.n_order = NATURAL, INTERLEAVED_N
             tile_rows, row_bytes, col_shift, word_mask = CHUNK_K, TILE_N + 16, 1, 1
             col_first, word_first = 0, ptx.shr(lane.n_base, 4)
         else:
-            self.order = BLOCKED
+            self.order, self.n_order = BLOCKED, NATURAL_N
             tile_rows, row_bytes, col_shift, word_mask = TILE_N, CHUNK_K, 2, 3
             col_first, word_first = lane.n_base, 0
         self.row_bytes = row_bytes
@@ -238,15 +260,15 @@ class TernaryShared:
         tile = ptx.shared_array("w_tile", tile_rows * row_bytes)
         slot = ptx.shl(ptx.band(lane.tid, word_mask), 4)
         self.store_at = ptx.mad(ptx.shr(lane.tid, col_shift), row_bytes, ptx.add(tile, slot))
-        if k_major:  # lane reads k rows 4t.. at column g
-            self.read_at = ptx.mad(lane.t, 4 * row_bytes, ptx.add(tile, lane.g))
+        if k_major:  # lane reads k rows 4t.. at columns 4g..4g+3
+            self.read_at = ptx.mad(lane.t, 4 * row_bytes, ptx.add(tile, ptx.shl(lane.g, 2)))
         else:  # lane reads row g at k bytes 16t..16t+15
             self.read_at = ptx.mad(lane.g, row_bytes, ptx.add(tile, ptx.shl(lane.t, 4)))
         self.table = ptx.mov(TERNARY_PRMT_TABLE)
 
     def begin_chunk(self, fast: bool) -> None:
         ptx = self.ptx
-        self.lane_words: dict[int, list[str]] = {}
+        self.lane_words: dict[object, list[str]] = {}
         ok = ptx.and_pred(ptx.setp("lt", self.col, self.col_limit, "u32"),
                           ptx.setp("lt", self.word, self.words_per_col, "u32"))
         word = ptx.load("global", "u32", self.w_ptr, guard=ok, zero_fill=True)
@@ -256,14 +278,17 @@ class TernaryShared:
         ptx.barrier()
 
     def b_fragment(self, step: int, tile: int) -> list[str]:
-        ptx, order = self.ptx, self.order
+        ptx, words = self.ptx, self.lane_words
         if not self.k_major:  # all four registers of this n tile in one 16-byte load
-            if tile not in self.lane_words:
-                self.lane_words[tile] = ptx.load_vector("shared", "b32", self.read_at, 8 * tile * self.row_bytes, 4)
-            return [self.lane_words[tile][2 * step + h] for h in (0, 1)]
-        return [guarded_bytes(ptx, "shared", [(self.read_at, (order.offset(step, h) + b) * self.row_bytes
-                                               + 8 * tile, None) for b in range(4)])
-                for h in (0, 1)]
+            if tile not in words:
+                words[tile] = ptx.load_vector("shared", "b32", self.read_at, 8 * tile * self.row_bytes, 4)
+            return [words[tile][2 * step + h] for h in (0, 1)]
+        for h in (0, 1):  # k rows of (step, h) x columns 4g..4g+3 -> one register per tile
+            if (step, h) not in words:
+                k = self.order.offset(step, h)
+                rows = [ptx.load("shared", "b32", self.read_at, (k + b) * self.row_bytes) for b in range(4)]
+                words[step, h] = transpose_bytes(ptx, rows)
+        return [words[step, h][tile] for h in (0, 1)]
 
     def end_chunk(self) -> None:
         ptx = self.ptx
@@ -283,7 +308,8 @@ def emit_tile(ptx: Ptx, lane: Lane, a: GlobalFragments, b: GlobalFragments | Ter
     k_done = ptx.mov(0)
     fast = a.fast_path or b.fast_path
     if fast:
-        fast_end = ptx.sub(k_limit, CHUNK_K + FAST_MARGIN - 1)
+        ends = [src.fast_end for src in (a, b) if src.fast_path]
+        fast_end = ends[0] if len(ends) == 1 else ptx.binop("min", *ends, "s32")
 
     def body(fast: bool) -> None:
         a.begin_chunk(fast)
@@ -307,8 +333,9 @@ def emit_tile(ptx: Ptx, lane: Lane, a: GlobalFragments, b: GlobalFragments | Ter
     ptx.increment(k_done, CHUNK_K)
     ptx.branch("chunk", guard=ptx.setp("lt", k_done, k_limit, "u32"))
 
-    ptx.comment("D fragment: c0 (g, 2t), c1 (g, 2t+1), c2 (g+8, 2t), c3 (g+8, 2t+1)")
-    col = ptx.add(lane.n_base, ptx.shl(lane.t, 1))
+    ptx.comment("D fragment: c0 (g, 2t), c1 (g, 2t+1), c2 (g+8, 2t), c3 (g+8, 2t+1), columns in B's n order")
+    n = b.n_order
+    col = ptx.mad(lane.t, 2 * n.j, lane.n_base)
     cols_left = ptx.sub(cols, col)
     for half in (0, 1):
         row = ptx.add(ptx.add(lane.m_base, lane.g), 8 * half)
@@ -316,5 +343,6 @@ def emit_tile(ptx: Ptx, lane: Lane, a: GlobalFragments, b: GlobalFragments | Ter
         ptr = ptx.byte_offset(out, ptx.mad(row, cols, col), 4)
         for tile in range(N_TILES):
             for e in (0, 1):
-                ok = ptx.setp("gt", left, 8 * tile + e)
-                ptx.store("global", "s32", ptr, acc[tile][2 * half + e], 4 * (8 * tile + e), guard=ok)
+                offset = n.j * e + n.tile * tile
+                ok = ptx.setp("gt", left, offset)
+                ptx.store("global", "s32", ptr, acc[tile][2 * half + e], 4 * offset, guard=ok)

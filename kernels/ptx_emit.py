@@ -236,6 +236,15 @@ def pack_bytes(ptx: Ptx, lows: Sequence[str]) -> str:
     return ptx.prmt(low, high, PRMT_JOIN_HALVES)
 
 
+def transpose_bytes(ptx: Ptx, rows: Sequence[str]) -> list[str]:
+    """A 4x4 byte transpose in 8 prmt: byte j of output i = byte i of ``rows[j]``."""
+    r0, r1, r2, r3 = rows
+    low01, high01 = ptx.prmt(r0, r1, 0x5140), ptx.prmt(r0, r1, 0x7362)  # [a0 b0 a1 b1], [a2 b2 a3 b3]
+    low23, high23 = ptx.prmt(r2, r3, 0x5140), ptx.prmt(r2, r3, 0x7362)
+    return [ptx.prmt(low01, low23, 0x5410), ptx.prmt(low01, low23, 0x7632),
+            ptx.prmt(high01, high23, 0x5410), ptx.prmt(high01, high23, 0x7632)]
+
+
 def decode_ternary(ptx: Ptx, word: str, table: str) -> list[str]:
     """16 packed 2-bit codes -> four b32 registers of 16 int8 values, without branches.
 

@@ -31,7 +31,7 @@ def emit() -> str:
     b = mma_tile.TernaryShared(ptx, lane, p["w"], words_per_col, col_limit=p["N"], k_major=False)
     # A[m=r][k=i] = Xq[r, i], in B's k order
     a = mma_tile.GlobalFragments(ptx, lane, b.order, p["x"], lane.m_base, p["R"], row_stride=p["K"],
-                                 k_limit=p["K"], k_stride=1, rows=(0, 8))
+                                 k_limit=p["K"], k_stride=1, rows=(0, 8), span=mma_tile.TILE_M)
     mma_tile.emit_tile(ptx, lane, a, b, k_limit=p["K"], out=p["y"], rows=p["R"], cols=p["N"])
     return ptx.render()
 

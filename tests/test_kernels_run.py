@@ -12,7 +12,9 @@ from kernels.registry import KERNELS, get_kernel
 from kernels.spec import Dims
 from pipeline.ptxemu import EmulatorError, Module
 
-TAILS = [Dims(1, 1, 1), Dims(1, 17, 3), Dims(5, 16, 8), Dims(33, 31, 9), Dims(65, 64, 33), Dims(17, 129, 40)]
+TAILS = [Dims(1, 1, 1), Dims(1, 17, 3), Dims(5, 16, 8), Dims(33, 31, 9), Dims(65, 64, 33), Dims(17, 129, 40),
+         # fast chunks that end exactly at a row's (or the buffer's) last byte
+         Dims(3, 68, 8), Dims(5, 132, 9), Dims(130, 68, 132), Dims(130, 1, 1), Dims(200, 3, 5)]
 
 
 def run(name, dims, ptx=None, seed=0):
@@ -31,39 +33,40 @@ def test_exact_on_tail_shapes(name, dims):
 
 
 @pytest.mark.parametrize("name", per_kernel())
-@settings(max_examples=12, deadline=None)
-@given(R=st.integers(1, 70), K=st.integers(1, 90), N=st.integers(1, 70), seed=st.integers(0, 9))
+@settings(max_examples=30, deadline=None)
+@given(R=st.integers(1, 200), K=st.integers(1, 200), N=st.integers(1, 140), seed=st.integers(0, 9))
 def test_exact_for_any_shape(name, R, K, N, seed):
     got, want = run(name, Dims(R, K, N), seed=seed)
     assert np.array_equal(got, want)
 
 
-PLANTED = {
-    # decode table with +1 and -1 swapped: wrong values, found as mismatches
-    "ternary_fwd_s8": ("0xff0100;", "0x1ff00;", "mismatch"),
-    # the barrier after the shared store removed: a race the emulator reports
-    "hslm_dx_s8": ("st.shared.v4.b32", None, "race"),
-    # a k-tail predicate dropped: the tail read runs off the end of the buffer
-    "hslm_dw_s8": (r"@%p\d+ (ld\.global\.u8)", r"\1", "out_of_bounds"),
-}
+# (kernel, what the mutation breaks, regex, replacement, what must catch it); run on a
+# shape with fast chunks (K, N = 200, 140) and a tail, so both loop bodies are exercised
+PLANTED = [
+    ("ternary_fwd_s8", "decode table with +1 and -1 swapped", r"0xff0100;", "0x1ff00;", "mismatch"),
+    ("ternary_fwd_s8", "funnel selector one byte off", r"0x3210;", "0x4321;", "mismatch"),
+    ("hslm_dx_s8", "no barrier after the shared store",
+     r"(st\.shared\.v4\.b32[^\n]*\n)\tbar\.sync 0;", r"\1", "race"),
+    ("hslm_dx_s8", "transpose picks the wrong half", r"0x7632;", "0x5410;", "mismatch"),
+    ("hslm_dw_s8", "the tail's predicates dropped", r"@%p\d+ (ld\.global\.u8)", r"\1", "out_of_bounds"),
+    ("hslm_dw_s8", "fast chunks allowed one chunk too far", r"(sub\.s32 %r\d+, %r\d+), 63;", r"\1, -1;",
+     "out_of_bounds"),
+]
 
 
-@pytest.mark.parametrize("name", per_kernel())
-def test_planted_bug_is_caught(name):
-    old, new, expect = PLANTED[name]
-    ptx = KERNELS[name].emit()
-    if new is None:  # drop the bar.sync that follows the first occurrence of `old`
-        head, tail = ptx.split(old, 1)
-        ptx = head + old + tail.replace("bar.sync 0;", "", 1)
-    else:
-        ptx = re.sub(old, new, ptx, count=1)
-    assert ptx != KERNELS[name].emit()
+@pytest.mark.parametrize("name, what, old, new, expect",
+                         [pytest.param(*case, marks=pytest.mark.kernel(case[0]), id=f"{case[0]}: {case[1]}")
+                          for case in PLANTED])
+def test_planted_bug_is_caught(name, what, old, new, expect):
+    ptx, count = re.subn(old, new, KERNELS[name].emit())  # every occurrence: both loop bodies
+    assert count >= 1, f"the mutation '{what}' no longer applies"
+    dims = Dims(70, 200, 140)
     if expect == "mismatch":
-        got, want = run(name, Dims(9, 40, 12), ptx=ptx)
+        got, want = run(name, dims, ptx=ptx)
         assert np.count_nonzero(got != want) > 0
     else:
         with pytest.raises(EmulatorError) as info:
-            run(name, Dims(9, 40, 12), ptx=ptx)
+            run(name, dims, ptx=ptx)
         assert info.value.kind == expect
 
 
