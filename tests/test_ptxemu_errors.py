@@ -80,6 +80,20 @@ SKIP:
     Module(code=text.replace("bra.uni", "bra")).get_function("k")((2,), (64,), [Z.copy(), Z, Z, Z])
 
 
+def test_bra_uni_may_differ_between_warps():
+    """.uni promises uniformity per warp: warp 0 branching and warp 1 not is legal."""
+    body = """
+  setp.lt.u32 %p1, %r1, 32;
+  mov.u32 %r10, 7;
+  @%p1 bra.uni SKIP;
+  mov.u32 %r10, 9;
+SKIP:
+  st.global.u32 [%rd3], %r10;"""
+    out = Z.copy()
+    Module(code=module(PROLOGUE + body)).get_function("k")((2,), (64,), [out, Z, Z, Z])
+    assert out.tolist() == ([7] * 32 + [9] * 32) * 2
+
+
 def test_threads_waiting_at_different_barriers():
     body = """
   setp.ge.u32 %p1, %r1, 8;

@@ -7,8 +7,8 @@ other and reconverges where the PCs meet again; loops with per-thread trip count
 work the same way. While all running threads share one PC the executor keeps it as a
 Python int and passes the mask ``None`` (no masking anywhere: the fast path).
 
-Strictness that needs the schedule lives here: ``bra.uni`` must be uniform over the
-threads that reach it; ``mma`` needs all 32 lanes of each warp that executes it;
+Strictness that needs the schedule lives here: ``bra.uni`` must be uniform within
+each warp (as PTX defines it; different warps may go different ways); ``mma`` needs all 32 lanes of each warp that executes it;
 ``bar.sync`` needs every running thread of the CTA there (exited threads do
 not count) and then closes the CTA's shared-memory race window. Threads that reach a
 bar.sync before the rest of their CTA wait there (PC parked) while the others run on;
@@ -312,11 +312,15 @@ class Function:
                         else:
                             pcs[active] = ex.target
                         continue
-                    if ex.uni:
-                        t0, s0 = int(np.flatnonzero(taken)[0]), int(np.flatnonzero(stay)[0])
-                        raise self._fail("divergence", ins, s0, "bra.uni is not uniform: "
-                                         f"this thread falls through, tid="
-                                         f"{fmt3(self._where(t0)[1])} branches")
+                    if ex.uni:  # PTX: uniform within each warp (warps may differ)
+                        mixed = np.intersect1d(warps[taken], warps[stay])
+                        if mixed.size:
+                            in_warp = warps == mixed[0]
+                            t0 = int(np.flatnonzero(taken & in_warp)[0])
+                            s0 = int(np.flatnonzero(stay & in_warp)[0])
+                            raise self._fail("divergence", ins, s0, "bra.uni is not uniform "
+                                             f"in the warp: this thread falls through, tid="
+                                             f"{fmt3(self._where(t0)[1])} branches")
                     if pcs is None:
                         pcs = np.full(T, i + 1, np.int32)
                         if live is not None:
