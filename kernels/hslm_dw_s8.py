@@ -3,7 +3,8 @@
 D = dW (N x K, W's [column][in-feature] order), contraction over rows r. Both
 operands are read transposed from global: A[m=j][k=r] = dYq[r, j] and
 B[k=r][n=i] = Xq[r, i], so fragment rows are contiguous bytes (row offsets are
-immediates) and k walks with a stride of N or K bytes.
+immediates) and k walks with a stride of N or K bytes, one byte load per element;
+chunks far enough from the last row need no predicates at all.
 
 int32 is exact while R * 127 * 127 < 2^31, i.e. R <= 131071 (``MAX_ROWS``); the
 float op in kernels/ops.py splits longer batches and sums the chunks in int64.

@@ -2,8 +2,9 @@
 
 D = dX (R x K), A = dYq straight from global (row-major, k = out-feature j contiguous),
 B[k=j][n=i] = W[i, j]. The contraction runs over packed *columns* here, so each thread's
-decoded word (16 consecutive i of one j) is stored k-major as [j][i] and a B fragment
-register (column i, four consecutive j) is gathered with four shared byte loads.
+decoded word (16 consecutive i of one j) is stored k-major as [j][i]. Lanes take their
+four n tiles as four adjacent columns (INTERLEAVED n order): four 32-bit shared loads of
+k rows 4t..4t+3 and one 4x4 byte transpose give a fragment register for every tile.
 """
 from __future__ import annotations
 

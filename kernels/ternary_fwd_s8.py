@@ -1,8 +1,10 @@
 """ternary_fwd_s8: Y[r, j] = sum_i Xq[r, i] W[i, j]  (int8 x ternary -> int32).
 
-The forward product of an HSLM linear layer. D = Y (R x N), A = Xq read straight from
-global (row-major, k = in-feature i contiguous), B = W decoded into shared memory as
-[j][i], so a B fragment register (column j, four consecutive i) is one 32-bit load.
+The forward product of an HSLM linear layer. D = Y (R x N). B = W decoded into shared
+memory as [j][i] (64-byte rows); in the BLOCKED k order a lane's 16 bytes of a chunk
+for one n tile are one ``ld.shared.v4``. A = Xq read straight from global in the same
+k order: five aligned words funnelled by prmt per row in fast chunks, predicated bytes
+in the tail chunk.
 """
 from __future__ import annotations
 
