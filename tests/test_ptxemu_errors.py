@@ -205,13 +205,17 @@ def test_the_same_exchange_with_bar_sync_passes():
     assert out.tolist() == (np.arange(128) % 64 ^ 1).tolist()
 
 
-def test_write_after_another_threads_read_is_a_race():
-    body = """
+# thread 0 writes a word, everyone reads it after a barrier: a clean start for a race
+WRITE_BARRIER_READ = """
   mov.u32 %r12, sm;
   setp.eq.u32 %p1, %r1, 0;
   @%p1 st.shared.u32 [%r12], %r1;
   bar.sync 0;
-  ld.shared.u32 %r10, [%r12];
+  ld.shared.u32 %r10, [%r12];"""
+
+
+def test_write_after_another_threads_read_is_a_race():
+    body = WRITE_BARRIER_READ + """
   setp.eq.u32 %p2, %r1, 3;
   @%p2 st.shared.u32 [%r12], %r1;"""
     text = module(PROLOGUE + body, shared="  .shared .align 4 .b8 sm[16];\n")
@@ -287,12 +291,7 @@ def test_bad_geometry_and_unknown_entry():
 
 def test_race_is_kept_across_another_ctas_barrier():
     """CTA 1 passes a barrier alone (its own epoch); CTA 0's read-then-write race stays."""
-    body = """
-  mov.u32 %r12, sm;
-  setp.eq.u32 %p1, %r1, 0;
-  @%p1 st.shared.u32 [%r12], %r1;
-  bar.sync 0;
-  ld.shared.u32 %r10, [%r12];
+    body = WRITE_BARRIER_READ + """
   setp.eq.u32 %p3, %r2, 0;
   @%p3 bra LATER;
   bar.sync 0;
