@@ -300,7 +300,7 @@ def markdown(report: BenchReport) -> str:
         f"- clocks ({dev.clocks_source or 'no source'}): {clocks}",
         f"- libraries: {libs or '-'}",
         f"- peak: {peak}",
-        f"- measured int8 ceiling: " + (f"{dev.ceiling_int8_tops:.0f} TOPS ({dev.ceiling_source})"
+        "- measured int8 ceiling: " + (f"{dev.ceiling_int8_tops:.0f} TOPS ({dev.ceiling_source})"
                                         if dev.ceiling_int8_tops else dev.ceiling_source or "not measured"),
         f"- method: {m.warmup} warm-up, {m.repeats} timed samples of >= {m.target_sample_us:g} us "
         f"each; {m.timer}; working set rotated over >= {m.l2_multiple:g}x L2; "
