@@ -132,8 +132,6 @@ class GlobalFragments:
 
     n_order = NATURAL_N  # as B: n tile nt is rows 8nt.. of this operand
 
-    fast_path = True
-
     def __init__(self, ptx: Ptx, lane: Lane, order: KOrder, ptr: str, row_base: str,
                  row_limit: str, row_stride: Operand, k_limit: str, k_stride: Operand,
                  rows: tuple[int, ...], span: int):
@@ -236,7 +234,7 @@ class TernaryShared:
     bytes so the four t-lanes' rows fall into two bank groups instead of one.
     """
 
-    fast_path = False  # one decode serves every chunk
+    fast_end = None  # one decode serves every chunk: no say in which body runs
 
     def __init__(self, ptx: Ptx, lane: Lane, w_ptr: str, words_per_col: str,
                  col_limit: str, k_major: bool):
@@ -300,16 +298,13 @@ def emit_tile(ptx: Ptx, lane: Lane, a: GlobalFragments, b: GlobalFragments | Ter
               k_limit: str, out: str, rows: str, cols: str) -> None:
     """The chunk loop (fragments -> mma) and the predicated int32 store of D[rows x cols].
 
-    When an operand has a funnel path, each trip picks (uniformly, on k alone) the fast
-    body while the whole chunk plus ``FAST_MARGIN`` lies inside the rows, and the
-    predicated body for the last chunk(s); operands without one use the same body twice.
+    Each trip picks, uniformly on k alone, the fast body while the chunk starts before
+    every operand's ``fast_end`` and the predicated tail body after that.
     """
     acc = [[ptx.mov(0) for _ in range(4)] for _ in range(N_TILES)]
     k_done = ptx.mov(0)
-    fast = a.fast_path or b.fast_path
-    if fast:
-        ends = [src.fast_end for src in (a, b) if src.fast_path]
-        fast_end = ends[0] if len(ends) == 1 else ptx.binop("min", *ends, "s32")
+    ends = [src.fast_end for src in (a, b) if src.fast_end is not None]
+    fast_end = ends[0] if len(ends) == 1 else ptx.binop("min", *ends, "s32")
 
     def body(fast: bool) -> None:
         a.begin_chunk(fast)
@@ -320,14 +315,12 @@ def emit_tile(ptx: Ptx, lane: Lane, a: GlobalFragments, b: GlobalFragments | Ter
                 ptx.mma_s8(acc[tile], frag_a, b.b_fragment(step, tile))
 
     ptx.label("chunk")
-    if fast:
-        ptx.branch("tail_chunk", guard="!" + ptx.setp("lt", k_done, fast_end))
-        body(fast=True)
-        ptx.branch("next_chunk")
-        ptx.label("tail_chunk")
+    ptx.branch("tail_chunk", guard="!" + ptx.setp("lt", k_done, fast_end))
+    body(fast=True)
+    ptx.branch("next_chunk")
+    ptx.label("tail_chunk")
     body(fast=False)
-    if fast:
-        ptx.label("next_chunk")
+    ptx.label("next_chunk")
     a.end_chunk()
     b.end_chunk()
     ptx.increment(k_done, CHUNK_K)
