@@ -28,9 +28,8 @@ PARAMS = (
 
 def emit() -> str:
     ptx, p, lane = mma_tile.begin(NAME, PARAMS)
-    words_per_col = ptx.shr(ptx.add(p["K"], 15), 4)
     # B[k=j][n=i] = W[i, j]: packed columns are the contraction, decoded to shared as [j][i]
-    b = mma_tile.TernaryShared(ptx, lane, p["w"], words_per_col, col_limit=p["N"], k_major=True)
+    b = mma_tile.TernaryShared(ptx, lane, p["w"], p["K"], col_limit=p["N"], k_major=True)
     # A[m=r][k=j] = dYq[r, j], in B's k order
     a = mma_tile.GlobalFragments(ptx, lane, b.order, p["dy"], lane.m_base, p["R"], row_stride=p["N"],
                                  k_limit=p["N"], k_stride=1, rows=(0, 8), span=mma_tile.TILE_M)

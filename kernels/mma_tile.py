@@ -236,9 +236,10 @@ class TernaryShared:
 
     fast_end = None  # one decode serves every chunk: no say in which body runs
 
-    def __init__(self, ptx: Ptx, lane: Lane, w_ptr: str, words_per_col: str,
+    def __init__(self, ptx: Ptx, lane: Lane, w_ptr: str, in_features: str,
                  col_limit: str, k_major: bool):
         self.ptx, self.k_major = ptx, k_major
+        words_per_col = ptx.shr(ptx.add(in_features, CODES_PER_WORD - 1), 4)  # Kp / 16
         if k_major:
             self.order, self.n_order = NATURAL, INTERLEAVED_N
             tile_rows, row_bytes, col_shift, word_mask = CHUNK_K, TILE_N + 16, 1, 1

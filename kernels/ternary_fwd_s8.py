@@ -28,9 +28,8 @@ PARAMS = (
 
 def emit() -> str:
     ptx, p, lane = mma_tile.begin(NAME, PARAMS)
-    words_per_col = ptx.shr(ptx.add(p["K"], 15), 4)
     # B[k=i][n=j] = W[i, j], decoded to shared as [j][i]
-    b = mma_tile.TernaryShared(ptx, lane, p["w"], words_per_col, col_limit=p["N"], k_major=False)
+    b = mma_tile.TernaryShared(ptx, lane, p["w"], p["K"], col_limit=p["N"], k_major=False)
     # A[m=r][k=i] = Xq[r, i], in B's k order
     a = mma_tile.GlobalFragments(ptx, lane, b.order, p["x"], lane.m_base, p["R"], row_stride=p["K"],
                                  k_limit=p["K"], k_stride=1, rows=(0, 8), span=mma_tile.TILE_M)

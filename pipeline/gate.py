@@ -179,8 +179,9 @@ def not_run(i: Inputs) -> Iterable[Finding]:
     """Which existing cells this run gave no verdict for, grouped by check and set."""
     judged = {r.key for r in i.run.results}
     groups: dict[tuple[str, str], int] = {}
-    for _, check, target in i.run.cells:
-        if (_, check, target) not in judged:
+    for key in i.run.cells:
+        if key not in judged:
+            _, check, target = key
             group = (check, target.split("/")[0])
             groups[group] = groups.get(group, 0) + 1
     for (check, target), count in sorted(groups.items()):

@@ -94,6 +94,17 @@ def imm(tok: str, ty: Ty):
     return ty.dtype.type(v)
 
 
+def _reader(name: str, convert=None):
+    """Read register ``name`` (refusing a never-written one for the threads in ``m``),
+    optionally reinterpreted or truncated by ``convert``."""
+    def read(st, m):
+        a = st.regs.get(name)
+        if a is None or name in st.partial:
+            st.check(name, m)
+        return a if convert is None else convert(a)
+    return read
+
+
 class Ctx:
     """Decodes one instruction's operands against its entry's declarations."""
 
@@ -141,26 +152,10 @@ class Ctx:
             rty = self._width(tok, ty, relaxed)
             view = None if ty.name == "pred" else ty.dtype
             if rty.bits != ty.bits:
-                def get_trunc(st, m, name=tok):
-                    a = st.regs.get(name)
-                    if a is None or name in st.partial:
-                        st.check(name, m)
-                    return a.astype(view)
-                return get_trunc
+                return _reader(tok, lambda a: a.astype(view))
             if view == rty.dtype or view is None:
-                def get_raw(st, m, name=tok):
-                    a = st.regs.get(name)
-                    if a is None or name in st.partial:
-                        st.check(name, m)
-                    return a
-                return get_raw
-
-            def get_view(st, m, name=tok):
-                a = st.regs.get(name)
-                if a is None or name in st.partial:
-                    st.check(name, m)
-                return a.view(view)
-            return get_view
+                return _reader(tok)
+            return _reader(tok, lambda a: a.view(view))
         if ty.name == "pred":
             raise self.error(f"predicate operand `{tok}` must be a register")
         try:
