@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 from kernels.launch import launch  # noqa: E402
 from kernels.registry import KERNELS  # noqa: E402
 from kernels.spec import Dims  # noqa: E402
-from pipeline.ptxemu import Module  # noqa: E402
+from kernels.ptxemu import Module  # noqa: E402
 from pipeline.shapes import load_set  # noqa: E402
 
 

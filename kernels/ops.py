@@ -8,7 +8,7 @@ the integer kernel through :func:`kernels.launch.launch`, and rescales the int32
 - dW       dW[j, i] = v_j u_i   * sum_r dYq[r, j] Xq[r, i]   (u_i, v_j: per column of X, dY)
 
 The array module of the inputs picks the backend: numpy arrays run the same PTX on the
-CPU emulator (pipeline.ptxemu), CuPy arrays run it on the GPU (pipeline.backends). Both
+CPU emulator (kernels.ptxemu), CuPy arrays run it on the GPU (kernels.backends). Both
 are called as CuPy's RawKernel is, so nothing below knows which one ran. The PTX is
 emitted in-process from the kernel's spec (the same text `doit emit` writes).
 
@@ -47,7 +47,7 @@ def kernel_function(name: str, xp: Any) -> Callable[..., Any]:
     """The kernel as a RawKernel-style callable for ``xp``: emulator (numpy) or CuPy."""
     key = (name, xp.__name__)
     if key not in _FUNCTIONS:
-        from pipeline.backends import load_ptx
+        from kernels.backends import load_ptx
 
         backend = "emulator" if xp is np else "gpu"
         _FUNCTIONS[key] = load_ptx(backend, get_kernel(name).emit(), name)
@@ -71,7 +71,7 @@ def forward(x: Any, w_packed: Any, beta: float, *, fn: Callable | None = None) -
     R, K = x.shape
     N = w_packed.shape[0]
     xq, s = quantize_rows(x)
-    y = _run("ternary_fwd_s8", Dims(R, K, N), {"x": xq, "w": w_packed}, xp, fn)
+    y = _run("hslm_fwd_s8", Dims(R, K, N), {"x": xq, "w": w_packed}, xp, fn)
     return (y * (s * beta)).astype(_float_dtype(xp, x), copy=False)
 
 

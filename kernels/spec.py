@@ -1,6 +1,6 @@
 """What every kernel module declares, so the pipeline can drive any kernel the same way.
 
-A kernel module (``kernels/ternary_fwd_s8.py`` ...) builds one :class:`KernelSpec`.
+A kernel module (``kernels/hslm_fwd_s8.py`` ...) builds one :class:`KernelSpec`.
 The pipeline never special-cases a kernel: emit calls ``spec.emit()``, verify calls
 ``spec.make_inputs`` + :func:`kernels.launch.launch` + ``spec.reference`` and compares,
 bench times the same launch. Backends (CuPy's RawModule, our CPU emulator) supply a

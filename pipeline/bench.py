@@ -51,7 +51,7 @@ DEFAULT_METHOD = Method(warmup=10, repeats=100, target_sample_us=200.0, l2_multi
 
 # Each kernel as the GEMM out = A @ Bt.T in its output's layout (A: M x inner, Bt: out x inner).
 GEMM_FORMS: dict[str, Callable[[dict[str, np.ndarray], Dims], tuple[np.ndarray, np.ndarray]]] = {
-    "ternary_fwd_s8": lambda i, d: (i["x"], unpack(i["w"], d.K).T),  # Y = X W
+    "hslm_fwd_s8": lambda i, d: (i["x"], unpack(i["w"], d.K).T),  # Y = X W
     "hslm_dx_s8": lambda i, d: (i["dy"], unpack(i["w"], d.K)),  # dX = dY W^T
     "hslm_dw_s8": lambda i, d: (i["dy"].T, i["x"].T),  # dW = dY^T X (N x K)
 }
@@ -396,7 +396,7 @@ def nvidia_smi() -> dict[str, str] | None:
 
 def probe_device(cp: Any, torch: Any) -> Device:
     """Name, driver, clocks (read after the timed loops, while the clocks are up), L2, peak."""
-    from pipeline.backends import device_info
+    from kernels.backends import device_info
 
     name, cuda_driver = device_info("gpu")
     dev = cp.cuda.Device()
@@ -442,7 +442,7 @@ def _torch() -> tuple[Any, str | None]:
 
 
 def _load_ours(kernel: str) -> Callable[..., Any]:
-    from pipeline.backends import load_function
+    from kernels.backends import load_function
 
     path = ptx_path(kernel)
     if not path.exists():

@@ -34,7 +34,7 @@ from doit.tools import config_changed
 from kernels.registry import KERNELS
 from pipeline import config
 from pipeline.artifacts import ArtifactError, UserError, read_model, rel, write_model
-from pipeline.backends import resolve_backend
+from pipeline.verify import resolve_backend
 from pipeline.checker import ContentChecker, targets_intact
 from pipeline.emit import emit, source_files
 from pipeline.models import PtxasReport, Shape, VerifyReport

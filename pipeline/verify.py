@@ -15,13 +15,24 @@ from pathlib import Path
 
 import numpy as np
 
-from kernels import ternary, testdata
+from kernels import backends, ptxemu, ternary, testdata
+from kernels.backends import GPU_HINT, gpu_available
 from kernels.launch import launch
 from kernels.spec import Dims, KernelSpec
-from pipeline import backends, ptxemu
-from pipeline.artifacts import check_artifact, read_model, sha256_bytes, write_model
-from pipeline.config import emit_json, ptx_path, verify_json
+from pipeline.artifacts import UserError, check_artifact, read_model, sha256_bytes, write_model
+from pipeline.config import BACKENDS, emit_json, ptx_path, verify_json
 from pipeline.models import EmitResult, Mismatch, Shape, VerifyReport
+
+
+def resolve_backend(name: str) -> str:
+    """'auto' -> 'gpu' when a device is usable, else 'emulator'; 'gpu' without one is refused."""
+    if name not in BACKENDS:
+        raise UserError(f"unknown backend '{name}'; known: {', '.join(BACKENDS)}")
+    if name == "auto":
+        return "gpu" if gpu_available() else "emulator"
+    if name == "gpu" and not gpu_available():
+        raise UserError(f"backend=gpu: CuPy sees no CUDA device; {GPU_HINT}")
+    return name
 
 
 def check_hash(spec: KernelSpec) -> str:

@@ -110,7 +110,7 @@ def test_sample_is_marked_synthetic(sample):
     assert sample.synthetic and "SYNTHETIC" in sample.device.name
     text = markdown(sample)
     assert SYNTHETIC_BANNER in text
-    assert text.index(SYNTHETIC_BANNER) < text.index("## ternary_fwd_s8")
+    assert text.index(SYNTHETIC_BANNER) < text.index("## hslm_fwd_s8")
 
 
 def test_real_report_has_no_banner(sample):
@@ -298,7 +298,7 @@ def fake_gpu(monkeypatch) -> None:
     rows must come out as errors, not crashes) and graphs that replay nothing: this checks
     the flow, the records and the error paths, never a timing."""
     import time
-    from pipeline.ptxemu import Module
+    from kernels.ptxemu import Module
 
     class Event:
         def record(self, stream=None):

@@ -21,7 +21,7 @@ from doit.task import Task
 from pipeline.artifacts import ROOT, sha256_file
 from pipeline.checker import ContentChecker, targets_intact
 
-KERNELS = ("ternary_fwd_s8", "hslm_dx_s8", "hslm_dw_s8")
+KERNELS = ("hslm_fwd_s8", "hslm_dx_s8", "hslm_dw_s8")
 EMIT = {f"emit:{k}" for k in KERNELS}
 PTXAS = {f"ptxas:{k}" for k in KERNELS}
 
@@ -131,21 +131,21 @@ def emits_a_trailer(text: str) -> str:
 
 
 def test_edit_that_keeps_the_mtime_is_caught(project):
-    source = project / "kernels" / "ternary_fwd_s8.py"
+    source = project / "kernels" / "hslm_fwd_s8.py"
     original = source.read_text()
-    ptx = project / "artifacts/ptx/ternary_fwd_s8.ptx"
+    ptx = project / "artifacts/ptx/hslm_fwd_s8.ptx"
     edit(source, emits_a_trailer(original), keep_mtime=True)
     run = doit(project, "ptxas")
-    assert run.rc == 0 and run.ran == {"emit:ternary_fwd_s8", "ptxas:ternary_fwd_s8", "ptxas:summary"}
+    assert run.rc == 0 and run.ran == {"emit:hslm_fwd_s8", "ptxas:hslm_fwd_s8", "ptxas:summary"}
     assert ptx.read_text().endswith("// edited\n")
     edit(source, original, keep_mtime=True)
-    assert doit(project, "ptxas").ran == {"emit:ternary_fwd_s8", "ptxas:ternary_fwd_s8", "ptxas:summary"}
+    assert doit(project, "ptxas").ran == {"emit:hslm_fwd_s8", "ptxas:hslm_fwd_s8", "ptxas:summary"}
     assert not ptx.read_text().endswith("// edited\n")
 
 
 def test_doit_md5_checker_would_miss_that_edit(project):
     """The negative of the test above: why ContentChecker exists."""
-    source = project / "kernels" / "ternary_fwd_s8.py"
+    source = project / "kernels" / "hslm_fwd_s8.py"
     original = source.read_text()
     md5 = ("--check_file_uptodate", "md5")
     assert doit(project, *md5, "ptxas").rc == 0  # checker switched: everything re-runs once
@@ -153,10 +153,10 @@ def test_doit_md5_checker_would_miss_that_edit(project):
     missed = doit(project, *md5, "ptxas")
     assert missed.rc == 0 and missed.ran == set()
     caught = doit(project, "ptxas")
-    assert "emit:ternary_fwd_s8" in caught.ran
-    assert (project / "artifacts/ptx/ternary_fwd_s8.ptx").read_text().endswith("// edited\n")
+    assert "emit:hslm_fwd_s8" in caught.ran
+    assert (project / "artifacts/ptx/hslm_fwd_s8.ptx").read_text().endswith("// edited\n")
     edit(source, original, keep_mtime=True)
-    assert doit(project, "ptxas").ran == {"emit:ternary_fwd_s8", "ptxas:ternary_fwd_s8", "ptxas:summary"}
+    assert doit(project, "ptxas").ran == {"emit:hslm_fwd_s8", "ptxas:hslm_fwd_s8", "ptxas:summary"}
 
 
 def test_damaged_targets_are_rebuilt(project):
@@ -181,11 +181,11 @@ def test_over_budget_fails_with_one_line(project):
     # rc 2: with --continue doit also reports the summary's unmet dependency
     assert run.rc == 2 and run.ran == PTXAS  # the budget is part of each task's config
     assert "Traceback" not in run.out + run.err
-    row = re.search(r"^ternary_fwd_s8 +sm_80 +(\d+) .* (\d+) registers > budget 24$", run.out, re.M)
+    row = re.search(r"^hslm_fwd_s8 +sm_80 +(\d+) .* (\d+) registers > budget 24$", run.out, re.M)
     assert row and row.group(1) == row.group(2)
-    failure = run.out.split("TaskFailed - taskid:ptxas:ternary_fwd_s8\n", 1)[1].split("\n")
-    assert failure[0].startswith("ternary_fwd_s8 sm_80: ") and failure[0].endswith(
-        "; see artifacts/ptxas/ternary_fwd_s8.json") and failure[1] == ""
+    failure = run.out.split("TaskFailed - taskid:ptxas:hslm_fwd_s8\n", 1)[1].split("\n")
+    assert failure[0].startswith("hslm_fwd_s8 sm_80: ") and failure[0].endswith(
+        "; see artifacts/ptxas/hslm_fwd_s8.json") and failure[1] == ""
     edit(cfg, original)
     run = doit(project, "ptxas")  # failed tasks are never up to date
     assert run.rc == 0 and run.ran == PTXAS | {"ptxas:summary"}
@@ -195,7 +195,7 @@ def test_missing_ptxas_fails_with_one_line(project):
     run = doit(project, "ptxas", PTXAS=str(project / "nope"))
     assert run.rc == 1 and "Traceback" not in run.out + run.err
     assert run.out.rstrip().endswith(f"PTXAS={project / 'nope'}: not an executable file; fix it or unset PTXAS")
-    assert doit(project, "ptxas").ran == {"ptxas:ternary_fwd_s8"}  # the failed task re-runs
+    assert doit(project, "ptxas").ran == {"ptxas:hslm_fwd_s8"}  # the failed task re-runs
 
 
 @pytest.mark.parametrize("args, message", [
@@ -248,16 +248,16 @@ def test_verify_runs_only_stale_cells(project):
 def test_verify_mismatch_fails_with_the_first_one(project):
     """A kernel whose PTX changed and now disagrees with its reference (here: the reference
     is made off by one) fails its cells with the first mismatching element."""
-    source = project / "kernels" / "ternary_fwd_s8.py"
+    source = project / "kernels" / "hslm_fwd_s8.py"
     original = source.read_text()
     edit(source, emits_a_trailer(original) +
          "SPEC = _dc.replace(SPEC, reference=lambda d, i, _ref=SPEC.reference: _ref(d, i) + 1)\n")
     run = doit(project, "verify", "shape=smoke", "backend=emulator")
     edit(source, original)
     assert run.rc == 1 and "Traceback" not in run.out + run.err
-    failure = re.search(r"TaskFailed - taskid:verify:ternary_fwd_s8/smoke/(\w+)\n(.*)\n", run.out)
+    failure = re.search(r"TaskFailed - taskid:verify:hslm_fwd_s8/smoke/(\w+)\n(.*)\n", run.out)
     assert failure, run.out
-    assert re.fullmatch(rf"ternary_fwd_s8 smoke/{failure.group(1)} R=\d+ K=\d+ N=\d+: (\d+) mismatches "
+    assert re.fullmatch(rf"hslm_fwd_s8 smoke/{failure.group(1)} R=\d+ K=\d+ N=\d+: (\d+) mismatches "
                         r"\(max \|diff\| 1\); first at \(row 0, col 0\): got (-?\d+), want (-?\d+)",
                         failure.group(2))
     got, want = (int(v) for v in failure.group(2).rsplit(": got ", 1)[1].split(", want "))

@@ -12,7 +12,7 @@ from kernelcases import per_kernel
 
 from kernels.registry import KERNELS, get_kernel
 
-TERNARY = ["ternary_fwd_s8", "hslm_dx_s8"]
+TERNARY = ["hslm_fwd_s8", "hslm_dx_s8"]
 MMA = "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32"
 
 
@@ -65,11 +65,11 @@ def test_ternary_decode_is_one_word_prmt_and_one_16_byte_store(name):
         assert body.count("bar.sync 0;") == 2
 
 
-@pytest.mark.kernel("ternary_fwd_s8")
+@pytest.mark.kernel("hslm_fwd_s8")
 def test_forward_reads_each_lanes_b_chunk_with_one_16_byte_load_per_n_tile():
-    for body in bodies(get_kernel("ternary_fwd_s8").emit()).values():
+    for body in bodies(get_kernel("hslm_fwd_s8").emit()).values():
         assert body.count("ld.shared.v4.b32") == 4 and body.count("ld.shared.b32") == 0
-    fast = bodies(get_kernel("ternary_fwd_s8").emit())["fast"]
+    fast = bodies(get_kernel("hslm_fwd_s8").emit())["fast"]
     assert fast.count("ld.global.b32") == 2 * 5  # two rows, 16 bytes each: five aligned words
 
 
@@ -87,5 +87,5 @@ def test_dw_reads_no_weights_and_uses_no_shared_memory():
 
 
 def test_unknown_kernel_names_the_known_ones():
-    with pytest.raises(KeyError, match="unknown kernel 'fwd'; known: ternary_fwd_s8, hslm_dx_s8, hslm_dw_s8"):
+    with pytest.raises(KeyError, match="unknown kernel 'fwd'; known: hslm_fwd_s8, hslm_dx_s8, hslm_dw_s8"):
         get_kernel("fwd")

@@ -10,7 +10,7 @@ from kernelcases import per_kernel
 from kernels.launch import LaunchError, launch
 from kernels.registry import KERNELS, get_kernel
 from kernels.spec import Dims
-from pipeline.ptxemu import EmulatorError, Module
+from kernels.ptxemu import EmulatorError, Module
 
 TAILS = [Dims(1, 1, 1), Dims(1, 17, 3), Dims(5, 16, 8), Dims(33, 31, 9), Dims(65, 64, 33), Dims(17, 129, 40),
          # fast chunks that end exactly at a row's (or the buffer's) last byte
@@ -43,8 +43,8 @@ def test_exact_for_any_shape(name, R, K, N, seed):
 # (kernel, what the mutation breaks, regex, replacement, what must catch it); run on a
 # shape with fast chunks (K, N = 200, 140) and a tail, so both loop bodies are exercised
 PLANTED = [
-    ("ternary_fwd_s8", "decode table with +1 and -1 swapped", r"0xff0100;", "0x1ff00;", "mismatch"),
-    ("ternary_fwd_s8", "funnel selector one byte off", r"0x3210;", "0x4321;", "mismatch"),
+    ("hslm_fwd_s8", "decode table with +1 and -1 swapped", r"0xff0100;", "0x1ff00;", "mismatch"),
+    ("hslm_fwd_s8", "funnel selector one byte off", r"0x3210;", "0x4321;", "mismatch"),
     ("hslm_dx_s8", "no barrier after the shared store",
      r"(st\.shared\.v4\.b32[^\n]*\n)\tbar\.sync 0;", r"\1", "race"),
     ("hslm_dx_s8", "transpose picks the wrong half", r"0x7632;", "0x5410;", "mismatch"),
@@ -77,9 +77,9 @@ def test_dw_refuses_rows_past_the_int32_bound():
         launch(spec, lambda *a, **k: None, Dims(131072, 1, 1), {})
 
 
-@pytest.mark.kernel("ternary_fwd_s8")
+@pytest.mark.kernel("hslm_fwd_s8")
 def test_launch_refuses_a_grid_cuda_cannot_run():
-    spec = get_kernel("ternary_fwd_s8")
+    spec = get_kernel("hslm_fwd_s8")
     launch(spec, lambda *a, **k: None, Dims(65535 * 64, 1, 1), {  # the largest R that fits
         "x": np.zeros((65535 * 64, 1), np.int8), "w": np.zeros((1, 1), np.uint32)})
     with pytest.raises(LaunchError, match=r"needs grid\.y=65536, over CUDA's 65535"):

@@ -89,7 +89,7 @@ def assert_tight(got, ref, bound, scale):
 SHAPES = [(19, 40, 24), (3, 17, 33)]  # K not a multiple of 16, R and N off the tile
 
 
-@pytest.mark.kernel("ternary_fwd_s8")
+@pytest.mark.kernel("hslm_fwd_s8")
 @pytest.mark.parametrize("R,K,N", SHAPES)
 def test_forward_inside_bound_on_emulator(R, K, N):
     x, _, t, beta = data(np.random.default_rng(R * K), R, K, N)
@@ -98,7 +98,7 @@ def test_forward_inside_bound_on_emulator(R, K, N):
     ref = x @ (t * beta)
     assert got.shape == (R, N) and got.dtype == np.float64
     assert_tight(got, ref, fwd_bound(x, t, beta), np.abs(x) @ np.abs(t) * beta)
-    assert np.array_equal(got, ops.forward(x, w, beta, fn=reference_fn("ternary_fwd_s8")))
+    assert np.array_equal(got, ops.forward(x, w, beta, fn=reference_fn("hslm_fwd_s8")))
 
 
 @pytest.mark.kernel("hslm_dx_s8")
@@ -126,7 +126,7 @@ def test_grad_weight_inside_bound_on_emulator(R, K, N):
 
 def test_float32_in_float32_out():
     x, _, t, beta = data(np.random.default_rng(0), 4, 16, 8)
-    got = ops.forward(x.astype(np.float32), pack(t), beta, fn=reference_fn("ternary_fwd_s8"))
+    got = ops.forward(x.astype(np.float32), pack(t), beta, fn=reference_fn("hslm_fwd_s8"))
     assert got.dtype == np.float32
 
 
@@ -213,7 +213,7 @@ def _gpu():
     return cupy
 
 
-@pytest.mark.kernel("ternary_fwd_s8", "hslm_dx_s8", "hslm_dw_s8")
+@pytest.mark.kernel("hslm_fwd_s8", "hslm_dx_s8", "hslm_dw_s8")
 def test_ops_on_gpu_match_the_cpu_path():
     """CuPy arrays run the PTX on the GPU; the integers and scales are the CPU path's."""
     cp = _gpu()
@@ -221,7 +221,7 @@ def test_ops_on_gpu_match_the_cpu_path():
     w = pack(t)
     X, DY, W = cp.asarray(x), cp.asarray(dy), cp.asarray(w)
     pairs = [
-        (ops.forward(X, W, beta), ops.forward(x, w, beta, fn=reference_fn("ternary_fwd_s8"))),
+        (ops.forward(X, W, beta), ops.forward(x, w, beta, fn=reference_fn("hslm_fwd_s8"))),
         (ops.grad_input(DY, W, beta, 243), ops.grad_input(dy, w, beta, 243, fn=reference_fn("hslm_dx_s8"))),
         (ops.grad_weight(X, DY), ops.grad_weight(x, dy, fn=reference_fn("hslm_dw_s8"))),
         (ops.grad_weight(X, DY, chunk_rows=16), ops.grad_weight(x, dy, fn=reference_fn("hslm_dw_s8"))),

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.ptxemu import Module
+from kernels.ptxemu import Module
 
 M32 = 0xFFFFFFFF
 EDGES = [0, 1, 2, 31, 32, 33, 0x7F, 0x80, 0xFF, 0x7FFFFFFF, 0x80000000, 0x80000001, M32]

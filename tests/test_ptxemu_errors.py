@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from test_ptxemu import PROLOGUE, line_of, module
 
-from pipeline.ptxemu import EmulatorError, Module
+from kernels.ptxemu import EmulatorError, Module
 
 Z = np.zeros(128, np.uint32)
 

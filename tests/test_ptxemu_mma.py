@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from test_ptxemu import PROLOGUE, module
 
-from pipeline.ptxemu import EmulatorError, Module
+from kernels.ptxemu import EmulatorError, Module
 
 
 def a_index(k: int):

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.ptxemu import EmulatorError, Module
+from kernels.ptxemu import EmulatorError, Module
 
 PTX = Path(__file__).parent / "data" / "ptx" / "kernels.ptx"
 U = np.uint32

@@ -2,7 +2,7 @@
 import numpy as np
 from test_ptxemu import module
 
-from pipeline.ptxemu import Module
+from kernels.ptxemu import Module
 
 ARGS = [np.zeros(128, np.uint32)] * 4
 

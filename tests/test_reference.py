@@ -11,7 +11,7 @@ from kernels.ternary import pack, unpack
 
 DIMS = [Dims(1, 17, 3), Dims(27, 243, 29), Dims(5, 64, 8)]
 EINSUM = {
-    "ternary_fwd_s8": lambda d, v: np.einsum("ri,ij->rj", v["x"], unpack(v["w"], d.K).astype(np.float64)),
+    "hslm_fwd_s8": lambda d, v: np.einsum("ri,ij->rj", v["x"], unpack(v["w"], d.K).astype(np.float64)),
     "hslm_dx_s8": lambda d, v: np.einsum("rj,ij->ri", v["dy"], unpack(v["w"], d.K).astype(np.float64)),
     "hslm_dw_s8": lambda d, v: np.einsum("rj,ri->ji", v["dy"], v["x"]),
 }
@@ -54,10 +54,10 @@ def _assert_tight(err, bound):
     assert (err / bound).max() < 0.5  # and the bound is not vacuous slack either
 
 
-@pytest.mark.kernel("ternary_fwd_s8")
+@pytest.mark.kernel("hslm_fwd_s8")
 def test_forward_quantized_within_bound():
     x, t, beta, _ = _layer(np.random.default_rng(11))
-    spec, d = KERNELS["ternary_fwd_s8"], Dims(x.shape[0], *t.shape)
+    spec, d = KERNELS["hslm_fwd_s8"], Dims(x.shape[0], *t.shape)
     xq, s = quantize_rows(x)
     y = s * spec.reference(d, {"x": xq, "w": pack(t)}) * beta
     exact = x @ (beta * t)

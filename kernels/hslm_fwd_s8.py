@@ -1,4 +1,4 @@
-"""ternary_fwd_s8: Y[r, j] = sum_i Xq[r, i] W[i, j]  (int8 x ternary -> int32).
+"""hslm_fwd_s8: Y[r, j] = sum_i Xq[r, i] W[i, j]  (int8 x ternary -> int32).
 
 The forward product of an HSLM linear layer. D = Y (R x N). B = W decoded into shared
 memory as [j][i] (64-byte rows); in the BLOCKED k order a lane's 16 bytes of a chunk
@@ -15,7 +15,7 @@ from kernels.spec import BufferSpec, Dims, KernelSpec, Launch
 from kernels.ternary import packed_shape, unpack
 from kernels.testdata import ternary_weights, saturating_int8
 
-NAME = "ternary_fwd_s8"
+NAME = "hslm_fwd_s8"
 PARAMS = (
     BufferSpec("y", "int32", lambda d: (d.R, d.N)),
     BufferSpec("x", "int8", lambda d: (d.R, d.K)),
@@ -53,6 +53,6 @@ def reference(d: Dims, inputs: dict[str, np.ndarray]) -> np.ndarray:
 SPEC = KernelSpec(
     name=NAME, emit=emit, geometry=geometry, params=PARAMS, make_inputs=make_inputs,
     reference=reference,
-    modules=("kernels.ternary_fwd_s8", "kernels.mma_tile", "kernels.ptx_emit",
+    modules=("kernels.hslm_fwd_s8", "kernels.mma_tile", "kernels.ptx_emit",
              "kernels.ternary", "kernels.testdata", "kernels.spec"),
 )

@@ -17,8 +17,8 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from pipeline.ptxemu.memory import Fault
-from pipeline.ptxemu.parse import EmulatorError, Entry, Instr
+from kernels.ptxemu.memory import Fault
+from kernels.ptxemu.parse import EmulatorError, Entry, Instr
 
 
 class Ty(NamedTuple):

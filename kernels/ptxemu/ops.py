@@ -15,8 +15,8 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from pipeline.ptxemu.memory import Fault
-from pipeline.ptxemu.operands import PRED, TYPES, U32, U64, Ctx, Ty
+from kernels.ptxemu.memory import Fault
+from kernels.ptxemu.operands import PRED, TYPES, U32, U64, Ctx, Ty
 
 
 class Exec(NamedTuple):

@@ -3,7 +3,8 @@
 Both hand back a function with CuPy's RawKernel calling convention,
 ``fn(grid, block, args, shared_mem=0)``, so verify and bench launch kernels the same
 way on either (kernels.launch.launch). CuPy is optional and imported lazily: on a
-machine without it (CI, laptops) only the emulator exists, and ``auto`` picks it.
+machine without it (CI, laptops) only the emulator exists. This is runtime code: the
+float ops use it as much as the build pipeline does, so it imports nothing from it.
 """
 from __future__ import annotations
 
@@ -12,9 +13,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
-
-from pipeline.artifacts import UserError
-from pipeline.config import BACKENDS
 
 EMULATOR_DEVICE = "cpu-emulator"
 GPU_HINT = "pip install -e '.[gpu]' (cupy-cuda12x) on a machine with a CUDA GPU, or use backend=emulator"
@@ -29,17 +27,6 @@ def gpu_available() -> bool:
         return cupy.cuda.runtime.getDeviceCount() > 0
     except Exception:  # no cupy, no driver, no device: all mean "no GPU here"
         return False
-
-
-def resolve_backend(name: str) -> str:
-    """'auto' -> 'gpu' when a device is usable, else 'emulator'; 'gpu' without one is refused."""
-    if name not in BACKENDS:
-        raise UserError(f"unknown backend '{name}'; known: {', '.join(BACKENDS)}")
-    if name == "auto":
-        return "gpu" if gpu_available() else "emulator"
-    if name == "gpu" and not gpu_available():
-        raise UserError(f"backend=gpu: CuPy sees no CUDA device; {GPU_HINT}")
-    return name
 
 
 def array_module(backend: str) -> Any:
@@ -67,7 +54,7 @@ def load_ptx(backend: str, ptx: str, entry: str) -> Callable[..., Any]:
         module = cupy.cuda.function.Module()
         module.load(ptx.encode())
         return module.get_function(entry)
-    from pipeline.ptxemu import Module
+    from kernels.ptxemu import Module
 
     return Module(code=ptx).get_function(entry)
 

@@ -23,10 +23,10 @@ from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
-from pipeline.ptxemu.memory import Fault, GlobalMemory, SharedMemory
-from pipeline.ptxemu.operands import TYPES, Ctx, State
-from pipeline.ptxemu.ops import Exec, decode
-from pipeline.ptxemu.parse import EmulatorError, Entry, Instr, fmt3, parse
+from kernels.ptxemu.memory import Fault, GlobalMemory, SharedMemory
+from kernels.ptxemu.operands import TYPES, Ctx, State
+from kernels.ptxemu.ops import Exec, decode
+from kernels.ptxemu.parse import EmulatorError, Entry, Instr, fmt3, parse
 
 DONE = np.iinfo(np.int32).max      # the PC of an exited thread
 WAIT = DONE - 1                     # the PC of a thread waiting at a bar.sync
