@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from pipeline.artifacts import write_atomic, write_model
+from pipeline.models import Record
 
 Impl = Literal["ours", "cublas_int8", "cublas_f16", "cublas_f32", "torch_int_mm", "torch_bf16"]
 IMPLS: tuple[str, ...] = Impl.__args__  # table / plot order
@@ -70,10 +71,6 @@ def percentiles(samples: list[float]) -> tuple[float, float, float]:
 def gops(R: int, K: int, N: int, seconds: float) -> float:
     """Throughput counted as 2*R*K*N operations (one multiply + one add per MAC)."""
     return 2.0 * R * K * N / seconds / 1e9
-
-
-class Record(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class Timing(Record):

@@ -13,6 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class Record(BaseModel):
+    """Every record that crosses a stage boundary: unknown fields refused, immutable."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
