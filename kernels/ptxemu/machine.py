@@ -280,6 +280,7 @@ class Function:
                         if ex.warp:
                             self._warp_check(st, m, ins)
                         ex.run(st, m)
+                        st.commit()
                 elif kind == "bar" and m is None:
                     st.smem.barrier(None)
                 elif kind == "bar" and m.any():            # some wait for the others

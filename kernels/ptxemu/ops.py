@@ -206,7 +206,7 @@ def _bfe(cx, t):
         keep = (np.uint64(1) << n) - np.uint64(1)
         r = (x >> np.minimum(pos, 32)) & keep
         if t.signed:
-            sb = (x >> np.minimum(pos + ln - 1, 31)) & 1
+            sb = (x >> (np.minimum(pos + ln, 32) - (ln > 0))) & 1  # len 0: unused
             r = np.where((ln > 0) & (sb == 1), r | (~keep & np.uint64(0xFFFFFFFF)), r)
         put(st, m, r.astype(np.uint32).view(t.dtype))
     return run
