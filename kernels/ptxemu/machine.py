@@ -218,12 +218,13 @@ class Function:
                              f"only {int(lanes.sum())} of 32 lanes of the warp execute it "
                              f"(lane {int(np.flatnonzero(~lanes)[0])} does not)")
 
-    def _release(self, st: State, pcs: np.ndarray) -> None:
+    def _release(self, st: State, sch: Schedule) -> None:
         """Open the barrier of every CTA whose running threads all wait at one.
 
         Waiting threads sit at PC ``WAIT`` (never the minimum) with their barrier's PC
-        in ``self._waitpc``. Threads that exited do not count, as on hardware; threads
+        in ``sch.waitpc``. Threads that exited do not count, as on hardware; threads
         of one CTA waiting at different bar.sync instructions are a divergence error."""
+        pcs = sch.pcs
         waiting = (pcs == WAIT).reshape(-1, st.tpc)
         running = (pcs != DONE).reshape(-1, st.tpc)
         ready = waiting.any(1) & (waiting.sum(1) == running.sum(1))
@@ -231,7 +232,7 @@ class Function:
             return
         ctas = np.flatnonzero(ready)
         rows = waiting[ctas]
-        wpc = np.where(rows, self._waitpc.reshape(-1, st.tpc)[ctas], -1)
+        wpc = np.where(rows, sch.waitpc.reshape(-1, st.tpc)[ctas], -1)
         lo = np.where(rows, wpc, np.iinfo(np.int32).max).min(1)
         split = (wpc.max(1) != lo)
         if split.any():
@@ -243,29 +244,84 @@ class Function:
                              f"barriers (this one and line {first.line})")
         w = np.zeros(pcs.size, bool)
         w.reshape(-1, st.tpc)[ctas] = rows
-        pcs[w] = self._waitpc[w] + 1
+        pcs[w] = sch.waitpc[w] + 1
         st.smem.barrier(ctas)
+
+    # One handler per scheduling kind: run the step at PC i for the threads ``active``
+    # (None: every running thread) of which ``m`` (None: all of them) pass the guard,
+    # and move those threads on. A handler returns True when no thread is left.
+
+    def _plain(self, st: State, sch: Schedule, step: Step, i: int, active, m) -> bool:
+        if m is None or m.any():
+            if step.ex.warp:
+                self._warp_check(st, m, step.ins)
+            step.ex.run(st, m)
+            st.commit()
+        sch.goto(active, i + 1)
+        return False
+
+    def _barrier(self, st: State, sch: Schedule, step: Step, i: int, active, m) -> bool:
+        if m is None:                               # every thread of every CTA is here
+            st.smem.barrier(None)
+        elif m.any():                               # some wait for the others
+            sch.split(active, i + 1, m, WAIT)
+            sch.waitpc[m] = i
+            self._release(st, sch)
+            return False
+        sch.goto(active, i + 1)
+        return False
+
+    def _branch(self, st: State, sch: Schedule, step: Step, i: int, active, m) -> bool:
+        target, taken = step.ex.target, m
+        if taken is None or step.guard is None:     # every thread here takes it
+            sch.goto(active, target)
+            return False
+        stay = ~taken if active is None else (active & ~taken)
+        if not stay.any():
+            sch.goto(active, target)
+        elif not taken.any():                       # nobody takes it
+            sch.goto(active, i + 1)
+        else:
+            if step.ex.uni:
+                self._uniform_check(sch.warps, taken, stay, step.ins)
+            sch.split(active, i + 1, taken, target)
+        return False
+
+    def _uniform_check(self, warps: np.ndarray, taken, stay, ins: Instr) -> None:
+        """bra.uni: uniform within each warp (PTX ISA, bra; warps may go different ways)."""
+        mixed = np.intersect1d(warps[taken], warps[stay])
+        if mixed.size:
+            in_warp = warps == mixed[0]
+            t0 = int(np.flatnonzero(taken & in_warp)[0])
+            s0 = int(np.flatnonzero(stay & in_warp)[0])
+            raise self._fail("divergence", ins, s0, "bra.uni is not uniform in the warp: "
+                             f"this thread falls through, tid={fmt3(self._where(t0)[1])} "
+                             "branches")
+
+    def _exit(self, st: State, sch: Schedule, step: Step, i: int, active, m) -> bool:
+        if m is None:
+            return True
+        sch.nlive -= int(np.count_nonzero(m))
+        if sch.nlive == 0:
+            return True
+        if sch.pcs is None:
+            sch.live = ~m if sch.live is None else (sch.live & ~m)
+            sch.pc += 1
+        else:
+            sch.split(active, i + 1, m, DONE)
+            self._release(st, sch)
+        return False
 
     def _run(self, st: State, issued: np.ndarray, warps: np.ndarray) -> None:
         """Run to the end; ``issued[i]`` counts the warps that issued step i."""
-        steps, T = self.steps, st.T
-        pc, pcs, live, nlive = 0, None, None, T   # converged: pc; diverged: pcs array
+        sch = Schedule(st.T, warps)
+        handlers = {"op": self._plain, "bar": self._barrier, "bra": self._branch,
+                    "exit": self._exit}
         all_warps = int(warps[-1]) + 1
-        self._waitpc = np.zeros(T, np.int32)
-        while True:
-            if pcs is None:
-                i, active = pc, live
-            else:
-                i = int(pcs.min())
-                if i >= WAIT:                   # cannot happen: _release opens barriers
-                    raise EmulatorError("divergence", None, "", "every running thread "
-                                        "waits at a barrier that never opens")
-                active = pcs == i
-                if int(np.count_nonzero(active)) == nlive:      # reconverged
-                    pc, pcs, live = i, None, (None if nlive == T else active)
-                    active = live
-            step = steps[i]
-            ins, ex = step.ins, step.ex
+        done = False
+        while not done:
+            i, active = sch.next()
+            step = self.steps[i]
             issued[i] += all_warps if active is None else np.unique(warps[active]).size
             try:
                 m = active
@@ -274,82 +330,56 @@ class Function:
                     m = p if active is None else (p & active)
                     if m.all():
                         m = None
-                kind = ex.kind
-                if kind == "op":
-                    if m is None or m.any():
-                        if ex.warp:
-                            self._warp_check(st, m, ins)
-                        ex.run(st, m)
-                        st.commit()
-                elif kind == "bar" and m is None:
-                    st.smem.barrier(None)
-                elif kind == "bar" and m.any():            # some wait for the others
-                    if pcs is None:
-                        pcs = np.full(T, i, np.int32)
-                        if live is not None:
-                            pcs[~live] = DONE
-                    pcs[active] = i + 1
-                    pcs[m] = WAIT
-                    self._waitpc[m] = i
-                    self._release(st, pcs)
-                    continue
-                elif kind == "bra":
-                    taken = m
-                    if taken is None or step.guard is None:
-                        stay = None
-                    else:
-                        stay = ~taken if active is None else (active & ~taken)
-                        if not stay.any():
-                            stay = None
-                        elif not taken.any():                # nobody takes it
-                            if pcs is None:
-                                pc += 1
-                            else:
-                                pcs[active] = i + 1
-                            continue
-                    if stay is None:                       # every thread here takes it
-                        if pcs is None:
-                            pc = ex.target
-                        else:
-                            pcs[active] = ex.target
-                        continue
-                    if ex.uni:  # PTX: uniform within each warp (warps may differ)
-                        mixed = np.intersect1d(warps[taken], warps[stay])
-                        if mixed.size:
-                            in_warp = warps == mixed[0]
-                            t0 = int(np.flatnonzero(taken & in_warp)[0])
-                            s0 = int(np.flatnonzero(stay & in_warp)[0])
-                            raise self._fail("divergence", ins, s0, "bra.uni is not uniform "
-                                             f"in the warp: this thread falls through, tid="
-                                             f"{fmt3(self._where(t0)[1])} branches")
-                    if pcs is None:
-                        pcs = np.full(T, i + 1, np.int32)
-                        if live is not None:
-                            pcs[~live] = DONE
-                    else:
-                        pcs[active] = i + 1
-                    pcs[taken] = ex.target
-                    continue
-                elif kind == "exit":
-                    if m is None:
-                        return
-                    nlive -= int(np.count_nonzero(m))
-                    if nlive == 0:
-                        return
-                    if pcs is None:
-                        live = ~m if live is None else (live & ~m)
-                        pc += 1
-                    else:
-                        pcs[active] = i + 1
-                        pcs[m] = DONE
-                        self._release(st, pcs)
-                    continue
+                done = handlers[step.ex.kind](st, sch, step, i, active, m)
             except Fault as f:
-                raise self._fault(f, ins) from None
-            if pcs is None:
-                pc += 1
-            else:
-                pcs[active] = i + 1
+                raise self._fault(f, step.ins) from None
+
+
+class Schedule:
+    """Where every thread of the launch is (min-PC scheduling).
+
+    Converged: all running threads are at ``pc`` (``pcs`` is None) and ``live`` masks
+    the running ones (None: all). Diverged: ``pcs`` holds each thread's PC, ``DONE``
+    for exited threads and ``WAIT`` for threads parked at a barrier (``waitpc`` says
+    which). ``nlive`` counts the running threads either way.
+    """
+
+    def __init__(self, T: int, warps: np.ndarray):
+        self.T, self.warps = T, warps
+        self.pc, self.pcs, self.live, self.nlive = 0, None, None, T
+        self.waitpc = np.zeros(T, np.int32)
+
+    def next(self) -> tuple[int, Any]:
+        """The smallest PC and the threads at it (None: all running threads)."""
+        if self.pcs is None:
+            return self.pc, self.live
+        i = int(self.pcs.min())
+        if i >= WAIT:                   # cannot happen: _release opens barriers
+            raise EmulatorError("divergence", None, "", "every running thread waits at a "
+                                "barrier that never opens")
+        active = self.pcs == i
+        if int(np.count_nonzero(active)) == self.nlive:        # reconverged
+            self.pc, self.pcs = i, None
+            self.live = None if self.nlive == self.T else active
+            return i, self.live
+        return i, active
+
+    def goto(self, active, pc: int) -> None:
+        """Every thread of ``active`` continues at ``pc``."""
+        if self.pcs is None:
+            self.pc = pc
+        else:
+            self.pcs[active] = pc
+
+    def split(self, active, rest: int, some, pc: int) -> None:
+        """``some`` of the ``active`` threads go to ``pc``, the rest to ``rest``."""
+        if self.pcs is None:                    # diverge: active is every running thread
+            self.pcs = np.full(self.T, rest, np.int32)
+            if self.live is not None:
+                self.pcs[~self.live] = DONE
+        else:
+            self.pcs[active] = rest
+        self.pcs[some] = pc
 
 
 class Module:
