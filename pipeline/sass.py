@@ -152,7 +152,7 @@ TENSOR = {"IMMA", "HMMA"}
 BRANCH = {"BRA", "CALL", "EXIT", "RET", "BSSY", "BSYNC", "WARPSYNC", "BRX", "JMP"}
 INT_ALU = {"IMAD", "IADD3", "IADD", "LOP3", "LOP", "SHF", "SHL", "SHR", "ISETP", "LEA", "IMNMX",
            "SEL", "MOV", "IABS", "POPC", "FLO", "BMSK", "SGXT", "CS2R", "PLOP3", "P2R", "R2P",
-           "IDP", "BREV", "VIADD", "VIMNMX"}
+           "IDP", "BREV", "VIADD", "VIMNMX", "VIADDMNMX"}
 WIDTH = {"U8": 8, "S8": 8, "U16": 16, "S16": 16, "64": 64, "128": 128}
 SIZED = {"LDG": "ldg", "LDS": "lds", "STS": "sts", "STG": "stg"}  # counted per access width
 SINGLE = {"LDGSTS": "ldgsts", "LDSM": "ldsm", "PRMT": "prmt", "BAR": "barrier", "NOP": "nop"}

@@ -2,7 +2,7 @@
 
 - ``doit sass`` (``sass:<kernel>``): cubin per arch (ptxas), SASS (nvdisasm), loop
   counts -> artifacts/sass/<kernel>.json (+ the listings as <kernel>.<arch>.sass);
-  re-runs when the PTX bytes, the archs or a tool version change; ``sass:summary``
+  re-runs when the PTX bytes, pipeline/sass.py, the archs or a tool version change; ``sass:summary``
   prints the per-IMMA table.
 - ``doit model shape=<set> gpu=<name>`` (default hslm, h200): the first-order
   performance model (pipeline.perf_model) -> artifacts/model/<set>-<gpu>.json and a
@@ -19,6 +19,7 @@ from doit.tools import config_changed
 from kernels.registry import KERNELS
 from kernels.spec import KernelSpec
 from pipeline import config, perf_model
+from pipeline import sass as sass_module
 from pipeline.artifacts import ARTIFACTS, UserError, read_model, rel, write_atomic, write_model
 from pipeline.models import PtxasReport, Shape
 from pipeline.perf_model import MemoryRow
@@ -87,7 +88,7 @@ def task_sass() -> Iterator[dict]:
         yield {
             "name": kernel,
             "actions": [(_sass, [kernel])],
-            "file_dep": [str(config.ptx_path(kernel))],
+            "file_dep": [str(config.ptx_path(kernel)), sass_module.__file__],
             "targets": [str(sass_json(kernel))] + [str(SASS_DIR / f"{kernel}.{a}.sass") for a in config.ARCHS],
             "uptodate": [config_changed(versions)],
             "clean": True,

@@ -176,3 +176,20 @@ def test_ratchet_reports_faster_and_missing():
     assert [(f.kind, f.arch, f.figure) for f in findings] == [("FASTER", "sm_90", "SASS/IMMA"),
                                                               ("MISSING", "sm_80", "-")]
     assert "doit bless" in findings[0].line
+
+
+def test_emulator_memory_rows_when_the_emulator_counts_them(monkeypatch):
+    class Stats:
+        memory = [ROW]
+
+    class Fn:
+        stats = Stats()
+
+    launched = []
+    monkeypatch.setattr(perf_model, "emulator_counts_memory", lambda: True)
+    monkeypatch.setattr(perf_model, "load_ptx", lambda backend, ptx, entry: Fn())
+    monkeypatch.setattr(perf_model, "launch", lambda spec, fn, dims, inputs: launched.append((spec.name, dims)))
+    rows = perf_model.memory_rows_from_emulator(FWD, Shape(name="s", R=5, K=7, N=3), "// ptx")
+    assert rows == [perf_model.MemoryRow(**ROW)] and launched == [("hslm_fwd_s8", Dims(5, 7, 3))]
+    monkeypatch.setattr(perf_model, "emulator_counts_memory", lambda: False)
+    assert perf_model.memory_rows_from_emulator(FWD, Shape(name="s", R=5, K=7, N=3), "// ptx") is None
