@@ -14,7 +14,8 @@ pipeline/gpus.yaml (one source per number). Bounds, each on the busiest SM unles
 - latency: per chunk one dependent global load (L2 hit) plus, when the loop stages
   through shared memory, one shared round trip, nothing prefetched; times the chunks,
   per wave of resident CTAs;
-- L2 (whole GPU): bytes the global loads request / L2 bandwidth;
+- L2 (whole GPU): the emulator's global sectors x 32 B when known, else the bytes the
+  SASS global loads request / L2 bandwidth;
 - DRAM (whole GPU): every operand and the output moved once / DRAM bandwidth.
 
 The reference class (a CUTLASS 2.x int8 GEMM, figures in gpus.yaml) gets the same bounds
@@ -310,7 +311,8 @@ def seconds_us(cycles: float, g: GpuModel) -> float:
     return cycles / g.clock_hz * 1e6
 
 
-def bounds_for(g: GpuModel, w: Work, resident: int, l1_wavefronts_per_cta: float) -> tuple[dict[str, float], int]:
+def bounds_for(g: GpuModel, w: Work, resident: int, l1_wavefronts_per_cta: float,
+               l2_bytes: float) -> tuple[dict[str, float], int]:
     """Our kernel's six bounds, and the waves of resident CTAs."""
     sms = int(g.sms.value)
     busiest = math.ceil(w.ctas / sms)  # CTAs the busiest SM runs in all
@@ -323,7 +325,7 @@ def bounds_for(g: GpuModel, w: Work, resident: int, l1_wavefronts_per_cta: float
                              / (g.peak_ops_per_sm_clock * g.mma_sync_fraction.value), g),
         "l1": seconds_us(busiest * l1_wavefronts_per_cta / g.l1_wavefronts_per_clock.value, g),
         "latency": seconds_us(waves * (w.fast_chunks + w.tail_chunks) * latency, g),
-        "l2": w.ctas * w.warps_per_cta * w.global_bytes_per_warp / (g.l2_bandwidth_gbs.value * 1e3),
+        "l2": l2_bytes / (g.l2_bandwidth_gbs.value * 1e3),
         "dram": w.compulsory_bytes / (g.dram_bandwidth_gbs.value * 1e3),
     }, waves
 
@@ -358,13 +360,21 @@ def l1_per_cta(w: Work, memory: list[MemoryRow] | None, source: str) -> tuple[fl
     return w.lsu_wavefronts_per_warp * w.warps_per_cta, "SASS ideal (no emulator memory counts)"
 
 
+def l2_bytes(w: Work, memory: list[MemoryRow] | None) -> float:
+    """Bytes through L2: the emulator's global sectors x 32 B when known, else what the
+    SASS global loads request (one sector at least each)."""
+    if memory:
+        return 32.0 * sum(r.sectors for r in memory if r.space == "global")
+    return w.ctas * w.warps_per_cta * w.global_bytes_per_warp
+
+
 def model_row(spec: KernelSpec, shape: Shape, g: GpuModel, ref: ReferenceClass, sass: SassArch,
               ptxas: PtxasArch, memory: list[MemoryRow] | None, memory_source: str) -> ModelRow:
     dims = Dims(shape.R, shape.K, shape.N)
     w = work(spec, dims, sass)
     resident = ctas_per_sm(g, w.warps_per_cta, ptxas)
     l1, l1_source = l1_per_cta(w, memory, memory_source)
-    ours, waves = bounds_for(g, w, resident, l1)
+    ours, waves = bounds_for(g, w, resident, l1, l2_bytes(w, memory))
     rows, cols = spec.output.shape(dims)
     dense_bytes = rows * w.contraction + w.contraction * cols + 4 * rows * cols  # int8 A, B; int32 C
     useful = 2.0 * dims.R * dims.K * dims.N

@@ -84,7 +84,8 @@ def test_work_by_hand():
 
 def test_bounds_by_hand():
     w = perf_model.work(FWD, Dims(1782, 243, 243), SASS)
-    bounds, waves = perf_model.bounds_for(H200, w, resident=7, l1_wavefronts_per_cta=4 * w.lsu_wavefronts_per_warp)
+    bounds, waves = perf_model.bounds_for(H200, w, resident=7, l1_wavefronts_per_cta=4 * w.lsu_wavefronts_per_warp,
+                                          l2_bytes=perf_model.l2_bytes(w, None))
     clock = 1.83e9
     # 224 CTAs on 132 SMs: the busiest runs 2, i.e. 8 warps on 4 schedulers
     assert math.isclose(bounds["issue"], 8 * 460 / 4 / clock * 1e6)
@@ -135,6 +136,8 @@ def test_memory_rows_from_a_verify_report_feed_l1(tmp_path):
     w = perf_model.work(FWD, Dims(1782, 243, 243), SASS)
     assert perf_model.l1_per_cta(w, rows, "emulator (cell.json)") == (300 / 224, "emulator (cell.json)")
     assert perf_model.l1_per_cta(w, None, "-")[1].startswith("SASS ideal")
+    assert perf_model.l2_bytes(w, rows) == 32 * 80  # global rows only
+    assert perf_model.l2_bytes(w, None) == 224 * 4 * w.global_bytes_per_warp
     no_stats = tmp_path / "old.json"
     no_stats.write_text(json.dumps({"kernel": "k"}))
     assert perf_model.memory_rows_from_report(no_stats) is None
