@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 import yaml
@@ -39,11 +39,12 @@ from kernels.ptxemu import LaunchStats
 from kernels.spec import Dims, KernelSpec
 from pipeline.artifacts import UserError, rel, sha256_file
 from pipeline.models import PtxasArch, Record, Shape
-from pipeline.sass import SassArch, is_lsu
+from pipeline.sass import Body, SassArch, class_width, is_lsu
 
 GPUS_FILE = Path(__file__).with_name("gpus.yaml")
 IMMA_OPS = 2 * 16 * 8 * 32  # one m16n8k32 mma: multiply and add per product
 FAST_SLACK_BYTES = 4  # a chunk runs the fast body while it and one word more lie inside every row
+UNSIZED_LSU_BITS = 128  # LDGSTS and LDSM as the kernels' class uses them: 16 B a lane
 BOUNDS = ("issue", "tensor", "l1", "latency", "l2", "dram")
 
 
@@ -169,25 +170,20 @@ def chunks(contraction: int) -> tuple[int, int]:
     return fast, len(starts) - fast
 
 
-def per_trip(sass: SassArch, body: str) -> Any:
-    chosen = getattr(sass, body)
-    return chosen if chosen is not None else (sass.fast or sass.tail)
+def per_trip(sass: SassArch, name: str) -> Body | None:
+    """The fast or tail body; a loop with one body stands in for the other."""
+    return getattr(sass, name) or sass.fast or sass.tail
 
 
 def wavefronts(classes: dict[str, int]) -> float:
     """Ideal L1 wavefronts of one warp's LSU instructions: width x 32 lanes / 128 B, at least 1."""
-    total = 0.0
-    for cls, n in classes.items():
-        if is_lsu(cls):
-            bits = int("".join(c for c in cls if c.isdigit()) or 128)  # ldgsts/ldsm: 16 B a lane
-            total += n * max(1.0, bits / 32)
-    return total
+    return sum(n * max(1.0, (class_width(cls) or UNSIZED_LSU_BITS) / 32) for cls, n in classes.items() if is_lsu(cls))
 
 
 def global_bytes(classes: dict[str, int]) -> float:
     """Bytes a warp's global loads request, at least one 32-B sector each."""
-    return sum(n * max(32.0, int(cls[3:]) / 8 * 32) for cls, n in classes.items()
-               if cls.startswith("ldg") and cls[3:].isdigit())
+    return sum(n * max(32.0, class_width(cls) / 8 * 32) for cls, n in classes.items()
+               if cls.startswith("ldg") and class_width(cls))
 
 
 def work(spec: KernelSpec, dims: Dims, sass: SassArch) -> Work:

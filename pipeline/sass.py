@@ -26,7 +26,7 @@ from collections import Counter
 from pathlib import Path
 from typing import NamedTuple
 
-from pipeline.artifacts import UserError, rel, sha256_file, write_atomic
+from pipeline.artifacts import ArtifactError, UserError, rel, sha256_file, write_atomic
 from pipeline.models import Record
 from pipeline.ptxas import PtxasError, find_ptxas, first_error, ptxas_version
 
@@ -187,6 +187,12 @@ def is_lsu(cls: str) -> bool:
     return cls.startswith(LSU_PREFIXES)
 
 
+def class_width(cls: str) -> int | None:
+    """The access width in bits a sized class carries ("ldg8" -> 8, "lds128" -> 128), else None."""
+    digits = cls[len(cls.rstrip("0123456789")):]
+    return int(digits) if digits else None
+
+
 def is_guarded_global_load(ins: Instr) -> bool:
     return ins.guard is not None and ins.base in ("LDG", "LDGSTS")
 
@@ -288,7 +294,9 @@ class SassReport(Record):
         for entry in self.archs:
             if entry.arch == arch:
                 return entry
-        raise KeyError(f"{self.kernel}: no SASS counts for {arch}; known: {[a.arch for a in self.archs]}")
+        known = ", ".join(a.arch for a in self.archs)
+        raise ArtifactError(f"{self.kernel}: no SASS counts for {arch} (known: {known}); add it to ARCHS "
+                            "in pipeline/config.py and run `doit sass`")
 
 
 def count(instrs: list[Instr]) -> Counter:

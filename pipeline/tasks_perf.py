@@ -18,8 +18,7 @@ from doit.tools import config_changed
 
 from kernels.registry import KERNELS
 from kernels.spec import KernelSpec
-from pipeline import config, perf_model
-from pipeline import sass as sass_module
+from pipeline import config, perf_model, sass
 from pipeline.artifacts import ARTIFACTS, UserError, read_model, rel, write_atomic, write_model
 from pipeline.models import PtxasReport, Shape
 from pipeline.perf_model import MemoryRow
@@ -88,7 +87,7 @@ def task_sass() -> Iterator[dict]:
         yield {
             "name": kernel,
             "actions": [(_sass, [kernel])],
-            "file_dep": [str(config.ptx_path(kernel)), sass_module.__file__],
+            "file_dep": [str(config.ptx_path(kernel)), sass.__file__],
             "targets": [str(sass_json(kernel))] + [str(SASS_DIR / f"{kernel}.{a}.sass") for a in config.ARCHS],
             "uptodate": [config_changed(versions)],
             "clean": True,
@@ -132,16 +131,16 @@ def build_model(shape_set: str, gpu_name: str) -> perf_model.ModelReport:
     shapes = select_sets((shape_set,))[shape_set]
     rows, tools = [], {}
     for name, spec in KERNELS.items():
-        sass = read_model(sass_json(name), SassReport)
+        counts = read_model(sass_json(name), SassReport)
         ptxas = next((a for a in read_model(config.ptxas_json(name), PtxasReport).archs if a.arch == g.arch), None)
         if ptxas is None:
             raise UserError(f"{rel(config.ptxas_json(name))}: no figures for {g.arch} ({gpu_name}); "
                             f"add it to ARCHS in pipeline/config.py")
-        tools[name] = f"ptxas {sass.ptxas_version} / nvdisasm {sass.nvdisasm_version}"
+        tools[name] = f"ptxas {counts.ptxas_version} / nvdisasm {counts.nvdisasm_version}"
         ptx = config.ptx_path(name).read_text()
         for shape in shapes:
             memory, source = memory_counts(spec, shape_set, shape, ptx)
-            rows.append(perf_model.model_row(spec, shape, g, assumptions.reference, sass.arch(g.arch), ptxas,
+            rows.append(perf_model.model_row(spec, shape, g, assumptions.reference, counts.arch(g.arch), ptxas,
                                              memory, source))
     return perf_model.ModelReport(shape_set=shape_set, gpu=gpu_name, gpu_name=g.name, arch=g.arch,
                                   assumptions_sha256=perf_model.assumptions_sha256(), sass_tools=tools, rows=rows)

@@ -12,7 +12,7 @@ import pytest
 
 from kernels.registry import KERNELS
 from pipeline import sass
-from pipeline.artifacts import UserError
+from pipeline.artifacts import ArtifactError, UserError
 
 DATA = Path(__file__).parent / "data" / "sass"
 ARCHS = ("sm_80", "sm_90")  # the oldest and the newest: different schedules, uniform datapath
@@ -193,6 +193,7 @@ def test_classes():
     assert [sass.classify(op) for op in ("LDG.E.U8", "LDG.E.128", "LDG.E", "LDS.64", "STS.128", "IMMA.16832.S8.S8",
                                          "ULDC.64", "LOP3.LUT", "BAR.SYNC.DEFER_BLOCKING", "S2R", "LDGSTS.E.128")] == [
         "ldg8", "ldg128", "ldg32", "lds64", "sts128", "tensor", "uniform", "int_alu", "barrier", "other", "ldgsts"]
+    assert [sass.class_width(c) for c in ("ldg8", "lds128", "sts32", "ldgsts", "prmt")] == [8, 128, 32, None, None]
 
 
 # ---- finding the tools ----------------------------------------------------------------
@@ -219,5 +220,5 @@ def test_report_records_tool_versions(tools, tmp_path):
     assert (tmp_path / f"{spec.name}.sm_89.sass").read_text().count("IMMA") == 16
     assert report.nvdisasm_version == sass.tool_version(tools[0]) and report.ptxas_version.startswith("12.")
     assert report.arch("sm_89").fast.lsu_per_imma == 2.0
-    with pytest.raises(KeyError, match="no SASS counts for sm_75"):
+    with pytest.raises(ArtifactError, match=r"no SASS counts for sm_75 \(known: sm_89\)"):
         report.arch("sm_75")
