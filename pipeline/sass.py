@@ -207,15 +207,19 @@ class Loop(NamedTuple):
     end: int  # index of the backward branch
 
 
+def is_jump(ins: Instr) -> bool:
+    """A branch to a label: BRA, or the CALL.REL.NOINC ptxas uses as a branch (it pushes
+    no return address)."""
+    return ins.target is not None and (ins.base == "BRA" or ins.opcode.startswith("CALL.REL.NOINC"))
+
+
 def find_loops(listing: Listing) -> list[Loop]:
     """Every backward branch: its target..itself (a branch to itself is the trap after EXIT)."""
     index = {ins.addr: i for i, ins in enumerate(listing.instrs)}
     loops = []
     for i, ins in enumerate(listing.instrs):
-        if ins.target is not None and ins.base in ("BRA", "CALL"):
-            target = listing.labels[ins.target]
-            if target < ins.addr:
-                loops.append(Loop(index[target], i))
+        if is_jump(ins) and listing.labels[ins.target] < ins.addr:
+            loops.append(Loop(index[listing.labels[ins.target]], i))
     return loops
 
 
@@ -223,7 +227,7 @@ def successors(listing: Listing, index: dict[int, int], i: int) -> list[int]:
     ins = listing.instrs[i]
     if ins.base == "EXIT":
         return [i + 1] if ins.guard else []
-    if ins.target is None or ins.base not in ("BRA", "CALL"):
+    if not is_jump(ins):
         return [i + 1]
     taken = index[listing.labels[ins.target]]
     return [i + 1, taken] if ins.guard else [taken]

@@ -222,3 +222,12 @@ def test_report_records_tool_versions(tools, tmp_path):
     assert report.arch("sm_89").fast.lsu_per_imma == 2.0
     with pytest.raises(ArtifactError, match=r"no SASS counts for sm_75 \(known: sm_89\)"):
         report.arch("sm_75")
+
+
+def test_only_branches_and_noinc_calls_are_jumps():
+    def instr(opcode: str, target: str | None = ".L_x_0") -> sass.Instr:
+        return sass.Instr(0x100, None, opcode, target)
+
+    assert [sass.is_jump(instr(op)) for op in ("BRA", "CALL.REL.NOINC", "CALL.REL", "CALL.ABS.NOINC")] == [
+        True, True, False, False]
+    assert not sass.is_jump(instr("BRA", None))
