@@ -1,8 +1,10 @@
 """The bench record and everything derived from it: statistics, GOP/s, peaks, table, plot.
 
 pipeline/bench.py measures on a GPU and builds a :class:`BenchReport`; this module needs
-no GPU, so the statistics, the markdown table and the plot are tested on the CPU against
-recorded sample data (tests/data/bench/sample_*.json, marked ``synthetic``).
+no GPU, so the statistics, the markdown table, the CSV and the plot are tested on the CPU
+against recorded sample data (tests/data/bench/sample_*.json, marked ``synthetic``).
+``python -m pipeline.bench_report FILE.json [PREDICTIONS.json]`` re-renders a record's
+markdown, CSV and PNG beside it, with a performance model's predictions when given.
 
 Every figure shown is derived from the raw samples stored in the record: a Timing's
 median/p10/p90 must equal the statistics of its samples, and a report's summary must
@@ -11,19 +13,24 @@ caught, not rendered).
 """
 from __future__ import annotations
 
+import csv
 import io
+import json
 import math
+import sys
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationError, model_validator
 
-from pipeline.artifacts import write_atomic, write_model
+from pipeline.artifacts import UserError, read_model, rel, write_atomic, write_model
+from pipeline.bench_cli import run_cli
 from pipeline.models import Record
 
 Impl = Literal["ours", "cublas_int8", "cublas_f16", "cublas_f32", "torch_int_mm", "torch_bf16"]
 IMPLS: tuple[str, ...] = Impl.__args__  # table / plot order
+Disposition = Literal["passed", "incorrect", "failed", "not_run"]
 BASELINES: tuple[str, ...] = IMPLS[1:]
 
 # Device int8 tensor-core peaks, DENSE (no 2:4 sparsity), at boost clock, in TOPS.
@@ -142,12 +149,29 @@ class Row(Record):
     graph_error: str | None = None
     check: Check | None = None
     error: str | None = None  # why it did not run (torch missing, a cuBLAS error, ...)
+    not_run: bool = False  # error is a reason it was not attempted (torch missing, R over bound)
+    model_us: float | None = Field(default=None, gt=0)  # the performance model's prediction
+
+    @model_validator(mode="after")
+    def _not_run_has_a_reason(self) -> "Row":
+        if self.not_run and not self.error:
+            raise ValueError("not_run needs the reason in 'error'")
+        return self
 
     @property
     def ok(self) -> bool:
         """Ran and computed the right answer: only such a row may count as a baseline."""
         return self.error is None and self.stream is not None and self.check is not None \
             and self.check.passed
+
+    @property
+    def disposition(self) -> Disposition:
+        """passed / incorrect / failed / not_run, as a GEMM profiler reports a run."""
+        if self.error:
+            return "not_run" if self.not_run else "failed"
+        if self.check is not None and not self.check.passed:
+            return "incorrect"
+        return "passed" if self.ok else "failed"
 
     def gops(self) -> float | None:
         return gops(self.R, self.K, self.N, self.stream.median_us * 1e-6) if self.stream else None
@@ -198,6 +222,7 @@ class Summary(Record):
     graph_ratio: float | None = None
     gops: float | None = None
     peak_fraction: float | None = None  # of the dense int8 peak
+    model_us: float | None = None  # the performance model's prediction for ours
 
 
 def summarize(rows: list[Row], peak_tops: float | None) -> list[Summary]:
@@ -207,6 +232,7 @@ def summarize(rows: list[Row], peak_tops: float | None) -> list[Summary]:
     for kernel, shape in keys:
         group = [r for r in rows if (r.kernel, r.shape) == (kernel, shape)]
         ours = next((r for r in group if r.impl == "ours" and r.ok), None)
+        model = next((r.model_us for r in group if r.impl == "ours"), None)
         base = [r for r in group if r.impl != "ours" and r.ok]
         best = min(base, key=lambda r: r.stream.median_us, default=None)
         gbase = [r for r in base if r.graph is not None]
@@ -225,6 +251,7 @@ def summarize(rows: list[Row], peak_tops: float | None) -> list[Summary]:
             graph_ratio=ours_g / gbest.graph.median_us if ours_g and gbest else None,
             gops=rate,
             peak_fraction=rate / (peak_tops * 1e3) if rate and peak_tops else None,
+            model_us=model,
         ))
     return out
 
@@ -270,7 +297,7 @@ def _num(x: float | None, fmt: str) -> str:
 
 def _check(row: Row) -> str:
     if row.error:
-        return "not run"
+        return "not run" if row.not_run else "FAILED"
     if row.check is None:
         return "-"
     if row.check.tolerance == 0:
@@ -306,14 +333,15 @@ def markdown(report: BenchReport) -> str:
         "",
         "Times are device microseconds per call: median (p10-p90) over samples. `graph` is "
         "the same launches replayed from a CUDA graph (launch overhead removed). "
-        "GOP/s counts 2*R*K*N. Ratio = ours / best correct baseline (time; < 1: ours faster).",
+        "GOP/s counts 2*R*K*N. Ratio = ours / best correct baseline (time; < 1: ours faster). "
+        "`model us` is the performance model's prediction for ours, where one was given.",
         "",
     ]
     for kernel in dict.fromkeys(r.kernel for r in report.rows):
         lines += [f"## {kernel}", "",
-                  "| shape | R x K x N | impl | us | p10-p90 | graph us | GOP/s | % int8 peak "
-                  "| check | sets | note |",
-                  "| --- | --- | --- | ---: | --- | ---: | ---: | ---: | --- | ---: | --- |"]
+                  "| shape | R x K x N | impl | us | p10-p90 | graph us | model us | GOP/s "
+                  "| % int8 peak | check | sets | note |",
+                  "| --- | --- | --- | ---: | --- | ---: | ---: | ---: | ---: | --- | ---: | --- |"]
         for r in (r for r in report.rows if r.kernel == kernel):
             rate = r.gops()
             frac = rate / (dev.peak_int8_tops * 1e3) if rate and dev.peak_int8_tops else None
@@ -321,16 +349,18 @@ def markdown(report: BenchReport) -> str:
                                          r.graph_error and f"graph: {r.graph_error}") if x)
             lines.append(
                 f"| {r.shape} | {r.R}x{r.K}x{r.N} | {r.impl} | {_us(r.stream)} | "
-                f"{_spread(r.stream)} | {_us(r.graph)} | {_num(rate, '.0f')} | "
+                f"{_spread(r.stream)} | {_us(r.graph)} | {_num(r.model_us, '.2f')} | "
+                f"{_num(rate, '.0f')} | "
                 f"{_num(frac and frac * 100, '.2f')} | {_check(r)} | {r.buffer_sets} | {note} |")
         lines.append("")
     lines += ["## summary: ours / best baseline", "",
-              "| kernel | shape | ours us | best baseline | its us | ratio | ours graph us "
-              "| best graph | its us | graph ratio | GOP/s | % int8 peak |",
-              "| --- | --- | ---: | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |"]
+              "| kernel | shape | ours us | model us | best baseline | its us | ratio "
+              "| ours graph us | best graph | its us | graph ratio | GOP/s | % int8 peak |",
+              "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |"]
     for s in report.summary:
         lines.append(
-            f"| {s.kernel} | {s.shape} | {_num(s.ours_us, '.2f')} | {s.best_baseline or '-'} | "
+            f"| {s.kernel} | {s.shape} | {_num(s.ours_us, '.2f')} | {_num(s.model_us, '.2f')} | "
+            f"{s.best_baseline or '-'} | "
             f"{_num(s.best_us, '.2f')} | {_num(s.ratio, '.2f')} | {_num(s.ours_graph_us, '.2f')} | "
             f"{s.best_graph_baseline or '-'} | {_num(s.best_graph_us, '.2f')} | "
             f"{_num(s.graph_ratio, '.2f')} | {_num(s.gops, '.0f')} | "
@@ -338,51 +368,212 @@ def markdown(report: BenchReport) -> str:
     return "\n".join(lines) + "\n"
 
 
+CSV_COLUMNS = ("kernel", "shape", "R", "K", "N", "impl", "gemm", "disposition", "us", "p10_us",
+               "p90_us", "graph_us", "model_us", "gops", "pct_int8_peak", "max_abs_err", "rel_err",
+               "tolerance", "buffer_sets", "calls_per_sample", "note", "error", "graph_error")
+
+
+def csv_text(report: BenchReport) -> str:
+    """One line per row with its disposition (passed / incorrect / failed / not_run); empty
+    cells where a figure does not exist. Full precision: the table rounds, this does not."""
+    peak = report.device.peak_int8_tops
+    buf = io.StringIO()
+    out = csv.writer(buf, lineterminator="\n")
+    out.writerow(CSV_COLUMNS)
+    for r in report.rows:
+        rate = r.gops()
+        c = r.check
+        out.writerow([
+            r.kernel, r.shape, r.R, r.K, r.N, r.impl, "x".join(map(str, r.gemm)), r.disposition,
+            r.stream.median_us if r.stream else "", r.stream.p10_us if r.stream else "",
+            r.stream.p90_us if r.stream else "", r.graph.median_us if r.graph else "",
+            "" if r.model_us is None else r.model_us, "" if rate is None else rate,
+            rate / (peak * 1e3) * 100 if rate and peak else "",
+            c.max_abs_err if c else "", c.rel_err if c else "", c.tolerance if c else "",
+            r.buffer_sets, r.stream.calls_per_sample if r.stream else "", r.note, r.error or "",
+            r.graph_error or ""])
+    return buf.getvalue()
+
+
+# ---------------------------------------------------------------- predictions
+
+class Prediction(Record):
+    """One figure of the performance model: our kernel's predicted time on one shape."""
+
+    kernel: str
+    shape: str
+    predicted_us: float = Field(gt=0)
+
+
+def load_predictions(path: Path) -> list[Prediction]:
+    """A JSON list of {kernel, shape, predicted_us}; anything else is one :class:`UserError` line."""
+    name = rel(Path(path))
+    try:
+        raw = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise UserError(f"{name}: prediction file missing") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UserError(f"{name}: not readable JSON ({exc})") from None
+    if not isinstance(raw, list):
+        raise UserError(f"{name}: expected a JSON list of {{kernel, shape, predicted_us}}, "
+                        f"got {type(raw).__name__}")
+    preds, seen = [], set()
+    for number, entry in enumerate(raw, start=1):
+        try:
+            pred = Prediction.model_validate(entry)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            field = ".".join(str(p) for p in err["loc"]) or "(entry)"
+            raise UserError(f"{name}: entry {number}: field '{field}': {err['msg']}; "
+                            "expected {kernel, shape, predicted_us > 0}") from None
+        if (pred.kernel, pred.shape) in seen:
+            raise UserError(f"{name}: entry {number}: a second prediction for "
+                            f"{pred.kernel} {pred.shape}; keep one")
+        seen.add((pred.kernel, pred.shape))
+        preds.append(pred)
+    return preds
+
+
+def with_predictions(report: BenchReport, preds: list[Prediction]) -> BenchReport:
+    """The report with each ``ours`` row's model_us set from ``preds`` (None where none);
+    predictions for shapes the report does not have are left out."""
+    by_cell = {(p.kernel, p.shape): p.predicted_us for p in preds}
+    rows = [r.model_copy(update={"model_us": by_cell.get((r.kernel, r.shape)) if r.impl == "ours"
+                                 else None}) for r in report.rows]
+    return report.model_copy(update={"rows": rows,
+                                      "summary": summarize(rows, report.device.peak_int8_tops)})
+
+
+# ---------------------------------------------------------------- plot
+
+class Bar(Record):
+    """One implementation's bar in the plot: where it goes and what it shows."""
+
+    kernel: str
+    group: str  # the shape, "name\nR x K x N"
+    impl: str
+    disposition: str
+    us: float | None  # stream median: the bar's height (None: no bar, a label instead)
+    p10_us: float | None
+    p90_us: float | None
+    graph_us: float | None  # graph replay, drawn as a marker on the bar
+    model_us: float | None  # the model's prediction, drawn as a marker
+
+
+def bars(report: BenchReport) -> list[Bar]:
+    """Every row as a bar: a time when it ran (a wrong result is still drawn, and marked),
+    a label in place of the bar when it failed or did not run."""
+    out = []
+    for r in report.rows:
+        t = r.stream if r.stream and r.disposition in ("passed", "incorrect") else None
+        out.append(Bar(kernel=r.kernel, group=f"{r.shape}\n{r.R}x{r.K}x{r.N}", impl=r.impl,
+                       disposition=r.disposition, us=t and t.median_us, p10_us=t and t.p10_us,
+                       p90_us=t and t.p90_us, graph_us=r.graph.median_us if t and r.graph else None,
+                       model_us=r.model_us))
+    return out
+
+
+PLOT_LABELS = {"incorrect": "WRONG", "failed": "failed", "not_run": "not run"}
+
+
 def plot_png(report: BenchReport) -> bytes:
-    """Time per shape, ours against each baseline, log scale, one panel per kernel (PNG)."""
-    import matplotlib
+    """Grouped bars per shape (one bar per implementation), log time, one panel per kernel:
+    stream median with p10-p90, graph replay and the model's prediction as markers, WRONG
+    bars hatched and labelled, failed and not-run rows labelled where their bar would be."""
+    import matplotlib  # optional: only needed to draw
 
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
 
-    kernels = list(dict.fromkeys(r.kernel for r in report.rows))
-    fig, axes = plt.subplots(1, len(kernels), figsize=(5.5 * len(kernels), 4.5), squeeze=False)
-    markers = dict(zip(IMPLS, "o^sDvP"))
-    for ax, kernel in zip(axes[0], kernels):
-        rows = [r for r in report.rows if r.kernel == kernel]
-        shapes = list(dict.fromkeys(r.shape for r in rows))
-        for impl in IMPLS:
-            pts = [(shapes.index(r.shape), r.stream) for r in rows
-                   if r.impl == impl and r.ok]
-            if not pts:
-                continue
-            xs = [x for x, _ in pts]
-            med = [t.median_us for _, t in pts]
-            err = [[t.median_us - t.p10_us for _, t in pts], [t.p90_us - t.median_us for _, t in pts]]
-            ax.errorbar(xs, med, yerr=err, marker=markers[impl], capsize=3,
-                        linewidth=2.5 if impl == "ours" else 1, label=impl)
+    plan = bars(report)
+    kernels = list(dict.fromkeys(b.kernel for b in plan))
+    colors = dict(zip(IMPLS, ("#d62728", "#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b")))
+    timed = [v for b in plan for v in (b.p10_us, b.graph_us, b.model_us) if v]
+    floor = min(timed, default=1.0) / 2
+    width = 0.8 / len(IMPLS)
+    groups_max = max(len({b.group for b in plan if b.kernel == k}) for k in kernels) if kernels else 1
+    fig, axes = plt.subplots(len(kernels), 1, figsize=(max(8.0, 1.6 * groups_max + 3), 4.2 * len(kernels)),
+                             squeeze=False)
+    for ax, kernel in zip(axes[:, 0], kernels):
+        mine = [b for b in plan if b.kernel == kernel]
+        groups = list(dict.fromkeys(b.group for b in mine))
+        for b in mine:
+            x = groups.index(b.group) + (IMPLS.index(b.impl) - (len(IMPLS) - 1) / 2) * width
+            if b.us is None:
+                ax.text(x, floor * 1.15, PLOT_LABELS.get(b.disposition, b.disposition), rotation=90,
+                        ha="center", va="bottom", fontsize=7, color="dimgray")
+            else:
+                wrong = b.disposition == "incorrect"
+                ax.bar(x, b.us - floor, width, bottom=floor, color=colors[b.impl],
+                       alpha=0.35 if wrong else 0.9, hatch="xx" if wrong else None,
+                       edgecolor="red" if wrong else colors[b.impl],
+                       yerr=[[b.us - b.p10_us], [b.p90_us - b.us]], capsize=2)
+                if wrong:
+                    ax.text(x, b.p90_us * 1.1, "WRONG", rotation=90, ha="center", va="bottom",
+                            fontsize=7, color="red", fontweight="bold")
+            if b.graph_us:
+                ax.plot([x], [b.graph_us], marker="_", markersize=9, mew=2.5, color="black")
+            if b.model_us:
+                ax.plot([x], [b.model_us], marker="*", markersize=9, color="gold", mec="black")
         ax.set_yscale("log")
-        ax.set_xticks(range(len(shapes)), shapes, rotation=30, ha="right")
-        ax.set_ylabel("device time per call, us (median, p10-p90)")
+        ax.set_xticks(range(len(groups)), groups, fontsize=8)
+        ax.set_ylabel("us per call (median, p10-p90)")
         ax.set_title(kernel)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
+        ax.grid(True, axis="y", which="both", alpha=0.3)
+        handles = [plt.Rectangle((0, 0), 1, 1, color=colors[i]) for i in IMPLS]
+        handles += [plt.Line2D([], [], marker="_", mew=2.5, markersize=9, color="black", ls=""),
+                    plt.Line2D([], [], marker="*", markersize=9, color="gold", mec="black", ls="")]
+        ax.legend(handles, list(IMPLS) + ["graph replay", "model"], fontsize=7, ncol=4)
     title = f"bench {report.shape_set} on {report.device.name}"
     if report.synthetic:
         title = "SYNTHETIC SAMPLE DATA, NOT A MEASUREMENT: " + title
     fig.suptitle(title, color="red" if report.synthetic else "black")
     fig.tight_layout()
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
+    fig.savefig(buf, format="png", dpi=100)
     plt.close(fig)
     return buf.getvalue()
 
 
-def write_outputs(report: BenchReport, folder: Path) -> list[Path]:
-    """<set>.json, <set>.md, <set>.png under ``folder``, atomically; returns the paths."""
-    base = Path(folder) / report.shape_set
-    paths = [base.with_suffix(".json"), base.with_suffix(".md"), base.with_suffix(".png")]
-    write_model(paths[0], report)
+OUTPUT_SUFFIXES = (".json", ".md", ".csv", ".png")
+
+
+def output_paths(folder: Path, stem: str) -> list[Path]:
+    """<stem>.json, .md, .csv, .png under ``folder``."""
+    return [Path(folder) / f"{stem}{suffix}" for suffix in OUTPUT_SUFFIXES]
+
+
+def write_outputs(report: BenchReport, folder: Path, stem: str | None = None,
+                  json_too: bool = True) -> list[Path]:
+    """The record and what is rendered from it, atomically; returns the paths written."""
+    paths = output_paths(folder, stem or report.shape_set)
+    if json_too:
+        write_model(paths[0], report)
     write_atomic(paths[1], markdown(report))
-    write_atomic(paths[2], plot_png(report))
-    return paths
+    write_atomic(paths[2], csv_text(report))
+    write_atomic(paths[3], plot_png(report))
+    return paths if json_too else paths[1:]
+
+
+def _main(args: list[str]) -> int:
+    if len(args) not in (1, 2):
+        print("usage: python -m pipeline.bench_report FILE.json [PREDICTIONS.json]", file=sys.stderr)
+        return 2
+    path = Path(args[0])
+    report = read_model(path, BenchReport)
+    preds = load_predictions(Path(args[1])) if len(args) == 2 else None
+    if preds is not None:
+        report = with_predictions(report, preds)
+    for written in write_outputs(report, path.parent, path.stem, json_too=preds is not None):
+        print(f"wrote {rel(written)}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m pipeline.bench_report FILE.json [PREDICTIONS.json]``: re-render the
+    markdown, CSV and PNG beside FILE (and FILE itself with the predictions filled in)."""
+    return run_cli(_main, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
