@@ -492,7 +492,7 @@ def plot_png(report: BenchReport) -> bytes:
     floor = min(timed, default=1.0) / 2
     width = 0.8 / len(IMPLS)
     groups_max = max(len({b.group for b in plan if b.kernel == k}) for k in kernels) if kernels else 1
-    fig, axes = plt.subplots(len(kernels), 1, figsize=(max(8.0, 1.6 * groups_max + 3), 4.2 * len(kernels)),
+    fig, axes = plt.subplots(len(kernels), 1, figsize=(max(6.0, 1.6 * groups_max + 1) + 2.2, 4.2 * len(kernels)),
                              squeeze=False)
     for ax, kernel in zip(axes[:, 0], kernels):
         mine = [b for b in plan if b.kernel == kernel]
@@ -516,17 +516,19 @@ def plot_png(report: BenchReport) -> bytes:
             if b.model_us:
                 ax.plot([x], [b.model_us], marker="*", markersize=9, color="gold", mec="black")
         ax.set_yscale("log")
+        ax.set_xlim(-0.5, len(groups) - 0.5)
         ax.set_xticks(range(len(groups)), groups, fontsize=8)
-        ax.set_ylabel("us per call (median, p10-p90)")
+        ax.set_ylabel("us per call, log (median, p10-p90)")
         ax.set_title(kernel)
         ax.grid(True, axis="y", which="both", alpha=0.3)
         handles = [plt.Rectangle((0, 0), 1, 1, color=colors[i]) for i in IMPLS]
         handles += [plt.Line2D([], [], marker="_", mew=2.5, markersize=9, color="black", ls=""),
                     plt.Line2D([], [], marker="*", markersize=9, color="gold", mec="black", ls="")]
-        ax.legend(handles, list(IMPLS) + ["graph replay", "model"], fontsize=7, ncol=4)
+        ax.legend(handles, list(IMPLS) + ["graph replay", "model"], fontsize=7,
+                  loc="upper left", bbox_to_anchor=(1.01, 1.0))
     title = f"bench {report.shape_set} on {report.device.name}"
     if report.synthetic:
-        title = "SYNTHETIC SAMPLE DATA, NOT A MEASUREMENT: " + title
+        title = "SYNTHETIC SAMPLE DATA, NOT A MEASUREMENT\n" + title
     fig.suptitle(title, color="red" if report.synthetic else "black")
     fig.tight_layout()
     buf = io.BytesIO()

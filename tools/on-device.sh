@@ -45,7 +45,7 @@ LOG="$OUT/device.log"
 FACTS="$OUT/facts.txt"
 : > "$LOG"
 export PYTHONPATH="$SITE:$PWD${PYTHONPATH:+:$PYTHONPATH}"
-export PATH="$SITE/bin:$PATH:/usr/local/cuda/bin"
+export PATH="$SITE/bin:$PATH:/usr/local/cuda/bin:/usr/local/nvidia/bin"
 START=$(date +%s)
 RC=0
 

@@ -6,7 +6,8 @@ Nsight Compute watch.
 KERNEL: a kernel name, several joined by commas, or ``all``. SHAPE: a shape name from
 shapes.yaml (``attn_r27`` or ``hslm/attn_r27``) or ``RxKxN`` (``27x243x729``). Inputs
 are the verify cell's (same seed); each launch goes through kernels.launch.launch, is
-synchronized and compared with the reference, one line per kernel. Exit 0 when every
+synchronized and compared with the reference, one line per kernel. CuPy's memory pool
+is switched off, so each buffer is its own allocation and memcheck sees its real end. Exit 0 when every
 output is exact, 1 otherwise, 2 on bad arguments or no GPU.
 """
 from __future__ import annotations
@@ -62,6 +63,7 @@ def main(argv: list[str]) -> int:
     names, shape = pick_kernels(argv[0]), find_shape(argv[1])
     backend = resolve_backend("gpu")
     xp = backends.array_module(backend)
+    xp.cuda.set_allocator(None)  # plain cudaMalloc per buffer: the sanitizers see exact bounds
     dims = Dims(shape.R, shape.K, shape.N)
     bad = 0
     for name in names:

@@ -87,6 +87,7 @@ runtime.__dict__.update(
     getDeviceProperties=lambda i: {"name": b"STAND-IN numpy GPU", "major": 9, "minor": 0})
 cuda = types.ModuleType("cupy.cuda")
 cuda.__dict__.update(runtime=runtime, Event=Event, Stream=Stream, Device=Device,
+                     set_allocator=lambda allocator=None: None,
                      function=types.SimpleNamespace(Module=FunctionModule),
                      get_elapsed_time=lambda a, b: max(b.t - a.t, 1e-6) * 1e3)
 sys.modules.setdefault("cupy.cuda", cuda)
