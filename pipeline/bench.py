@@ -34,6 +34,7 @@ from pipeline.bench_report import (BenchReport, Check, Method, Row, load_predict
 from pipeline.bench_timing import calls_per_sample, estimate_us, sets_needed, time_graph, time_stream
 from pipeline.config import ptx_path
 from pipeline.models import Shape
+from pipeline.shapes import select_sets
 from pipeline.verify import one_line
 
 BENCH_DIR = ARTIFACTS / "bench"
@@ -139,8 +140,6 @@ def run_bench(shape_set: str, method: Method = DEFAULT_METHOD, out_dir: Path = B
 
     ``model``: a prediction file (rows {kernel, shape, predicted_us}) whose figures fill
     the rows' ``model_us`` column."""
-    from pipeline.shapes import select_sets  # reads shapes.yaml: only once a GPU is there
-
     predictions = load_predictions(model) if model else None
     cp = require_gpu()
     names = kernels or tuple(KERNELS)

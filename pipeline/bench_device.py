@@ -11,6 +11,7 @@ from __future__ import annotations
 import subprocess
 from typing import Any
 
+from kernels.backends import device_info
 from pipeline.artifacts import UserError
 from pipeline.bench_report import Device, peak_for
 from pipeline.verify import one_line
@@ -78,8 +79,6 @@ def nvidia_smi() -> dict[str, str] | None:
 
 def probe_device(cp: Any, torch: Any) -> Device:
     """Name, driver, clocks (read after the timed loops, while the clocks are up), L2, peak."""
-    from kernels.backends import device_info  # after require_gpu: it imports cupy
-
     name, cuda_driver = device_info("gpu")
     dev = cp.cuda.Device()
     props = cp.cuda.runtime.getDeviceProperties(dev.id)

@@ -20,6 +20,7 @@ from kernels.spec import Dims
 from pipeline import bench, bench_baselines, bench_device, bench_timing
 from pipeline.artifacts import ROOT, read_model
 from pipeline.bench_report import BenchReport, Method
+from pipeline.models import Shape
 
 STANDIN = Path(__file__).parent / "data" / "bench" / "standin"
 
@@ -129,8 +130,6 @@ def fake_cublas_cupy(monkeypatch) -> list[dict]:
 
 
 def _problem(kernel: str, R: int, K: int, N: int) -> bench_baselines.Problem:
-    from pipeline.models import Shape
-
     spec = KERNELS[kernel]
     dims = Dims(R, K, N)
     inputs = spec.make_inputs(dims, np.random.default_rng(3))

@@ -17,7 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.artifacts import ROOT
+from pipeline.artifacts import ROOT, read_model
+from pipeline.bench_counters import derive, parse_ncu_csv
+from pipeline.bench_land import LandedRun, land, main, read_steps
+from pipeline.bench_report import BenchReport
 
 STANDIN = Path(__file__).parent / "data" / "bench" / "standin"
 MAX_FILES, MAX_DEPTH = 8, 2  # what the device tool brings back from $OUT
@@ -109,10 +112,6 @@ def test_what_comes_back_fits_the_tool(full_run):
 
 
 def test_steps_did_their_work(full_run, tmp_path):
-    from pipeline.artifacts import read_model
-    from pipeline.bench_counters import derive, parse_ncu_csv
-    from pipeline.bench_report import BenchReport
-
     res, out = full_run
     log = (out / "device.log").read_text()
     assert "standin_pkg" in log  # the carried wheel was installed
@@ -151,9 +150,6 @@ def test_a_step_out_of_time_is_skipped_and_packaging_still_happens(tmp_path):
 # ---- landing what came back ------------------------------------------------------------
 
 def test_land_copies_and_summarises(full_run, tmp_path):
-    from pipeline.artifacts import read_model
-    from pipeline.bench_land import LandedRun, land
-
     _, out = full_run
     dest = land(out, tmp_path / "results")
     assert dest == tmp_path / "results" / "stand-in-numpy-gpu"
@@ -178,8 +174,6 @@ def test_land_copies_and_summarises(full_run, tmp_path):
 
 def test_land_reads_a_cut_off_run(full_run, tmp_path):
     """A run killed mid-step: the step that never ended is recorded as such, not dropped."""
-    from pipeline.bench_land import read_steps
-
     _, out = full_run
     log = (out / "device.log").read_text()
     cut = log[:log.index("=== step bench: exit")]
@@ -196,8 +190,6 @@ def test_land_reads_a_cut_off_run(full_run, tmp_path):
      "field 'nvidia_smi': expected 2 values"),
 ])
 def test_land_bad_input_is_one_line(tmp_path, capsys, setup, fragment):
-    from pipeline.bench_land import main
-
     folder = tmp_path / "back"
     setup(folder)
     assert main([str(folder), str(tmp_path / "results")]) == 2
