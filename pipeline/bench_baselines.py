@@ -128,6 +128,8 @@ def case_cublas_int8(cp: Any, p: Problem) -> Case:
     sees m = out, n = M, k = inner, lda = ldb = inner, ldc = out. Its int8 tensor-core
     (IMMA) kernels want m, k and every leading dimension a multiple of 4, so inner and
     out are zero-padded to one (the padded columns are sliced off before the check).
+    CuPy refuses cuBLAS calls during stream capture, so this row has no graph time
+    (its graph_error says so); torch._int_mm is the int8 library GEMM under graph replay.
     """
     from cupy.cuda import cublas, runtime  # optional: only a GPU machine has CuPy
 
