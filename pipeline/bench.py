@@ -4,7 +4,7 @@ GPU only (pipeline.bench_device.require_gpu stops with one line without one). Pe
 kernel and shape, every implementation (pipeline.bench_baselines) is
 1. launched once on a buffer set whose output holds poison, and checked against the
    exact integer reference (float baselines within
-   :data:`pipeline.bench_report.TOLERANCE`), so a wrong implementation is never
+   :data:`pipeline.bench_record.TOLERANCE`), so a wrong implementation is never
    counted as a fast one;
 2. sized and timed (pipeline.bench_timing): rotated buffer sets past L2, back-to-back
    launches on one stream, then the same launches replayed from a CUDA graph.
@@ -29,8 +29,9 @@ from pipeline.bench_baselines import (Case, Problem, case_cublas_f16, case_cubla
                                       case_torch_int_mm, exact_product, make_problem)
 from pipeline.bench_cli import run_cli
 from pipeline.bench_device import load_torch, probe_device, require_gpu
-from pipeline.bench_report import (BenchReport, Check, Method, Row, load_predictions, markdown,
-                                   summarize, with_predictions, write_outputs)
+from pipeline.bench_record import (BenchReport, Check, Method, Row, load_predictions, summarize,
+                                   with_predictions)
+from pipeline.bench_report import markdown, write_outputs
 from pipeline.bench_timing import calls_per_sample, estimate_us, sets_needed, time_graph, time_stream
 from pipeline.config import ptx_path
 from pipeline.models import Shape

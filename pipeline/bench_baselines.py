@@ -16,7 +16,7 @@ import numpy as np
 from kernels.launch import kernel_args
 from kernels.spec import Dims, KernelSpec
 from kernels.ternary import unpack
-from pipeline.bench_report import TOLERANCE
+from pipeline.bench_record import TOLERANCE
 from pipeline.models import Shape
 from pipeline.verify import seed  # the verify cell's inputs: same data, same seed
 
@@ -48,7 +48,8 @@ def round_up(n: int, m: int) -> int:
     return -(-n // m) * m
 
 
-def gemm_problem(spec: KernelSpec, inputs: dict[str, np.ndarray], dims: Dims) -> tuple[np.ndarray, np.ndarray]:
+def gemm_problem(spec: KernelSpec, inputs: dict[str, np.ndarray],
+                 dims: Dims) -> tuple[np.ndarray, np.ndarray]:
     """Contiguous int8 (A, Bt) with the kernel's output == A @ Bt.T."""
     a, bt = GEMM_FORMS[spec.name](inputs, dims)
     return np.ascontiguousarray(a, dtype=np.int8), np.ascontiguousarray(bt, dtype=np.int8)

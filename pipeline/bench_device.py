@@ -13,7 +13,7 @@ from typing import Any
 
 from kernels.backends import device_info
 from pipeline.artifacts import UserError
-from pipeline.bench_report import Device, peak_for
+from pipeline.bench_record import Device, peak_for
 from pipeline.verify import one_line
 
 # Which CuPy works: one wheel per CUDA major, matching the driver's major or older.

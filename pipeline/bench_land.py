@@ -21,7 +21,7 @@ from pathlib import Path
 from pipeline.artifacts import ROOT, UserError, read_model, rel, write_atomic, write_model
 from pipeline.bench_cli import run_cli
 from pipeline.bench_counters import derive, parse_ncu_csv, ratio_table
-from pipeline.bench_report import BenchReport
+from pipeline.bench_record import BenchReport
 from pipeline.models import Record, VerifyReport
 
 RESULTS_DIR = ROOT / "bench" / "results"

@@ -15,7 +15,7 @@ import math
 from typing import Any, Callable
 
 from pipeline.bench_baselines import Case
-from pipeline.bench_report import Method, Timing
+from pipeline.bench_record import Method, Timing
 
 MAX_SETS = 256  # rotation cap: tiny shapes stay L2-resident, as they would in a trainer
 MAX_CALLS = 20000

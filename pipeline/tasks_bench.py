@@ -32,7 +32,7 @@ def _bench(shape_set: str, ceiling_n: int, model: str) -> None:
 
 
 def task_bench() -> dict:
-    """Time every kernel on shape=<set> (default hslm) against cuBLAS and torch; GPU only (model=PRED.json, ceiling=0)."""
+    """Time every kernel on shape=<set> (default hslm) against cuBLAS and torch; GPU only."""
     shape_set, model = _var("shape", DEFAULT_SET), _var("model", "")
     ceiling = _var("ceiling", str(CEILING_N))
     if not ceiling.isdigit():

@@ -19,7 +19,7 @@ from kernels.registry import KERNELS
 from kernels.spec import Dims
 from pipeline import bench, bench_baselines, bench_device, bench_timing
 from pipeline.artifacts import ROOT, read_model
-from pipeline.bench_report import BenchReport, Method
+from pipeline.bench_record import BenchReport, Method
 from pipeline.models import Shape
 
 STANDIN = Path(__file__).parent / "data" / "bench" / "standin"

@@ -1,4 +1,4 @@
-"""The bench record and its renderings: statistics, checks, peaks, summary, dispositions,
+"""The bench record (pipeline.bench_record) and its renderings (pipeline.bench_report): statistics, checks, peaks, summary, dispositions,
 table, CSV, plot, predictions, and `python -m pipeline.bench_report`.
 
 tests/data/bench/sample_hslm.json is SYNTHETIC sample data (``synthetic: true``, device
@@ -21,10 +21,11 @@ import pytest
 from pydantic import ValidationError
 
 from pipeline.artifacts import ROOT, UserError, read_model
-from pipeline.bench_report import (CSV_COLUMNS, PEAKS, SYNTHETIC_BANNER, BenchReport, Check, Row,
-                                   Timing, bars, csv_text, gops, load_predictions, main, markdown,
-                                   peak_for, percentiles, plot_png, summarize, with_predictions,
-                                   write_outputs)
+from pipeline.bench_record import (PEAKS, BenchReport, Check, Row, Timing, gops,
+                                   load_predictions, peak_for, percentiles, summarize,
+                                   with_predictions)
+from pipeline.bench_report import (CSV_COLUMNS, SYNTHETIC_BANNER, bars, csv_text, main, markdown,
+                                   plot_png, write_outputs)
 
 SAMPLE = Path(__file__).parent / "data" / "bench" / "sample_hslm.json"
 

@@ -20,7 +20,7 @@ import pytest
 from pipeline.artifacts import ROOT, read_model
 from pipeline.bench_counters import derive, parse_ncu_csv
 from pipeline.bench_land import LandedRun, land, main, read_steps
-from pipeline.bench_report import BenchReport
+from pipeline.bench_record import BenchReport
 
 STANDIN = Path(__file__).parent / "data" / "bench" / "standin"
 MAX_FILES, MAX_DEPTH = 8, 2  # what the device tool brings back from $OUT
