@@ -1,254 +1,23 @@
-"""The bench record and everything derived from it: statistics, GOP/s, peaks, table, plot.
+"""The bench record rendered: markdown tables, CSV, the plot, and the files beside the record.
 
-pipeline/bench.py measures on a GPU and builds a :class:`BenchReport`; this module needs
-no GPU, so the statistics, the markdown table and the plot are tested on the CPU against
-recorded sample data (tests/data/bench/sample_*.json, marked ``synthetic``).
-
-Every figure shown is derived from the raw samples stored in the record: a Timing's
-median/p10/p90 must equal the statistics of its samples, and a report's summary must
-equal what its rows give, or the record is refused (a hand-edited or stale file is
-caught, not rendered).
+No GPU is needed, so all of it is tested on the CPU against recorded sample data
+(tests/data/bench/sample_*.json, marked ``synthetic``).
+``python -m pipeline.bench_report FILE.json [PREDICTIONS.json]`` re-renders a record's
+markdown, CSV and PNG beside it, with a performance model's predictions when given.
 """
 from __future__ import annotations
 
+import csv
 import io
-import math
+import sys
 from pathlib import Path
-from typing import Literal
 
-import numpy as np
-from pydantic import Field, model_validator
-
-from pipeline.artifacts import write_atomic, write_model
+from pipeline.artifacts import read_model, rel, write_atomic, write_model
+from pipeline.bench_cli import run_cli
+from pipeline.bench_record import (IMPLS, BenchReport, Row, Timing, load_predictions,
+                                   with_predictions)
 from pipeline.models import Record
 
-Impl = Literal["ours", "cublas_int8", "cublas_f16", "cublas_f32", "torch_int_mm", "torch_bf16"]
-IMPLS: tuple[str, ...] = Impl.__args__  # table / plot order
-BASELINES: tuple[str, ...] = IMPLS[1:]
-
-# Device int8 tensor-core peaks, DENSE (no 2:4 sparsity), at boost clock, in TOPS.
-# NVIDIA datasheets print the sparse figure with an asterisk; dense is half of it.
-# First match (case-insensitive substring of the device name) wins: specific names first.
-PEAKS: tuple[tuple[str, float, str], ...] = (
-    ("H200 NVL", 1670.5, "NVIDIA H200 NVL datasheet: INT8 Tensor Core 3,341 TOPS with sparsity; dense, no sparsity = half"),
-    ("H200", 1979.0, "NVIDIA H200 SXM datasheet: INT8 Tensor Core 3,958 TOPS with sparsity; dense, no sparsity = half"),
-    ("H100 NVL", 1670.5, "NVIDIA H100 NVL datasheet: INT8 Tensor Core 3,341 TOPS with sparsity; dense, no sparsity = half"),
-    ("H100 PCIe", 1513.0, "NVIDIA H100 PCIe datasheet: INT8 Tensor Core 3,026 TOPS with sparsity; dense, no sparsity = half"),
-    ("H100", 1979.0, "NVIDIA H100 SXM datasheet: INT8 Tensor Core 3,958 TOPS with sparsity; dense, no sparsity = half"),
-    ("A100", 624.0, "NVIDIA A100 datasheet: INT8 Tensor Core 1,248 TOPS with sparsity; dense, no sparsity = 624"),
-    ("L40S", 733.0, "NVIDIA L40S datasheet: INT8 Tensor Core 1,466 TOPS with sparsity; dense, no sparsity = half"),
-    ("L4", 242.5, "NVIDIA L4 datasheet: INT8 Tensor Core 485 TOPS with sparsity; dense, no sparsity = half"),
-)
-
-# Relative-error tolerances (||out - ref|| / ||ref||) for the float baselines. Their
-# operands are int8 values / 128, exact in f16, bf16 and f32, so only accumulation and
-# output rounding count: f16 output rounding is 2^-11, bf16 2^-8 (METHOD.md ranges).
-# f16 gets the bf16 margin in case cuBLAS accumulates in f16; a wrong layout or a
-# missing scale is off by O(1), far above any of these.
-TOLERANCE: dict[str, float] = {"cublas_f32": 1e-4, "cublas_f16": 1e-2, "torch_bf16": 1e-2}
-
-
-def peak_for(device_name: str) -> tuple[float, str] | tuple[None, None]:
-    """(dense int8 TOPS, source) for a device name, or (None, None) when not in PEAKS."""
-    for key, tops, source in PEAKS:
-        if key.lower() in device_name.lower():
-            return tops, source
-    return None, None
-
-
-def percentiles(samples: list[float]) -> tuple[float, float, float]:
-    """(median, p10, p90) with numpy's linear interpolation: the one definition used.
-
-    Times are finite and positive; anything else is a broken measurement (ValueError).
-    """
-    arr = np.asarray(samples, dtype=np.float64)
-    if arr.size == 0 or not (np.isfinite(arr).all() and (arr > 0).all()):
-        raise ValueError(f"timing samples must be finite and > 0, got {samples[:5]}...")
-    p10, median, p90 = np.percentile(arr, [10, 50, 90])
-    return float(median), float(p10), float(p90)
-
-
-def gops(R: int, K: int, N: int, seconds: float) -> float:
-    """Throughput counted as 2*R*K*N operations (one multiply + one add per MAC)."""
-    return 2.0 * R * K * N / seconds / 1e9
-
-
-class Timing(Record):
-    """Device time per call over repeats, in microseconds, with the samples it came from.
-
-    One sample times ``calls_per_sample`` back-to-back launches between two CUDA events
-    and divides by that count, so microsecond kernels are timed well above the events'
-    resolution.
-    """
-
-    samples_us: list[float] = Field(min_length=1)
-    calls_per_sample: int = Field(ge=1)
-    median_us: float
-    p10_us: float
-    p90_us: float
-
-    @classmethod
-    def of(cls, samples_us: list[float], calls_per_sample: int) -> "Timing":
-        median, p10, p90 = percentiles(samples_us)
-        return cls(samples_us=list(samples_us), calls_per_sample=calls_per_sample,
-                   median_us=median, p10_us=p10, p90_us=p90)
-
-    @model_validator(mode="after")
-    def _stats_match_samples(self) -> "Timing":
-        want = percentiles(self.samples_us)
-        got = (self.median_us, self.p10_us, self.p90_us)
-        if not np.allclose(got, want, rtol=1e-9, atol=0):
-            raise ValueError(f"median/p10/p90 {got} do not match the samples' {want}")
-        return self
-
-
-class Check(Record):
-    """The output compared with the exact integer reference (scaled for float paths)."""
-
-    max_abs_err: float
-    rel_err: float  # ||out - ref|| / ||ref||
-    tolerance: float  # 0: must be exact
-    passed: bool
-
-    @classmethod
-    def of(cls, out: np.ndarray, ref: np.ndarray, tolerance: float) -> "Check":
-        out = np.asarray(out, dtype=np.float64)
-        ref = np.asarray(ref, dtype=np.float64)
-        if out.shape != ref.shape:
-            return cls(max_abs_err=math.inf, rel_err=math.inf, tolerance=tolerance, passed=False)
-        diff = out - ref
-        finite = bool(np.isfinite(out).all())
-        max_abs = float(np.abs(diff).max()) if finite else math.inf
-        norm = float(np.linalg.norm(ref))
-        rel = (float(np.linalg.norm(diff)) / norm if norm else max_abs) if finite else math.inf
-        passed = finite and (max_abs == 0 if tolerance == 0 else rel <= tolerance)
-        return cls(max_abs_err=max_abs, rel_err=rel, tolerance=tolerance, passed=passed)
-
-
-class Row(Record):
-    """One implementation on one (kernel, shape): its timings, check, and what it ran."""
-
-    kernel: str
-    shape: str
-    R: int
-    K: int
-    N: int
-    impl: Impl
-    gemm: tuple[int, int, int]  # (M, inner, out) as run, after any padding
-    note: str = ""  # padding and layout the row needed, in words
-    buffer_sets: int = 1  # input sets rotated so the working set exceeds L2
-    stream: Timing | None = None  # back-to-back launches on one stream
-    graph: Timing | None = None  # the same launches replayed from one CUDA graph
-    graph_error: str | None = None
-    check: Check | None = None
-    error: str | None = None  # why it did not run (torch missing, a cuBLAS error, ...)
-
-    @property
-    def ok(self) -> bool:
-        """Ran and computed the right answer: only such a row may count as a baseline."""
-        return self.error is None and self.stream is not None and self.check is not None \
-            and self.check.passed
-
-    def gops(self) -> float | None:
-        return gops(self.R, self.K, self.N, self.stream.median_us * 1e-6) if self.stream else None
-
-
-class Device(Record):
-    name: str
-    driver: str | None = None
-    cuda_runtime: str | None = None
-    compute_capability: str | None = None
-    sm_count: int | None = None
-    l2_bytes: int | None = None
-    clocks: dict[str, str] = {}  # e.g. {"sm_mhz": "1980", "mem_mhz": "3201", ...}
-    clocks_source: str = ""  # "nvidia-smi" or "cupy device attributes"
-    libraries: dict[str, str] = {}  # cupy, torch, cublas versions
-    peak_int8_tops: float | None = None  # datasheet, dense, no sparsity
-    peak_source: str | None = None
-    ceiling_int8_tops: float | None = None  # measured in the same run (a large cuBLAS int8 GEMM)
-    ceiling_source: str | None = None
-
-
-class Method(Record):
-    """How the numbers were taken, so a reader can judge them."""
-
-    warmup: int
-    repeats: int
-    target_sample_us: float  # a sample spans at least this much device time
-    l2_multiple: float  # rotated working set >= this many times L2
-    timer: str = "cupyx.profiler.benchmark (CUDA events), per-call = sample / calls_per_sample"
-    baseline_operands: str = (
-        "baselines get the dense int8 GEMM operands pre-laid-out (W unpacked, transposes "
-        "done) outside the timed region; float baselines get them / 128 (exact in f16/bf16/f32)"
-    )
-
-
-class Summary(Record):
-    """Ours against the fastest correct baseline on one (kernel, shape)."""
-
-    kernel: str
-    shape: str
-    ours_us: float | None
-    best_baseline: str | None
-    best_us: float | None
-    ratio: float | None  # ours / best (time): < 1 means ours is faster
-    ours_graph_us: float | None = None
-    best_graph_baseline: str | None = None
-    best_graph_us: float | None = None
-    graph_ratio: float | None = None
-    gops: float | None = None
-    peak_fraction: float | None = None  # of the dense int8 peak
-
-
-def summarize(rows: list[Row], peak_tops: float | None) -> list[Summary]:
-    """One Summary per (kernel, shape), in row order. Failed or wrong baselines never win."""
-    keys = list(dict.fromkeys((r.kernel, r.shape) for r in rows))
-    out = []
-    for kernel, shape in keys:
-        group = [r for r in rows if (r.kernel, r.shape) == (kernel, shape)]
-        ours = next((r for r in group if r.impl == "ours" and r.ok), None)
-        base = [r for r in group if r.impl != "ours" and r.ok]
-        best = min(base, key=lambda r: r.stream.median_us, default=None)
-        gbase = [r for r in base if r.graph is not None]
-        gbest = min(gbase, key=lambda r: r.graph.median_us, default=None)
-        ours_us = ours.stream.median_us if ours else None
-        ours_g = ours.graph.median_us if ours and ours.graph else None
-        rate = ours.gops() if ours else None
-        out.append(Summary(
-            kernel=kernel, shape=shape, ours_us=ours_us,
-            best_baseline=best.impl if best else None,
-            best_us=best.stream.median_us if best else None,
-            ratio=ours_us / best.stream.median_us if ours_us and best else None,
-            ours_graph_us=ours_g,
-            best_graph_baseline=gbest.impl if gbest else None,
-            best_graph_us=gbest.graph.median_us if gbest else None,
-            graph_ratio=ours_g / gbest.graph.median_us if ours_g and gbest else None,
-            gops=rate,
-            peak_fraction=rate / (peak_tops * 1e3) if rate and peak_tops else None,
-        ))
-    return out
-
-
-class BenchReport(Record):
-    """``doit bench shape=<set>``: every kernel x shape x implementation of one run."""
-
-    shape_set: str
-    created: str  # ISO 8601, UTC
-    synthetic: bool = False  # True only for made-up sample data (tests); never a measurement
-    device: Device
-    method: Method
-    ptx_sha256: dict[str, str]  # kernel -> the PTX that was timed
-    rows: list[Row]
-    summary: list[Summary]
-
-    @model_validator(mode="after")
-    def _summary_matches_rows(self) -> "BenchReport":
-        if self.summary != summarize(self.rows, self.device.peak_int8_tops):
-            raise ValueError("summary does not match the rows; rebuild it with summarize()")
-        return self
-
-
-# ---------------------------------------------------------------- rendering
 
 SYNTHETIC_BANNER = (
     "> **SYNTHETIC SAMPLE DATA: not a measurement.** These numbers were made up to test "
@@ -270,7 +39,7 @@ def _num(x: float | None, fmt: str) -> str:
 
 def _check(row: Row) -> str:
     if row.error:
-        return "not run"
+        return "not run" if row.not_run else "FAILED"
     if row.check is None:
         return "-"
     if row.check.tolerance == 0:
@@ -306,14 +75,15 @@ def markdown(report: BenchReport) -> str:
         "",
         "Times are device microseconds per call: median (p10-p90) over samples. `graph` is "
         "the same launches replayed from a CUDA graph (launch overhead removed). "
-        "GOP/s counts 2*R*K*N. Ratio = ours / best correct baseline (time; < 1: ours faster).",
+        "GOP/s counts 2*R*K*N. Ratio = ours / best correct baseline (time; < 1: ours faster). "
+        "`model us` is the performance model's prediction for ours, where one was given.",
         "",
     ]
     for kernel in dict.fromkeys(r.kernel for r in report.rows):
         lines += [f"## {kernel}", "",
-                  "| shape | R x K x N | impl | us | p10-p90 | graph us | GOP/s | % int8 peak "
-                  "| check | sets | note |",
-                  "| --- | --- | --- | ---: | --- | ---: | ---: | ---: | --- | ---: | --- |"]
+                  "| shape | R x K x N | impl | us | p10-p90 | graph us | model us | GOP/s "
+                  "| % int8 peak | check | sets | note |",
+                  "| --- | --- | --- | ---: | --- | ---: | ---: | ---: | ---: | --- | ---: | --- |"]
         for r in (r for r in report.rows if r.kernel == kernel):
             rate = r.gops()
             frac = rate / (dev.peak_int8_tops * 1e3) if rate and dev.peak_int8_tops else None
@@ -321,16 +91,18 @@ def markdown(report: BenchReport) -> str:
                                          r.graph_error and f"graph: {r.graph_error}") if x)
             lines.append(
                 f"| {r.shape} | {r.R}x{r.K}x{r.N} | {r.impl} | {_us(r.stream)} | "
-                f"{_spread(r.stream)} | {_us(r.graph)} | {_num(rate, '.0f')} | "
+                f"{_spread(r.stream)} | {_us(r.graph)} | {_num(r.model_us, '.2f')} | "
+                f"{_num(rate, '.0f')} | "
                 f"{_num(frac and frac * 100, '.2f')} | {_check(r)} | {r.buffer_sets} | {note} |")
         lines.append("")
     lines += ["## summary: ours / best baseline", "",
-              "| kernel | shape | ours us | best baseline | its us | ratio | ours graph us "
-              "| best graph | its us | graph ratio | GOP/s | % int8 peak |",
-              "| --- | --- | ---: | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |"]
+              "| kernel | shape | ours us | model us | best baseline | its us | ratio "
+              "| ours graph us | best graph | its us | graph ratio | GOP/s | % int8 peak |",
+              "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |"]
     for s in report.summary:
         lines.append(
-            f"| {s.kernel} | {s.shape} | {_num(s.ours_us, '.2f')} | {s.best_baseline or '-'} | "
+            f"| {s.kernel} | {s.shape} | {_num(s.ours_us, '.2f')} | {_num(s.model_us, '.2f')} | "
+            f"{s.best_baseline or '-'} | "
             f"{_num(s.best_us, '.2f')} | {_num(s.ratio, '.2f')} | {_num(s.ours_graph_us, '.2f')} | "
             f"{s.best_graph_baseline or '-'} | {_num(s.best_graph_us, '.2f')} | "
             f"{_num(s.graph_ratio, '.2f')} | {_num(s.gops, '.0f')} | "
@@ -338,51 +110,165 @@ def markdown(report: BenchReport) -> str:
     return "\n".join(lines) + "\n"
 
 
+CSV_COLUMNS = ("kernel", "shape", "R", "K", "N", "impl", "gemm", "disposition", "us", "p10_us",
+               "p90_us", "graph_us", "model_us", "gops", "pct_int8_peak", "max_abs_err", "rel_err",
+               "tolerance", "buffer_sets", "calls_per_sample", "note", "error", "graph_error")
+
+
+def csv_text(report: BenchReport) -> str:
+    """One line per row with its disposition (passed / incorrect / failed / not_run); empty
+    cells where a figure does not exist. Full precision: the table rounds, this does not."""
+    peak = report.device.peak_int8_tops
+    buf = io.StringIO()
+    out = csv.writer(buf, lineterminator="\n")
+    out.writerow(CSV_COLUMNS)
+    for r in report.rows:
+        rate = r.gops()
+        c = r.check
+        out.writerow([
+            r.kernel, r.shape, r.R, r.K, r.N, r.impl, "x".join(map(str, r.gemm)), r.disposition,
+            r.stream.median_us if r.stream else "", r.stream.p10_us if r.stream else "",
+            r.stream.p90_us if r.stream else "", r.graph.median_us if r.graph else "",
+            "" if r.model_us is None else r.model_us, "" if rate is None else rate,
+            rate / (peak * 1e3) * 100 if rate and peak else "",
+            c.max_abs_err if c else "", c.rel_err if c else "", c.tolerance if c else "",
+            r.buffer_sets, r.stream.calls_per_sample if r.stream else "", r.note, r.error or "",
+            r.graph_error or ""])
+    return buf.getvalue()
+
+
+# ---------------------------------------------------------------- plot
+
+class Bar(Record):
+    """One implementation's bar in the plot: where it goes and what it shows."""
+
+    kernel: str
+    group: str  # the shape, "name\nR x K x N"
+    impl: str
+    disposition: str
+    us: float | None  # stream median: the bar's height (None: no bar, a label instead)
+    p10_us: float | None
+    p90_us: float | None
+    graph_us: float | None  # graph replay, drawn as a marker on the bar
+    model_us: float | None  # the model's prediction, drawn as a marker
+
+
+def bars(report: BenchReport) -> list[Bar]:
+    """Every row as a bar: a time when it ran (a wrong result is still drawn, and marked),
+    a label in place of the bar when it failed or did not run."""
+    out = []
+    for r in report.rows:
+        t = r.stream if r.stream and r.disposition in ("passed", "incorrect") else None
+        out.append(Bar(kernel=r.kernel, group=f"{r.shape}\n{r.R}x{r.K}x{r.N}", impl=r.impl,
+                       disposition=r.disposition, us=t and t.median_us, p10_us=t and t.p10_us,
+                       p90_us=t and t.p90_us, graph_us=r.graph.median_us if t and r.graph else None,
+                       model_us=r.model_us))
+    return out
+
+
+PLOT_LABELS = {"incorrect": "WRONG", "failed": "failed", "not_run": "not run"}
+
+
 def plot_png(report: BenchReport) -> bytes:
-    """Time per shape, ours against each baseline, log scale, one panel per kernel (PNG)."""
-    import matplotlib
+    """Grouped bars per shape (one bar per implementation), log time, one panel per kernel:
+    stream median with p10-p90, graph replay and the model's prediction as markers, WRONG
+    bars hatched and labelled, failed and not-run rows labelled where their bar would be."""
+    import matplotlib  # optional: only needed to draw
 
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
 
-    kernels = list(dict.fromkeys(r.kernel for r in report.rows))
-    fig, axes = plt.subplots(1, len(kernels), figsize=(5.5 * len(kernels), 4.5), squeeze=False)
-    markers = dict(zip(IMPLS, "o^sDvP"))
-    for ax, kernel in zip(axes[0], kernels):
-        rows = [r for r in report.rows if r.kernel == kernel]
-        shapes = list(dict.fromkeys(r.shape for r in rows))
-        for impl in IMPLS:
-            pts = [(shapes.index(r.shape), r.stream) for r in rows
-                   if r.impl == impl and r.ok]
-            if not pts:
-                continue
-            xs = [x for x, _ in pts]
-            med = [t.median_us for _, t in pts]
-            err = [[t.median_us - t.p10_us for _, t in pts], [t.p90_us - t.median_us for _, t in pts]]
-            ax.errorbar(xs, med, yerr=err, marker=markers[impl], capsize=3,
-                        linewidth=2.5 if impl == "ours" else 1, label=impl)
+    plan = bars(report)
+    kernels = list(dict.fromkeys(b.kernel for b in plan))
+    colors = dict(zip(IMPLS, ("#d62728", "#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b")))
+    timed = [v for b in plan for v in (b.p10_us, b.graph_us, b.model_us) if v]
+    floor = min(timed, default=1.0) / 2
+    width = 0.8 / len(IMPLS)
+    groups_max = max(len({b.group for b in plan if b.kernel == k}) for k in kernels) if kernels else 1
+    size = (max(6.0, 1.6 * groups_max + 1) + 2.2, 4.2 * len(kernels))  # + room for the legend
+    fig, axes = plt.subplots(len(kernels), 1, figsize=size, squeeze=False)
+    for ax, kernel in zip(axes[:, 0], kernels):
+        mine = [b for b in plan if b.kernel == kernel]
+        groups = list(dict.fromkeys(b.group for b in mine))
+        for b in mine:
+            x = groups.index(b.group) + (IMPLS.index(b.impl) - (len(IMPLS) - 1) / 2) * width
+            if b.us is None:
+                ax.text(x, floor * 1.15, PLOT_LABELS.get(b.disposition, b.disposition), rotation=90,
+                        ha="center", va="bottom", fontsize=7, color="dimgray")
+            else:
+                wrong = b.disposition == "incorrect"
+                ax.bar(x, b.us - floor, width, bottom=floor, color=colors[b.impl],
+                       alpha=0.35 if wrong else 0.9, hatch="xx" if wrong else None,
+                       edgecolor="red" if wrong else colors[b.impl],
+                       yerr=[[b.us - b.p10_us], [b.p90_us - b.us]], capsize=2)
+                if wrong:
+                    ax.text(x, b.p90_us * 1.1, "WRONG", rotation=90, ha="center", va="bottom",
+                            fontsize=7, color="red", fontweight="bold")
+            if b.graph_us:
+                ax.plot([x], [b.graph_us], marker="_", markersize=9, mew=2.5, color="black")
+            if b.model_us:
+                ax.plot([x], [b.model_us], marker="*", markersize=9, color="gold", mec="black")
         ax.set_yscale("log")
-        ax.set_xticks(range(len(shapes)), shapes, rotation=30, ha="right")
-        ax.set_ylabel("device time per call, us (median, p10-p90)")
+        ax.set_xlim(-0.5, len(groups) - 0.5)
+        ax.set_xticks(range(len(groups)), groups, fontsize=8)
+        ax.set_ylabel("us per call, log (median, p10-p90)")
         ax.set_title(kernel)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
+        ax.grid(True, axis="y", which="both", alpha=0.3)
+        handles = [plt.Rectangle((0, 0), 1, 1, color=colors[i]) for i in IMPLS]
+        handles += [plt.Line2D([], [], marker="_", mew=2.5, markersize=9, color="black", ls=""),
+                    plt.Line2D([], [], marker="*", markersize=9, color="gold", mec="black", ls="")]
+        ax.legend(handles, list(IMPLS) + ["graph replay", "model"], fontsize=7,
+                  loc="upper left", bbox_to_anchor=(1.01, 1.0))
     title = f"bench {report.shape_set} on {report.device.name}"
     if report.synthetic:
-        title = "SYNTHETIC SAMPLE DATA, NOT A MEASUREMENT: " + title
+        title = "SYNTHETIC SAMPLE DATA, NOT A MEASUREMENT\n" + title
     fig.suptitle(title, color="red" if report.synthetic else "black")
     fig.tight_layout()
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
+    fig.savefig(buf, format="png", dpi=100)
     plt.close(fig)
     return buf.getvalue()
 
 
-def write_outputs(report: BenchReport, folder: Path) -> list[Path]:
-    """<set>.json, <set>.md, <set>.png under ``folder``, atomically; returns the paths."""
-    base = Path(folder) / report.shape_set
-    paths = [base.with_suffix(".json"), base.with_suffix(".md"), base.with_suffix(".png")]
-    write_model(paths[0], report)
+OUTPUT_SUFFIXES = (".json", ".md", ".csv", ".png")
+
+
+def output_paths(folder: Path, stem: str) -> list[Path]:
+    """<stem>.json, .md, .csv, .png under ``folder``."""
+    return [Path(folder) / f"{stem}{suffix}" for suffix in OUTPUT_SUFFIXES]
+
+
+def write_outputs(report: BenchReport, folder: Path, stem: str | None = None,
+                  json_too: bool = True) -> list[Path]:
+    """The record and what is rendered from it, atomically; returns the paths written."""
+    paths = output_paths(folder, stem or report.shape_set)
+    if json_too:
+        write_model(paths[0], report)
     write_atomic(paths[1], markdown(report))
-    write_atomic(paths[2], plot_png(report))
-    return paths
+    write_atomic(paths[2], csv_text(report))
+    write_atomic(paths[3], plot_png(report))
+    return paths if json_too else paths[1:]
+
+
+def _main(args: list[str]) -> int:
+    if len(args) not in (1, 2):
+        print("usage: python -m pipeline.bench_report FILE.json [PREDICTIONS.json]", file=sys.stderr)
+        return 2
+    path = Path(args[0])
+    report = read_model(path, BenchReport)
+    preds = load_predictions(Path(args[1])) if len(args) == 2 else None
+    if preds is not None:
+        report = with_predictions(report, preds)
+    for written in write_outputs(report, path.parent, path.stem, json_too=preds is not None):
+        print(f"wrote {rel(written)}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m pipeline.bench_report FILE.json [PREDICTIONS.json]``: re-render the
+    markdown, CSV and PNG beside FILE (and FILE itself with the predictions filled in)."""
+    return run_cli(_main, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,10 +1,13 @@
-"""`doit bench shape=<set>` (default hslm): the GPU bench as one doit task.
+"""`doit bench shape=<set> [model=PREDICTIONS.json] [ceiling=N]` (default hslm): the GPU
+bench as one doit task.
 
 It depends on the emitted PTX (doit runs `emit` first when a kernel changed), on
-shapes.yaml and on the bench code, and is up to date while those and the shape set are
-unchanged and its three outputs exist. It does not wait for verify: the bench checks
-every output it times against the exact reference itself. Without a GPU it fails at
-its first step with one line (what was looked for, what to do), no traceback.
+shapes.yaml, on the bench code and on the prediction file when one is given, and is up
+to date while those and its parameters are unchanged and its four outputs exist. It
+does not wait for verify: the bench checks every output it times against the exact
+reference itself. Without a GPU it fails at its first step with one line (what was
+looked for, what to do), no traceback. ``ceiling=0`` skips the 8192^3 cuBLAS run that
+measures the device's int8 ceiling.
 """
 from __future__ import annotations
 
@@ -14,26 +17,35 @@ from doit.tools import config_changed
 
 from kernels.registry import KERNELS
 from pipeline import config
-from pipeline.bench import BENCH_DIR, run_bench
-from pipeline.tasks_build import _var, one_line_failure
+from pipeline.artifacts import UserError
+from pipeline.bench import BENCH_DIR, CEILING_N, run_bench
+from pipeline.bench_report import output_paths
+from pipeline.tasks_build import _exit, _var, one_line_failure
 
 DEFAULT_SET = "hslm"
-BENCH_SOURCES = [Path(__file__).parent / name for name in ("bench.py", "bench_report.py")]
+BENCH_SOURCES = sorted(Path(__file__).parent.glob("bench*.py"))
 
 
 @one_line_failure
-def _bench(shape_set: str) -> None:
-    run_bench(shape_set)
+def _bench(shape_set: str, ceiling_n: int, model: str) -> None:
+    run_bench(shape_set, ceiling_n=ceiling_n, model=Path(model) if model else None)
 
 
 def task_bench() -> dict:
     """Time every kernel on shape=<set> (default hslm) against cuBLAS and torch; GPU only."""
-    shape_set = _var("shape", DEFAULT_SET)
+    shape_set, model = _var("shape", DEFAULT_SET), _var("model", "")
+    ceiling = _var("ceiling", str(CEILING_N))
+    if not ceiling.isdigit():
+        _exit(UserError(f"ceiling={ceiling}: expected a whole number (the n of the n^3 "
+                        f"cuBLAS int8 ceiling run, 0 to skip it), e.g. ceiling={CEILING_N}"))
+    if model and not Path(model).is_file():
+        _exit(UserError(f"model={model}: no such prediction file (a JSON list of "
+                        "{kernel, shape, predicted_us})"))
     return {
-        "actions": [(_bench, [shape_set])],
+        "actions": [(_bench, [shape_set, int(ceiling), model])],
         "file_dep": [str(config.ptx_path(k)) for k in KERNELS]
-        + [str(config.SHAPES_FILE)] + [str(p) for p in BENCH_SOURCES],
-        "targets": [str(BENCH_DIR / f"{shape_set}{ext}") for ext in (".json", ".md", ".png")],
-        "uptodate": [config_changed({"shape": shape_set})],
+        + [str(config.SHAPES_FILE)] + [str(p) for p in BENCH_SOURCES] + ([model] if model else []),
+        "targets": [str(p) for p in output_paths(BENCH_DIR, shape_set)],
+        "uptodate": [config_changed({"shape": shape_set, "ceiling": ceiling, "model": model})],
         "verbosity": 2,
     }

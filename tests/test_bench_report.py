@@ -1,5 +1,5 @@
-"""The bench's CPU half: statistics, checks, peaks, summary, table, plot, sizing, GEMM forms,
-and the one-line stop without a GPU.
+"""The bench record (pipeline.bench_record) and its renderings (pipeline.bench_report): statistics, checks, peaks, summary, dispositions,
+table, CSV, plot, predictions, and `python -m pipeline.bench_report`.
 
 tests/data/bench/sample_hslm.json is SYNTHETIC sample data (``synthetic: true``, device
 "SYNTHETIC SAMPLE - no GPU ran this"): made-up times that exercise every branch of the
@@ -8,24 +8,24 @@ capture). It is not a measurement and nothing here reads it as one.
 """
 from __future__ import annotations
 
+import csv
+import io
+import json
 import math
-import os
 import subprocess
 import sys
-import types
 from pathlib import Path
 
 import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from kernels.registry import KERNELS
-from kernels.spec import Dims
-from pipeline import bench
-from pipeline.artifacts import ROOT, read_model
-from pipeline.bench_report import (PEAKS, SYNTHETIC_BANNER, BenchReport, Check, Timing, gops,
-                                   markdown, peak_for, percentiles, plot_png, summarize,
-                                   write_outputs)
+from pipeline.artifacts import ROOT, UserError, read_model
+from pipeline.bench_record import (PEAKS, BenchReport, Check, Row, Timing, gops,
+                                   load_predictions, peak_for, percentiles, summarize,
+                                   with_predictions)
+from pipeline.bench_report import (CSV_COLUMNS, SYNTHETIC_BANNER, bars, csv_text, main, markdown,
+                                   plot_png, write_outputs)
 
 SAMPLE = Path(__file__).parent / "data" / "bench" / "sample_hslm.json"
 
@@ -157,7 +157,8 @@ def test_report_refuses_a_summary_that_does_not_match_rows(sample):
 
 def test_markdown_shows_padding_graph_errors_and_wrong_rows(sample):
     text = markdown(sample)
-    assert "inner 243->244 (cuBLAS int8 needs lda, ldb multiples of 4)" in text
+    assert ("inner 243->244, out 243->244 (cuBLAS int8 IMMA needs m, k and lda, ldb, ldc "
+            "multiples of 4)") in text
     assert "graph: CUDARuntimeError" in text
     assert "WRONG rel 5.0e-01" in text
     assert "## summary: ours / best baseline" in text
@@ -166,229 +167,147 @@ def test_markdown_shows_padding_graph_errors_and_wrong_rows(sample):
 
 def test_outputs_written_and_json_round_trips(sample, tmp_path):
     paths = write_outputs(sample, tmp_path)
-    assert [p.name for p in paths] == ["sample.json", "sample.md", "sample.png"]
+    assert [p.name for p in paths] == ["sample.json", "sample.md", "sample.csv", "sample.png"]
     assert read_model(paths[0], BenchReport) == sample
-    png = paths[2].read_bytes()
+    png = paths[3].read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
     assert paths[1].read_text() == markdown(sample)
+    assert paths[2].read_text() == csv_text(sample)
 
 
-def test_plot_draws_only_correct_rows(sample, monkeypatch):
-    drawn: list[str] = []
+# ---- dispositions and the CSV -------------------------------------------------------
+
+def test_dispositions_of_the_sample(sample):
+    got = {(r.kernel, r.shape, r.impl): r.disposition for r in sample.rows}
+    assert got[("hslm_fwd_s8", "attn_r27", "ours")] == "passed"
+    assert got[("hslm_dx_s8", "attn_r27", "cublas_f16")] == "incorrect"  # the planted wrong one
+    assert got[("hslm_dx_s8", "ffn_up_r1782", "cublas_f16")] == "failed"  # a library error
+    assert got[("hslm_fwd_s8", "attn_r27", "torch_int_mm")] == "not_run"  # torch missing
+    assert set(got.values()) == {"passed", "incorrect", "failed", "not_run"}
+
+
+def test_not_run_needs_a_reason(sample):
+    row = next(r for r in sample.rows if r.not_run).model_dump()
+    with pytest.raises(ValidationError, match="not_run needs the reason"):
+        Row.model_validate({**row, "error": None})
+
+
+def test_csv_has_one_line_per_row_with_disposition_and_full_precision(sample):
+    lines = list(csv.DictReader(io.StringIO(csv_text(sample))))
+    assert tuple(lines[0]) == CSV_COLUMNS and len(lines) == len(sample.rows)
+    for line, row in zip(lines, sample.rows):
+        assert (line["kernel"], line["shape"], line["impl"]) == (row.kernel, row.shape, row.impl)
+        assert line["disposition"] == row.disposition
+        assert line["us"] == (repr(row.stream.median_us) if row.stream else "")
+        assert line["model_us"] == ""
+    wrong = next(x for x in lines if x["disposition"] == "incorrect")
+    assert float(wrong["rel_err"]) == pytest.approx(0.5)
+    padded = next(x for x in lines if x["impl"] == "cublas_int8")
+    assert padded["gemm"] == "27x244x244" and "out 243->244" in padded["note"]
+    assert "FAILED" in markdown(sample)  # the failed row is named as such in the table
+
+
+# ---- the plot ------------------------------------------------------------------------
+
+def test_plot_plan_marks_wrong_and_missing_rows_in_place(sample):
+    plan = bars(sample)
+    assert len(plan) == len(sample.rows)  # every row has its slot, drawn or labelled
+    assert all("\n" in b.group and "x" in b.group.split("\n")[1] for b in plan)  # RxKxN label
+    assert next(b for b in plan if b.disposition == "incorrect").us is not None  # drawn, marked
+    assert all(b.us is None for b in plan if b.disposition in ("failed", "not_run"))
+    ours = next(b for b in plan if b.impl == "ours")
+    assert ours.graph_us is not None and ours.graph_us < ours.us  # graph replay shown
+
+
+def test_plot_draws_one_bar_per_timed_row_and_labels_the_rest(sample, monkeypatch):
     from matplotlib.axes import Axes
 
-    real = Axes.errorbar
-    monkeypatch.setattr(Axes, "errorbar", lambda self, *a, **k: drawn.append(k["label"]) or real(self, *a, **k))
+    drawn, labels = [], []
+    real_bar, real_text = Axes.bar, Axes.text
+    monkeypatch.setattr(Axes, "bar", lambda self, *a, **k: drawn.append(k) or real_bar(self, *a, **k))
+    monkeypatch.setattr(Axes, "text", lambda self, x, y, s, **k: labels.append(s) or real_text(self, x, y, s, **k))
     plot_png(sample)
-    # 3 kernels x 4 implementations that ran; the torch rows did not run
-    assert len(drawn) == 12 and "torch_int_mm" not in drawn and drawn.count("ours") == 3
+    timed = [r for r in sample.rows if r.disposition in ("passed", "incorrect")]
+    assert len(drawn) == len(timed)
+    assert labels.count("WRONG") == 1 and labels.count("failed") == 1
+    assert labels.count("not run") == sum(r.not_run for r in sample.rows)
+    assert sum(k.get("hatch") == "xx" for k in drawn) == 1  # only the wrong bar is hatched
 
 
-# ---- sizing and the GEMM each kernel is ------------------------------------------
+# ---- predictions: the model_us column -------------------------------------------------
 
-def test_sets_needed_exceeds_l2_up_to_the_cap():
-    l2 = 50 * 2**20
-    n = bench.sets_needed(2**20, l2, 2.0)
-    assert n == 100 and n * 2**20 >= 2 * l2
-    assert bench.sets_needed(1000, l2, 2.0) == bench.MAX_SETS
-    assert bench.sets_needed(10 * l2, l2, 2.0) == 1
+def _predictions(tmp_path, rows) -> Path:
+    path = tmp_path / "pred.json"
+    path.write_text(json.dumps(rows))
+    return path
 
 
-def test_calls_per_sample():
-    assert bench.calls_per_sample(2.0, 1, 200.0) == 100
-    assert bench.calls_per_sample(2.0, 256, 200.0) == 256  # every set visited
-    assert bench.calls_per_sample(5000.0, 3, 200.0) == 3
-    assert bench.calls_per_sample(0.0, 1, 200.0) == bench.MAX_CALLS
+def test_predictions_fill_model_us_of_our_rows_only(sample, tmp_path):
+    path = _predictions(tmp_path, [
+        {"kernel": "hslm_fwd_s8", "shape": "attn_r27", "predicted_us": 7.5},
+        {"kernel": "hslm_fwd_s8", "shape": "not_in_report", "predicted_us": 1.0}])
+    got = with_predictions(sample, load_predictions(path))
+    filled = [r for r in got.rows if r.model_us is not None]
+    assert [(r.kernel, r.shape, r.impl, r.model_us) for r in filled] == \
+        [("hslm_fwd_s8", "attn_r27", "ours", 7.5)]
+    assert got.summary[0].model_us == 7.5 and got.summary[1].model_us is None
+    BenchReport.model_validate(got.model_dump())  # summary still matches the rows
+    assert "| 7.50 |" in markdown(got)
+    line = next(x for x in csv.DictReader(io.StringIO(csv_text(got))) if x["model_us"])
+    assert float(line["model_us"]) == 7.5
+    assert any(b.model_us == 7.5 for b in bars(got))
 
 
-@pytest.mark.parametrize("kernel", list(KERNELS))
-def test_gemm_form_is_the_kernel(kernel):
-    """Baselines compute A @ Bt.T; it must be exactly what the kernel's reference gives."""
-    spec = KERNELS[kernel]
-    dims = Dims(R=7, K=21, N=11)
-    inputs = spec.make_inputs(dims, np.random.default_rng(5))
-    A, Bt = bench.gemm_problem(kernel, inputs, dims)
-    assert A.dtype == Bt.dtype == np.int8 and A.flags.c_contiguous and Bt.flags.c_contiguous
-    got = A.astype(np.int64) @ Bt.T.astype(np.int64)
-    want = spec.reference(dims, inputs)
-    assert got.shape == want.shape and np.array_equal(got, want)
+@pytest.mark.parametrize("content,fragment", [
+    ("{not json", "not readable JSON"),
+    ('{"kernel": "a"}', "expected a JSON list"),
+    ('[{"kernel": "a", "shape": "b"}]', "entry 1: field 'predicted_us': Field required"),
+    ('[{"kernel": "a", "shape": "b", "predicted_us": -1}]', "entry 1: field 'predicted_us'"),
+    ('[{"kernel": "a", "shape": "b", "predicted_us": 1}, {"kernel": "a", "shape": "b", "predicted_us": 2}]',
+     "entry 2: a second prediction for a b"),
+])
+def test_bad_prediction_file_is_one_line(tmp_path, content, fragment):
+    path = tmp_path / "pred.json"
+    path.write_text(content)
+    with pytest.raises(UserError) as exc:
+        load_predictions(path)
+    assert fragment in str(exc.value) and "\n" not in str(exc.value) and "pred.json" in str(exc.value)
 
 
-def test_gemm_form_check_catches_a_wrong_form(monkeypatch):
-    """Negative: dX with W instead of W^T is not the kernel (the test above would fail)."""
-    spec = KERNELS["hslm_dx_s8"]
-    dims = Dims(R=5, K=13, N=13)
-    inputs = spec.make_inputs(dims, np.random.default_rng(1))
-    monkeypatch.setitem(bench.GEMM_FORMS, "hslm_dx_s8",
-                        lambda i, d: (i["dy"], bench.unpack(i["w"], d.K).T))
-    A, Bt = bench.gemm_problem("hslm_dx_s8", inputs, dims)
-    assert not np.array_equal(A.astype(np.int64) @ Bt.T.astype(np.int64), spec.reference(dims, inputs))
+# ---- python -m pipeline.bench_report ----------------------------------------------------
+
+def test_cli_re_renders_beside_the_json(sample, tmp_path, capsys):
+    path = tmp_path / "bench-hslm.json"
+    path.write_text(SAMPLE.read_text())
+    assert main([str(path)]) == 0
+    for suffix in (".md", ".csv", ".png"):
+        assert (tmp_path / f"bench-hslm{suffix}").is_file()
+    assert (tmp_path / "bench-hslm.md").read_text() == markdown(sample)
+    assert path.read_text() == SAMPLE.read_text()  # the record itself is left alone
+    assert capsys.readouterr().out.count("wrote ") == 3
 
 
-def test_pad_note_names_only_changed_dims():
-    assert bench._pad_note([("inner", 243, 244), ("out", 8, 8)], "why") == \
-        "padded with zeros: inner 243->244 (why)"
-    assert bench._pad_note([("inner", 8, 8)], "why") == ""
+def test_cli_with_predictions_writes_them_into_the_record(sample, tmp_path):
+    path = tmp_path / "r.json"
+    path.write_text(SAMPLE.read_text())
+    pred = _predictions(tmp_path, [{"kernel": "hslm_dw_s8", "shape": "attn_r27", "predicted_us": 3.25}])
+    assert main([str(path), str(pred)]) == 0
+    again = read_model(path, BenchReport)
+    assert [r.model_us for r in again.rows if r.model_us] == [3.25]
+    assert "3.25" in (tmp_path / "r.csv").read_text()
 
 
-# ---- no GPU: one line, non-zero exit ------------------------------------------------
-
-def test_require_gpu_without_cupy(monkeypatch):
-    monkeypatch.setitem(sys.modules, "cupy", None)  # import cupy -> ImportError
-    with pytest.raises(bench.NoGpu) as exc:
-        bench.require_gpu()
-    msg = str(exc.value)
-    assert "\n" not in msg and "import cupy" in msg and "doit verify" in msg
-
-
-@pytest.mark.parametrize("count", [0, RuntimeError("cudaErrorNoDevice: no CUDA-capable device")])
-def test_require_gpu_without_a_device(monkeypatch, count):
-    def get_count():
-        if isinstance(count, Exception):
-            raise count
-        return count
-
-    fake = types.SimpleNamespace(cuda=types.SimpleNamespace(runtime=types.SimpleNamespace(
-        getDeviceCount=get_count)))
-    monkeypatch.setitem(sys.modules, "cupy", fake)
-    with pytest.raises(bench.NoGpu, match="getDeviceCount") as exc:
-        bench.require_gpu()
-    assert "\n" not in str(exc.value)
+@pytest.mark.parametrize("content", ["{broken", '{"shape_set": "x"}', None])
+def test_cli_bad_file_is_one_line_exit_2(tmp_path, content):
+    path = tmp_path / "bad.json"
+    if content is not None:
+        path.write_text(content)
+    res = subprocess.run([sys.executable, "-m", "pipeline.bench_report", str(path)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and res.stdout == ""
+    assert res.stderr.startswith("error: ") and res.stderr.count("\n") == 1 and "bad.json" in res.stderr
+    assert not (tmp_path / "bad.md").exists()
 
 
-def test_require_gpu_with_a_device(monkeypatch):
-    fake = types.SimpleNamespace(cuda=types.SimpleNamespace(runtime=types.SimpleNamespace(
-        getDeviceCount=lambda: 1)))
-    monkeypatch.setitem(sys.modules, "cupy", fake)
-    assert bench.require_gpu() is fake
-
-
-def _no_gpu_env() -> dict[str, str]:
-    # hide any GPU, so the stop is tested even on a machine that has one
-    return {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
-
-
-def test_doit_bench_without_gpu_stops_with_one_line(tmp_path):
-    dodo = tmp_path / "bench_dodo.py"  # not "dodo": doit imports it by module name
-    dodo.write_text(
-        f"import sys\nsys.path.insert(0, {str(ROOT)!r})\n"
-        "from pipeline.tasks_build import DOIT_CONFIG, task_emit  # noqa\n"
-        "from pipeline.tasks_bench import task_bench  # noqa\n")
-    res = subprocess.run([sys.executable, "-m", "doit", "-f", str(dodo), "-d", str(ROOT),
-                          "--db-file", str(tmp_path / "db"), "bench"],
-                         capture_output=True, text=True, env=_no_gpu_env(), timeout=120)
-    out = res.stdout + res.stderr
-    assert res.returncode != 0
-    assert "Traceback" not in out
-    lines = [line for line in out.splitlines() if line.startswith("bench needs a CUDA GPU")]
-    assert len(lines) == 1 and "doit verify" in lines[0]
-
-
-def test_python_m_bench_without_gpu(tmp_path):
-    res = subprocess.run([sys.executable, "-m", "pipeline.bench", "hslm"], cwd=ROOT,
-                         capture_output=True, text=True, env=_no_gpu_env(), timeout=120)
-    assert res.returncode == 2 and "Traceback" not in res.stderr
-    assert res.stderr.startswith("error: bench needs a CUDA GPU") and res.stderr.count("\n") == 1
-
-
-# ---- the whole GPU flow on a stand-in: numpy as "cupy", the emulator as its module loader ----
-
-def fake_gpu(monkeypatch) -> None:
-    """Just enough of cupy/cupyx for run_bench's plumbing, on numpy. No cuBLAS (so those
-    rows must come out as errors, not crashes) and graphs that replay nothing: this checks
-    the flow, the records and the error paths, never a timing."""
-    import time
-    from kernels.ptxemu import Module
-
-    class Event:
-        def record(self, stream=None):
-            self.t = time.perf_counter()
-
-        def synchronize(self):
-            pass
-
-    class Stream:
-        def __init__(self, non_blocking=False):
-            pass
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return False
-
-        def begin_capture(self):
-            pass
-
-        def end_capture(self):
-            return types.SimpleNamespace(launch=lambda stream=None: None)
-
-    class Device:
-        id = 0
-        attributes = {"L2CacheSize": 1024, "MultiProcessorCount": 2}
-
-        def synchronize(self):
-            pass
-
-    def benchmark(func, n_repeat, n_warmup):
-        for _ in range(n_warmup):
-            func()
-        times = []
-        for _ in range(n_repeat):
-            t0 = time.perf_counter()
-            func()
-            times.append(time.perf_counter() - t0 + 1e-9)
-        return types.SimpleNamespace(gpu_times=np.array([times]))
-
-    runtime = types.SimpleNamespace(
-        getDeviceCount=lambda: 1, driverGetVersion=lambda: 12040, runtimeGetVersion=lambda: 12040,
-        getDeviceProperties=lambda i: {"name": b"FAKE numpy GPU", "major": 8, "minor": 0})
-    class FunctionModule:  # cupy.cuda.function.Module: PTX bytes in, kernels out
-        def load(self, image):
-            self.module = Module(code=image.decode())
-
-        def get_function(self, name):
-            return self.module.get_function(name)
-
-    cuda = types.ModuleType("cupy.cuda")
-    cuda.__dict__.update(runtime=runtime, Event=Event, Stream=Stream, Device=Device,
-                         function=types.SimpleNamespace(Module=FunctionModule),
-                         get_elapsed_time=lambda a, b: max(b.t - a.t, 1e-6) * 1e3)
-    cupy = types.ModuleType("cupy")
-    cupy.__dict__.update(
-        __version__="0-fake", cuda=cuda, int32=np.int32, float64=np.float64, ndarray=np.ndarray,
-        asarray=lambda a, dtype=None: np.array(a, dtype=dtype), asnumpy=np.asarray, full=np.full,
-        zeros=np.zeros, matmul=np.matmul, ascontiguousarray=np.ascontiguousarray)
-    profiler = types.ModuleType("cupyx.profiler")
-    profiler.benchmark = benchmark
-    for name, mod in {"cupy": cupy, "cupy.cuda": cuda, "cupyx": types.ModuleType("cupyx"),
-                      "cupyx.profiler": profiler}.items():
-        monkeypatch.setitem(sys.modules, name, mod)
-
-
-def test_bench_flow_on_a_stand_in_gpu(monkeypatch, tmp_path):
-    from pipeline.bench_report import Method
-
-    fake_gpu(monkeypatch)
-    for kernel, spec in KERNELS.items():
-        (tmp_path / f"{kernel}.ptx").write_text(spec.emit())
-    monkeypatch.setattr(bench, "ptx_path", lambda k: tmp_path / f"{k}.ptx")
-    method = Method(warmup=1, repeats=3, target_sample_us=1.0, l2_multiple=2.0)
-    paths = bench.run_bench("smoke", method=method, out_dir=tmp_path / "out", ceiling_n=32)
-    assert [p.name for p in paths] == ["smoke.json", "smoke.md", "smoke.png"]
-    report = read_model(paths[0], BenchReport)
-    shapes = 3  # smoke
-    assert len(report.rows) == len(KERNELS) * shapes * 6
-    by_impl = lambda impl: [r for r in report.rows if r.impl == impl]  # noqa: E731
-    # our PTX ran (on the emulator, standing in for the GPU) and matched exactly
-    assert all(r.ok and r.check.tolerance == 0 and r.stream and r.graph for r in by_impl("ours"))
-    # the stand-in L2 is 1 KiB: the smallest sets are rotated (2 x L2), so rotation ran
-    assert any(r.buffer_sets > 1 for r in report.rows if r.ok)
-    # no cuBLAS in the stand-in: recorded as errors, never best
-    assert all(r.error and "cublas" in r.error for r in by_impl("cublas_int8"))
-    assert all(r.ok for r in by_impl("cublas_f32"))
-    assert all(not r.ok and r.error for r in by_impl("torch_int_mm") + by_impl("torch_bf16"))
-    assert all(s.best_baseline in ("cublas_f16", "cublas_f32") and s.ratio > 0 for s in report.summary)
-    assert report.device.name == "FAKE numpy GPU" and not report.synthetic
-    assert report.device.ceiling_int8_tops is None and "did not give a figure" in report.device.ceiling_source
-    assert set(report.ptx_sha256) == set(KERNELS)
+def test_cli_usage_exit_2(capsys):
+    assert main([]) == 2 and "usage" in capsys.readouterr().err

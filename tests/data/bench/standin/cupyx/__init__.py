@@ -1,0 +1,1 @@
+"""Stand-in cupyx (see cupy/__init__.py beside it)."""
