@@ -271,11 +271,16 @@ class BenchReport(Record):
 # ---------------------------------------------------------------- predictions
 
 class Prediction(Record):
-    """One figure of the performance model: our kernel's predicted time on one shape."""
+    """One figure of the performance model: our kernel's predicted time on one shape.
+
+    Written by ``doit model`` (a MODEL figure, never a measurement), read by the bench to
+    put the prediction beside the measured row."""
 
     kernel: str
     shape: str
-    predicted_us: float = Field(gt=0)
+    predicted_us: float = Field(gt=0)  # device time
+    per_call_us: float | None = Field(default=None, gt=0)  # device time + launch cost
+    kind: Literal["MODEL"] = "MODEL"
 
 
 def load_predictions(path: Path) -> list[Prediction]:

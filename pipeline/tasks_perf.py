@@ -19,6 +19,7 @@ from doit.tools import config_changed
 from kernels.registry import KERNELS
 from kernels.spec import KernelSpec
 from pipeline import config, perf_model, sass
+from pipeline.bench_record import Prediction as BenchPrediction
 from pipeline.artifacts import ARTIFACTS, UserError, read_model, rel, write_atomic, write_model
 from pipeline.models import PtxasReport, Shape
 from pipeline.perf_model import MemoryRow
@@ -166,9 +167,9 @@ def _model(shape_set: str, gpu_name: str) -> None:
     report = build_model(shape_set, gpu_name)
     full, predictions = model_paths(shape_set, gpu_name)
     write_model(full, report)
-    write_atomic(predictions, json.dumps([{"kernel": r.kernel, "shape": r.shape, "predicted_us": r.ours.device_us,
-                                           "per_call_us": r.ours.per_call_us, "kind": "MODEL"}
-                                          for r in report.rows], indent=2) + "\n")
+    rows = [BenchPrediction(kernel=r.kernel, shape=r.shape, predicted_us=r.ours.device_us,
+                            per_call_us=r.ours.per_call_us).model_dump() for r in report.rows]
+    write_atomic(predictions, json.dumps(rows, indent=2) + "\n")
     print(model_table(report))
 
 
