@@ -41,18 +41,22 @@ def main() -> None:
     print(f"{'shape':<16} {'R':>5} {'K':>4} {'N':>4} {'words':>6} {'W check us':>10} "
           f"{'per-code us':>11} {'pack us':>8} {'quantize x us':>13} {'check/quantize':>14}")
     for shape in load_set(shape_set):
-        rng = np.random.default_rng(0)
-        t = rng.integers(-1, 2, size=(shape.K, shape.N), dtype=np.int8)
-        w = pack(t)
-        x = rng.standard_normal((shape.R, shape.K))
-        assert code_problem(w, shape.K) is None
-        check = median_us(lambda: code_problem(w, shape.K))
-        per_code = median_us(lambda: (codes_of(w) == 3).any())
-        packing = median_us(lambda: pack(t))
-        quantize = median_us(lambda: _quantized("forward", "x", x, axis=1))
-        print(f"{shape.name:<16} {shape.R:>5} {shape.K:>4} {shape.N:>4} {w.size:>6} {check:>10.1f} "
-              f"{per_code:>11.1f} {packing:>8.1f} {quantize:>13.1f} {check / quantize:>14.2f}")
+        print(row(shape))
 
+
+def row(shape) -> str:
+    """One table row: the timings for one shape."""
+    rng = np.random.default_rng(0)
+    t = rng.integers(-1, 2, size=(shape.K, shape.N), dtype=np.int8)
+    w = pack(t)
+    x = rng.standard_normal((shape.R, shape.K))
+    assert code_problem(w, shape.K) is None
+    check = median_us(lambda: code_problem(w, shape.K))
+    per_code = median_us(lambda: (codes_of(w) == 3).any())
+    packing = median_us(lambda: pack(t))
+    quantize = median_us(lambda: _quantized("forward", "x", x, axis=1))
+    return (f"{shape.name:<16} {shape.R:>5} {shape.K:>4} {shape.N:>4} {w.size:>6} {check:>10.1f} "
+            f"{per_code:>11.1f} {packing:>8.1f} {quantize:>13.1f} {check / quantize:>14.2f}")
 
 if __name__ == "__main__":
     main()

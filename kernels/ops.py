@@ -89,7 +89,7 @@ def _float_dtype(xp: Any, *arrays: Any) -> Any:
 
 def forward(x: Any, w_packed: Any, beta: float, *, fn: Callable | None = None) -> Any:
     """Y = X @ (beta * W): X float R x K, W packed ternary (N, Kp/16); returns R x N."""
-    xp = module_of(x, w_packed)
+    xp = module_of(x, w_packed, op="forward")
     R, K = float_matrix("forward", "x", x, "R x K")
     N = _packed_columns(w_packed, K)
     beta = _check_beta("forward", beta)
@@ -100,7 +100,7 @@ def forward(x: Any, w_packed: Any, beta: float, *, fn: Callable | None = None) -
 
 def grad_input(dy: Any, w_packed: Any, beta: float, K: int, *, fn: Callable | None = None) -> Any:
     """dX = dY @ (beta * W)^T: dY float R x N, W packed for K in-features; returns R x K."""
-    xp = module_of(dy, w_packed)
+    xp = module_of(dy, w_packed, op="grad_input")
     R, N = float_matrix("grad_input", "dy", dy, "R x N")
     beta = _check_beta("grad_input", beta)
     yq, t = _quantized("grad_input", "dy", dy, axis=1)
@@ -117,7 +117,7 @@ def grad_weight(x: Any, dy: Any, *, chunk_rows: int | None = None,
     ``chunk_rows`` (default: the kernel's exact bound, 131071) and summed in int64; a
     chunk over that bound is refused.
     """
-    xp = module_of(x, dy)
+    xp = module_of(x, dy, op="grad_weight")
     spec = get_kernel("hslm_dw_s8")
     R, K = float_matrix("grad_weight", "x", x, "R x K")
     if getattr(dy, "ndim", 0) == 2 and dy.shape[0] != R:

@@ -19,8 +19,9 @@ class LaunchError(ValueError):
     """A launch or float op was refused before it started (bad input shape, dtype, value or size)."""
 
 
-def module_of(*arrays: Any) -> Any:
-    """numpy or cupy, from the arrays given; mixing the two (or another library) is refused."""
+def module_of(*arrays: Any, op: str = "") -> Any:
+    """numpy or cupy, from the arrays given; mixing the two (or another library) is refused
+    (``op`` names the caller in that message)."""
     mods = {type(a).__module__.split(".")[0] for a in arrays}
     if mods <= {"numpy"}:
         return np
@@ -29,7 +30,7 @@ def module_of(*arrays: Any) -> Any:
 
         return cupy
     raise LaunchError(
-        f"inputs must all be numpy or all be cupy arrays, got {sorted(mods)}; "
+        f"{op + ': ' if op else ''}inputs must all be numpy or all be cupy arrays, got {sorted(mods)}; "
         "torch tensors go through kernels.torch_linear (or numpy/cupy .from_dlpack)"
     )
 

@@ -10,7 +10,7 @@ from kernels.launch import OUTPUT_POISON, LaunchError, kernel_args, launch
 from kernels.ptxemu import Module
 from kernels.registry import get_kernel
 from kernels.spec import Dims
-from kernels.ternary import pack, packed_shape
+from kernels.ternary import packed_shape
 
 DIMS = Dims(5, 20, 6)  # K = 20: the last word of each column holds 12 padding codes
 WEIGHT_KERNELS = ("hslm_fwd_s8", "hslm_dx_s8")

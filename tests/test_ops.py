@@ -217,6 +217,9 @@ BAD_INPUTS = [
      "grad_input: dy has a non-finite value (inf) at (3, 1), so row 3 has no int8 scale"),
     ("-inf in dy for dW", lambda: ops.grad_weight(np.ones((4, 16)), _with(-np.inf, (1, 6), (4, 8)), fn=DW),
      "grad_weight: dy has a non-finite value (-inf) at (1, 6), so column 6 has no int8 scale"),
+    ("torch tensor", lambda: ops.forward(np.ones((4, 16)), type("Tensor", (), {"__module__": "torch"})(), 1.0),
+     "forward: inputs must all be numpy or all be cupy arrays, got ['numpy', 'torch']; "
+     "torch tensors go through kernels.torch_linear"),
     ("NaN beta", lambda: ops.forward(np.ones((4, 16)), W16x8, float("nan"), fn=FWD),
      "forward: beta is nan; expected the finite scale of the ternary weights (kernels.quant.ternarize)"),
 ]
