@@ -5,9 +5,9 @@ ternarizes them in every forward as BitNet b1.58 does: beta = mean|W|,
 W_t = clip(round(W / beta), -1, 1). The straight-through estimator passes the gradient
 of beta * W_t to the latent W unchanged (d(beta W_t)/dW taken as the identity, beta's
 own dependence on W included, as BitNet's ``w + (q(w) - w).detach()`` does).
-Activations and output gradients are int8 with one scale per row (kernels/ops.py), so
-a layer's three products are the three kernels: forward, dX (skipped when the input
-needs no gradient) and dW.
+Activations and output gradients are int8 (one scale per row for forward and dX, per
+column for dW: kernels/ops.py), so a layer's three products are the three kernels:
+forward, dX (skipped when the input needs no gradient) and dW.
 
 Tensors cross into the kernels without a copy through DLPack: a CUDA tensor becomes a
 CuPy array and the PTX runs on the GPU; a CPU tensor becomes a numpy array and the PTX

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -172,6 +173,16 @@ print("ok", sorted(m for m in sys.modules if m.startswith(("nvidia", "pipeline")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok []"
+
+
+def test_the_training_demo_runs(tmp_path):
+    """examples/train_demo.py end to end for a few steps: three models, a PNG."""
+    out = tmp_path / "demo.png"
+    result = subprocess.run([sys.executable, "examples/train_demo.py", "--steps", "3", "--out", str(out)],
+                            capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("held-out accuracy") == 3
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_every_export_is_documented():
