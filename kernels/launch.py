@@ -3,6 +3,15 @@
 ``fn`` is anything called as CuPy's RawKernel is: ``fn(grid, block, args,
 shared_mem=...)``. ``xp`` is the array module the buffers live in (numpy for the
 CPU emulator, cupy on a GPU), so verify, bench and the float ops share this code.
+
+Every input is checked before anything runs, each refusal one LaunchError line:
+shape and dtype per parameter (an unpacked W is told the packed shape it needs),
+packed weights scanned once for code 3 and non-zero padding (kernels.ternary), and
+strided inputs (Fortran-ordered, transposed, sliced) copied to C order: a kernel reads
+a buffer row-major from its base pointer (CuPy passes only that pointer), so a strided
+view would be read as garbage; the copy keeps the caller's meaning. The output is
+pre-filled with :data:`OUTPUT_POISON`, so an element the kernel never stores shows as
+a mismatch even where the exact result is 0.
 """
 from __future__ import annotations
 
@@ -10,41 +19,65 @@ from typing import Any, Callable
 
 import numpy as np
 
-from kernels.spec import Dims, KernelSpec
-
+from kernels.spec import BufferSpec, Dims, KernelSpec
+from kernels.ternary import code_problem
+from kernels.validate import LaunchError, module_of
 
 GRID_LIMITS = (2**31 - 1, 65535, 65535)  # CUDA's maximum grid size per axis
-
-
-class LaunchError(ValueError):
-    """A launch was refused before it started (bad input shape, dtype or size)."""
+OUTPUT_POISON = -0x2A2A2A2B  # 0xD5D5D5D5 in every int32 output before a launch: an unwritten element
+PACKED_DTYPE = "uint32"  # the only uint32 buffers are packed ternary weights (kernels/ternary.py)
 
 
 def kernel_args(spec: KernelSpec, dims: Dims, out: Any, inputs: dict[str, Any]) -> list[Any]:
-    """Arguments in PTX parameter order: output buffer, input buffers, then u32 scalars."""
+    """Arguments in PTX parameter order: output buffer, checked C-ordered inputs, u32 scalars."""
     args: list[Any] = []
     for param in spec.params:
         if param.shape is None:
             args.append(np.dtype(param.dtype).type(getattr(dims, param.name)))
-            continue
-        buf = out if param is spec.output else inputs.get(param.name)
-        if buf is None:
+        elif param is spec.output:
+            _check_layout(spec, dims, param, out)
+            if not out.flags.c_contiguous:
+                raise LaunchError(f"{spec.name}: output '{param.name}' must be C-contiguous (the kernel writes it row-major)")
+            args.append(out)
+        elif param.name not in inputs:
             raise LaunchError(f"{spec.name}: input '{param.name}' is missing")
-        want = tuple(param.shape(dims))
-        if tuple(buf.shape) != want or str(buf.dtype) != param.dtype:
-            raise LaunchError(
-                f"{spec.name}: input '{param.name}' is {buf.dtype}{tuple(buf.shape)}, "
-                f"expected {param.dtype}{want} for R={dims.R} K={dims.K} N={dims.N}"
-            )
-        args.append(buf)
+        else:
+            args.append(_checked_input(spec, dims, param, inputs[param.name]))
     return args
+
+
+def _check_layout(spec: KernelSpec, dims: Dims, param: BufferSpec, buf: Any) -> None:
+    """Shape and dtype against the spec, with what to do when they differ."""
+    want = tuple(param.shape(dims))
+    if tuple(getattr(buf, "shape", ())) == want and str(getattr(buf, "dtype", "")) == param.dtype:
+        return
+    if param.dtype == PACKED_DTYPE:
+        fix = "pack the K x N ternary matrix with kernels.ternary.pack(w)"
+    else:
+        fix = f"pass a {param.dtype} array of that shape (kernels.ops quantizes float inputs)"
+    got = f"{getattr(buf, 'dtype', type(buf).__name__)}{tuple(getattr(buf, 'shape', ()))}"
+    raise LaunchError(
+        f"{spec.name}: input '{param.name}' is {got}, expected {param.dtype}{want} "
+        f"for R={dims.R} K={dims.K} N={dims.N}; {fix}"
+    )
+
+
+def _checked_input(spec: KernelSpec, dims: Dims, param: BufferSpec, buf: Any) -> Any:
+    """``buf`` checked and C-ordered (a copy only when it was strided)."""
+    _check_layout(spec, dims, param, buf)
+    buf = module_of(buf).ascontiguousarray(buf)
+    if param.dtype == PACKED_DTYPE:
+        problem = code_problem(buf, dims.K)
+        if problem:
+            raise LaunchError(f"{spec.name}: input '{param.name}': {problem}")
+    return buf
 
 
 def launch(spec: KernelSpec, fn: Callable[..., Any], dims: Dims,
            inputs: dict[str, Any], xp: Any = np) -> Any:
     """Run ``spec`` once on ``inputs`` and return its freshly allocated output."""
     if min(dims) < 1:
-        raise LaunchError(f"{spec.name}: R, K, N must be >= 1, got {tuple(dims)}")
+        raise LaunchError(f"{spec.name}: R, K, N must be >= 1, got {tuple(dims)}; an empty problem has nothing to compute: skip the launch")
     if spec.max_rows is not None and dims.R > spec.max_rows:
         raise LaunchError(
             f"{spec.name}: R={dims.R} is over {spec.max_rows}, where int32 accumulation "
@@ -57,7 +90,7 @@ def launch(spec: KernelSpec, fn: Callable[..., Any], dims: Dims,
                 f"{spec.name}: R={dims.R} K={dims.K} N={dims.N} needs grid.{axis}={size}, over "
                 f"CUDA's {limit}; split the problem into smaller launches"
             )
-    out = xp.zeros(spec.output.shape(dims), dtype=spec.output.dtype)
+    out = xp.full(spec.output.shape(dims), OUTPUT_POISON, dtype=spec.output.dtype)
     fn(geometry.grid, geometry.block, kernel_args(spec, dims, out, inputs),
        shared_mem=geometry.shared_mem)
     return out

@@ -7,6 +7,10 @@ the integer kernel through :func:`kernels.launch.launch`, and rescales the int32
 - dX       dX[r, i] = t_r beta  * sum_j dYq[r, j] W[i, j]    (t_r: one scale per row of dY)
 - dW       dW[j, i] = v_j u_i   * sum_r dYq[r, j] Xq[r, i]   (u_i, v_j: per column of X, dY)
 
+Orientation: W is K x N everywhere a caller sees it (Y = X W): ``pack`` takes K x N and
+``grad_weight`` returns K x N (a transposed view of the kernel's N x K output, no copy),
+so ``pack(ternarize(W - lr * grad_weight(x, dy)))`` needs no transpose.
+
 The array module of the inputs picks the backend: numpy arrays run the same PTX on the
 CPU emulator (kernels.ptxemu), CuPy arrays run it on the GPU (kernels.backends). Both
 are called as CuPy's RawKernel is, so nothing below knows which one ran. The PTX is
@@ -16,6 +20,11 @@ dW accumulates in int32 inside the kernel, exact for R <= spec.max_rows (131071)
 rows are split into chunks of at most that many, each launched separately and summed
 in int64. The column scales are taken over all R rows before splitting, so a chunked
 dW equals the unchunked one exactly.
+
+Bad input is refused before any work with one LaunchError line (kernels.validate):
+x / dY not 2-D, empty or not real, a non-finite value (seen in the quantization scale
+the op computes anyway), a non-finite beta; W's layout and codes are checked by
+kernels.launch.
 """
 from __future__ import annotations
 
@@ -23,24 +32,13 @@ from typing import Any, Callable
 
 import numpy as np
 
-from kernels.launch import LaunchError, launch
-from kernels.quant import quantize_cols, quantize_rows
+from kernels.launch import launch
+from kernels.quant import codes_for, scale_of
 from kernels.registry import get_kernel
 from kernels.spec import Dims
+from kernels.validate import LaunchError, finite_scales, float_matrix, module_of
 
 _FUNCTIONS: dict[tuple[str, str], Callable[..., Any]] = {}
-
-
-def array_module(*arrays: Any) -> Any:
-    """numpy or cupy, from the arrays given; mixing the two is refused."""
-    mods = {type(a).__module__.split(".")[0] for a in arrays}
-    if mods <= {"numpy"}:
-        return np
-    if mods == {"cupy"}:
-        import cupy
-
-        return cupy
-    raise LaunchError(f"inputs must all be numpy or all be cupy arrays, got {sorted(mods)}")
 
 
 def kernel_function(name: str, xp: Any) -> Callable[..., Any]:
@@ -59,6 +57,30 @@ def _run(name: str, dims: Dims, inputs: dict[str, Any], xp: Any, fn: Callable | 
     return launch(spec, fn or kernel_function(name, xp), dims, inputs, xp=xp)
 
 
+def _quantized(op: str, name: str, a: Any, axis: int) -> tuple[Any, Any]:
+    """(int8 codes, f64 scales) of ``a`` (one scale per row for axis=1, per column for
+    axis=0), refusing a non-finite value before it is rounded."""
+    scale = scale_of(a, axis)
+    finite_scales(op, name, a, scale, axis)
+    return codes_for(a, scale), scale
+
+
+def _check_beta(op: str, beta: float) -> float:
+    """beta as a float, refused unless finite (it multiplies every output)."""
+    if not np.isfinite(beta):
+        raise LaunchError(f"{op}: beta is {beta}; expected the finite scale of the ternary weights (kernels.quant.ternarize)")
+    return float(beta)
+
+
+def _packed_columns(w_packed: Any, K: int) -> int:
+    """N of a packed (N, Kp/16) buffer; for an unpacked K x N matrix its N, so the launch
+    check can name the packed shape it should have been."""
+    shape = tuple(getattr(w_packed, "shape", ()))
+    if str(getattr(w_packed, "dtype", "")) != "uint32" and len(shape) == 2 and shape[0] == K:
+        return shape[1]
+    return shape[0] if shape else 1
+
+
 def _float_dtype(xp: Any, *arrays: Any) -> Any:
     """The result dtype: the inputs' float type (float64 if none is float)."""
     kinds = [a.dtype for a in arrays if a.dtype.kind == "f"]
@@ -67,46 +89,50 @@ def _float_dtype(xp: Any, *arrays: Any) -> Any:
 
 def forward(x: Any, w_packed: Any, beta: float, *, fn: Callable | None = None) -> Any:
     """Y = X @ (beta * W): X float R x K, W packed ternary (N, Kp/16); returns R x N."""
-    xp = array_module(x, w_packed)
-    R, K = x.shape
-    N = w_packed.shape[0]
-    xq, s = quantize_rows(x)
+    xp = module_of(x, w_packed, op="forward")
+    R, K = float_matrix("forward", "x", x, "R x K")
+    N = _packed_columns(w_packed, K)
+    beta = _check_beta("forward", beta)
+    xq, s = _quantized("forward", "x", x, axis=1)
     y = _run("hslm_fwd_s8", Dims(R, K, N), {"x": xq, "w": w_packed}, xp, fn)
     return (y * (s * beta)).astype(_float_dtype(xp, x), copy=False)
 
 
 def grad_input(dy: Any, w_packed: Any, beta: float, K: int, *, fn: Callable | None = None) -> Any:
     """dX = dY @ (beta * W)^T: dY float R x N, W packed for K in-features; returns R x K."""
-    xp = array_module(dy, w_packed)
-    R, N = dy.shape
-    yq, t = quantize_rows(dy)
+    xp = module_of(dy, w_packed, op="grad_input")
+    R, N = float_matrix("grad_input", "dy", dy, "R x N")
+    beta = _check_beta("grad_input", beta)
+    yq, t = _quantized("grad_input", "dy", dy, axis=1)
     dx = _run("hslm_dx_s8", Dims(R, K, N), {"dy": yq, "w": w_packed}, xp, fn)
     return (dx * (t * beta)).astype(_float_dtype(xp, dy), copy=False)
 
 
 def grad_weight(x: Any, dy: Any, *, chunk_rows: int | None = None,
                 fn: Callable | None = None) -> Any:
-    """dW = dY^T @ X in W's layout: X R x K, dY R x N floats; returns N x K.
+    """dW = X^T @ dY in W's K x N orientation: X R x K, dY R x N floats; returns K x N.
 
-    Rows are launched in chunks of ``chunk_rows`` (default: the kernel's exact bound,
-    131071) and summed in int64; a chunk over that bound is refused.
+    The kernel writes N x K (dW[j, i]); the result is its transposed view, so it has
+    the orientation :func:`kernels.ternary.pack` takes. Rows are launched in chunks of
+    ``chunk_rows`` (default: the kernel's exact bound, 131071) and summed in int64; a
+    chunk over that bound is refused.
     """
-    xp = array_module(x, dy)
+    xp = module_of(x, dy, op="grad_weight")
     spec = get_kernel("hslm_dw_s8")
-    R, K = x.shape
-    if dy.shape[0] != R:
-        raise LaunchError(f"grad_weight: x has {R} rows but dy has {dy.shape[0]}")
-    N = dy.shape[1]
+    R, K = float_matrix("grad_weight", "x", x, "R x K")
+    if getattr(dy, "ndim", 0) == 2 and dy.shape[0] != R:
+        raise LaunchError(f"grad_weight: x has {R} rows but dy has {dy.shape[0]}; both are R rows of one batch")
+    N = float_matrix("grad_weight", "dy", dy, "R x N")[1]
     chunk = spec.max_rows if chunk_rows is None else chunk_rows
     if not 1 <= chunk <= spec.max_rows:
         raise LaunchError(
             f"grad_weight: chunk_rows={chunk_rows} must be in 1..{spec.max_rows} "
             "(int32 accumulation inside one launch is exact only up to that many rows)"
         )
-    xq, u = quantize_cols(x)  # u: (1, K), over all R rows so chunks share scales
-    yq, v = quantize_cols(dy)  # v: (1, N)
+    xq, u = _quantized("grad_weight", "x", x, axis=0)  # u: (1, K), over all R rows so chunks share scales
+    yq, v = _quantized("grad_weight", "dy", dy, axis=0)  # v: (1, N)
     total = xp.zeros((N, K), dtype=xp.int64)
     for r0 in range(0, R, chunk):
         r1 = min(R, r0 + chunk)
         total += _run(spec.name, Dims(r1 - r0, K, N), {"x": xq[r0:r1], "dy": yq[r0:r1]}, xp, fn)
-    return (total * (v.reshape(N, 1) * u)).astype(_float_dtype(xp, x, dy), copy=False)
+    return (total * (v.reshape(N, 1) * u)).astype(_float_dtype(xp, x, dy), copy=False).T

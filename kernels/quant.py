@@ -16,18 +16,28 @@ from typing import Any
 QMAX = 127
 
 
-def quantize(x: Any, axis: int) -> tuple[Any, Any]:
-    """Quantize ``x`` with one scale per slice reduced over ``axis``; returns (q int8, scale f64).
+def scale_of(x: Any, axis: int) -> Any:
+    """One f64 scale per slice reduced over ``axis``, keeping that axis (shape (R, 1) for
+    ``axis=1``) so ``q * scale`` broadcasts back to ``x``.
 
-    ``scale`` keeps the reduced axis (shape (R, 1) for ``axis=1``) so ``q * scale``
-    broadcasts back to ``x``.
+    max|x| / 127, or 1 for an all-zero slice (or one so tiny its scale underflows). A
+    slice holding inf or NaN gets a non-finite scale: callers check it (kernels.validate)
+    before rounding, so that bad input costs no pass of its own.
     """
-    x = x.astype("float64", copy=False)
-    amax = abs(x).max(axis=axis, keepdims=True)
-    scale = amax / QMAX
-    scale[scale == 0] = 1.0  # an all-zero slice (or one so tiny its scale underflows)
-    q = (x / scale).round().clip(-QMAX, QMAX).astype("int8")
-    return q, scale
+    scale = abs(x.astype("float64", copy=False)).max(axis=axis, keepdims=True) / QMAX
+    scale[scale == 0] = 1.0
+    return scale
+
+
+def codes_for(x: Any, scale: Any) -> Any:
+    """clip(round(x / scale), -127, 127) as int8."""
+    return (x / scale).round().clip(-QMAX, QMAX).astype("int8")
+
+
+def quantize(x: Any, axis: int) -> tuple[Any, Any]:
+    """Quantize ``x`` with one scale per slice reduced over ``axis``; returns (q int8, scale f64)."""
+    scale = scale_of(x, axis)
+    return codes_for(x, scale), scale
 
 
 def quantize_rows(x: Any) -> tuple[Any, Any]:

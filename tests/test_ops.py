@@ -1,27 +1,22 @@
 """The float ops (kernels/ops.py) on the CPU: the real PTX through the emulator, checked
-against an f64 reference with the bounds of DESIGN "Scales".
+against an f64 reference with the bounds of tests/quantbounds.py.
 
-Bounds (|x - s q| <= s/2 per element, W exactly ternary * beta):
-  forward  |Y - Y~|[r, j]   <= (s_r / 2) sum_i |W[i, j]| beta
-  dX       |dX - dX~|[r, i] <= (t_r / 2) sum_j |W[i, j]| beta
-  dW       |dW - dW~|[j, i] <= sum_r |u_i qx| v_j / 2 + |v_j qy| u_i / 2 + u_i v_j / 4
-Each is checked not vacuous: the observed error is > 0 and well under the bound, and a
-wrong scale granularity (one scale per tensor) breaks it. Scales are recomputed here
-from the definition (s = max|x| / 127 per slice), not taken from kernels/quant.py.
-Shapes stay small: the emulator runs every thread in numpy.
+Each bound is checked not vacuous: the observed error is > 0 and well under the bound,
+and a wrong scale granularity (one scale per tensor) breaks it. Shapes stay small: the
+emulator runs every thread in numpy.
 """
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from quantbounds import assert_tight, check_bound, codes, data, dw_bound, dx_bound, fwd_bound
 
 from kernels import ops
-from kernels.launch import LaunchError
 from kernels.registry import get_kernel
 from kernels.spec import Dims
-from kernels.ternary import pack
-
-EPS = 1e-12  # f64 rounding slack, relative to the size of the terms summed
+from kernels.quant import ternarize
+from kernels.ternary import pack, packed_shape, unpack
+from kernels.validate import LaunchError, module_of
 
 
 def reference_fn(name: str, launches: list[Dims] | None = None):
@@ -36,54 +31,6 @@ def reference_fn(name: str, launches: list[Dims] | None = None):
             launches.append(dims)
 
     return fn
-
-
-def row_scales(a: np.ndarray, axis: int) -> np.ndarray:
-    s = np.abs(a).max(axis=axis, keepdims=True) / 127
-    return np.where(s == 0, 1.0, s)
-
-
-def codes(a: np.ndarray, s: np.ndarray) -> np.ndarray:
-    return np.clip(np.round(a / s), -127, 127)
-
-
-def data(rng, R, K, N):
-    """Rows and columns of very different magnitude, so the scale granularity matters."""
-    x = rng.standard_normal((R, K)) * 10.0 ** rng.uniform(-3, 2, (R, 1)) * 10.0 ** rng.uniform(-1, 1, (1, K))
-    dy = rng.standard_normal((R, N)) * 10.0 ** rng.uniform(-3, 2, (R, 1)) * 10.0 ** rng.uniform(-1, 1, (1, N))
-    t = rng.integers(-1, 2, size=(K, N)).astype(np.int8)
-    return x, dy, t, float(rng.uniform(0.01, 2.0))
-
-
-def check_bound(got, ref, bound, scale):
-    """(inside, error, median error / bound); inside allows only f64 rounding over the bound."""
-    err = np.abs(got - ref)
-    inside = bool((err <= bound + EPS * scale).all())
-    return inside, err, float(np.median(err[bound > 0] / bound[bound > 0]))
-
-
-def fwd_bound(x, t, beta):
-    return (row_scales(x, 1) / 2) * np.abs(t).sum(axis=0)[None, :] * beta
-
-
-def dx_bound(dy, t, beta):
-    return (row_scales(dy, 1) / 2) * np.abs(t).sum(axis=1)[None, :] * beta
-
-
-def dw_bound(x, dy):
-    u, v = row_scales(x, 0), row_scales(dy, 0)  # (1, K), (1, N)
-    sx = np.abs(u * codes(x, u)).sum(axis=0)  # (K,)
-    sy = np.abs(v * codes(dy, v)).sum(axis=0)  # (N,)
-    R = x.shape[0]
-    return v.T / 2 * sx[None, :] + u / 2 * sy[:, None] + R * (v.T * u) / 4
-
-
-def assert_tight(got, ref, bound, scale):
-    inside, err, typical = check_bound(got, ref, bound, scale)
-    assert inside, f"error over the bound by {(err - bound).max():g}"
-    assert err.max() > 0, "no error at all: the bound was never tested"
-    # random rounding errors add like sqrt(n) against the bound's n: far from the bound
-    assert 0 < typical < 0.3, f"median error is {typical:.2f} of the bound"
 
 
 SHAPES = [(19, 40, 24), (3, 17, 33)]  # K not a multiple of 16, R and N off the tile
@@ -118,9 +65,9 @@ def test_grad_input_inside_bound_on_emulator(R, K, N):
 def test_grad_weight_inside_bound_on_emulator(R, K, N):
     x, dy, _, _ = data(np.random.default_rng(R * N), R, K, N)
     got = ops.grad_weight(x, dy)
-    ref = dy.T @ x
-    assert got.shape == (N, K)
-    assert_tight(got, ref, dw_bound(x, dy), np.abs(dy).T @ np.abs(x))
+    ref = x.T @ dy
+    assert got.shape == (K, N)  # W's orientation, as pack takes it
+    assert_tight(got, ref, dw_bound(x, dy), np.abs(x).T @ np.abs(dy))
     assert np.array_equal(got, ops.grad_weight(x, dy, fn=reference_fn("hslm_dw_s8")))
 
 
@@ -143,8 +90,8 @@ def test_per_tensor_scale_breaks_the_forward_bound():
 def test_per_tensor_scale_breaks_the_dw_bound():
     x, dy, _, _ = data(np.random.default_rng(2), 37, 40, 24)
     u, v = np.abs(x).max() / 127, np.abs(dy).max() / 127
-    wrong = (codes(dy, v).T @ codes(x, u)) * u * v
-    inside, _, _ = check_bound(wrong, dy.T @ x, dw_bound(x, dy), np.abs(dy).T @ np.abs(x))
+    wrong = (codes(x, u).T @ codes(dy, v)) * u * v
+    inside, _, _ = check_bound(wrong, x.T @ dy, dw_bound(x, dy), np.abs(x).T @ np.abs(dy))
     assert not inside
 
 
@@ -175,7 +122,7 @@ def test_dw_over_the_row_bound_sums_chunks_in_int64():
     launches: list[Dims] = []
     got = ops.grad_weight(x, dy, fn=reference_fn("hslm_dw_s8", launches))
     assert [d.R for d in launches] == [spec.max_rows, R - spec.max_rows]
-    assert got == pytest.approx(np.full((3, 2), -float(R)), rel=1e-12)  # u = v = 1/127
+    assert got == pytest.approx(np.full((2, 3), -float(R)), rel=1e-12)  # u = v = 1/127
     # negative: the same two chunk sums added in int32 wrap around
     parts = [np.int32(-127 * 127 * d.R) for d in launches]
     with np.errstate(over="ignore"):
@@ -196,9 +143,9 @@ def test_dw_refuses_row_count_mismatch():
 
 def test_array_module_refuses_mixed_arrays():
     fake_cupy = type("ndarray", (), {"__module__": "cupy._core.core"})()
-    assert ops.array_module(np.ones(2), np.ones(1)) is np
+    assert module_of(np.ones(2), np.ones(1)) is np
     with pytest.raises(LaunchError, match="all be numpy or all be cupy"):
-        ops.array_module(np.ones(2), fake_cupy)
+        module_of(np.ones(2), fake_cupy)
 
 
 # ---- on a GPU: CuPy arrays in, the same answer as the CPU path -------------------
@@ -229,3 +176,78 @@ def test_ops_on_gpu_match_the_cpu_path():
     for gpu, cpu in pairs:
         assert isinstance(gpu, cp.ndarray)
         assert np.allclose(cp.asnumpy(gpu), cpu, rtol=1e-14, atol=0)
+
+
+# ---- bad input: one LaunchError line naming the input, expected vs got, what to do -
+
+def _with(value, at, shape=(4, 16)):
+    a = np.ones(shape)
+    a[at] = value
+    return a
+
+
+W16x8 = pack(np.ones((16, 8), np.int8))
+FWD, DX, DW = (reference_fn(n) for n in ("hslm_fwd_s8", "hslm_dx_s8", "hslm_dw_s8"))
+BAD_INPUTS = [
+    ("1-D x", lambda: ops.forward(np.ones(16), W16x8, 1.0, fn=FWD),
+     "forward: x must be a 2-D array (R x K), got shape (16,); reshape it, e.g. x.reshape(-1, 16)"),
+    ("3-D x", lambda: ops.forward(np.ones((2, 4, 16)), W16x8, 1.0, fn=FWD),
+     "forward: x must be a 2-D array (R x K), got shape (2, 4, 16); reshape it, e.g. x.reshape(-1, 16)"),
+    ("R=0", lambda: ops.forward(np.ones((0, 16)), W16x8, 1.0, fn=FWD),
+     "forward: x has shape (0, 16) (R x K); every dimension must be >= 1: skip the call for an empty batch"),
+    ("K=0", lambda: ops.grad_weight(np.ones((4, 0)), np.ones((4, 8)), fn=DW),
+     "grad_weight: x has shape (4, 0) (R x K); every dimension must be >= 1: skip the call for an empty batch"),
+    ("1-D dy", lambda: ops.grad_input(np.ones(8), W16x8, 1.0, 16, fn=DX),
+     "grad_input: dy must be a 2-D array (R x N), got shape (8,); reshape it, e.g. dy.reshape(-1, 8)"),
+    ("complex x", lambda: ops.forward(np.ones((4, 16), complex), W16x8, 1.0, fn=FWD),
+     "forward: x is complex128; expected a real array (float16/32/64 or integer)"),
+    ("unpacked W", lambda: ops.forward(np.ones((4, 16)), np.ones((16, 8), np.int8), 1.0, fn=FWD),
+     "hslm_fwd_s8: input 'w' is int8(16, 8), expected uint32(8, 1) for R=4 K=16 N=8; "
+     "pack the K x N ternary matrix with kernels.ternary.pack(w)"),
+    ("W packed for another K", lambda: ops.grad_input(np.ones((4, 8)), W16x8, 1.0, 40, fn=DX),
+     "hslm_dx_s8: input 'w' is uint32(8, 1), expected uint32(8, 3) for R=4 K=40 N=8; "
+     "pack the K x N ternary matrix with kernels.ternary.pack(w)"),
+    ("code 3 in W", lambda: ops.forward(np.ones((4, 16)), W16x8 | np.uint32(3 << 30), 1.0, fn=FWD),
+     "hslm_fwd_s8: input 'w': packed weights: code 3 at column 0, in-feature 15 (word 0, bits 30-31) "
+     "is not allowed; the packer never writes it: re-pack the weights (kernels.ternary.pack)"),
+    ("NaN in x", lambda: ops.forward(_with(np.nan, (2, 5)), W16x8, 1.0, fn=FWD),
+     "forward: x has a non-finite value (nan) at (2, 5), so row 2 has no int8 scale; find where it came "
+     "from (a diverging loss, a too-large learning rate)"),
+    ("inf in dy", lambda: ops.grad_input(_with(np.inf, (3, 1), (4, 8)), W16x8, 1.0, 16, fn=DX),
+     "grad_input: dy has a non-finite value (inf) at (3, 1), so row 3 has no int8 scale"),
+    ("-inf in dy for dW", lambda: ops.grad_weight(np.ones((4, 16)), _with(-np.inf, (1, 6), (4, 8)), fn=DW),
+     "grad_weight: dy has a non-finite value (-inf) at (1, 6), so column 6 has no int8 scale"),
+    ("torch tensor", lambda: ops.forward(np.ones((4, 16)), type("Tensor", (), {"__module__": "torch"})(), 1.0),
+     "forward: inputs must all be numpy or all be cupy arrays, got ['numpy', 'torch']; "
+     "torch tensors go through kernels.torch_linear"),
+    ("NaN beta", lambda: ops.forward(np.ones((4, 16)), W16x8, float("nan"), fn=FWD),
+     "forward: beta is nan; expected the finite scale of the ternary weights (kernels.quant.ternarize)"),
+]
+
+
+@pytest.mark.parametrize("call, message", [pytest.param(c, m, id=i) for i, c, m in BAD_INPUTS])
+def test_bad_input_is_one_line_naming_it(call, message):
+    with pytest.raises(LaunchError) as info:
+        call()
+    assert str(info.value).startswith(message)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.kernel("hslm_fwd_s8", "hslm_dw_s8")
+def test_fortran_ordered_floats_give_the_c_order_result_on_emulator():
+    x, dy, t, beta = data(np.random.default_rng(9), 9, 40, 24)
+    w = pack(t)
+    assert np.array_equal(ops.forward(np.asfortranarray(x), w, beta), ops.forward(x, w, beta))
+    assert np.array_equal(ops.grad_weight(np.asfortranarray(x), dy.T.copy().T), ops.grad_weight(x, dy))
+
+
+def test_a_gradient_step_packs_without_a_transpose():
+    """grad_weight returns K x N, the orientation pack takes: an SGD step re-packs as is."""
+    x, dy, t, beta = data(np.random.default_rng(5), 6, 20, 12)
+    dw = ops.grad_weight(x, dy, fn=DW)
+    t_new, beta_new = ternarize(t * beta - 0.01 * dw / np.abs(dw).max())
+    packed = pack(t_new)
+    assert packed.shape == packed_shape(20, 12)
+    assert np.array_equal(unpack(packed, 20), t_new)
+    assert ops.forward(x, packed, beta_new, fn=FWD).shape == (6, 12)
+    assert pack(dw.T != 0).shape != packed_shape(20, 12)  # the kernel's N x K would not fit W

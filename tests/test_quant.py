@@ -3,7 +3,7 @@ import numpy as np
 from hypothesis import given, settings, strategies as st
 from hypothesis.extra.numpy import arrays
 
-from kernels.quant import quantize_cols, quantize_rows, ternarize
+from kernels.quant import quantize_cols, quantize_rows, scale_of, ternarize
 
 finite = st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False, width=64)
 
@@ -47,3 +47,13 @@ def test_ternarize_absmean():
     assert t.tolist() == [[1, 0], [-1, 1]]
     zero_t, zero_beta = ternarize(np.zeros((2, 2)))
     assert zero_beta == 1.0 and not zero_t.any()
+
+
+def test_a_non_finite_value_shows_in_its_slice_scale_only():
+    """The float ops' non-finite check reads the scales: a NaN or inf must reach exactly
+    the scale of its own row (axis=1) or column (axis=0)."""
+    x = np.ones((3, 4))
+    x[1, 2], x[2, 0] = np.nan, -np.inf
+    rows, cols = scale_of(x, axis=1).ravel(), scale_of(x, axis=0).ravel()
+    assert np.isfinite(rows).tolist() == [True, False, False]
+    assert np.isfinite(cols).tolist() == [False, True, False, True]

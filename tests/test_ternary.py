@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from kernels.ternary import PackError, codes_of, pack, packed_shape, padded_k, unpack
+from kernels.ternary import PackError, code_problem, codes_of, pack, packed_shape, padded_k, unpack
 
 
 def test_each_code_lands_at_its_bit_position():
@@ -39,8 +39,37 @@ def test_all_four_codes_decode():
 
 
 def test_nonzero_padding_is_refused():
-    with pytest.raises(PackError, match="padding code at column 0, in-feature 3"):
+    with pytest.raises(PackError, match=r"padding code at column 0, in-feature 3 \(word 0, bits 6-7\)"):
         unpack(np.array([[1 << 6]], dtype=np.uint32), 3)
+
+
+@settings(max_examples=200, deadline=None)
+@given(K=st.integers(1, 70), N=st.integers(1, 5), seed=st.integers(0, 2**32 - 1), density=st.sampled_from([0, 1, 4]))
+def test_word_check_agrees_with_a_per_code_check(K, N, seed, density):
+    """The vectorised word check flags exactly the buffers a code-by-code scan flags,
+    and names the same first code."""
+    rng = np.random.default_rng(seed)
+    codes = rng.integers(0, 3, size=(N, padded_k(K)), dtype=np.uint32)
+    codes[:, K:] = 0
+    flat = codes.reshape(-1)
+    flat[rng.integers(0, flat.size, size=density)] = rng.integers(1, 4, size=density)  # plant 3s and padding
+    packed = (codes.reshape(N, -1, 16) << (2 * np.arange(16, dtype=np.uint32))).sum(axis=2, dtype=np.uint32)
+    threes = np.argwhere(codes == 3)
+    padding = np.argwhere(codes[:, K:])
+    problem = code_problem(packed, K)
+    if len(threes):
+        j, e = threes[0]
+        assert problem.startswith(f"packed weights: code 3 at column {j}, in-feature {e} (word {e // 16}, ")
+    elif len(padding):
+        j, e = padding[0]
+        assert problem.startswith(f"packed weights: padding code at column {j}, in-feature {K + e} ")
+    else:
+        assert problem is None
+
+
+def test_a_full_last_word_has_no_padding():
+    assert code_problem(np.array([[0x8000_0000]], dtype=np.uint32), 16) is None  # in-feature 15 = -1
+    assert code_problem(np.array([[0x8000_0000]], dtype=np.uint32), 15) is not None
 
 
 def test_pack_refuses_non_ternary_values():

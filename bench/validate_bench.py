@@ -1,0 +1,62 @@
+"""What the input checks cost on the CPU: a benchmark that prints figures, not a test.
+
+    python bench/validate_bench.py              # hslm shapes, numpy
+    python bench/validate_bench.py --set smoke
+
+Per hslm shape: the packed-W scan every launch of forward and dX runs
+(kernels.ternary.code_problem: one pass over the words), the per-code scan it replaced
+(unpacking every code, as kernels.ternary.codes_of does), packing W, and the float
+op's own quantization of the activations it guards (the non-finite check reads the
+scales that quantization computes: a few rows' worth of work). Medians of repeated
+timings; on a GPU the same checks are a few elementwise kernels and one host sync.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import timeit
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from kernels.ops import _quantized  # noqa: E402
+from kernels.ternary import code_problem, codes_of, pack  # noqa: E402
+from pipeline.shapes import load_set  # noqa: E402
+
+
+def median_us(fn, repeat: int = 7) -> float:
+    """Median microseconds per call of ``fn`` (each repeat runs it enough to take ~20 ms)."""
+    number, _ = timeit.Timer(fn).autorange()
+    number = max(1, number // 10)
+    return float(np.median(timeit.repeat(fn, number=number, repeat=repeat)) / number * 1e6)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--set", default="hslm", help="shape set from shapes.yaml (default hslm)")
+    shape_set = parser.parse_args().set
+    print(f"{'shape':<16} {'R':>5} {'K':>4} {'N':>4} {'words':>6} {'W check us':>10} "
+          f"{'per-code us':>11} {'pack us':>8} {'quantize x us':>13} {'check/quantize':>14}")
+    for shape in load_set(shape_set):
+        print(row(shape))
+
+
+def row(shape) -> str:
+    """One table row: the timings for one shape."""
+    rng = np.random.default_rng(0)
+    t = rng.integers(-1, 2, size=(shape.K, shape.N), dtype=np.int8)
+    w = pack(t)
+    x = rng.standard_normal((shape.R, shape.K))
+    assert code_problem(w, shape.K) is None
+    check = median_us(lambda: code_problem(w, shape.K))
+    per_code = median_us(lambda: (codes_of(w) == 3).any())
+    packing = median_us(lambda: pack(t))
+    quantize = median_us(lambda: _quantized("forward", "x", x, axis=1))
+    return (f"{shape.name:<16} {shape.R:>5} {shape.K:>4} {shape.N:>4} {w.size:>6} {check:>10.1f} "
+            f"{per_code:>11.1f} {packing:>8.1f} {quantize:>13.1f} {check / quantize:>14.2f}")
+
+if __name__ == "__main__":
+    main()

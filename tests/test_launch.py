@@ -1,0 +1,130 @@
+"""kernels.launch refuses bad inputs with one line, reads strided inputs as the caller
+meant, and pre-fills the output with poison so a store the kernel skips shows."""
+import re
+
+import numpy as np
+import pytest
+from kernelcases import per_kernel
+
+from kernels.launch import OUTPUT_POISON, LaunchError, kernel_args, launch
+from kernels.ptxemu import Module
+from kernels.registry import get_kernel
+from kernels.spec import Dims
+from kernels.ternary import packed_shape
+
+DIMS = Dims(5, 20, 6)  # K = 20: the last word of each column holds 12 padding codes
+WEIGHT_KERNELS = ("hslm_fwd_s8", "hslm_dx_s8")
+
+
+def inputs_for(name, dims=DIMS, seed=0):
+    return get_kernel(name).make_inputs(dims, np.random.default_rng(seed))
+
+
+def emulated(name, dims, inputs):
+    spec = get_kernel(name)
+    return launch(spec, Module(code=spec.emit()).get_function(name), dims, inputs)
+
+
+def never_called(*args, **kwargs):
+    raise AssertionError("the kernel ran on an input launch should have refused")
+
+
+# ---- packed W: code 3 and padding ------------------------------------------------
+
+@pytest.mark.parametrize("name", WEIGHT_KERNELS)
+def test_code_3_is_refused_at_launch(name):
+    inputs = inputs_for(name)
+    inputs["w"][4, 0] |= np.uint32(3 << 14)  # column 4, in-feature 7
+    inputs["w"][2, 1] |= np.uint32(3 << 2)  # column 2, in-feature 17: the first in column order
+    with pytest.raises(LaunchError) as info:
+        launch(get_kernel(name), never_called, DIMS, inputs)
+    assert str(info.value) == (
+        f"{name}: input 'w': packed weights: code 3 at column 2, in-feature 17 (word 1, bits 2-3) "
+        "is not allowed; the packer never writes it: re-pack the weights (kernels.ternary.pack)")
+
+
+@pytest.mark.parametrize("name", WEIGHT_KERNELS)
+def test_nonzero_padding_is_refused_at_launch(name):
+    inputs = inputs_for(name)
+    inputs["w"][3, 1] |= np.uint32(1 << 8)  # column 3, word 1, code 4: in-feature 20 = K
+    with pytest.raises(LaunchError, match=r"input 'w': packed weights: padding code at column 3, "
+                                          r"in-feature 20 \(word 1, bits 8-9\).*codes past K=20 must be 0"):
+        launch(get_kernel(name), never_called, DIMS, inputs)
+
+
+@pytest.mark.parametrize("name", WEIGHT_KERNELS)
+def test_valid_codes_pass_the_check(name):
+    inputs = inputs_for(name)
+    w = inputs["w"]
+    w[3, 1] = (w[3, 1] & ~np.uint32(3 << 6)) | np.uint32(1 << 6)  # in-feature 19 = K - 1: a real code
+    calls = []
+    launch(get_kernel(name), lambda *a, **k: calls.append(a), DIMS, inputs)
+    assert len(calls) == 1
+
+
+def test_unpacked_int8_weights_are_told_the_packed_shape():
+    dims = Dims(4, 40, 8)
+    inputs = {"x": np.zeros((4, 40), np.int8), "w": np.ones((40, 8), np.int8)}
+    with pytest.raises(LaunchError) as info:
+        launch(get_kernel("hslm_fwd_s8"), never_called, dims, inputs)
+    assert packed_shape(40, 8) == (8, 3)
+    assert str(info.value) == (
+        "hslm_fwd_s8: input 'w' is int8(40, 8), expected uint32(8, 3) for R=4 K=40 N=8; "
+        "pack the K x N ternary matrix with kernels.ternary.pack(w)")
+
+
+@pytest.mark.parametrize("dims", [Dims(0, 16, 8), Dims(4, 0, 8), Dims(4, 16, 0)])
+def test_empty_problems_are_refused(dims):
+    with pytest.raises(LaunchError, match=r"R, K, N must be >= 1.*skip the launch"):
+        launch(get_kernel("hslm_fwd_s8"), never_called, dims, {})
+
+
+@pytest.mark.parametrize("shape", [(20,), (1, 5, 20)])
+def test_wrong_rank_activations_are_refused(shape):
+    inputs = inputs_for("hslm_fwd_s8")
+    inputs["x"] = np.zeros(shape, np.int8)
+    with pytest.raises(LaunchError, match=re.escape(f"input 'x' is int8{shape}, expected int8(5, 20)")):
+        launch(get_kernel("hslm_fwd_s8"), never_called, DIMS, inputs)
+
+
+# ---- strided inputs are read as the caller means them ----------------------------
+
+@pytest.mark.parametrize("name", per_kernel())
+def test_fortran_ordered_and_transposed_inputs_give_the_c_order_result(name):
+    spec = get_kernel(name)
+    dims = Dims(9, 40, 24)
+    inputs = inputs_for(name, dims, seed=4)
+    want = spec.reference(dims, inputs)
+    fortran = {k: np.asfortranarray(v) for k, v in inputs.items()}
+    transposed = {k: np.ascontiguousarray(v.T).T for k, v in inputs.items()}  # a .T view of a C array
+    assert not transposed["x" if "x" in inputs else "dy"].flags.c_contiguous
+    assert np.array_equal(emulated(name, dims, fortran), want)
+    assert np.array_equal(emulated(name, dims, transposed), want)
+    assert all(not v.flags.c_contiguous for v in fortran.values() if v.shape[0] > 1 and v.shape[1] > 1)
+
+
+def test_a_strided_output_buffer_is_refused():
+    spec = get_kernel("hslm_dw_s8")
+    dims = Dims(4, 16, 8)
+    out = np.asfortranarray(np.zeros(spec.output.shape(dims), np.int32))
+    with pytest.raises(LaunchError, match="output 'dw' must be C-contiguous"):
+        kernel_args(spec, dims, out, inputs_for("hslm_dw_s8", dims))
+
+
+# ---- poison: a store the kernel never makes shows --------------------------------
+
+@pytest.mark.parametrize("name", per_kernel())
+def test_a_skipped_store_shows_where_the_answer_is_zero(name):
+    spec = get_kernel(name)
+    dims = Dims(4, 16, 8)
+    inputs = {k: np.zeros_like(v) for k, v in inputs_for(name, dims).items()}  # every answer is 0
+
+    def skips_element_0(grid, block, args, shared_mem=0):
+        buffers = [p for p in spec.params[1:] if p.shape is not None]
+        out = spec.reference(dims, {p.name: a for p, a in zip(buffers, args[1:])})
+        args[0].reshape(-1)[1:] = out.reshape(-1)[1:]  # element (0, 0) is never stored
+
+    got = launch(spec, skips_element_0, dims, inputs)
+    want = spec.reference(dims, inputs)
+    assert want[0, 0] == 0 and got[0, 0] == OUTPUT_POISON
+    assert np.count_nonzero(got != want) == 1
