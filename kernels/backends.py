@@ -15,7 +15,8 @@ from typing import Any, Callable
 import numpy as np
 
 EMULATOR_DEVICE = "cpu-emulator"
-GPU_HINT = "pip install -e '.[gpu]' (cupy-cuda12x) on a machine with a CUDA GPU, or use backend=emulator"
+GPU_HINT = ("pip install -e '.[gpu-cuda12]' (cupy-cuda12x) or '.[gpu-cuda13]' (cupy-cuda13x), CuPy >= 13 "
+            "for the machine's CUDA major, on a machine with a CUDA GPU; or use backend=emulator")
 
 
 @functools.lru_cache(maxsize=None)

@@ -13,14 +13,13 @@ from typing import Any, Callable
 
 import numpy as np
 
-from kernels.launch import kernel_args
+from kernels.launch import OUTPUT_POISON, kernel_args
 from kernels.spec import Dims, KernelSpec
 from kernels.ternary import unpack
 from pipeline.bench_record import TOLERANCE
 from pipeline.models import Shape
 from pipeline.verify import seed  # the verify cell's inputs: same data, same seed
 
-INT_POISON = -0x2A2A2A2B  # written into every int output before the checked launch
 
 # Each kernel as the GEMM out = A @ Bt.T in its output's layout (A: M x inner, Bt: out x inner).
 # The one place this is written down; tests check each form against the kernel's reference.
@@ -112,7 +111,7 @@ def case_ours(cp: Any, p: Problem, spec: KernelSpec, fn: Callable[..., Any]) -> 
     def make_set() -> dict[str, Any]:
         bufs = {prm.name: cp.asarray(p.inputs[prm.name]) for prm in spec.params[1:]
                 if prm.shape is not None}
-        bufs["out"] = cp.full(out_shape, INT_POISON, dtype=spec.output.dtype)
+        bufs["out"] = cp.full(out_shape, OUTPUT_POISON, dtype=spec.output.dtype)
         bufs["args"] = kernel_args(spec, p.dims, bufs["out"], bufs)
         return bufs
 
@@ -142,7 +141,7 @@ def case_cublas_int8(cp: Any, p: Problem) -> Case:
 
     def make_set() -> dict[str, Any]:
         return {"a": cp.asarray(_pad(p.A, M, kp)), "bt": cp.asarray(_pad(p.Bt, op, kp)),
-                "out": cp.full((M, op), INT_POISON, dtype=cp.int32)}
+                "out": cp.full((M, op), OUTPUT_POISON, dtype=cp.int32)}
 
     def run(s: dict[str, Any]) -> None:
         cublas.gemmEx(handle, cuda_enum(cublas, "CUBLAS_OP_T"), cuda_enum(cublas, "CUBLAS_OP_N"),
@@ -186,7 +185,7 @@ def case_torch_int_mm(torch: Any, p: Problem) -> Case:
     def make_set() -> dict[str, Any]:
         dev = lambda h: torch.from_numpy(h).cuda()  # noqa: E731
         return {"a": dev(_pad(p.A, mp, kp)), "bt": dev(_pad(p.Bt, np_, kp)),
-                "out": torch.full((mp, np_), INT_POISON, dtype=torch.int32, device="cuda")}
+                "out": torch.full((mp, np_), OUTPUT_POISON, dtype=torch.int32, device="cuda")}
 
     return Case(make_set=make_set,
                 launch=lambda s: torch._int_mm(s["a"], s["bt"].t(), out=s["out"]),
