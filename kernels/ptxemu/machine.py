@@ -41,6 +41,7 @@ from kernels.ptxemu.memory import Fault, GlobalMemory, SharedMemory
 from kernels.ptxemu.operands import TYPES, Ctx, State
 from kernels.ptxemu.ops import Exec, decode
 from kernels.ptxemu.parse import EmulatorError, Entry, Instr, fmt3, parse
+from kernels.ptxemu.traffic import FIELDS, AccessStats, Traffic, loop_lines
 
 DONE = np.iinfo(np.int32).max      # the PC of an exited thread
 WAIT = DONE - 1                     # the PC of a thread waiting at a bar.sync
@@ -58,10 +59,19 @@ class LaunchStats(NamedTuple):
 
     warp_instructions: int
     by_opcode: dict[str, int]  # "ld.global", "ld.shared", "mma", "prmt", ... -> count
+    memory: tuple[AccessStats, ...] = ()   # per PTX line with global/shared requests
 
     def per(self, opcode: str) -> float:
         """Warp instructions issued per ``opcode`` instruction (e.g. per mma)."""
         return self.warp_instructions / max(1, self.by_opcode.get(opcode, 0))
+
+    def memory_totals(self, space: str, in_loop: bool | None = None) -> dict[str, int]:
+        """The ``memory`` counts of ``space`` summed over its lines (only those inside,
+        or outside, a loop when ``in_loop`` is given): requests, bytes_used, sectors,
+        lines, wavefronts, ideal_wavefronts."""
+        rows = [a for a in self.memory
+                if a.space == space and (in_loop is None or a.in_loop == in_loop)]
+        return {f: sum(getattr(a, f) for a in rows) for f in FIELDS}
 
 
 def opcode_class(op: str) -> str:
@@ -112,6 +122,9 @@ class Function:
         end = entry.body[-1].line if entry.body else entry.line    # falling off the end
         self.steps.append(Step(Instr(end, "(end of kernel)", None, "exit", ()), None,
                                Exec("exit")))
+        self.in_loop = loop_lines([s.ins.line for s in self.steps],
+                                  [(i, s.ex.target) for i, s in enumerate(self.steps)
+                                   if s.ex.kind == "bra"])
         # race tracking grain: the smallest shared access (all are aligned to their size)
         self.grain = min([s.ex.shared_bytes for s in self.steps if s.ex.shared_bytes] + [16])
 
@@ -182,11 +195,12 @@ class Function:
         for reg, dims in (("ntid", b), ("nctaid", g)):
             for axis, v in zip("xyz", dims):
                 special[f"{reg}.{axis}"] = np.uint32(v)
+        warps = np.arange(T) // tpc * -(-tpc // 32) + tl // 32
+        traffic = Traffic(warps, tl % 32)
         st = State(T, special, params, GlobalMemory(buffers),
                    SharedMemory(ctas, tpc, window, self.strict_shared_init, self.grain),
-                   tpc)
+                   tpc, traffic)
         self._grid, self._block = g, b
-        warps = np.arange(T) // tpc * -(-tpc // 32) + tl // 32
         issued = np.zeros(len(self.steps), np.int64)
         self._run(st, issued, warps)
         by_opcode: dict[str, int] = {}
@@ -194,7 +208,7 @@ class Function:
             if count:
                 name = opcode_class(step.ins.op)
                 by_opcode[name] = by_opcode.get(name, 0) + count
-        self.stats = LaunchStats(int(issued.sum()), by_opcode)
+        self.stats = LaunchStats(int(issued.sum()), by_opcode, traffic.stats(self.in_loop))
 
     # ---- the executor -------------------------------------------------------------------
 
