@@ -58,9 +58,10 @@ Put = Callable[[Any, Any, Any], None]
 class State:
     """Everything one launch mutates: registers, memories, and the launch constants."""
 
-    def __init__(self, T: int, special: dict[str, Any], params: bytes, gmem, smem, tpc: int):
+    def __init__(self, T: int, special: dict[str, Any], params: bytes, gmem, smem, tpc: int,
+                 traffic):
         self.T, self.special, self.params, self.gmem, self.smem = T, special, params, gmem, smem
-        self.tpc = tpc
+        self.tpc, self.traffic = tpc, traffic     # traffic: per-line memory counts
         self.regs: dict[str, np.ndarray] = {}
         self.partial: dict[str, np.ndarray] = {}   # written-mask of partly written registers
         self.staged: list[tuple[str, np.dtype, Any, Any]] = []   # this instruction's writes

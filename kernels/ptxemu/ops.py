@@ -385,10 +385,12 @@ _VEC = r"(?:\.v(?P<vec>[24]))?"
 _MTYPE = r"\.(?P<t>[bsu](?:8|16|32|64))"
 
 
-class Place(NamedTuple):
-    """Where one global or shared access goes: ``vec`` elements of ``elem`` bytes per
+class Access(NamedTuple):
+    """One global or shared memory instruction: ``vec`` elements of ``elem`` bytes per
     thread at register ``base`` (None: a shared symbol) plus ``offset``."""
 
+    opcode: str             # "ld.global", "st.shared", ... (what traffic is filed under)
+    line: int
     space: str              # "global" or "shared"
     elem: int
     vec: int
@@ -409,8 +411,12 @@ class Place(NamedTuple):
         a = np.broadcast_to(np.asarray(self.base(st, m), dtype=np.uint64), (st.T,))
         return (a if m is None else a[sel]) + self.offset
 
+    def record(self, st, addr: np.ndarray, sel: np.ndarray) -> None:
+        """File one execution with the launch's traffic counts (see ``traffic.py``)."""
+        st.traffic.record(self.line, self.opcode, self.space, addr, sel, self.elem * self.vec)
 
-def _place(cx: Ctx, op: str, space, nc, vec, t: Ty) -> tuple[tuple, Place]:
+
+def _access(cx: Ctx, op: str, space, nc, vec, t: Ty) -> tuple[tuple, Access]:
     """The value operands (one per vector element) and the address of ``ld d, [a]`` or
     ``st [a], d``."""
     if nc and (op == "st" or space != "global"):
@@ -426,7 +432,9 @@ def _place(cx: Ctx, op: str, space, nc, vec, t: Ty) -> tuple[tuple, Place]:
         raise cx.error("a kernel parameter is only addressed by ld.param")
     if base is None and space != "shared":
         raise cx.error("a shared symbol is only addressed by ld.shared/st.shared")
-    return vals, Place(space or "global", t.bits // 8, vec, base, np.uint64(off & (2 ** 64 - 1)))
+    space = space or "global"
+    return vals, Access(f"{op}.{space}", cx.ins.line, space, t.bits // 8, vec, base,
+                        np.uint64(off & (2 ** 64 - 1)))
 
 
 @form(rf"ld{_LD_HINTS}\.param{_MTYPE}")
@@ -456,12 +464,14 @@ def _ld(cx, space, nc, vec, t):
     address); a narrower type is extended into a wider register. Cache hints are
     accepted as no-ops; .nc only on ld.global."""
     t = TYPES[t]
-    vals, place = _place(cx, "ld", space, nc, vec, t)
+    vals, acc = _access(cx, "ld", space, nc, vec, t)
     puts = [cx.dst(v, t, relaxed=True) for v in vals]
 
     def ld(st, m):
         sel = st.sel(m)
-        got = place.memory(st).load(place.addresses(st, m, sel), sel, place.elem, place.vec)
+        addr = acc.addresses(st, m, sel)
+        got = acc.memory(st).load(addr, sel, acc.elem, acc.vec)
+        acc.record(st, addr, sel)
         for j, put in enumerate(puts):
             v = got[:, j]
             if m is not None:
@@ -469,7 +479,7 @@ def _ld(cx, space, nc, vec, t):
                 full[sel] = v
                 v = full
             put(st, m, v.view(t.dtype))
-    return Exec("op", ld, shared_bytes=place.shared_bytes)
+    return Exec("op", ld, shared_bytes=acc.shared_bytes)
 
 
 @form(rf"st{_LD_HINTS}{_SPACE}{_CACHE}{_VEC}{_MTYPE}")
@@ -477,17 +487,19 @@ def _st(cx, space, nc, vec, t):
     """st .global (or generic) / .shared, scalar or .v2/.v4; a wider register is
     truncated to the type."""
     t = TYPES[t]
-    vals, place = _place(cx, "st", space, nc, vec, t)
+    vals, acc = _access(cx, "st", space, nc, vec, t)
     gets = [cx.src(v, t, relaxed=True) for v in vals]
 
     def st_(st, m):
         sel = st.sel(m)
-        data = np.empty((sel.size, place.vec), t.udtype)
+        data = np.empty((sel.size, acc.vec), t.udtype)
         for j, g in enumerate(gets):
             v = np.broadcast_to(np.asarray(g(st, m)).view(t.udtype), (st.T,))
             data[:, j] = v if m is None else v[sel]
-        place.memory(st).store(place.addresses(st, m, sel), sel, place.elem, place.vec, data)
-    return Exec("op", st_, shared_bytes=place.shared_bytes)
+        addr = acc.addresses(st, m, sel)
+        acc.memory(st).store(addr, sel, acc.elem, acc.vec, data)
+        acc.record(st, addr, sel)
+    return Exec("op", st_, shared_bytes=acc.shared_bytes)
 
 
 # ---- control --------------------------------------------------------------------------
