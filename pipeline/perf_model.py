@@ -9,8 +9,8 @@ pipeline/gpus.yaml (one source per number). Bounds, each on the busiest SM unles
 
 - issue: warp instructions / (schedulers x clock);
 - tensor: mma ops / (int8 dense peak per SM x the fraction mma.sync reaches);
-- L1: wavefronts / (wavefronts per clock x clock): the emulator's wavefronts when known,
-  else the ideal from SASS (an LSU instruction moves width x 32 lanes, 128 B a wavefront);
+- L1: wavefronts / (wavefronts per clock x clock): the emulator's when known (shared bank
+  wavefronts, and one per 128-byte line of each global request), else the ideal from SASS (an LSU instruction moves width x 32 lanes, 128 B a wavefront);
 - latency: per chunk one dependent global load (L2 hit) plus, when the loop stages
   through shared memory, one shared round trip, nothing prefetched; times the chunks,
   per wave of resident CTAs;
@@ -349,10 +349,17 @@ def reference_bounds(g: GpuModel, ref: ReferenceClass, rows: int, cols: int, con
     }
 
 
+def l1_wavefronts(row: MemoryRow) -> int:
+    """L1 data wavefronts of one traced line: shared accesses as the emulator counts their
+    bank wavefronts; a global access takes one per distinct 128-byte line a request touches
+    (first order: L1TEX returns at most one 128-byte line per wavefront)."""
+    return row.wavefronts if row.space == "shared" else row.lines
+
+
 def l1_per_cta(w: Work, memory: list[MemoryRow] | None, source: str) -> tuple[float, str]:
     """Wavefronts per CTA: the emulator's when known (``source`` says whence), else SASS ideal."""
     if memory:
-        return sum(r.wavefronts for r in memory if r.space in MEMORY_SPACES) / w.ctas, source
+        return sum(l1_wavefronts(r) for r in memory if r.space in MEMORY_SPACES) / w.ctas, source
     return w.lsu_wavefronts_per_warp * w.warps_per_cta, "SASS ideal (no emulator memory counts)"
 
 

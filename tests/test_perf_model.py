@@ -131,10 +131,12 @@ ROW = {"line": 40, "opcode": "ld.global.u32", "space": "global", "in_loop": True
 
 def test_memory_rows_from_a_verify_report_feed_l1(tmp_path):
     report = tmp_path / "cell.json"
-    report.write_text(json.dumps({"kernel": "k", "launch_stats": {"memory": [ROW, dict(ROW, space="param")]}}))
+    shared = dict(ROW, opcode="ld.shared.u32", space="shared", sectors=0, lines=0)
+    report.write_text(json.dumps({"kernel": "k", "launch_stats": {"memory": [ROW, shared, dict(ROW, space="param")]}}))
     rows = perf_model.memory_rows_from_report(report)
     w = perf_model.work(FWD, Dims(1782, 243, 243), SASS)
-    assert perf_model.l1_per_cta(w, rows, "emulator (cell.json)") == (300 / 224, "emulator (cell.json)")
+    # global: one wavefront per 128-byte line (20); shared: its bank wavefronts (300); param: none
+    assert perf_model.l1_per_cta(w, rows, "emulator (cell.json)") == ((20 + 300) / 224, "emulator (cell.json)")
     assert perf_model.l1_per_cta(w, None, "-")[1].startswith("SASS ideal")
     assert perf_model.l2_bytes(w, rows) == 32 * 80  # global rows only
     assert perf_model.l2_bytes(w, None) == 224 * 4 * w.global_bytes_per_warp
