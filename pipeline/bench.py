@@ -36,14 +36,14 @@ from kernels.launch import kernel_args
 from kernels.registry import KERNELS
 from kernels.spec import Dims, KernelSpec
 from kernels.ternary import unpack
-from pipeline.artifacts import ARTIFACTS, UserError, rel, sha256_file
+from pipeline.artifacts import rel, sha256_file
 from pipeline.bench_report import (TOLERANCE, BenchReport, Check, Device, Method, Row, Timing,
                                    markdown, peak_for, summarize, write_outputs)
-from pipeline.config import ptx_path
+from pipeline.config import BENCH_DIR, ptx_path
+from pipeline.errors import UserError
 from pipeline.models import Shape
 from pipeline.verify import seed  # the verify cell's inputs: same data, same seed
 
-BENCH_DIR = ARTIFACTS / "bench"
 MAX_SETS = 256  # rotation cap: tiny shapes stay L2-resident, as they would in a trainer
 MAX_CALLS = 20000
 INT_POISON = -0x2A2A2A2B  # written into every int output before the checked launch

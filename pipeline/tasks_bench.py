@@ -15,7 +15,8 @@ from doit.tools import config_changed
 from kernels.registry import KERNELS
 from pipeline import config
 from pipeline.bench import BENCH_DIR, run_bench
-from pipeline.tasks_build import _var, one_line_failure
+from pipeline.cmdline import var
+from pipeline.tasks_build import one_line_failure
 
 DEFAULT_SET = "hslm"
 BENCH_SOURCES = [Path(__file__).parent / name for name in ("bench.py", "bench_report.py")]
@@ -28,7 +29,7 @@ def _bench(shape_set: str) -> None:
 
 def task_bench() -> dict:
     """Time every kernel on shape=<set> (default hslm) against cuBLAS and torch; GPU only."""
-    shape_set = _var("shape", DEFAULT_SET)
+    shape_set = var("shape", DEFAULT_SET)
     return {
         "actions": [(_bench, [shape_set])],
         "file_dep": [str(config.ptx_path(k)) for k in KERNELS]
