@@ -50,14 +50,28 @@ def unknown_variables() -> list[str]:
 def startup() -> None:
     """What every doit run does first: refuse unknown variables (exit 3, doit's status for a
     bad command line), sweep temp files of killed runs, and turn SIGTERM into
-    KeyboardInterrupt so doit still saves its database of finished tasks."""
+    KeyboardInterrupt: doit saves its database only when a run ends (all its backends
+    keep it in memory until then), and it does so on an exception, so the cells that
+    finished before a Ctrl-C or a SIGTERM are not redone. A SIGKILL still loses them."""
     unknown = unknown_variables()
     if unknown:
         print(f"error: unknown variable '{unknown[0]}'; known: {', '.join(VARIABLES)}", file=sys.stderr)
         raise SystemExit(3)
     sweep_temp_files()
     signal.signal(signal.SIGTERM, _interrupt)
+    sys.excepthook = _interrupted
 
 
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _interrupted(kind, value, trace) -> None:
+    """An interrupted run ends with one line (doit saved the tasks that finished), not a
+    traceback; any other uncaught error keeps Python's report."""
+    if not issubclass(kind, KeyboardInterrupt):
+        sys.__excepthook__(kind, value, trace)
+        return
+    print(f"interrupted ({value or 'Ctrl-C'}); the tasks that finished are saved and will not re-run",
+          file=sys.stderr)
+    sys.exit(130)

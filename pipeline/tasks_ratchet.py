@@ -22,7 +22,7 @@ from doit.exceptions import TaskFailed
 
 from kernels.registry import KERNELS
 from pipeline import config, gate
-from pipeline.artifacts import read_model, rel
+from pipeline.artifacts import read_model, rel, sweep_temp_files
 from pipeline.config import ROOT
 from pipeline.cmdline import var
 from pipeline.errors import UserError
@@ -109,4 +109,5 @@ def task_gate() -> dict:
     deps = [f"emit:{k}" for k in KERNELS] + [f"ptxas:{k}" for k in KERNELS]
     sets = list(dict.fromkeys(shape_set for _, shape_set, _ in cells))
     return {"actions": [(_gate, [sets])], "task_dep": deps + [cell_task(*c) for c in cells] + ["kernel_tests"],
-            "uptodate": [False], "verbosity": 2, "clean": [(_remove_folder, [config.GATE_DIR])]}
+            "uptodate": [False], "verbosity": 2,
+            "clean": [(_remove_folder, [config.GATE_DIR]), (sweep_temp_files, [], {"everything": True})]}

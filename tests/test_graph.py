@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -296,3 +297,39 @@ def test_gate_then_verify_reruns_nothing(project):
     assert after.rc == 0 and after.ran == set()
     assert after.out == ("ptxas: 3 kernels (all up to date): all within budget on sm_80, sm_86, sm_89, sm_90\n"
                          "verify: 9 cells on emulator (all up to date): all exact\n")
+
+
+def test_interrupted_verify_keeps_the_finished_cells(project):
+    """SIGTERM in the middle of `doit verify`: one line, and the cells that finished are
+    saved (doit writes its database when the run ends, also on an exception)."""
+    shutil.rmtree(project / "artifacts" / "verify", ignore_errors=True)
+    environ = {**{k: v for k, v in os.environ.items() if k != "PTXAS"}, "PYTHONPATH": str(project),
+               "PYTHONUNBUFFERED": "1"}  # each line as it is printed
+    proc = subprocess.Popen([sys.executable, "-m", "doit", "verify", "shape=hslm", "backend=emulator"],
+                            cwd=project, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    started = []
+    for line in proc.stdout:
+        if line.startswith(".  verify:"):
+            started.append(line[3:].strip())
+        if len(started) == 4:  # the first three have finished and doit recorded them
+            proc.send_signal(signal.SIGTERM)
+            break
+    finished = [name.split(":", 1)[1] for name in started[:3]]
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "Traceback" not in err
+    assert err.strip().startswith("interrupted (signal 15); the tasks that finished are saved")
+    again = doit(project, "verify", "shape=hslm", "backend=emulator")
+    assert again.rc == 0 and again.ran  # the rest of the cells
+    assert not {f"verify:{cell}" for cell in finished} & again.ran
+
+
+def test_clean_removes_everything_the_graph_wrote(project):
+    """Runs last: `doit clean` leaves no file under artifacts/ (temp files of killed runs included)."""
+    assert (project / "artifacts" / "gate" / "run.json").exists() and (project / "artifacts" / "tests").exists()
+    stray = project / "artifacts" / "verify" / ".x.json.tmp-999999999"
+    stray.parent.mkdir(parents=True, exist_ok=True)
+    stray.write_text("half")
+    run = doit(project, "clean")
+    assert run.rc == 0, run.out + run.err
+    left = [p for p in (project / "artifacts").rglob("*") if p.is_file()]
+    assert left == []

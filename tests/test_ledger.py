@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import stat
 
 import pytest
 from pydantic import ValidationError
@@ -117,6 +118,14 @@ def test_refused_bless_writes_nothing(tmp_path):
     assert path.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["ledger.json"]
     bless_file(UNIVERSE, [result(k) for k in UNIVERSE], path=path)
     assert read_ledger(path).counts["pass"] == 3
+
+
+def test_bless_keeps_the_ledger_mode(tmp_path):
+    path = tmp_path / "ledger.json"
+    path.write_text(dump_ledger(make_ledger([entry("a", "smoke/x")], 0)))
+    path.chmod(0o664)
+    bless_file(UNIVERSE, [result(k) for k in UNIVERSE], path=path)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o664 and read_ledger(path).counts["pass"] == 3
 
 
 def test_doit_bless_refuses_in_one_line_and_accept_new_prints_the_accounting(tmp_path, tmp_doit):
