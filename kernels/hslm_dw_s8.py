@@ -14,7 +14,8 @@ from __future__ import annotations
 import numpy as np
 
 from kernels import mma_tile
-from kernels.spec import BufferSpec, Dims, KernelSpec, Launch
+from kernels.reference import exact_matmul
+from kernels.spec import BufferSpec, Dims, GemmForm, KernelSpec, Launch, Operand
 from kernels.testdata import saturating_int8
 
 NAME = "hslm_dw_s8"
@@ -52,12 +53,12 @@ def make_inputs(d: Dims, rng: np.random.Generator) -> dict[str, np.ndarray]:
 
 
 def reference(d: Dims, inputs: dict[str, np.ndarray]) -> np.ndarray:
-    return (inputs["dy"].astype(np.int64).T @ inputs["x"].astype(np.int64)).astype(np.int32)
+    return exact_matmul(inputs["dy"].T, inputs["x"]).astype(np.int32)
 
 
 SPEC = KernelSpec(
     name=NAME, emit=emit, geometry=geometry, params=PARAMS, make_inputs=make_inputs,
     reference=reference, max_rows=MAX_ROWS,
-    modules=("kernels.hslm_dw_s8", "kernels.mma_tile", "kernels.ptx_emit",
-             "kernels.testdata", "kernels.ternary", "kernels.spec"),
+    # dW = dY^T X
+    gemm_form=GemmForm(a=Operand("dy", transposed=True), bt=Operand("x", transposed=True)),
 )

@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from kernels import mma_tile
-from kernels.spec import BufferSpec, Dims, KernelSpec, Launch
+from kernels.reference import exact_matmul
+from kernels.spec import BufferSpec, Dims, GemmForm, KernelSpec, Launch, Operand
 from kernels.ternary import packed_shape, unpack
 from kernels.testdata import saturating_int8, ternary_weights
 
@@ -46,13 +47,12 @@ def make_inputs(d: Dims, rng: np.random.Generator) -> dict[str, np.ndarray]:
 
 
 def reference(d: Dims, inputs: dict[str, np.ndarray]) -> np.ndarray:
-    w = unpack(inputs["w"], d.K).astype(np.int64)
-    return (inputs["dy"].astype(np.int64) @ w.T).astype(np.int32)
+    return exact_matmul(inputs["dy"], unpack(inputs["w"], d.K).T).astype(np.int32)
 
 
 SPEC = KernelSpec(
     name=NAME, emit=emit, geometry=geometry, params=PARAMS, make_inputs=make_inputs,
     reference=reference,
-    modules=("kernels.hslm_dx_s8", "kernels.mma_tile", "kernels.ptx_emit",
-             "kernels.ternary", "kernels.testdata", "kernels.spec"),
+    # dX = dY W^T
+    gemm_form=GemmForm(a=Operand("dy"), bt=Operand("w")),
 )

@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from kernels import mma_tile
-from kernels.spec import BufferSpec, Dims, KernelSpec, Launch
+from kernels.reference import exact_matmul
+from kernels.spec import BufferSpec, Dims, GemmForm, KernelSpec, Launch, Operand
 from kernels.ternary import packed_shape, unpack
 from kernels.testdata import ternary_weights, saturating_int8
 
@@ -46,13 +47,12 @@ def make_inputs(d: Dims, rng: np.random.Generator) -> dict[str, np.ndarray]:
 
 
 def reference(d: Dims, inputs: dict[str, np.ndarray]) -> np.ndarray:
-    w = unpack(inputs["w"], d.K).astype(np.int64)
-    return (inputs["x"].astype(np.int64) @ w).astype(np.int32)
+    return exact_matmul(inputs["x"], unpack(inputs["w"], d.K)).astype(np.int32)
 
 
 SPEC = KernelSpec(
     name=NAME, emit=emit, geometry=geometry, params=PARAMS, make_inputs=make_inputs,
     reference=reference,
-    modules=("kernels.hslm_fwd_s8", "kernels.mma_tile", "kernels.ptx_emit",
-             "kernels.ternary", "kernels.testdata", "kernels.spec"),
+    # Y = X W
+    gemm_form=GemmForm(a=Operand("x"), bt=Operand("w", transposed=True)),
 )

@@ -13,6 +13,8 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
+from kernels.ternary import unpack
+
 
 class Dims(NamedTuple):
     """Problem size. R rows (tokens), K in-features, N out-features."""
@@ -38,14 +40,30 @@ class BufferSpec(NamedTuple):
     shape: Callable[[Dims], tuple[int, ...]] | None  # None: a scalar taken from Dims
 
 
+class Operand(NamedTuple):
+    """One operand of a kernel's dense GEMM form: a kernel input by name, transposed or not.
+    A packed ternary input (uint32) stands for its K x N int8 matrix."""
+
+    name: str
+    transposed: bool = False
+
+
+class GemmForm(NamedTuple):
+    """The kernel's output as one dense int8 GEMM: ``out == A @ Bt.T``, A (M x inner) and
+    Bt (cols x inner). Bench times library GEMMs on exactly this problem."""
+
+    a: Operand
+    bt: Operand
+
+
 @dataclass(frozen=True)
 class KernelSpec:
     """Everything the pipeline needs to emit, launch and check one kernel.
 
     ``params`` is the PTX parameter order. The first buffer is the output, the
     other buffers are inputs (named as in ``make_inputs``), scalars are R, K, N.
-    ``modules`` lists the Python modules whose source defines the kernel
-    (emitter, shared helpers, reference): their hash is the kernel's source hash.
+    The kernel's source is its module and what that imports from kernels/
+    (pipeline.sources walks the imports), so nothing here lists files by hand.
     """
 
     name: str
@@ -54,9 +72,23 @@ class KernelSpec:
     params: tuple[BufferSpec, ...]
     make_inputs: Callable[[Dims, np.random.Generator], dict[str, np.ndarray]]
     reference: Callable[[Dims, dict[str, np.ndarray]], np.ndarray]
-    modules: tuple[str, ...]
+    gemm_form: GemmForm
     max_rows: int | None = None  # R bound the kernel is exact for (dW: int32 overflow)
 
     @property
     def output(self) -> BufferSpec:
         return self.params[0]
+
+    @property
+    def module(self) -> str:
+        """The module that defines the kernel (where its emitter lives)."""
+        return self.emit.__module__
+
+    def gemm_operands(self, inputs: dict[str, np.ndarray], dims: Dims) -> tuple[np.ndarray, np.ndarray]:
+        """Contiguous int8 (A, Bt) of :attr:`gemm_form`, with the output == A @ Bt.T."""
+        def operand(op: Operand) -> np.ndarray:
+            value = inputs[op.name]
+            matrix = unpack(value, dims.K) if value.dtype == np.uint32 else value
+            return np.ascontiguousarray(matrix.T if op.transposed else matrix, dtype=np.int8)
+
+        return operand(self.gemm_form.a), operand(self.gemm_form.bt)

@@ -1,38 +1,33 @@
 """Content-hashed, atomically written artifacts.
 
 Every stage writes its artifact (PTX, ptxas log, ...) and a pydantic result JSON
-that records the artifact's sha256. Readers go through :func:`read_result`, which
-re-hashes the artifact, so a corrupted or hand-edited file is detected and rebuilt
-rather than trusted. Writes go to a temp file in the same folder and are renamed
-into place: an interrupted run leaves the old file or the new one, never half.
+that records the artifact's sha256. Readers go through :func:`read_model`, and check
+an artifact against its recorded hash with :func:`check_artifact`, so a corrupted or
+hand-edited file is detected and rebuilt rather than trusted.
+
+Writes go to ``.<name>.tmp-<pid>`` in the same folder and are renamed into place: an
+interrupted run leaves the old file or the new one, never half. A run killed before
+its rename leaves that temp file; :func:`sweep_temp_files` (run when doit starts and
+by ``doit clean``) removes those whose process is gone. Files get the mode the umask
+gives (0644 under umask 022), or keep the mode of the file they replace.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
-import tempfile
+import re
+import stat
 from pathlib import Path
-from typing import TypeVar
+from typing import Iterable, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-ROOT = Path(__file__).resolve().parent.parent
-ARTIFACTS = ROOT / "artifacts"
+from pipeline.config import ROOT, WRITTEN_DIRS
+from pipeline.errors import ArtifactError
 
 M = TypeVar("M", bound=BaseModel)
-
-
-class ArtifactError(Exception):
-    """An artifact or result file is missing, unreadable, or does not match its hash."""
-
-
-class UserError(Exception):
-    """A mistake the user can fix (bad shapes.yaml, unknown set or backend, no ptxas).
-
-    Its str() is one line naming the file or option and what to do; tasks print it
-    as is, with no traceback, and fail.
-    """
+TEMP = re.compile(r"^\..+\.tmp-(\d+)$")
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -43,26 +38,74 @@ def sha256_file(path: Path) -> str:
     return sha256_bytes(Path(path).read_bytes())
 
 
+def temp_path(path: Path) -> Path:
+    """Where :func:`write_atomic` stages ``path``: ``.<name>.tmp-<pid>`` beside it."""
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+
+
 def write_atomic(path: Path, data: bytes | str) -> None:
-    """Write ``data`` to ``path`` via a temp file + rename in the same directory."""
+    """Write ``data`` to ``path`` via a temp file + rename in the same directory.
+
+    The temp file is created with mode 0666 less the umask (what ``open()`` gives), or
+    with the mode of the file it replaces, so a rewrite never changes a file's mode."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = data.encode() if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = temp_path(path)
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        mode = None
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
     try:
         with os.fdopen(fd, "wb") as handle:
+            if mode is not None:
+                os.fchmod(handle.fileno(), mode)
             handle.write(payload)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
+
+
+def alive(pid: int) -> bool:
+    """True when process ``pid`` exists (it may belong to another user)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_temp_files(folders: Iterable[Path] = WRITTEN_DIRS, everything: bool = False) -> list[Path]:
+    """Remove the temp files of runs that are gone (all of them with ``everything``);
+    returns what was removed."""
+    removed = []
+    for folder in folders:
+        if not Path(folder).is_dir():
+            continue
+        for path in Path(folder).rglob(".*.tmp-*"):
+            match = TEMP.match(path.name)
+            if match and path.is_file() and (everything or not alive(int(match.group(1)))):
+                path.unlink(missing_ok=True)
+                removed.append(path)
+    return removed
 
 
 def write_model(path: Path, model: BaseModel) -> None:
     """Write a result model as indented JSON, atomically."""
     write_atomic(path, model.model_dump_json(indent=2) + "\n")
+
+
+def field_error(path: Path, exc: ValidationError) -> str:
+    """'<file>: field 'a.b': <pydantic message>' for the first error of ``exc``."""
+    first = exc.errors()[0]
+    field = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    return f"{rel(path)}: field '{field}': {first['msg']}"
 
 
 def read_model(path: Path, model_type: type[M]) -> M:
@@ -77,11 +120,23 @@ def read_model(path: Path, model_type: type[M]) -> M:
     try:
         return model_type.model_validate(raw)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        raise ArtifactError(
-            f"{rel(path)}: field '{field}': {first['msg']}; delete it and re-run"
-        ) from None
+        raise ArtifactError(f"{field_error(path, exc)}; delete it and re-run") from None
+
+
+def read_present(path: Path, model_type: type[M]) -> M | None:
+    """The model in ``path``, or None when there is no such file (a missing result is a
+    verdict; a present but unreadable one is an :class:`ArtifactError`)."""
+    return read_model(path, model_type) if Path(path).exists() else None
+
+
+def read_committed(path: Path, model_type: type[M]) -> M:
+    """:func:`read_model` for a committed file (ledger, seal): one fixes or restores it, never
+    deletes it, so the hint says so."""
+    try:
+        return read_model(path, model_type)
+    except ArtifactError as exc:
+        text = str(exc).removesuffix("; delete it and re-run").removesuffix("; run the stage that writes it")
+        raise ArtifactError(f"{text}; fix it by hand or git checkout it") from None
 
 
 def check_artifact(path: Path, sha256: str) -> None:

@@ -15,8 +15,8 @@ cached as .pyc without noting whether the hook was on, so the runner gives pytes
 its own pycache folder.
 
 ``--test-counts=PATH`` writes a :class:`pipeline.models.KernelTestRun` JSON there;
-pipeline.gate.run_kernel_tests runs it (kept there, so importing the pipeline never
-needs pytest).
+pipeline.kernel_tests runs it (kept there, so importing the pipeline never needs
+pytest).
 """
 from __future__ import annotations
 

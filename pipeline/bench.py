@@ -23,7 +23,8 @@ import numpy as np
 from kernels.backends import load_function
 from kernels.registry import KERNELS
 from kernels.spec import Dims, KernelSpec
-from pipeline.artifacts import ARTIFACTS, UserError, rel, sha256_file
+from pipeline.artifacts import rel, sha256_file
+from pipeline.errors import UserError
 from pipeline.bench_baselines import (Case, Problem, case_cublas_f16, case_cublas_f32,
                                       case_cublas_int8, case_ours, case_torch_bf16,
                                       case_torch_int_mm, exact_product, make_problem)
@@ -33,12 +34,11 @@ from pipeline.bench_record import (BenchReport, Check, Method, Row, load_predict
                                    with_predictions)
 from pipeline.bench_report import markdown, write_outputs
 from pipeline.bench_timing import calls_per_sample, estimate_us, sets_needed, time_graph, time_stream
-from pipeline.config import ptx_path
+from pipeline.config import BENCH_DIR, ptx_path
 from pipeline.models import Shape
 from pipeline.shapes import select_sets
 from pipeline.verify import one_line
 
-BENCH_DIR = ARTIFACTS / "bench"
 DEFAULT_METHOD = Method(warmup=10, repeats=100, target_sample_us=200.0, l2_multiple=2.0)
 CEILING_N = 8192
 

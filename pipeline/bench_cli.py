@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 from typing import Callable
 
-from pipeline.artifacts import ArtifactError, UserError
+from pipeline.errors import ArtifactError, UserError
 
 
 def run_cli(body: Callable[[list[str]], int], argv: list[str] | None = None) -> int:

@@ -17,7 +17,8 @@ import re
 import sys
 from pathlib import Path
 
-from pipeline.artifacts import UserError, rel
+from pipeline.artifacts import rel
+from pipeline.errors import UserError
 from pipeline.bench_cli import run_cli
 
 # name -> what it counts (warp-level unless it says otherwise)

@@ -12,7 +12,7 @@ import subprocess
 from typing import Any
 
 from kernels.backends import device_info
-from pipeline.artifacts import UserError
+from pipeline.errors import UserError
 from pipeline.bench_record import Device, peak_for
 from pipeline.verify import one_line
 

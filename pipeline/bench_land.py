@@ -18,7 +18,9 @@ import sys
 import tarfile
 from pathlib import Path
 
-from pipeline.artifacts import ROOT, UserError, read_model, rel, write_atomic, write_model
+from pipeline.artifacts import read_model, rel, write_atomic, write_model
+from pipeline.config import ROOT
+from pipeline.errors import UserError
 from pipeline.bench_cli import run_cli
 from pipeline.bench_counters import derive, parse_ncu_csv, ratio_table
 from pipeline.bench_record import BenchReport

@@ -17,7 +17,8 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, ValidationError, model_validator
 
-from pipeline.artifacts import UserError, rel
+from pipeline.artifacts import rel
+from pipeline.errors import UserError
 from pipeline.models import Record
 
 

@@ -1,4 +1,5 @@
-"""The one place for the build's knobs: target archs, ptxas budgets, shape sets, paths.
+"""The one place for the build's knobs and paths: target archs, ptxas budgets, shape sets,
+the emulator's work budget, and every file and folder the graph reads or writes.
 
 Stages read these names instead of carrying their own constants, so changing an
 arch or a budget is one edit here, and the tasks that depend on it re-run (their
@@ -9,7 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import NamedTuple
 
-from pipeline.artifacts import ARTIFACTS, ROOT
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "artifacts"
 
 # Every arch the PTX is assembled for. The kernels use mma.sync m16n8k32 s8,
 # sm_80 and newer, so one PTX (.target sm_80) serves them all.
@@ -34,20 +36,36 @@ def budget(kernel: str) -> Budget:
     return BUDGET_OVERRIDES.get(kernel, DEFAULT_BUDGET)
 
 
-# Shape sets (names in shapes.yaml). `doit verify` checks VERIFY_SETS unless told
-# otherwise (shape=...); CI's gate checks GATE_SETS on the emulator: all of them, since
-# the whole hslm set, every row, costs seconds there. `large` is for GPU throughput
-# and never runs on the emulator by default.
+# Shape sets (names in shapes.yaml). `doit verify`, `doit seal` and `doit gate` check
+# VERIFY_SETS unless told otherwise (shape=...): the whole hslm set, every row, costs
+# seconds on the emulator. `large` is for GPU throughput.
 SHAPES_FILE = ROOT / "shapes.yaml"
 VERIFY_SETS: tuple[str, ...] = ("smoke", "tails", "hslm")
-GATE_SETS: tuple[str, ...] = VERIFY_SETS
+
+# The emulator's work budget per verify cell, in multiply-adds (R*K*N): it runs about
+# 4e8 of them a second on one core, so this is about 10 s. Bigger cells are refused
+# unless forced (force=1); a GPU has no such budget.
+EMULATOR_MACS_PER_SECOND = 4e8
+EMULATOR_WORK_BUDGET = 2**32
 
 BACKENDS: tuple[str, ...] = ("auto", "gpu", "emulator")
 DEFAULT_BACKEND = "auto"
 
+# Everything the graph writes or reads, by path.
 PTX_DIR = ARTIFACTS / "ptx"
 PTXAS_DIR = ARTIFACTS / "ptxas"
 VERIFY_DIR = ARTIFACTS / "verify"
+TESTS_DIR = ARTIFACTS / "tests"
+TESTS_JSON = TESTS_DIR / "kernel_tests.json"
+TESTS_PYCACHE = TESTS_DIR / "pycache"
+GATE_DIR = ARTIFACTS / "gate"
+BENCH_DIR = ARTIFACTS / "bench"
+LEDGER_DIR = ROOT / "ledger"
+LEDGER_FILE = LEDGER_DIR / "ledger.json"
+SEALS_DIR = LEDGER_DIR / "seals"
+ALLOWED_FILE = LEDGER_DIR / "allowed_duplicates.yaml"
+# Folders the pipeline writes into atomically: a killed run's temp files are swept here.
+WRITTEN_DIRS: tuple[Path, ...] = (ARTIFACTS, LEDGER_DIR)
 
 
 def ptx_path(kernel: str) -> Path:

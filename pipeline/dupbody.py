@@ -20,12 +20,13 @@ from typing import Iterator
 import yaml
 from pydantic import ValidationError
 
-from pipeline.artifacts import ROOT, ArtifactError, rel
+from pipeline.artifacts import field_error, rel
+from pipeline.config import ALLOWED_FILE, ROOT
+from pipeline.errors import ArtifactError
 from pipeline.models import AllowedDuplicates, DuplicateGroup, FunctionRef
 
 SCOPE = ("kernels", "pipeline")
 MIN_STATEMENTS = 3
-ALLOWED_FILE = ROOT / "ledger" / "allowed_duplicates.yaml"
 
 Def = ast.FunctionDef | ast.AsyncFunctionDef
 
@@ -123,9 +124,7 @@ def read_allowed(path: Path = ALLOWED_FILE) -> AllowedDuplicates:
     except yaml.YAMLError as exc:
         raise ArtifactError(f"{rel(path)}: not valid YAML ({' '.join(str(exc).split())})") from None
     except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        raise ArtifactError(f"{rel(path)}: field '{field}': {first['msg']}") from None
+        raise ArtifactError(field_error(path, exc)) from None
 
 
 def allowed_group(group: DuplicateGroup, allowed: AllowedDuplicates) -> bool:

@@ -6,32 +6,11 @@ e.g. a comment in a kernel module, re-runs emit and nothing after it.
 """
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 from kernels.spec import KernelSpec
-from pipeline.artifacts import rel, sha256_bytes, sha256_file, write_atomic, write_model
+from pipeline.artifacts import rel, sha256_bytes, write_atomic, write_model
 from pipeline.config import emit_json, ptx_path
 from pipeline.models import EmitResult
-
-
-def source_files(spec: KernelSpec) -> list[Path]:
-    """The files of the modules that define ``spec`` (its emitter, shared helpers,
-    reference, as listed in ``spec.modules``): emit's file_dep."""
-    files = []
-    for module in spec.modules:
-        found = importlib.util.find_spec(module)
-        if found is None or found.origin is None:
-            raise ImportError(f"{spec.name}: module '{module}' in spec.modules not found")
-        files.append(Path(found.origin))
-    return sorted(set(files))
-
-
-def source_sha256(spec: KernelSpec) -> str:
-    """One hash over the kernel's source files (relative path + content each): the kernel's
-    source identity, which a seal pins."""
-    parts = [f"{rel(path)}\0{sha256_file(path)}\n" for path in source_files(spec)]
-    return sha256_bytes("".join(parts).encode())
+from pipeline.sources import source_sha256
 
 
 def emit(spec: KernelSpec) -> EmitResult:

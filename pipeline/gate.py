@@ -1,18 +1,19 @@
-"""The gate CI runs: do what this machine can, then hold the result against the ledger,
-the seals and the duplicate-body rule.
+"""The gate CI runs: judge the evidence the graph produced against the ledger, the seals
+and the duplicate-body rule.
 
-``python -m pipeline.gate`` (and ``doit gate``) runs emit, ptxas and emulator verify of
-the CI sets (config.GATE_SETS) through doit, the kernels' tests under the assertcount
-plugin, and the duplicate-body scan; it then prints one line per finding::
+``doit gate`` first brings emit, ptxas, verify (the sealed sets, config.VERIFY_SETS)
+and the kernel tests up to date through the same graph and database as every other
+command (a failing cell is evidence, not an error: pipeline.tasks_build); then
+``python -m pipeline.gate`` judges what is on disk and prints one line per finding::
 
     KIND  cell-or-file: what  -> the command that fixes it
 
 Exit 0 green, 1 red, 2 when the ledger, a seal, the allowed-duplicates list or the
 run's own results cannot be read (no verdict is given on unread input).
 
-The work is split so it can be tested without the slow part: :func:`summarize` turns
-the artifacts into a :class:`RunSummary`; :func:`compare` is a pure function of
-(run, ledger, seals, allowed duplicates) built from the small rules in :data:`RULES`.
+:func:`pipeline.results.summarize` turns the artifacts into a :class:`RunSummary`;
+:func:`compare` is a pure function of (run, ledger, seals, allowed duplicates) built
+from the small rules in :data:`RULES`.
 
 Findings (all red but NOT RUN, which is informational):
 
@@ -30,6 +31,9 @@ Findings (all red but NOT RUN, which is informational):
   pipeline.ledger.REASONS, or a passing entry with either.
 - STALE SEAL: a seal whose source or PTX hash is not the kernel's now, or of a kernel
   that no longer exists. UNSEALED: a kernel without a seal.
+- BAD SEAL: a seal whose own evidence does not pass: an arch missing, spilling or over
+  budget, a sealed shape with mismatches or rows_checked != R, a verify cell the seal
+  lacks, a failed or vacuous test, or no passing test.
 - DUPLICATE BODY: see pipeline.dupbody.
 - NOT RUN (informational): ledger cells this gate has no verdict for (the verify sets
   CI does not run, e.g. ``hslm``), one line per check and set, so a green gate never
@@ -38,32 +42,21 @@ Findings (all red but NOT RUN, which is informational):
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
-import time
-from pathlib import Path
 from typing import Callable, Iterable, Literal, NamedTuple
 
 from pipeline import config
-from pipeline.artifacts import (
-    ARTIFACTS, ROOT, ArtifactError, UserError, read_model, rel, write_atomic, write_model,
-)
-from pipeline.dupbody import (
-    ALLOWED_FILE, allowed_group, find_duplicates, read_allowed, stale_allowances,
-)
-from pipeline.ledger import (
-    LEDGER_FILE, RANK, REASONS, cell_name, cells, collect, read_ledger, read_present,
-)
-from pipeline.models import (
-    AllowedDuplicates, EmitResult, KernelState, KernelTestRun, Ledger, RunSummary, Seal,
-)
-from pipeline.seal import SEALS_DIR, read_seals, seal_path, stale
-from pipeline.shapes import select_sets
+from pipeline.artifacts import rel, write_model
+from pipeline.config import ALLOWED_FILE, GATE_DIR, LEDGER_FILE, SEALS_DIR
+from pipeline.dupbody import allowed_group, read_allowed, stale_allowances
+from pipeline.errors import ArtifactError, UserError
+from pipeline.ledger import RANK, REASONS, cell_name, read_ledger
+from pipeline.models import AllowedDuplicates, Ledger, RunSummary, Seal
+from pipeline.results import summarize
+from pipeline.seal import read_seals, seal_path, stale
 
-GATE_DIR = ARTIFACTS / "gate"
 Kind = Literal["UNEXPECTED FAILURE", "UNEXPECTED PASS", "UNLISTED", "STALE", "OVER CAP",
-               "BAD REASON", "STALE SEAL", "UNSEALED", "DUPLICATE BODY", "NOT RUN"]
+               "BAD REASON", "STALE SEAL", "UNSEALED", "BAD SEAL", "DUPLICATE BODY", "NOT RUN"]
 INFORMATIONAL: frozenset[str] = frozenset({"NOT RUN"})
 
 
@@ -162,6 +155,40 @@ def seals(i: Inputs) -> Iterable[Finding]:
                       f"git rm {rel(seal_path(kernel))}")
 
 
+def seal_problems(seal: Seal, verify_targets: Iterable[str]) -> list[str]:
+    """What in a seal's own evidence does not pass (empty: it holds up)."""
+    limit = config.budget(seal.kernel)
+    problems = []
+    archs = {a.arch: a for a in seal.ptxas}
+    for arch in config.ARCHS:
+        a = archs.get(arch)
+        if a is None:
+            problems.append(f"no ptxas figures for {arch}")
+        elif a.spill_stores or a.spill_loads or a.problems:
+            problems.append(f"{arch} spills {a.spill_stores}/{a.spill_loads} bytes" + (f" ({'; '.join(a.problems)})" if a.problems else ""))
+        elif a.registers > limit.max_registers or a.shared_bytes > limit.max_shared_bytes:
+            problems.append(f"{arch} over budget: {a.registers} registers, {a.shared_bytes} bytes shared")
+    sealed = {f"{s.shape_set}/{s.shape}": s for s in seal.verify.shapes}
+    for s in seal.verify.shapes:
+        if s.mismatches or s.rows_checked != s.R:
+            problems.append(f"verify {s.shape_set}/{s.shape}: {s.mismatches} mismatches, {s.rows_checked} of {s.R} rows checked")
+    problems += [f"verify {t}: not in the seal" for t in verify_targets if t not in sealed]
+    t = seal.tests
+    if t.failed or t.vacuous or t.passed == 0:
+        problems.append(f"tests {t.passed} passed, {t.failed} failed, {t.vacuous} vacuous")
+    return problems
+
+
+def sealed_evidence(i: Inputs) -> Iterable[Finding]:
+    """Each seal's evidence passes by itself: what it pins is what was verified."""
+    for kernel, seal in sorted(i.seals.items()):
+        targets = [target for k, check, target in i.run.cells if k == kernel and check == "verify"]
+        if problems := seal_problems(seal, targets):
+            more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
+            yield Finding("BAD SEAL", rel(seal_path(kernel)), problems[0] + more,
+                          f"fix it, then doit seal:{kernel}")
+
+
 def duplicates(i: Inputs) -> Iterable[Finding]:
     """No function body in two files unless allowed; no allowance outlives its duplicate."""
     for group in i.run.duplicates:
@@ -189,8 +216,8 @@ def not_run(i: Inputs) -> Iterable[Finding]:
                       rerun(check, target))
 
 
-RULES: tuple[Rule, ...] = (verdicts, unlisted, stale_entries, over_cap, bad_reasons, seals, duplicates,
-                           not_run)
+RULES: tuple[Rule, ...] = (verdicts, unlisted, stale_entries, over_cap, bad_reasons, seals, sealed_evidence,
+                           duplicates, not_run)
 
 
 def compare(run: RunSummary, ledger: Ledger, sealed: dict[str, Seal], allowed: AllowedDuplicates,
@@ -200,91 +227,16 @@ def compare(run: RunSummary, ledger: Ledger, sealed: dict[str, Seal], allowed: A
     return [finding for rule in rules for finding in rule(inputs)]
 
 
-# --- the run --------------------------------------------------------------------------
-
-TESTS_JSON = ARTIFACTS / "tests" / "kernel_tests.json"
-
-
-def run_kernel_tests(out: Path = TESTS_JSON, *args: str) -> KernelTestRun:
-    """The kernel-marked tests in a fresh pytest process under pipeline.assertcount, with a
-    pycache of their own (see that module) and a fixed hypothesis seed (a gate verdict must
-    not depend on the examples drawn); :class:`ArtifactError` when pytest wrote no counts
-    (it crashed or was misused)."""
-    out = Path(out)
-    out.unlink(missing_ok=True)
-    env = {**os.environ, "PYTHONPYCACHEPREFIX": str(ARTIFACTS / "tests" / "pycache")}
-    cmd = [sys.executable, "-m", "pytest", "-m", "kernel", "-p", "pipeline.assertcount",
-           "-o", "enable_assertion_pass_hook=true", f"--test-counts={out}", "-q",
-           "-p", "no:cacheprovider", "--hypothesis-seed=0", *args]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
-    if not out.exists():
-        tail = (proc.stdout + proc.stderr).strip().splitlines()[-1:] or ["no output"]
-        raise ArtifactError(f"pytest -m kernel wrote no {rel(out)} (exit {proc.returncode}): {tail[0]}")
-    return read_model(out, KernelTestRun)
-
-
-def kernel_sources() -> dict[str, str]:
-    """Each registered kernel and its current source hash (imported here, so a kernel
-    module that does not import is the gate's exit 2, not a traceback)."""
-    from kernels.registry import KERNELS
-    from pipeline.emit import source_sha256
-
-    return {name: source_sha256(spec) for name, spec in KERNELS.items()}
-
-
-def run_stages(sets: tuple[str, ...]) -> None:
-    """emit, ptxas and emulator verify of ``sets`` through doit (its own dependency file, so a
-    gate inside ``doit gate`` does not share the outer run's), then the kernels' tests.
-    A task that fails is a verdict read from the artifacts later, not an error here."""
-    stages = ["emit", "ptxas", "verify", f"shape={','.join(sets)}", "backend=emulator"]
-    cmd = [sys.executable, "-m", "doit", "--db-file", str(GATE_DIR / "doit.db"), "--continue", *stages]
-    GATE_DIR.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    write_atomic(GATE_DIR / "stages.log", proc.stdout + proc.stderr)
-    if proc.returncode not in (0, 1, 2):  # 3: doit itself could not run (dodo.py, command line)
-        tail = (proc.stdout + proc.stderr).strip().splitlines()[-1:] or ["no output"]
-        raise ArtifactError(f"doit {' '.join(stages)} could not run (exit {proc.returncode}): {tail[0]}")
-    print(f"gate: ran doit {' '.join(stages)} in {time.perf_counter() - start:.1f}s "
-          f"(exit {proc.returncode}; log {rel(GATE_DIR / 'stages.log')})")
-    start = time.perf_counter()
-    tests = run_kernel_tests(TESTS_JSON)
-    print(f"gate: ran the kernels' tests in {time.perf_counter() - start:.1f}s ("
-          + ", ".join(f"{k} {c.passed}/{c.total} passed" for k, c in tests.kernels.items()) + ")")
-
-
-def summarize(sets: tuple[str, ...]) -> RunSummary:
-    """The run as the artifacts on disk tell it: results for ``sets``, the cells of all
-    sealed and CI sets, the kernels' hashes and the duplicate bodies."""
-    sources = kernel_sources()
-    tests = read_present(TESTS_JSON, KernelTestRun)
-    if tests is None:
-        raise ArtifactError(f"{rel(TESTS_JSON)}: missing; the kernels' tests did not run")
-    if tests.errors:
-        raise ArtifactError(f"{rel(TESTS_JSON)}: the kernels' tests could not be collected: {tests.errors[0]}")
-    universe = select_sets(tuple(dict.fromkeys((*config.VERIFY_SETS, *sets))))
-    results = collect(sources, config.ARCHS, {s: universe[s] for s in sets}, tests)
-    states = []
-    for kernel, source in sources.items():
-        emitted = read_present(config.emit_json(kernel), EmitResult)
-        current = emitted is not None and emitted.source_sha256 == source
-        states.append(KernelState(kernel=kernel, source_sha256=source,
-                                  ptx_sha256=emitted.ptx_sha256 if current else "(not emitted)"))
-    return RunSummary(cells=cells(sources, config.ARCHS, universe), results=results,
-                      kernels=states, duplicates=find_duplicates())
-
+# --- the CLI -------------------------------------------------------------------------
 
 def main(argv: list[str] | None = None) -> int:
+    """Judge the artifacts on disk (``doit gate`` brings them up to date first)."""
     parser = argparse.ArgumentParser(prog="python -m pipeline.gate", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--no-run", action="store_true",
-                        help="judge the artifacts as they are (skip emit/ptxas/verify/tests)")
-    parser.add_argument("--sets", default=",".join(config.GATE_SETS), help="verify sets to run and judge")
+    parser.add_argument("--sets", default=",".join(config.VERIFY_SETS), help="verify sets to judge")
     args = parser.parse_args(argv)
     sets = tuple(s for s in args.sets.split(",") if s)
     try:
         ledger, sealed, allowed = read_ledger(LEDGER_FILE), read_seals(SEALS_DIR), read_allowed(ALLOWED_FILE)
-        if not args.no_run:
-            run_stages(sets)
         run = summarize(sets)
     except (ArtifactError, UserError, ImportError) as exc:
         print(f"gate: cannot read {exc}; no verdict", file=sys.stderr)

@@ -7,9 +7,25 @@ file is refused with the field named instead of half-understood.
 """
 from __future__ import annotations
 
-from typing import Literal, get_args
+import re
+from typing import Annotated, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, model_validator
+
+# A name that becomes a file or folder name (shape sets, shapes): safe characters and
+# at least one that is not a dot (so never "." or "..").
+NAME_RULE = "letters, digits, '_', '.', '-', not only dots"
+_NAME = re.compile(r"[A-Za-z0-9_.-]*[A-Za-z0-9_-][A-Za-z0-9_.-]*")
+
+
+def safe_name(name: str) -> str:
+    """``name`` when it is safe as a file name (:data:`NAME_RULE`), else ValueError."""
+    if not _NAME.fullmatch(name):
+        raise ValueError(f"{name!r} is not a safe name: use {NAME_RULE}")
+    return name
+
+
+SafeName = Annotated[str, AfterValidator(safe_name)]
 
 
 class Record(BaseModel):
@@ -21,10 +37,10 @@ class Record(BaseModel):
 class Shape(Record):
     """One named problem size from shapes.yaml."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
-    R: int = Field(ge=1, description="rows (tokens)")
-    K: int = Field(ge=1, description="in-features")
-    N: int = Field(ge=1, description="out-features")
+    name: SafeName
+    R: StrictInt = Field(ge=1, description="rows (tokens)")
+    K: StrictInt = Field(ge=1, description="in-features")
+    N: StrictInt = Field(ge=1, description="out-features")
 
 
 class EmitResult(Record):
@@ -35,18 +51,23 @@ class EmitResult(Record):
     ptx_path: str  # relative to the project root
     ptx_sha256: str
     ptx_bytes: int
-    source_sha256: str  # hash of the kernel's defining Python modules
+    source_sha256: str  # hash of the kernel's source closure (pipeline.sources)
 
 
-class PtxasArch(Record):
-    """ptxas -v figures for one kernel on one arch, and the budget verdict."""
+class PtxasUsage(Record):
+    """What ``ptxas -v`` reports for one entry on one arch."""
 
-    arch: str
     registers: int
     spill_stores: int
     spill_loads: int
     shared_bytes: int
     stack_bytes: int
+
+
+class PtxasArch(PtxasUsage):
+    """ptxas -v figures for one kernel on one arch, and the budget verdict."""
+
+    arch: str
     problems: list[str] = []  # empty when within budget and spill-free
 
     @property
@@ -62,10 +83,11 @@ class PtxasReport(Record):
     max_registers: int
     max_shared_bytes: int
     archs: list[PtxasArch]
+    errors: dict[str, str] = {}  # arch -> ptxas's first error line, for archs it refused
 
     @property
     def ok(self) -> bool:
-        return all(a.ok for a in self.archs)
+        return not self.errors and all(a.ok for a in self.archs)
 
 
 class Mismatch(Record):
@@ -73,6 +95,29 @@ class Mismatch(Record):
     col: int
     got: int
     want: int
+
+
+class MemoryAccess(Record):
+    """One memory instruction's traffic over a launch, as the emulator counts it."""
+
+    line: int
+    opcode: str
+    space: str
+    in_loop: bool
+    requests: int
+    bytes_used: int
+    sectors: int
+    lines: int
+    wavefronts: int
+    ideal_wavefronts: int
+
+
+class LaunchStats(Record):
+    """What the emulator counted in a verify launch (warp instructions issued)."""
+
+    warp_instructions: int
+    by_opcode: dict[str, int]
+    memory: list[MemoryAccess] = []
 
 
 class VerifyReport(Record):
@@ -94,6 +139,7 @@ class VerifyReport(Record):
     seconds: float
     ptx_sha256: str
     error: str | None = None  # the emulator's or driver's error, when the launch failed
+    launch_stats: LaunchStats | None = None  # emulator launches only
 
     @property
     def passed(self) -> bool:
@@ -102,7 +148,8 @@ class VerifyReport(Record):
 
 # --- seal, ledger, gate -------------------------------------------------------------
 # Written by pipeline/assertcount.py (test counts), pipeline/seal.py (seals),
-# pipeline/ledger.py (ledger) and read back by pipeline/gate.py.
+# pipeline/results.py (a run's verdicts), pipeline/ledger.py (ledger) and read back
+# by pipeline/gate.py.
 
 Verdict = Literal["pass", "pass_vacuous", "blocked", "fail"]
 Check = Literal["ptxas", "verify", "tests"]
@@ -171,11 +218,12 @@ class Seal(Record):
     sealed_at: str
 
 
-class LedgerEntry(Record):
-    """The expected verdict of one cell kernel x check x target.
+class CellResult(Record):
+    """One cell kernel x check x target and its verdict: a run's result and, the same
+    record, a ledger entry (the verdict the ledger expects).
 
-    ``reason`` is kept free-form here so a wrong one is a gate finding (BAD REASON)
-    rather than an unreadable ledger.
+    ``reason`` is kept free-form here so a wrong one in the ledger is a gate finding
+    (BAD REASON) rather than an unreadable ledger.
     """
 
     kernel: str
@@ -199,7 +247,7 @@ class Ledger(Record):
 
     max_not_pass: int = Field(ge=0)
     counts: dict[Verdict, int]
-    entries: list[LedgerEntry]
+    entries: list[CellResult]
 
     @model_validator(mode="after")
     def _consistent(self) -> "Ledger":
@@ -217,21 +265,6 @@ class Ledger(Record):
     @property
     def not_pass(self) -> int:
         return sum(1 for e in self.entries if e.verdict != "pass")
-
-
-class CellResult(Record):
-    """One cell's verdict in a run (what bless writes and the gate compares)."""
-
-    kernel: str
-    check: Check
-    target: str
-    verdict: Verdict
-    blocker: str | None = None
-    reason: str | None = None  # a reason the run can tell by itself (e.g. vacuous-test)
-
-    @property
-    def key(self) -> CellKey:
-        return (self.kernel, self.check, self.target)
 
 
 class KernelState(Record):

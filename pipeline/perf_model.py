@@ -37,7 +37,8 @@ from kernels.launch import launch
 from kernels.mma_tile import CHUNK_K
 from kernels.ptxemu import LaunchStats
 from kernels.spec import Dims, KernelSpec
-from pipeline.artifacts import UserError, rel, sha256_file
+from pipeline.artifacts import rel, sha256_file
+from pipeline.errors import UserError
 from pipeline.models import PtxasArch, Record, Shape
 from pipeline.sass import Body, SassArch, class_width, is_lsu
 

@@ -14,14 +14,14 @@ import importlib.util
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
-from typing import NamedTuple
 
-from pipeline.artifacts import UserError, rel, sha256_file
+from pipeline import proc
+from pipeline.artifacts import rel, sha256_file
 from pipeline.config import Budget
-from pipeline.models import PtxasArch, PtxasReport
+from pipeline.errors import PtxasError, UserError
+from pipeline.models import PtxasArch, PtxasReport, PtxasUsage
 
 INSTALL_HINT = "pip install nvidia-cuda-nvcc-cu12 (or set PTXAS=/path/to/ptxas)"
 
@@ -32,20 +32,7 @@ REGISTERS = re.compile(r"^(\d+) registers?$")
 SMEM = re.compile(r"^(\d+) bytes smem$")
 ERROR = re.compile(r"(error|fatal)\s*:")
 VERSION = re.compile(r"release [\d.]+, V([\d.]+)")
-
-
-class PtxasError(Exception):
-    """ptxas refused the PTX, or its output could not be read; str() is one line."""
-
-
-class Usage(NamedTuple):
-    """What ``ptxas -v`` reports for one entry on one arch."""
-
-    registers: int
-    spill_stores: int
-    spill_loads: int
-    shared_bytes: int
-    stack_bytes: int
+BANNER = "ptxas: NVIDIA (R) Ptx optimizing assembler"
 
 
 def wheel_ptxas() -> Path | None:
@@ -62,32 +49,46 @@ def wheel_ptxas() -> Path | None:
 
 
 def find_ptxas() -> Path:
-    """$PTXAS, else the wheel's ptxas, else PATH; :class:`UserError` says how to install one."""
+    """$PTXAS, else the wheel's ptxas, else PATH, once its version banner says it is ptxas;
+    :class:`UserError` says what was found and how to get a ptxas."""
     override = os.environ.get("PTXAS")
     if override:
         path = Path(override)
         if not (path.is_file() and os.access(path, os.X_OK)):
             raise UserError(f"PTXAS={override}: not an executable file; fix it or unset PTXAS")
+        ptxas_version(path, f"PTXAS={override}")
         return path
     found = wheel_ptxas() or shutil.which("ptxas")
     if found is None:
         raise UserError(f"ptxas not found: {INSTALL_HINT}")
+    ptxas_version(Path(found), str(found))
     return Path(found)
 
 
 @functools.lru_cache(maxsize=None)
-def ptxas_version(ptxas: Path) -> str:
-    """'12.9.86' from ``ptxas --version``."""
-    out = subprocess.run([str(ptxas), "--version"], capture_output=True, text=True).stdout
+def tool_version(tool: Path, banner: str = BANNER, label: str | None = None, hint: str = INSTALL_HINT) -> str:
+    """'12.9.86' from a CUDA tool's ``--version`` ('release X, VX.Y.Z', as ptxas, nvdisasm and
+    cuobjdump print it); :class:`UserError` when the banner is not ``banner`` (say
+    PTXAS=/bin/true, which prints nothing and exits 0)."""
+    try:
+        out = proc.run([str(tool), "--version"]).stdout
+    except OSError as exc:
+        raise UserError(f"{label or tool}: cannot run it ({exc.strerror}); {hint}") from None
     match = VERSION.search(out)
-    if match is None:
-        raise PtxasError(f"{ptxas} --version: no 'release X, VX.Y.Z' line; is it ptxas?")
+    if banner not in out or match is None:
+        name = banner.split(":")[0]
+        raise UserError(f"{label or tool}: '--version' printed no '{banner}' banner: it is not {name}; {hint}")
     return match.group(1)
 
 
-def parse_verbose(stderr: str) -> dict[tuple[str, str], Usage]:
-    """``ptxas -v`` stderr -> {(entry, arch): Usage} for every entry it compiled."""
-    found: dict[tuple[str, str], Usage] = {}
+def ptxas_version(ptxas: Path, label: str | None = None) -> str:
+    """ptxas's version; refuses a program that is not ptxas."""
+    return tool_version(ptxas, BANNER, label)
+
+
+def parse_verbose(stderr: str) -> dict[tuple[str, str], PtxasUsage]:
+    """``ptxas -v`` stderr -> {(entry, arch): PtxasUsage} for every entry it compiled."""
+    found: dict[tuple[str, str], PtxasUsage] = {}
     current: tuple[str, str] | None = None
     spill: tuple[int, int, int] | None = None
     for line in stderr.splitlines():
@@ -104,7 +105,8 @@ def parse_verbose(stderr: str) -> dict[tuple[str, str], Usage]:
             if len(regs) != 1:
                 raise PtxasError(f"ptxas -v: no register count in {line.strip()!r}")
             stack, stores, loads = spill
-            found[current] = Usage(regs[0], stores, loads, smem[0] if smem else 0, stack)
+            found[current] = PtxasUsage(registers=regs[0], spill_stores=stores, spill_loads=loads,
+                                        shared_bytes=smem[0] if smem else 0, stack_bytes=stack)
             current = None
     return found
 
@@ -120,18 +122,16 @@ def first_error(stderr: str, returncode: int) -> str:
 
 
 def run_ptxas(ptxas: Path, ptx: Path, arch: str) -> str:
-    """Assemble ``ptx`` for ``arch`` (cubin thrown away); returns the -v stderr."""
+    """Assemble ``ptx`` for ``arch`` (the cubin goes to a scratch folder that is removed
+    however the run ends); returns the -v stderr."""
     with tempfile.TemporaryDirectory(prefix="ptxas-") as tmp:
-        proc = subprocess.run(
-            [str(ptxas), "-v", f"-arch={arch}", "-o", str(Path(tmp) / "out.cubin"), str(ptx)],
-            capture_output=True, text=True,
-        )
-    if proc.returncode != 0:
-        raise PtxasError(f"{rel(ptx)} ({arch}): {first_error(proc.stderr, proc.returncode)}")
-    return proc.stderr
+        done = proc.run([str(ptxas), "-v", f"-arch={arch}", "-o", str(Path(tmp) / "out.cubin"), str(ptx)])
+    if done.returncode != 0:
+        raise PtxasError(f"{rel(ptx)} ({arch}): {first_error(done.stderr, done.returncode)}")
+    return done.stderr
 
 
-def judge(arch: str, usage: Usage, limit: Budget) -> PtxasArch:
+def judge(arch: str, usage: PtxasUsage, limit: Budget) -> PtxasArch:
     """One arch's figures plus the problems that fail the stage (spills, over budget)."""
     problems = []
     if usage.spill_stores or usage.spill_loads:
@@ -140,21 +140,31 @@ def judge(arch: str, usage: Usage, limit: Budget) -> PtxasArch:
         problems.append(f"{usage.registers} registers > budget {limit.max_registers}")
     if usage.shared_bytes > limit.max_shared_bytes:
         problems.append(f"{usage.shared_bytes} bytes shared > budget {limit.max_shared_bytes}")
-    return PtxasArch(arch=arch, **usage._asdict(), problems=problems)
+    return PtxasArch(arch=arch, **usage.model_dump(), problems=problems)
+
+
+def assemble_arch(ptxas: Path, entry: str, ptx: Path, arch: str, limit: Budget) -> PtxasArch:
+    """ptxas on ``ptx`` for one arch, ``entry``'s figures judged against ``limit``;
+    :class:`PtxasError` with the tool's first error line when it refuses."""
+    usage = parse_verbose(run_ptxas(ptxas, ptx, arch)).get((entry, arch))
+    if usage is None:
+        raise PtxasError(f"{rel(ptx)} ({arch}): ptxas -v reported no entry '{entry}'")
+    return judge(arch, usage, limit)
 
 
 def assemble(kernel: str, entry: str, ptx: Path, archs: tuple[str, ...], limit: Budget,
              ptxas: Path | None = None) -> PtxasReport:
-    """Run ptxas on ``ptx`` for each arch and report ``entry``'s usage against ``limit``."""
+    """Run ptxas on ``ptx`` for each arch and report ``entry``'s usage against ``limit``.
+    An arch ptxas refuses is evidence too: its first error line goes in ``errors``."""
     ptxas = ptxas or find_ptxas()
-    results = []
+    results, errors = [], {}
     for arch in archs:
-        usage = parse_verbose(run_ptxas(ptxas, ptx, arch)).get((entry, arch))
-        if usage is None:
-            raise PtxasError(f"{rel(ptx)} ({arch}): ptxas -v reported no entry '{entry}'")
-        results.append(judge(arch, usage, limit))
+        try:
+            results.append(assemble_arch(ptxas, entry, ptx, arch, limit))
+        except PtxasError as exc:
+            errors[arch] = str(exc)
     return PtxasReport(
         kernel=kernel, ptx_sha256=sha256_file(ptx), ptxas=str(ptxas),
         ptxas_version=ptxas_version(ptxas), max_registers=limit.max_registers,
-        max_shared_bytes=limit.max_shared_bytes, archs=results,
+        max_shared_bytes=limit.max_shared_bytes, archs=results, errors=errors,
     )

@@ -26,9 +26,10 @@ from collections import Counter
 from pathlib import Path
 from typing import NamedTuple
 
-from pipeline.artifacts import ArtifactError, UserError, rel, sha256_file, write_atomic
+from pipeline.artifacts import rel, sha256_file, write_atomic
+from pipeline.errors import ArtifactError, UserError
 from pipeline.models import Record
-from pipeline.ptxas import PtxasError, find_ptxas, first_error, ptxas_version
+from pipeline.ptxas import PtxasError, find_ptxas, first_error, ptxas_version, tool_version
 
 NVDISASM_HINT = "pip install nvidia-cuda-nvdisasm (or set NVDISASM=/path/to/nvdisasm)"
 CUOBJDUMP_HINT = "pip install nvidia-cuda-cuobjdump (or set CUOBJDUMP=/path/to/cuobjdump)"
@@ -67,8 +68,10 @@ def find_cuobjdump() -> Path:
     return find_tool("cuobjdump", "CUOBJDUMP", CUOBJDUMP_HINT)
 
 
-# nvdisasm and cuobjdump print the same 'release X, VX.Y.Z' banner as ptxas
-tool_version = ptxas_version
+def disassembler_version(tool: Path) -> str:
+    """nvdisasm's or cuobjdump's version (their banners name the tool, as ptxas's does)."""
+    name = Path(tool).name
+    return tool_version(tool, f"{name}: NVIDIA (R)", hint=NVDISASM_HINT if name == "nvdisasm" else CUOBJDUMP_HINT)
 
 
 def cubin(ptx: Path, arch: str, out: Path, ptxas: Path | None = None) -> Path:
@@ -372,4 +375,4 @@ def sass_report(kernel: str, entry: str, ptx: Path, archs: tuple[str, ...],
                 write_atomic(sass_dir / f"{kernel}.{arch}.sass", text)
             results.append(analyse(parse_listing(text, entry), arch))
     return SassReport(kernel=kernel, ptx_sha256=sha256_file(ptx), ptxas_version=ptxas_version(ptxas),
-                      nvdisasm_version=tool_version(nvdisasm), archs=results)
+                      nvdisasm_version=disassembler_version(nvdisasm), archs=results)

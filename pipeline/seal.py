@@ -1,6 +1,7 @@
 """Seals: ledger/seals/<kernel>.json pins what was verified, by content.
 
-A seal records the kernel's source hash (every module in ``spec.modules``), its PTX
+A seal records the kernel's source hash (its module and the kernels/ modules it
+imports: pipeline.sources), its PTX
 sha256 and size, ptxas figures per arch, the verify evidence of every shape of the
 sealed sets, and the counts of the kernel's own tests. It is stale as soon as the
 current source or PTX hash differs, so nothing verified can change silently.
@@ -15,20 +16,14 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from pathlib import Path
 
-from pipeline.artifacts import ROOT, ArtifactError, UserError, check_artifact, read_model, rel, write_model
-from pipeline.config import emit_json, ptx_path, ptxas_json, verify_json
-from pipeline.ledger import read_committed, verify_results
+from pipeline.artifacts import check_artifact, read_committed, read_model, rel, write_model
+from pipeline.config import SEALS_DIR, emit_json, ptx_path, ptxas_json, verify_json
+from pipeline.errors import ArtifactError, SealRefused
+from pipeline.results import verify_results
 from pipeline.models import (
     EmitResult, KernelState, KernelTestRun, PtxasReport, Seal, SealedShape, SealedVerify, Shape,
     TestCounts, VerifyReport,
 )
-
-SEALS_DIR = ROOT / "ledger" / "seals"
-
-
-class SealRefused(UserError):
-    """The evidence does not support a seal; nothing was written."""
-
 
 def seal_path(kernel: str, folder: Path = SEALS_DIR) -> Path:
     return Path(folder) / f"{kernel}.json"

@@ -6,17 +6,15 @@ a pydantic dump or a KeyError deep inside a task.
 """
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import yaml
 from pydantic import ValidationError
 
-from pipeline.artifacts import UserError, rel
+from pipeline.artifacts import rel
 from pipeline.config import SHAPES_FILE
-from pipeline.models import Shape
-
-SET_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+from pipeline.errors import UserError
+from pipeline.models import NAME_RULE, Shape, safe_name
 
 
 def _entry_error(where: str, exc: ValidationError) -> UserError:
@@ -44,8 +42,10 @@ def load_shape_sets(path: Path = SHAPES_FILE) -> dict[str, tuple[Shape, ...]]:
         raise UserError(f"{name}: expected a mapping of set name -> list of shapes")
     sets: dict[str, tuple[Shape, ...]] = {}
     for set_name, entries in raw.items():
-        if not isinstance(set_name, str) or not SET_NAME.match(set_name):
-            raise UserError(f"{name}: set name {set_name!r} must match {SET_NAME.pattern}")
+        try:
+            safe_name(set_name if isinstance(set_name, str) else "")
+        except ValueError:
+            raise UserError(f"{name}: set name {set_name!r} is not a safe name: use {NAME_RULE}") from None
         if not isinstance(entries, list) or not entries:
             raise UserError(f"{name}: set '{set_name}' must be a non-empty list of shapes")
         shapes: list[Shape] = []

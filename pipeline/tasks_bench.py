@@ -17,10 +17,11 @@ from doit.tools import config_changed
 
 from kernels.registry import KERNELS
 from pipeline import config
-from pipeline.artifacts import UserError
+from pipeline.errors import UserError
 from pipeline.bench import BENCH_DIR, CEILING_N, run_bench
 from pipeline.bench_report import output_paths
-from pipeline.tasks_build import _exit, _var, one_line_failure
+from pipeline.cmdline import var
+from pipeline.tasks_build import failing_task, one_line_failure
 
 DEFAULT_SET = "hslm"
 BENCH_SOURCES = sorted(Path(__file__).parent.glob("bench*.py"))
@@ -33,14 +34,13 @@ def _bench(shape_set: str, ceiling_n: int, model: str) -> None:
 
 def task_bench() -> dict:
     """Time every kernel on shape=<set> (default hslm) against cuBLAS and torch; GPU only."""
-    shape_set, model = _var("shape", DEFAULT_SET), _var("model", "")
-    ceiling = _var("ceiling", str(CEILING_N))
+    shape_set, model, ceiling = var("shape", DEFAULT_SET), var("model"), var("ceiling")
     if not ceiling.isdigit():
-        _exit(UserError(f"ceiling={ceiling}: expected a whole number (the n of the n^3 "
-                        f"cuBLAS int8 ceiling run, 0 to skip it), e.g. ceiling={CEILING_N}"))
+        return failing_task(f"ceiling={ceiling}: expected a whole number (the n of the n^3 "
+                            f"cuBLAS int8 ceiling run, 0 to skip it), e.g. ceiling={CEILING_N}")
     if model and not Path(model).is_file():
-        _exit(UserError(f"model={model}: no such prediction file (a JSON list of "
-                        "{kernel, shape, predicted_us})"))
+        return failing_task(f"model={model}: no such prediction file (a JSON list of "
+                            "{kernel, shape, predicted_us}, as `doit model` writes)")
     return {
         "actions": [(_bench, [shape_set, int(ceiling), model])],
         "file_dep": [str(config.ptx_path(k)) for k in KERNELS]

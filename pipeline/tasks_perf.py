@@ -20,13 +20,17 @@ from kernels.registry import KERNELS
 from kernels.spec import KernelSpec
 from pipeline import config, perf_model, sass
 from pipeline.bench_record import Prediction as BenchPrediction
-from pipeline.artifacts import ARTIFACTS, UserError, read_model, rel, write_atomic, write_model
+from pipeline.artifacts import read_model, rel, write_atomic, write_model
+from pipeline.config import ARTIFACTS
+from pipeline.errors import UserError
 from pipeline.models import PtxasReport, Shape
 from pipeline.perf_model import MemoryRow
 from pipeline.ptxas import PtxasError, find_ptxas, ptxas_version
-from pipeline.sass import SassReport, find_nvdisasm, sass_report, tool_version
+from pipeline.sass import SassReport, disassembler_version, find_nvdisasm, sass_report
 from pipeline.shapes import select_sets
-from pipeline.tasks_build import _var, exits_on_user_error, one_line_failure, table
+from pipeline.cmdline import var
+from pipeline.report import table
+from pipeline.tasks_build import fails_on_user_error, one_line_failure
 
 SASS_DIR = ARTIFACTS / "sass"
 
@@ -39,7 +43,7 @@ def _tool_versions() -> dict[str, Any]:
     """What a SASS record depends on besides the PTX; a missing tool is not an error here
     (creating tasks must work without one; the action says what to install)."""
     found: dict[str, Any] = {"archs": list(config.ARCHS)}
-    for name, finder, version in (("ptxas", find_ptxas, ptxas_version), ("nvdisasm", find_nvdisasm, tool_version)):
+    for name, finder, version in (("ptxas", find_ptxas, ptxas_version), ("nvdisasm", find_nvdisasm, disassembler_version)):
         try:
             found[name] = version(finder())
         except (UserError, PtxasError):
@@ -105,7 +109,7 @@ def task_sass() -> Iterator[dict]:
 # ---- model ---------------------------------------------------------------------------
 
 MODEL_DIR = ARTIFACTS / "model"
-DEFAULT_MODEL_SET, DEFAULT_GPU = "hslm", "h200"
+DEFAULT_MODEL_SET = "hslm"
 MODEL_COLUMNS = ("", "kernel", "shape", "CTAs", "waves", "issue", "tensor", "L1", "latency", "L2", "DRAM",
                  "device us", "per call us", "limiter", "% int8 peak", "ref device us", "ref limiter",
                  "ref % peak")
@@ -173,10 +177,10 @@ def _model(shape_set: str, gpu_name: str) -> None:
     print(model_table(report))
 
 
-@exits_on_user_error
+@fails_on_user_error
 def task_model() -> Iterator[dict]:
     """First-order MODEL of device time per kernel x shape (shape=<set>, default hslm; gpu=h200|rtx4090|a100)."""
-    shape_set, gpu_name = _var("shape", DEFAULT_MODEL_SET), _var("gpu", DEFAULT_GPU)
+    shape_set, gpu_name = var("shape", DEFAULT_MODEL_SET), var("gpu")
     perf_model.gpu(perf_model.load_assumptions(), gpu_name)  # an unknown gpu stops here, one line
     shapes = select_sets((shape_set,))[shape_set]
     reports = [config.verify_json(k, shape_set, s.name) for k in KERNELS for s in shapes]

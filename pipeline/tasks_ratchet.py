@@ -2,78 +2,87 @@
 
 - ``doit kernel_tests``: the kernel-marked tests under the assertcount plugin ->
   artifacts/tests/kernel_tests.json (re-runs when a .py under tests/, kernels/ or
-  pipeline/ changes).
+  pipeline/ changes). A failing test is evidence; only a run that wrote no counts fails.
 - ``doit seal`` (``seal:<kernel>``): verify of the sealed sets (config.VERIFY_SETS) and
   the kernel tests first, then ledger/seals/<kernel>.json; refuses, writing nothing,
   when a sealed shape did not pass (pipeline.seal).
 - ``doit bless`` / ``doit bless accept_new=1``: ledger/ledger.json from the last run's
   artifacts, under the ratchet's rules (pipeline.ledger.bless); runs nothing itself.
-- ``doit gate``: ``python -m pipeline.gate`` in-process; its exit status (0 green,
+- ``doit gate``: depends on the emit, ptxas and verify cells of the chosen sets and on
+  kernel_tests (the same tasks and database as ``doit verify``: what the gate ran is up
+  to date afterwards), then judges (pipeline.gate.main); its exit status (0 green,
   1 red, 2 unreadable input) is doit's, through SystemExit.
 """
 from __future__ import annotations
 
+import shutil
 from typing import Iterator
 
-from doit import get_var
 from doit.exceptions import TaskFailed
 
 from kernels.registry import KERNELS
 from pipeline import config, gate
-from pipeline.artifacts import ROOT, read_model, rel
-from pipeline.emit import source_sha256
-from pipeline.gate import TESTS_JSON, run_kernel_tests
-from pipeline.ledger import LEDGER_FILE, bless_file
+from pipeline.artifacts import read_model, rel, sweep_temp_files
+from pipeline.config import ROOT
+from pipeline.cmdline import var
+from pipeline.errors import UserError
+from pipeline.kernel_tests import run_kernel_tests
+from pipeline.ledger import bless_file
 from pipeline.models import KernelTestRun
+from pipeline.results import summarize
 from pipeline.seal import build_seal, seal_path, write_seal
-from pipeline.shapes import parse_set_names, select_sets
-from pipeline.tasks_build import exits_on_user_error, one_line_failure
+from pipeline.shapes import select_sets
+from pipeline.sources import source_sha256
+from pipeline.tasks_build import cell_task, failing_task, fails_on_user_error, one_line_failure, verify_plan
 
 
 @one_line_failure
 def _kernel_tests() -> TaskFailed | None:
-    run = run_kernel_tests(TESTS_JSON)
+    run = run_kernel_tests(config.TESTS_JSON)
     for kernel, c in run.kernels.items():
         print(f"{kernel}: {c.passed}/{c.total} passed, {c.failed} failed, {c.skipped} skipped, "
               f"{c.vacuous} vacuous, {c.invariants} invariants")
     return TaskFailed(f"kernel tests could not be collected: {run.errors[0]}") if run.errors else None
 
 
+def _remove_folder(path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+
+
 def task_kernel_tests() -> dict:
     """Run the kernel-marked tests, counting asserts (the counts seals and the ledger use)."""
     deps = sorted(str(p) for folder in ("tests", "kernels", "pipeline") for p in (ROOT / folder).rglob("*.py")
                   if "__pycache__" not in p.parts)
-    return {"actions": [_kernel_tests], "file_dep": deps, "targets": [str(TESTS_JSON)], "verbosity": 2}
+    return {"actions": [_kernel_tests], "file_dep": deps, "targets": [str(config.TESTS_JSON)], "verbosity": 2,
+            "clean": [(_remove_folder, [config.TESTS_DIR])]}
 
 
 @one_line_failure
 def _seal(kernel: str) -> None:
     seal = build_seal(kernel, source_sha256(KERNELS[kernel]), select_sets(config.VERIFY_SETS),
-                      read_model(TESTS_JSON, KernelTestRun))
+                      read_model(config.TESTS_JSON, KernelTestRun))
     written = write_seal(seal)
     print(f"{kernel}: {'sealed' if written else 'seal unchanged'} in {rel(seal_path(kernel))} "
           f"({len(seal.verify.shapes)} shapes on {seal.verify.backend}, tests {seal.tests.passed}/"
           f"{seal.tests.total} passed, {seal.tests.vacuous} vacuous, {seal.tests.invariants} invariants)")
 
 
-@exits_on_user_error
+@fails_on_user_error
 def task_seal() -> Iterator[dict]:
     """Seal each kernel (ledger/seals/<kernel>.json) once its sealed sets verify."""
     # seal:<k> waits for the verify cells this command line creates (see task_verify)
-    chosen = parse_set_names(get_var("shape", None) or ",".join(config.VERIFY_SETS))
-    sets = select_sets(tuple(s for s in config.VERIFY_SETS if s in chosen))
+    cells = [c for c in verify_plan().cells if c[1] in config.VERIFY_SETS]
     for kernel in KERNELS:
-        verify = [f"verify:{kernel}/{s}/{shape.name}" for s, shapes in sets.items() for shape in shapes]
-        yield {"name": kernel, "actions": [(_seal, [kernel])], "task_dep": [*verify, "kernel_tests"],
+        verify = [cell_task(*c) for c in cells if c[0] == kernel]
+        yield {"name": kernel, "actions": [(_seal, [kernel])], "task_dep": [*verify, f"ptxas:{kernel}", "kernel_tests"],
                "uptodate": [False], "verbosity": 2}
 
 
 @one_line_failure
 def _bless() -> None:
-    accept_new = (get_var("accept_new", None) or "0") == "1"
-    run = gate.summarize(tuple(dict.fromkeys((*config.VERIFY_SETS, *config.GATE_SETS))))
-    ledger, notes = bless_file(run.cells, run.results, accept_new)
-    print(f"blessed {rel(LEDGER_FILE)}: {len(ledger.entries)} entries {dict(ledger.counts)}, "
+    run = summarize(config.VERIFY_SETS)
+    ledger, notes = bless_file(run.cells, run.results, var("accept_new") == "1")
+    print(f"blessed {rel(config.LEDGER_FILE)}: {len(ledger.entries)} entries {dict(ledger.counts)}, "
           f"max_not_pass {ledger.max_not_pass}")
     for note in notes:
         print(note)
@@ -84,12 +93,21 @@ def task_bless() -> dict:
     return {"actions": [_bless], "uptodate": [False], "verbosity": 2}
 
 
-def _gate() -> None:
-    code = gate.main([])
+def _gate(sets: list[str]) -> None:
+    code = gate.main(["--sets", ",".join(sets)])
     if code:
         raise SystemExit(code)  # doit exits with it: 1 red, 2 unreadable input
 
 
 def task_gate() -> dict:
-    """CI's gate: emit, ptxas, emulator verify, kernel tests, then ledger/seals/duplicates findings."""
-    return {"actions": [_gate], "uptodate": [False], "verbosity": 2}
+    """CI's gate: brings emit, ptxas, verify (shape=, default the sealed sets) and the kernel
+    tests up to date, then judges them against ledger, seals and the duplicate-body rule."""
+    try:
+        cells = verify_plan().cells
+    except UserError as exc:
+        return failing_task(str(exc))
+    deps = [f"emit:{k}" for k in KERNELS] + [f"ptxas:{k}" for k in KERNELS]
+    sets = list(dict.fromkeys(shape_set for _, shape_set, _ in cells))
+    return {"actions": [(_gate, [sets])], "task_dep": deps + [cell_task(*c) for c in cells] + ["kernel_tests"],
+            "uptodate": [False], "verbosity": 2,
+            "clean": [(_remove_folder, [config.GATE_DIR]), (sweep_temp_files, [], {"everything": True})]}

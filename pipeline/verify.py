@@ -5,23 +5,34 @@ machines), so a report is reproducible and a failure can be replayed. The output
 compared element by element, exactly: integer results have no tolerance. A launch
 that fails (emulator error, refused shape, driver error) is recorded in the report's
 ``error`` as one line rather than raised, so the report always says what happened.
+
+On the emulator a cell over :data:`pipeline.config.EMULATOR_WORK_BUDGET` multiply-adds
+is refused before it starts (with its estimated time and how to force it), and a cell
+expected to take long prints a progress line every :data:`HEARTBEAT_SECONDS`.
 """
 from __future__ import annotations
 
-import inspect
+import contextlib
+import threading
 import time
 import zlib
 from pathlib import Path
+from typing import Any, Iterator
 
 import numpy as np
 
-from kernels import backends, ptxemu, ternary, testdata
+from kernels import backends, ptxemu
 from kernels.backends import GPU_HINT, gpu_available
 from kernels.launch import launch
 from kernels.spec import Dims, KernelSpec
-from pipeline.artifacts import UserError, check_artifact, read_model, sha256_bytes, write_model
-from pipeline.config import BACKENDS, emit_json, ptx_path, verify_json
-from pipeline.models import EmitResult, Mismatch, Shape, VerifyReport
+from pipeline.artifacts import check_artifact, read_model, sha256_bytes, write_model
+from pipeline.config import (
+    BACKENDS, EMULATOR_MACS_PER_SECOND, EMULATOR_WORK_BUDGET, emit_json, ptx_path, verify_json,
+)
+from pipeline.errors import UserError, one_line
+from pipeline.models import EmitResult, LaunchStats, MemoryAccess, Mismatch, Shape, VerifyReport
+
+HEARTBEAT_SECONDS = 15.0
 
 
 def resolve_backend(name: str) -> str:
@@ -33,15 +44,6 @@ def resolve_backend(name: str) -> str:
     if name == "gpu" and not gpu_available():
         raise UserError(f"backend=gpu: CuPy sees no CUDA device; {GPU_HINT}")
     return name
-
-
-def check_hash(spec: KernelSpec) -> str:
-    """sha256 of the code that decides a verdict besides the PTX: the kernel's input
-    generator and reference (and the modules they call). A change there re-runs the
-    verify cells even when the PTX bytes did not change."""
-    parts = [inspect.getsource(spec.make_inputs), inspect.getsource(spec.reference),
-             inspect.getsource(testdata), inspect.getsource(ternary)]
-    return sha256_bytes("\n".join(parts).encode())
 
 
 def backend_hash(backend: str) -> str:
@@ -58,6 +60,42 @@ def seed(kernel: str, shape: Shape) -> int:
     return zlib.crc32(f"{kernel}/{shape.name}".encode())
 
 
+def work(shape: Shape) -> int:
+    """Multiply-adds of one cell (the emulator's cost grows with this)."""
+    return shape.R * shape.K * shape.N
+
+
+def check_work(kernel: str, shape_set: str, shape: Shape, backend: str, force: bool) -> None:
+    """Refuse an emulator cell over the work budget, unless forced."""
+    if backend != "emulator" or force or work(shape) <= EMULATOR_WORK_BUDGET:
+        return
+    raise UserError(
+        f"verify {kernel} {shape_set}/{shape.name} on the emulator: R*K*N = {work(shape):.2g} multiply-adds, "
+        f"about {work(shape) / EMULATOR_MACS_PER_SECOND:.0f} s, over the emulator budget "
+        f"{EMULATOR_WORK_BUDGET:.2g}; run it with backend=gpu, or force it with force=1")
+
+
+@contextlib.contextmanager
+def heartbeat(label: str, expected_s: float, every: float = HEARTBEAT_SECONDS) -> Iterator[None]:
+    """Print '<label>: N s of about M s' every ``every`` seconds while the body runs."""
+    if expected_s < every:
+        yield
+        return
+    done, start = threading.Event(), time.perf_counter()
+
+    def beat() -> None:
+        while not done.wait(every):
+            print(f"{label}: {time.perf_counter() - start:.0f} s of about {expected_s:.0f} s", flush=True)
+
+    thread = threading.Thread(target=beat, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
 def compare(got: np.ndarray, want: np.ndarray) -> tuple[int, int, Mismatch | None]:
     """(mismatch count, max |got - want|, first mismatch in row-major order)."""
     if got.shape != want.shape:
@@ -71,32 +109,40 @@ def compare(got: np.ndarray, want: np.ndarray) -> tuple[int, int, Mismatch | Non
     return len(bad), int(diff.max(initial=0)), first
 
 
-def one_line(exc: BaseException) -> str:
-    """An exception as one line, 'EmulatorError: ...', whitespace collapsed."""
-    return f"{type(exc).__name__}: {' '.join(str(exc).split())}".rstrip(": ")
+def launch_stats(fn: Any) -> LaunchStats | None:
+    """The emulator's counts of its last launch (None for a GPU function)."""
+    stats = getattr(fn, "stats", None)
+    if stats is None:
+        return None
+    memory = [MemoryAccess(**row._asdict()) for row in getattr(stats, "memory", ())]
+    return LaunchStats(warp_instructions=stats.warp_instructions, by_opcode=dict(stats.by_opcode), memory=memory)
 
 
-def verify_cell(spec: KernelSpec, shape_set: str, shape: Shape, backend: str) -> VerifyReport:
+def verify_cell(spec: KernelSpec, shape_set: str, shape: Shape, backend: str, force: bool = False) -> VerifyReport:
     """Run ``spec``'s emitted PTX on ``shape`` with ``backend`` ('gpu' or 'emulator'),
     write artifacts/verify/<kernel>/<set>/<shape>.json and return the report."""
+    check_work(spec.name, shape_set, shape, backend, force)
     emitted = read_model(emit_json(spec.name), EmitResult)
     ptx = ptx_path(spec.name)
     check_artifact(ptx, emitted.ptx_sha256)
     dims = Dims(shape.R, shape.K, shape.N)
-    inputs = spec.make_inputs(dims, np.random.default_rng(seed(spec.name, shape)))
-    want = spec.reference(dims, inputs)
-    device, driver = backends.device_info(backend)
-    xp = backends.array_module(backend)
-    mismatches = max_abs = rows = 0
-    first = error = None
-    start = time.perf_counter()
-    try:
-        fn = backends.load_function(backend, ptx, emitted.entry)
-        got = launch(spec, fn, dims, {k: xp.asarray(v) for k, v in inputs.items()}, xp)
-        got = backends.to_host(got)
-    except Exception as exc:  # recorded, not raised: the report says what failed
-        error = one_line(exc)
-    seconds = time.perf_counter() - start
+    expected_s = work(shape) / EMULATOR_MACS_PER_SECOND if backend == "emulator" else 0.0
+    with heartbeat(f"{spec.name} {shape_set}/{shape.name}", expected_s):
+        inputs = spec.make_inputs(dims, np.random.default_rng(seed(spec.name, shape)))
+        want = spec.reference(dims, inputs)
+        device, driver = backends.device_info(backend)
+        xp = backends.array_module(backend)
+        mismatches = max_abs = rows = 0
+        first = error = stats = None
+        start = time.perf_counter()
+        try:
+            fn = backends.load_function(backend, ptx, emitted.entry)
+            got = launch(spec, fn, dims, {k: xp.asarray(v) for k, v in inputs.items()}, xp)
+            got = backends.to_host(got)
+            stats = launch_stats(fn) if backend == "emulator" else None
+        except Exception as exc:  # recorded, not raised: the report says what failed
+            error = one_line(exc)
+        seconds = time.perf_counter() - start
     if error is None:
         mismatches, max_abs, first = compare(got, want)
         rows = dims.R  # the whole output was compared: every problem row contributed
@@ -104,7 +150,7 @@ def verify_cell(spec: KernelSpec, shape_set: str, shape: Shape, backend: str) ->
         kernel=spec.name, shape_set=shape_set, shape=shape.name, R=shape.R, K=shape.K, N=shape.N,
         backend=backend, device=device, driver=driver, mismatches=mismatches, rows_checked=rows,
         max_abs_diff=max_abs, first_mismatch=first, seconds=round(seconds, 4),
-        ptx_sha256=emitted.ptx_sha256, error=error,
+        ptx_sha256=emitted.ptx_sha256, error=error, launch_stats=stats,
     )
     write_model(verify_json(spec.name, shape_set, shape.name), report)
     return report

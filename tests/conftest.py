@@ -20,7 +20,8 @@ from typing import Callable
 import pytest
 
 from pipeline import config
-from pipeline.artifacts import ROOT, sha256_bytes, write_atomic, write_model
+from pipeline.artifacts import sha256_bytes, write_atomic, write_model
+from pipeline.config import ROOT
 from pipeline.models import EmitResult, Mismatch, PtxasArch, PtxasReport, Shape, VerifyReport
 
 pytest_plugins = ["pipeline.assertcount", "pytester"]
@@ -43,13 +44,14 @@ class FakeArtifacts:
         return result
 
     def ptxas(self, emitted: EmitResult, problems: dict[str, list[str]] | None = None,
-              archs: tuple[str, ...] = ("sm_80", "sm_90")) -> PtxasReport:
-        problems = problems or {}
+              archs: tuple[str, ...] = ("sm_80", "sm_90"), errors: dict[str, str] | None = None) -> PtxasReport:
+        problems, errors = problems or {}, errors or {}
         report = PtxasReport(
             kernel=emitted.kernel, ptx_sha256=emitted.ptx_sha256, ptxas="ptxas", ptxas_version="12.9",
             max_registers=128, max_shared_bytes=49152,
             archs=[PtxasArch(arch=a, registers=40, spill_stores=0, spill_loads=0, shared_bytes=1024,
-                             stack_bytes=0, problems=problems.get(a, [])) for a in archs])
+                             stack_bytes=0, problems=problems.get(a, [])) for a in archs if a not in errors],
+            errors=errors)
         write_model(config.ptxas_json(emitted.kernel), report)
         return report
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from pipeline.artifacts import read_model
-from pipeline.gate import run_kernel_tests
+from pipeline.kernel_tests import run_kernel_tests
 from pipeline.models import KernelTestRun, TestCounts
 
 SUITE = '''

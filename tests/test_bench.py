@@ -18,7 +18,8 @@ from kernels.backends import gpu_available
 from kernels.registry import KERNELS
 from kernels.spec import Dims
 from pipeline import bench, bench_baselines, bench_device, bench_timing
-from pipeline.artifacts import ROOT, read_model
+from pipeline.artifacts import read_model
+from pipeline.config import ROOT
 from pipeline.bench_record import BenchReport, Method
 from pipeline.models import Shape
 
@@ -227,8 +228,8 @@ def test_doit_bench_without_gpu_stops_with_one_line(tmp_path):
                                           ("model=nope.json", "model=nope.json: no such prediction file")])
 def test_doit_bench_bad_parameter_is_one_line(tmp_path, arg, fragment):
     res = _doit_bench(tmp_path, arg)
-    assert res.returncode == 2 and "Traceback" not in res.stderr
-    assert res.stderr.startswith(f"error: {fragment}") and res.stderr.count("\n") == 1
+    assert res.returncode == 1 and "Traceback" not in res.stdout + res.stderr
+    assert f"TaskFailed - taskid:bench\n{fragment}" in res.stdout
 
 
 def test_python_m_bench_without_gpu(tmp_path):

@@ -20,7 +20,9 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from pipeline.artifacts import ROOT, UserError, read_model
+from pipeline.artifacts import read_model
+from pipeline.config import ROOT
+from pipeline.errors import UserError
 from pipeline.bench_record import (PEAKS, BenchReport, Check, Row, Timing, gops,
                                    load_predictions, peak_for, percentiles, summarize,
                                    with_predictions)

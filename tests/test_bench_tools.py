@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.artifacts import ROOT, UserError
+from pipeline.config import ROOT
+from pipeline.errors import UserError
 from pipeline.bench_counters import CORE, METRICS, available, derive, main, parse_ncu_csv
 from pipeline.bench_device import CUPY_BUILDS
 

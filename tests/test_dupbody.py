@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from pipeline.artifacts import ArtifactError
+from pipeline.errors import ArtifactError
 from pipeline.dupbody import allowed_group, find_duplicates, read_allowed, stale_allowances
 from pipeline.models import AllowedDuplicate, AllowedDuplicates
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline import gate
-from pipeline.artifacts import ArtifactError, write_model
-from pipeline.ledger import cells, dump_ledger, make_ledger
+from pipeline import config, gate
+from pipeline.artifacts import write_model
+from pipeline.errors import ArtifactError
+from pipeline.ledger import dump_ledger, make_ledger
+from pipeline.results import cells
 from pipeline.models import (
     AllowedDuplicate, AllowedDuplicates, CellResult, DuplicateGroup, FunctionRef, KernelState,
-    LedgerEntry, PtxasArch, RunSummary, Seal, SealedShape, SealedVerify, Shape, TestCounts,
+    PtxasArch, RunSummary, Seal, SealedShape, SealedVerify, Shape, TestCounts,
 )
 
 KERNELS = ("kern_a", "kern_b")
@@ -37,7 +39,8 @@ def result(key, verdict="pass") -> CellResult:
 def seal(kernel: str, ptx: str = "p") -> Seal:
     return Seal(
         kernel=kernel, source_sha256=f"s-{kernel}", ptx_sha256=f"{ptx}-{kernel}", ptx_bytes=10, ptxas_version="12.9",
-        ptxas=[PtxasArch(arch="sm_80", registers=40, spill_stores=0, spill_loads=0, shared_bytes=0, stack_bytes=0)],
+        ptxas=[PtxasArch(arch=a, registers=40, spill_stores=0, spill_loads=0, shared_bytes=0, stack_bytes=0)
+               for a in config.ARCHS],
         verify=SealedVerify(backend="emulator", device="cpu-emulator", shapes=[
             SealedShape(shape_set="smoke", shape="tiny", R=1, K=1, N=1, mismatches=0, rows_checked=1)]),
         tests=TestCounts(passed=2, failed=0, skipped=0, total=2, vacuous=0, invariants=1), sealed_at="2025-01-01")
@@ -49,10 +52,20 @@ def green() -> gate.Inputs:
     results = [result(k, "blocked" if k == BLOCKED else "pass") for k in UNIVERSE]
     run = RunSummary(cells=UNIVERSE, results=results, duplicates=[ALLOWED_PAIR],
                      kernels=[KernelState(kernel=k, source_sha256=f"s-{k}", ptx_sha256=f"p-{k}") for k in KERNELS])
-    ledger = make_ledger([LedgerEntry(**r.model_dump()) for r in results], max_not_pass=1)
+    ledger = make_ledger(results, max_not_pass=1)
     allowed = AllowedDuplicates(allowed=[AllowedDuplicate(functions=[m.name for m in ALLOWED_PAIR.members],
                                                           reason="kept apart on purpose")])
     return gate.Inputs(run, ledger, {k: seal(k) for k in KERNELS}, allowed)
+
+
+def with_seal(i: gate.Inputs, kernel: str = "kern_a", **update) -> gate.Inputs:
+    """The world with one seal's evidence changed (``update`` applies to the seal's parts)."""
+    s = i.seals[kernel]
+    parts = {"ptxas": [a.model_copy(update=update.get("ptxas", {})) if a.arch == "sm_90" else a for a in s.ptxas],
+             "verify": s.verify.model_copy(update={"shapes": [
+                 sh.model_copy(update=update.get("shape", {})) for sh in s.verify.shapes]}),
+             "tests": s.tests.model_copy(update=update.get("tests", {}))}
+    return i._replace(seals={**i.seals, kernel: s.model_copy(update=parts)})
 
 
 def with_result(i: gate.Inputs, key, verdict: str) -> gate.Inputs:
@@ -75,7 +88,7 @@ PLANTED = {
     "no verdict": (lambda i: i._replace(run=i.run.model_copy(update={"results": i.run.results[1:]})),
                    "NOT RUN", gate.not_run),
     "unlisted": (lambda i: with_entries(i, [e for e in i.ledger.entries if e.key != TINY]), "UNLISTED", gate.unlisted),
-    "stale entry": (lambda i: with_entries(i, [*i.ledger.entries, LedgerEntry(
+    "stale entry": (lambda i: with_entries(i, [*i.ledger.entries, CellResult(
         kernel="kern_a", check="ptxas", target="sm_70", verdict="pass")]), "STALE", gate.stale_entries),
     "over cap": (lambda i: with_entries(i, i.ledger.entries, cap=0), "OVER CAP", gate.over_cap),
     "bad reason": (lambda i: replace_entry(i, BLOCKED, reason="flaky"), "BAD REASON", gate.bad_reasons),
@@ -84,6 +97,19 @@ PLANTED = {
     "stale seal": (lambda i: i._replace(seals={**i.seals, "kern_a": seal("kern_a", ptx="old")}), "STALE SEAL", gate.seals),
     "seal of a gone kernel": (lambda i: i._replace(seals={**i.seals, "gone": seal("gone")}), "STALE SEAL", gate.seals),
     "unsealed": (lambda i: i._replace(seals={"kern_b": i.seals["kern_b"]}), "UNSEALED", gate.seals),
+    "seal claims spills": (lambda i: with_seal(i, ptxas={"spill_stores": 8, "spill_loads": 8}), "BAD SEAL",
+                           gate.sealed_evidence),
+    "seal over budget": (lambda i: with_seal(i, ptxas={"registers": 255}), "BAD SEAL", gate.sealed_evidence),
+    "seal lacks an arch": (lambda i: i._replace(seals={**i.seals, "kern_a": i.seals["kern_a"].model_copy(
+        update={"ptxas": i.seals["kern_a"].ptxas[:1]})}), "BAD SEAL", gate.sealed_evidence),
+    "seal with 7 mismatches": (lambda i: with_seal(i, shape={"mismatches": 7}), "BAD SEAL", gate.sealed_evidence),
+    "seal with 0 rows checked": (lambda i: with_seal(i, shape={"rows_checked": 0}), "BAD SEAL", gate.sealed_evidence),
+    "seal lacks a verify cell": (lambda i: i._replace(seals={**i.seals, "kern_a": i.seals["kern_a"].model_copy(
+        update={"verify": i.seals["kern_a"].verify.model_copy(update={"shapes": []})})}), "BAD SEAL", gate.sealed_evidence),
+    "seal with 5 failed tests": (lambda i: with_seal(i, tests={"failed": 5, "total": 7}), "BAD SEAL", gate.sealed_evidence),
+    "seal with a vacuous test": (lambda i: with_seal(i, tests={"vacuous": 1}), "BAD SEAL", gate.sealed_evidence),
+    "seal with no passing test": (lambda i: with_seal(i, tests={"passed": 0, "skipped": 2}), "BAD SEAL",
+                                  gate.sealed_evidence),
     "duplicate body": (lambda i: i._replace(run=i.run.model_copy(update={"duplicates": [ALLOWED_PAIR, COPY]})),
                        "DUPLICATE BODY", gate.duplicates),
     "stale allowance": (lambda i: i._replace(run=i.run.model_copy(update={"duplicates": []})), "STALE", gate.duplicates),
@@ -160,10 +186,10 @@ def world(tmp_path, monkeypatch):
 
 
 def test_main_green_red_and_informational(world, capsys):
-    assert gate.main(["--no-run"]) == 0
+    assert gate.main([]) == 0
     assert "gate: green" in capsys.readouterr().out
     write_model(world["seals"] / "kern_a.json", seal("kern_a", ptx="old"))
-    assert gate.main(["--no-run"]) == 1
+    assert gate.main([]) == 1
     out = capsys.readouterr().out
     assert out.splitlines()[0].startswith("STALE SEAL  ledger/seals/kern_a.json") and "gate: RED" in out
 
@@ -177,7 +203,7 @@ def test_main_green_red_and_informational(world, capsys):
 ], ids=["ledger-json", "ledger-missing", "ledger-counts", "seal", "allowed"])
 def test_unreadable_input_exits_2_with_no_verdict(world, capsys, damage):
     damage(world)
-    assert gate.main(["--no-run"]) == 2
+    assert gate.main([]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.startswith("gate: cannot read ") and err.count("\n") == 1
 
@@ -187,16 +213,21 @@ def test_unreadable_run_exits_2(world, monkeypatch, capsys):
         raise ArtifactError("artifacts/verify/k/smoke/tiny.json: unreadable JSON; delete it and re-run")
 
     monkeypatch.setattr(gate, "summarize", broken)
-    assert gate.main(["--no-run"]) == 2
+    assert gate.main([]) == 2
     assert "tiny.json: unreadable JSON" in capsys.readouterr().err
 
 
 def test_doit_gate_passes_the_exit_status_through(tmp_path, tmp_doit):
     """`doit gate` is a python-action raising SystemExit(code): doit must not flatten 2 into 1."""
     dodo = """
-        from pipeline import gate
+        from pipeline import gate, tasks_ratchet
+        from pipeline.tasks_build import VerifyPlan
         gate.main = lambda argv: int(open("code").read())
+        tasks_ratchet.KERNELS, tasks_ratchet.verify_plan = {}, lambda: VerifyPlan([], "emulator", False)
         from pipeline.tasks_ratchet import task_gate
+
+        def task_kernel_tests():  # the gate's one dependency left: a no-op here
+            return {"actions": []}
     """
     codes = []
     for code in (0, 1, 2):

@@ -1,15 +1,17 @@
 """The doit graph re-runs exactly the stale stages, judged by content, never by mtime.
 
-One copy of the project (dodo.py, kernels/, pipeline/, shapes.yaml) per module in a
-temp folder; each test runs ``python -m doit`` there and reads which tasks ran
-(``.  name``) and which were up to date (``-- name``) from doit's output. Tests run
-in file order and each leaves the copy up to date for the next.
+One copy of the project (dodo.py, kernels/, pipeline/, shapes.yaml, ledger/, tests/)
+per module in a temp folder; each test runs ``python -m doit`` there and reads which
+tasks ran (``.  name``) from doit's output; up-to-date tasks are only counted, in one
+line per stage (pipeline.reporter). Tests run in file order and each leaves the copy
+up to date for the next.
 """
 from __future__ import annotations
 
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -18,10 +20,11 @@ from typing import NamedTuple
 import pytest
 from doit.task import Task
 
-from pipeline.artifacts import ROOT, sha256_file
+from kernels.registry import KERNELS
+from pipeline.artifacts import sha256_file
 from pipeline.checker import ContentChecker, targets_intact
+from pipeline.config import ROOT
 
-KERNELS = ("hslm_fwd_s8", "hslm_dx_s8", "hslm_dw_s8")
 EMIT = {f"emit:{k}" for k in KERNELS}
 PTXAS = {f"ptxas:{k}" for k in KERNELS}
 
@@ -29,7 +32,6 @@ PTXAS = {f"ptxas:{k}" for k in KERNELS}
 class Run(NamedTuple):
     rc: int
     ran: set[str]
-    fresh: set[str]  # up to date
     out: str
     err: str
 
@@ -38,14 +40,14 @@ class Run(NamedTuple):
 def project(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("project")
     skip = shutil.ignore_patterns("__pycache__", "*.pyc", ".*.tmp")
-    for name in ("kernels", "pipeline"):
+    for name in ("kernels", "pipeline", "ledger", "tests"):
         shutil.copytree(ROOT / name, root / name, ignore=skip)
-    for name in ("dodo.py", "shapes.yaml"):
+    for name in ("dodo.py", "shapes.yaml", "pyproject.toml"):
         shutil.copy2(ROOT / name, root / name)
     first = doit(root, "ptxas")
     assert first.rc == 0, first.out + first.err
-    assert first.ran == EMIT | PTXAS | {"ptxas:summary"}
-    assert "kernel" in first.out and "spill st" in first.out
+    assert first.ran == EMIT | PTXAS  # ptxas:check is up to date: every report passes
+    assert "kernel" in first.out and "spill st" in first.out  # the table, since cells ran
     assert (root / "artifacts/ptxas/hslm_dw_s8.json").exists()  # the copy's own artifacts
     return root
 
@@ -56,8 +58,7 @@ def doit(project: Path, *args: str, **env: str) -> Run:
     proc = subprocess.run([sys.executable, "-m", "doit", *args], cwd=project, env=environ,
                           capture_output=True, text=True, timeout=300)
     lines = proc.stdout.splitlines()
-    return Run(proc.returncode, {l[3:] for l in lines if l.startswith(".  ")},
-               {l[3:] for l in lines if l.startswith("-- ")}, proc.stdout, proc.stderr)
+    return Run(proc.returncode, {l[3:] for l in lines if l.startswith(".  ")}, proc.stdout, proc.stderr)
 
 
 def edit(path: Path, text: str, keep_mtime: bool = False) -> None:
@@ -108,7 +109,7 @@ def test_list_shows_the_stages(project):
 def test_second_ptxas_runs_nothing(project):
     second = doit(project, "ptxas")  # the fixture ran the first
     assert second.rc == 0 and second.ran == set()
-    assert second.fresh == EMIT | PTXAS | {"ptxas:summary"}
+    assert second.out == "ptxas: 3 kernels (all up to date): all within budget on sm_80, sm_86, sm_89, sm_90\n"
 
 
 def test_comment_only_edit_reruns_emit_not_ptxas(project):
@@ -119,7 +120,7 @@ def test_comment_only_edit_reruns_emit_not_ptxas(project):
     edit(source, original + "# a comment: the PTX does not change\n")
     run = doit(project, "ptxas")
     assert run.rc == 0 and run.ran == {"emit:hslm_dx_s8"}
-    assert sha256_file(ptx) == before and "ptxas:hslm_dx_s8" in run.fresh
+    assert sha256_file(ptx) == before
     edit(source, original)
     assert doit(project, "ptxas").ran == {"emit:hslm_dx_s8"}
 
@@ -136,10 +137,10 @@ def test_edit_that_keeps_the_mtime_is_caught(project):
     ptx = project / "artifacts/ptx/hslm_fwd_s8.ptx"
     edit(source, emits_a_trailer(original), keep_mtime=True)
     run = doit(project, "ptxas")
-    assert run.rc == 0 and run.ran == {"emit:hslm_fwd_s8", "ptxas:hslm_fwd_s8", "ptxas:summary"}
+    assert run.rc == 0 and run.ran == {"emit:hslm_fwd_s8", "ptxas:hslm_fwd_s8"}
     assert ptx.read_text().endswith("// edited\n")
     edit(source, original, keep_mtime=True)
-    assert doit(project, "ptxas").ran == {"emit:hslm_fwd_s8", "ptxas:hslm_fwd_s8", "ptxas:summary"}
+    assert doit(project, "ptxas").ran == {"emit:hslm_fwd_s8", "ptxas:hslm_fwd_s8"}
     assert not ptx.read_text().endswith("// edited\n")
 
 
@@ -156,7 +157,7 @@ def test_doit_md5_checker_would_miss_that_edit(project):
     assert "emit:hslm_fwd_s8" in caught.ran
     assert (project / "artifacts/ptx/hslm_fwd_s8.ptx").read_text().endswith("// edited\n")
     edit(source, original, keep_mtime=True)
-    assert doit(project, "ptxas").ran == {"emit:hslm_fwd_s8", "ptxas:hslm_fwd_s8", "ptxas:summary"}
+    assert doit(project, "ptxas").ran == {"emit:hslm_fwd_s8", "ptxas:hslm_fwd_s8"}
 
 
 def test_damaged_targets_are_rebuilt(project):
@@ -168,7 +169,6 @@ def test_damaged_targets_are_rebuilt(project):
     report = project / "artifacts/ptxas/hslm_dx_s8.json"
     good = report.read_bytes()
     report.write_text("{}")
-    # rebuilt with the same content, so the summary that reads it stays up to date
     assert doit(project, "ptxas").ran == {"ptxas:hslm_dx_s8"} and report.read_bytes() == good
 
 
@@ -177,18 +177,17 @@ def test_over_budget_fails_with_one_line(project):
     original = cfg.read_text()
     assert "max_registers=128" in original
     edit(cfg, original.replace("max_registers=128", "max_registers=24"))
-    run = doit(project, "--continue", "ptxas")
-    # rc 2: with --continue doit also reports the summary's unmet dependency
-    assert run.rc == 2 and run.ran == PTXAS  # the budget is part of each task's config
+    run = doit(project, "ptxas")
+    # the cells record the figures (the budget is part of each one's config); the judge fails
+    assert run.rc == 1 and run.ran == PTXAS | {"ptxas:check"}
     assert "Traceback" not in run.out + run.err
     row = re.search(r"^hslm_fwd_s8 +sm_80 +(\d+) .* (\d+) registers > budget 24$", run.out, re.M)
     assert row and row.group(1) == row.group(2)
-    failure = run.out.split("TaskFailed - taskid:ptxas:hslm_fwd_s8\n", 1)[1].split("\n")
-    assert failure[0].startswith("hslm_fwd_s8 sm_80: ") and failure[0].endswith(
-        "; see artifacts/ptxas/hslm_fwd_s8.json") and failure[1] == ""
+    failure = run.out.split("TaskFailed - taskid:ptxas:check\n", 1)[1].split("\n")
+    assert re.fullmatch(r"hslm_fwd_s8 sm_80: \d+ registers > budget 24 \(\+11 more\)", failure[0])
     edit(cfg, original)
-    run = doit(project, "ptxas")  # failed tasks are never up to date
-    assert run.rc == 0 and run.ran == PTXAS | {"ptxas:summary"}
+    run = doit(project, "ptxas")  # the config changed back: the cells re-run, and pass
+    assert run.rc == 0 and run.ran == PTXAS
 
 
 def test_missing_ptxas_fails_with_one_line(project):
@@ -198,24 +197,45 @@ def test_missing_ptxas_fails_with_one_line(project):
     assert doit(project, "ptxas").ran == {"ptxas:hslm_fwd_s8"}  # the failed task re-runs
 
 
-@pytest.mark.parametrize("args, message", [
-    (("verify", "shape=nope"), "error: unknown shape set 'nope' in shapes.yaml; known: smoke, tails, hslm, large"),
-    (("verify", "shape=smoke", "backend=tpu"), "error: unknown backend 'tpu'; known: auto, gpu, emulator"),
+@pytest.mark.parametrize("ptxas, message", [
+    ("nope", "not an executable file; fix it or unset PTXAS"),
+    ("/bin/true", "it is not ptxas; pip install nvidia-cuda-nvcc-cu12"),
 ])
-def test_user_errors_are_one_line(project, args, message):
-    run = doit(project, *args)
-    assert (run.rc, run.out, run.err) == (2, "", message + "\n")
+def test_gate_without_ptxas_says_so_once(project, ptxas, message):
+    ptxas = str(project / ptxas) if ptxas == "nope" else ptxas
+    run = doit(project, "gate", "shape=smoke", PTXAS=ptxas)
+    assert run.rc == 1 and "Traceback" not in run.out + run.err
+    assert run.out.count(message) == 1 and "UNEXPECTED FAILURE" not in run.out
+    assert doit(project, "ptxas").ran == {"ptxas:hslm_fwd_s8"}
 
 
-def test_bad_shapes_yaml_is_one_line(project):
+def test_user_errors_fail_only_the_tasks_that_read_them(project):
+    run = doit(project, "verify", "shape=nope")
+    assert run.rc == 1 and run.ran == {"verify:error"} and "Traceback" not in run.out + run.err
+    assert "TaskFailed - taskid:verify:error\nunknown shape set 'nope' in shapes.yaml; known: smoke, tails, hslm, large\n" in run.out
+    run = doit(project, "verify", "shape=smoke", "backend=tpu")
+    assert run.rc == 1 and "unknown backend 'tpu'; known: auto, gpu, emulator\n" in run.out
+    assert doit(project, "emit", "shape=nope").rc == 0
+
+
+def test_unknown_variable_is_refused(project):
+    run = doit(project, "verify", "shap=smoke")
+    assert (run.rc, run.out) == (3, "")
+    assert run.err == "error: unknown variable 'shap'; known: shape, backend, force, gpu, model, ceiling, accept_new\n"
+
+
+def test_bad_shapes_yaml_blocks_only_what_reads_it(project):
     shapes = project / "shapes.yaml"
     original = shapes.read_text()
     edit(shapes, "smoke:\n  - {name: a, R: 1, K: 1, N: 1}\n  - {name: odd, R: 33, K: 0, N: 9}\n")
     run = doit(project, "verify")
+    listed = doit(project, "list")
+    emitted = doit(project, "emit")
     edit(shapes, original)
-    assert (run.rc, run.out) == (2, "")
-    assert run.err == ("error: shapes.yaml: set 'smoke' entry 2 ('odd'): field 'K': "
-                       "Input should be greater than or equal to 1\n")
+    assert run.rc == 1 and "Traceback" not in run.out + run.err
+    assert ("TaskFailed - taskid:verify:error\nshapes.yaml: set 'smoke' entry 2 ('odd'): field 'K': "
+            "Input should be greater than or equal to 1\n") in run.out
+    assert listed.rc == 0 and "verify" in listed.out and emitted.rc == 0
 
 
 # ---- verify (on the emulator) --------------------------------------------------------
@@ -228,9 +248,10 @@ def test_verify_runs_only_stale_cells(project):
     args = ("verify", "shape=smoke", "backend=emulator")
     first = doit(project, *args)
     assert first.rc == 0, first.out + first.err
-    assert first.ran == CELLS | {"verify:summary"}
-    assert "9 cells on emulator: all exact" in first.out
-    assert doit(project, *args).ran == set()
+    assert first.ran == CELLS  # verify:check is up to date: every report is exact
+    assert "verify: 9 cells on emulator (9 ran): all exact" in first.out
+    again = doit(project, *args)
+    assert again.ran == set() and again.out.endswith("verify: 9 cells on emulator (all up to date): all exact\n")
     source = project / "kernels" / "hslm_dw_s8.py"
     original = source.read_text()
     edit(source, original + "# comment only\n")
@@ -240,14 +261,13 @@ def test_verify_runs_only_stale_cells(project):
     report = project / "artifacts/verify/hslm_dx_s8/smoke/small.json"
     good = report.read_text()
     report.write_text(good.replace('"mismatches": 0', '"mismatches": 7'))
-    # the cell re-runs; its fresh report differs (seconds), so the table is printed again
-    assert doit(project, *args).ran == {"verify:hslm_dx_s8/smoke/small", "verify:summary"}
+    assert doit(project, *args).ran == {"verify:hslm_dx_s8/smoke/small"}
     assert '"mismatches": 0' in report.read_text()
 
 
 def test_verify_mismatch_fails_with_the_first_one(project):
     """A kernel whose PTX changed and now disagrees with its reference (here: the reference
-    is made off by one) fails its cells with the first mismatching element."""
+    is made off by one): its cells record the mismatches, the judge fails with the first."""
     source = project / "kernels" / "hslm_fwd_s8.py"
     original = source.read_text()
     edit(source, emits_a_trailer(original) +
@@ -255,11 +275,61 @@ def test_verify_mismatch_fails_with_the_first_one(project):
     run = doit(project, "verify", "shape=smoke", "backend=emulator")
     edit(source, original)
     assert run.rc == 1 and "Traceback" not in run.out + run.err
-    failure = re.search(r"TaskFailed - taskid:verify:hslm_fwd_s8/smoke/(\w+)\n(.*)\n", run.out)
+    failure = re.search(r"TaskFailed - taskid:verify:check\n(.*)\n", run.out)
     assert failure, run.out
-    assert re.fullmatch(rf"hslm_fwd_s8 smoke/{failure.group(1)} R=\d+ K=\d+ N=\d+: (\d+) mismatches "
-                        r"\(max \|diff\| 1\); first at \(row 0, col 0\): got (-?\d+), want (-?\d+)",
-                        failure.group(2))
-    got, want = (int(v) for v in failure.group(2).rsplit(": got ", 1)[1].split(", want "))
-    assert got == want - 1
-    assert doit(project, "verify", "shape=smoke", "backend=emulator").rc == 0  # restored
+    line = re.fullmatch(r"hslm_fwd_s8 smoke/(\w+) R=\d+ K=\d+ N=\d+: (\d+) mismatches \(max \|diff\| 1\); "
+                        r"first at \(row 0, col 0\): got (-?\d+), want (-?\d+) \(\+2 more above\)", failure.group(1))
+    assert line and int(line.group(3)) == int(line.group(4)) - 1
+    again = doit(project, "verify", "shape=smoke", "backend=emulator")  # restored
+    assert again.rc == 0 and again.ran >= {f"verify:hslm_fwd_s8/smoke/{s}" for s in SMOKE}
+
+
+# ---- the gate shares the graph -------------------------------------------------------
+
+def test_gate_then_verify_reruns_nothing(project):
+    """`doit gate` runs the cells through the same tasks and database as `doit verify`, so
+    what it ran is up to date afterwards (a gate on its own database re-ran 55 tasks here)."""
+    (project / "artifacts" / "verify").exists() and shutil.rmtree(project / "artifacts" / "verify")
+    gate = doit(project, "gate", "shape=smoke")
+    assert CELLS | {"kernel_tests", "gate"} <= gate.ran, gate.out + gate.err
+    assert "gate: " in gate.out and "Traceback" not in gate.out + gate.err
+    after = doit(project, "verify", "shape=smoke")
+    assert after.rc == 0 and after.ran == set()
+    assert after.out == ("ptxas: 3 kernels (all up to date): all within budget on sm_80, sm_86, sm_89, sm_90\n"
+                         "verify: 9 cells on emulator (all up to date): all exact\n")
+
+
+def test_interrupted_verify_keeps_the_finished_cells(project):
+    """SIGTERM in the middle of `doit verify`: one line, and the cells that finished are
+    saved (doit writes its database when the run ends, also on an exception)."""
+    shutil.rmtree(project / "artifacts" / "verify", ignore_errors=True)
+    environ = {**{k: v for k, v in os.environ.items() if k != "PTXAS"}, "PYTHONPATH": str(project),
+               "PYTHONUNBUFFERED": "1"}  # each line as it is printed
+    proc = subprocess.Popen([sys.executable, "-m", "doit", "verify", "shape=hslm", "backend=emulator"],
+                            cwd=project, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    started = []
+    for line in proc.stdout:
+        if line.startswith(".  verify:"):
+            started.append(line[3:].strip())
+        if len(started) == 4:  # the first three have finished and doit recorded them
+            proc.send_signal(signal.SIGTERM)
+            break
+    finished = [name.split(":", 1)[1] for name in started[:3]]
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "Traceback" not in err
+    assert err.strip().startswith("interrupted (signal 15); the tasks that finished are saved")
+    again = doit(project, "verify", "shape=hslm", "backend=emulator")
+    assert again.rc == 0 and again.ran  # the rest of the cells
+    assert not {f"verify:{cell}" for cell in finished} & again.ran
+
+
+def test_clean_removes_everything_the_graph_wrote(project):
+    """Runs last: `doit clean` leaves no file under artifacts/ (temp files of killed runs included)."""
+    assert (project / "artifacts" / "gate" / "run.json").exists() and (project / "artifacts" / "tests").exists()
+    stray = project / "artifacts" / "verify" / ".x.json.tmp-999999999"
+    stray.parent.mkdir(parents=True, exist_ok=True)
+    stray.write_text("half")
+    run = doit(project, "clean")
+    assert run.rc == 0, run.out + run.err
+    left = [p for p in (project / "artifacts").rglob("*") if p.is_file()]
+    assert left == []

@@ -1,109 +1,22 @@
-"""The ledger: cells and their verdicts from artifacts, the file format, and bless's rules."""
+"""The ledger: the file format and bless's rules."""
 from __future__ import annotations
 
 import json
+import stat
 
 import pytest
-from conftest import SHAPES
 from pydantic import ValidationError
 
-from pipeline.artifacts import ArtifactError
-from pipeline.ledger import (
-    BlessRefused, bless, bless_file, cells, collect, dump_ledger, make_ledger, read_ledger,
-)
-from pipeline.models import CellResult, KernelTestRun, LedgerEntry, PtxasArch, RunSummary, TestCounts
-from pipeline.ptxas import PtxasError
-
-ARCHS = ("sm_80", "sm_90")
-
-
-def counts(**kw: int) -> TestCounts:
-    base = dict(passed=2, failed=0, skipped=0, total=2, vacuous=0, invariants=1)
-    return TestCounts(**{**base, **kw})
-
-
-def run_of(**per_kernel: TestCounts) -> KernelTestRun:
-    return KernelTestRun(exitstatus=0, kernels=per_kernel)
-
-
-def no_reassemble(emitted, arch):
-    raise AssertionError("reassemble must not run when the report is current")
-
-
-def by_key(results: list[CellResult]) -> dict[tuple[str, str, str], CellResult]:
-    return {r.key: r for r in results}
-
-
-# --- collect -----------------------------------------------------------------------------
-
-def test_collect_all_pass(fake_artifacts):
-    fake_artifacts.all_pass("k")
-    results = collect({"k": "src"}, ARCHS, SHAPES, run_of(k=counts()), no_reassemble)
-    assert [r.key for r in results] == cells(["k"], ARCHS, SHAPES)
-    assert {r.verdict for r in results} == {"pass"}
-
-
-def test_collect_verify_mismatch_error_and_stale_report(fake_artifacts):
-    emitted = fake_artifacts.all_pass("k")
-    tiny, tail = SHAPES["smoke"]
-    fake_artifacts.verify(emitted, "smoke", tiny, mismatches=3)
-    fake_artifacts.verify(emitted, "smoke", tail, error="EmulatorError: ptxemu: unsupported at line 9 `ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r1}, [%r2];`")
-    got = by_key(collect({"k": "src"}, ARCHS, SHAPES, run_of(k=counts()), no_reassemble))
-    assert got[("k", "verify", "smoke/tiny")].verdict == "fail"
-    assert "3 mismatches" in got[("k", "verify", "smoke/tiny")].blocker
-    assert (got[("k", "verify", "smoke/tail")].verdict, got[("k", "verify", "smoke/tail")].reason) == ("blocked", "emulator-gap")
-    fake_artifacts.verify(emitted, "smoke", tiny, ptx_sha256="0" * 64)  # made from other PTX
-    got = by_key(collect({"k": "src"}, ARCHS, SHAPES, run_of(k=counts()), no_reassemble))
-    assert got[("k", "verify", "smoke/tiny")].verdict == "fail"
-    assert "no verify report for the current PTX" in got[("k", "verify", "smoke/tiny")].blocker
-
-
-def test_collect_ptxas_problems_and_missing_report(fake_artifacts):
-    emitted = fake_artifacts.all_pass("k")
-    fake_artifacts.ptxas(emitted, problems={"sm_90": ["spills 8 bytes stores / 8 bytes loads"]})
-    got = by_key(collect({"k": "src"}, ARCHS, SHAPES, run_of(k=counts()), no_reassemble))
-    assert got[("k", "ptxas", "sm_80")].verdict == "pass"
-    assert (got[("k", "ptxas", "sm_90")].verdict, got[("k", "ptxas", "sm_90")].reason) == ("fail", "over-budget")
-
-    def reassemble(emitted, arch):  # the ptxas task wrote nothing: per-arch reruns give the blocker
-        if arch == "sm_90":
-            raise PtxasError("k.ptx (sm_90): ptxas fatal : Unsupported .version 9.9; current version is '8.8'")
-        return PtxasArch(arch=arch, registers=40, spill_stores=0, spill_loads=0, shared_bytes=0, stack_bytes=0)
-
-    fake_artifacts.emit("k", ptx="// changed\n")  # the PTX moved on: the report is of the old one
-    got = by_key(collect({"k": "src"}, ARCHS, SHAPES, run_of(k=counts()), reassemble))
-    assert got[("k", "ptxas", "sm_80")].verdict == "pass"
-    assert (got[("k", "ptxas", "sm_90")].verdict, got[("k", "ptxas", "sm_90")].reason) == ("blocked", "ptxas-version")
-    assert got[("k", "ptxas", "sm_90")].blocker.endswith("current version is '8.8'")
-
-
-def test_collect_source_newer_than_emit_fails_every_stage_cell(fake_artifacts):
-    fake_artifacts.all_pass("k", source="old")
-    got = collect({"k": "new"}, ARCHS, SHAPES, run_of(k=counts()), no_reassemble)
-    assert {r.verdict for r in got if r.check != "tests"} == {"fail"}
-    assert all("run doit emit" in r.blocker for r in got if r.check != "tests")
-
-
-@pytest.mark.parametrize("run, verdict, reason", [
-    (run_of(k=counts()), "pass", None),
-    (run_of(k=counts(vacuous=1)), "pass_vacuous", "vacuous-test"),
-    (run_of(k=counts(passed=1, failed=1)), "fail", None),
-    (run_of(k=counts(passed=0, skipped=2)), "blocked", "not-run"),
-    (run_of(), "blocked", "no-tests"),
-    (None, "fail", None),
-])
-def test_tests_cell(fake_artifacts, run, verdict, reason):
-    fake_artifacts.all_pass("k")
-    got = by_key(collect({"k": "src"}, ARCHS, SHAPES, run, no_reassemble))[("k", "tests", "tests")]
-    assert (got.verdict, got.reason) == (verdict, reason)
-    assert (got.blocker is None) == (verdict == "pass")
+from pipeline.errors import ArtifactError, BlessRefused
+from pipeline.ledger import bless, bless_file, dump_ledger, make_ledger, read_ledger
+from pipeline.models import CellResult, RunSummary
 
 
 # --- the file ------------------------------------------------------------------------------
 
-def entry(kernel: str, target: str, verdict: str = "pass", reason: str | None = None, check: str = "verify") -> LedgerEntry:
+def entry(kernel: str, target: str, verdict: str = "pass", reason: str | None = None, check: str = "verify") -> CellResult:
     blocker = None if verdict == "pass" else f"{target} broke"
-    return LedgerEntry(kernel=kernel, check=check, target=target, verdict=verdict, blocker=blocker, reason=reason)
+    return CellResult(kernel=kernel, check=check, target=target, verdict=verdict, blocker=blocker, reason=reason)
 
 
 def test_dump_is_one_sorted_entry_per_line_and_round_trips(tmp_path):
@@ -207,14 +120,22 @@ def test_refused_bless_writes_nothing(tmp_path):
     assert read_ledger(path).counts["pass"] == 3
 
 
+def test_bless_keeps_the_ledger_mode(tmp_path):
+    path = tmp_path / "ledger.json"
+    path.write_text(dump_ledger(make_ledger([entry("a", "smoke/x")], 0)))
+    path.chmod(0o664)
+    bless_file(UNIVERSE, [result(k) for k in UNIVERSE], path=path)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o664 and read_ledger(path).counts["pass"] == 3
+
+
 def test_doit_bless_refuses_in_one_line_and_accept_new_prints_the_accounting(tmp_path, tmp_doit):
     ledger = tmp_path / "ledger.json"
     ledger.write_text(dump_ledger(make_ledger([entry("a", "smoke/x")], 0)))
     dodo = """
         import functools, pathlib
-        from pipeline import gate, ledger, tasks_ratchet
+        from pipeline import ledger, tasks_ratchet
         from pipeline.models import RunSummary
-        gate.summarize = lambda sets: RunSummary.model_validate_json(pathlib.Path("run.json").read_text())
+        tasks_ratchet.summarize = lambda sets: RunSummary.model_validate_json(pathlib.Path("run.json").read_text())
         tasks_ratchet.bless_file = functools.partial(ledger.bless_file, path=pathlib.Path("ledger.json").resolve())
         from pipeline.tasks_ratchet import task_bless
     """

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.artifacts import ROOT, read_model
+from pipeline.artifacts import read_model
+from pipeline.config import ROOT
 from pipeline.bench_counters import derive, parse_ncu_csv
 from pipeline.bench_land import LandedRun, land, main, read_steps
 from pipeline.bench_record import BenchReport

@@ -12,7 +12,7 @@ import yaml
 from kernels.registry import KERNELS
 from kernels.spec import Dims
 from pipeline import config, perf_model, sass
-from pipeline.artifacts import UserError
+from pipeline.errors import UserError
 from pipeline.models import PtxasArch, Shape
 from pipeline.sass_ratchet import current_figures, judge_sass
 

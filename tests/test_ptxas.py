@@ -8,20 +8,32 @@ which 12.9 refuses with a fatal line).
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
-from pipeline.artifacts import UserError
+from pipeline.errors import PtxasError, UserError
 from pipeline.config import ARCHS, Budget
+from pipeline.models import PtxasUsage
 from pipeline.ptxas import (
-    PtxasError, Usage, assemble, find_ptxas, first_error, judge, parse_verbose, ptxas_version,
+    assemble, find_ptxas, first_error, judge, parse_verbose, ptxas_version,
     wheel_ptxas,
 )
 
 DATA = Path(__file__).parent / "data" / "ptxas"
 VERSIONS = ("12.9", "13.0")
 BUDGET = Budget(max_registers=128, max_shared_bytes=48 * 1024)
+FIELDS = tuple(PtxasUsage.model_fields)
+
+
+def usage_of(*figures: int) -> PtxasUsage:
+    """PtxasUsage from (registers, spill_stores, spill_loads, shared_bytes, stack_bytes)."""
+    return PtxasUsage(**dict(zip(FIELDS, figures)))
+
+
+def figures(usage: PtxasUsage) -> tuple[int, ...]:
+    return tuple(getattr(usage, f) for f in FIELDS)
 
 
 def recorded(version: str, case: str, arch: str) -> tuple[str, int]:
@@ -40,16 +52,16 @@ def test_parse_small(version, arch):
     copy, plain = found[("smem_copy", arch)], found[("plain_add", arch)]
     assert copy.shared_bytes == 1024 and plain.shared_bytes == 0  # no smem item when 0
     assert 8 <= plain.registers < copy.registers <= 16
-    assert copy[1:] == (0, 0, 1024, 0) and plain[1:] == (0, 0, 0, 0)
+    assert figures(copy)[1:] == (0, 0, 1024, 0) and figures(plain)[1:] == (0, 0, 0, 0)
     assert judge(arch, copy, BUDGET).problems == []
 
 
 def test_parse_exact_figures():
     stderr, _ = recorded("12.9", "small", "sm_80")
-    assert parse_verbose(stderr)[("smem_copy", "sm_80")] == Usage(12, 0, 0, 1024, 0)
+    assert parse_verbose(stderr)[("smem_copy", "sm_80")] == usage_of(12, 0, 0, 1024, 0)
     stderr, _ = recorded("13.0", "small", "sm_90")  # sm_90: no cmem item on the Used line
     assert "cmem" not in stderr
-    assert parse_verbose(stderr)[("plain_add", "sm_90")] == Usage(10, 0, 0, 0, 0)
+    assert parse_verbose(stderr)[("plain_add", "sm_90")] == usage_of(10, 0, 0, 0, 0)
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -58,17 +70,17 @@ def test_parse_spill_fails_the_verdict(version, arch):
     stderr, rc = recorded(version, "spill", arch)
     assert rc == 0 and "cumulative stack size" in stderr
     usage = parse_verbose(stderr)[("spill_sum", arch)]
-    assert usage == Usage(24, 144, 144, 0, 144)
+    assert usage == usage_of(24, 144, 144, 0, 144)
     assert judge(arch, usage, BUDGET).problems == ["spills 144 bytes stores / 144 bytes loads"]
 
 
 def test_budget_verdicts():
-    ok = Usage(registers=128, spill_stores=0, spill_loads=0, shared_bytes=48 * 1024, stack_bytes=0)
+    ok = usage_of(128, 0, 0, 48 * 1024, 0)
     assert judge("sm_80", ok, BUDGET).ok
-    over = ok._replace(registers=129, shared_bytes=48 * 1024 + 16)
+    over = ok.model_copy(update={"registers": 129, "shared_bytes": 48 * 1024 + 16})
     assert judge("sm_80", over, BUDGET).problems == [
         "129 registers > budget 128", "49168 bytes shared > budget 49152"]
-    assert not judge("sm_80", ok._replace(spill_loads=4), BUDGET).ok
+    assert not judge("sm_80", ok.model_copy(update={"spill_loads": 4}), BUDGET).ok
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -131,10 +143,24 @@ def test_assemble_with_real_ptxas(monkeypatch):
     major_minor = ".".join(version.split(".")[:2])
     for arch in report.archs:
         want = parse_verbose(recorded(major_minor, "small", arch.arch)[0])[("smem_copy", arch.arch)]
-        assert Usage(*(getattr(arch, f) for f in Usage._fields)) == want
+        assert figures(arch) == figures(want)
     spilled = assemble("k", "spill_sum", DATA / "spill.ptx", ("sm_89",), BUDGET, ptxas)
     assert not spilled.ok and spilled.archs[0].spill_stores == 144
-    with pytest.raises(PtxasError, match=r"bad\.ptx \(sm_80\): ptxas .*line 18; error .*'frobnicate'"):
-        assemble("k", "smem_copy", DATA / "bad.ptx", ("sm_80",), BUDGET, ptxas)
-    with pytest.raises(PtxasError, match=r"reported no entry 'missing'"):
-        assemble("k", "missing", DATA / "small.ptx", ("sm_80",), BUDGET, ptxas)
+    refused = assemble("k", "smem_copy", DATA / "bad.ptx", ("sm_80", "sm_90"), BUDGET, ptxas)
+    assert not refused.ok and refused.archs == [] and set(refused.errors) == {"sm_80", "sm_90"}
+    assert re.search(r"bad\.ptx \(sm_80\): ptxas .*line 18; error .*'frobnicate'", refused.errors["sm_80"])
+    missing = assemble("k", "missing", DATA / "small.ptx", ("sm_80",), BUDGET, ptxas)
+    assert "reported no entry 'missing'" in missing.errors["sm_80"]
+
+
+def test_a_tool_that_is_not_ptxas_is_refused(monkeypatch, tmp_path):
+    monkeypatch.setenv("PTXAS", "/bin/true")
+    with pytest.raises(UserError, match=r"^PTXAS=/bin/true: '--version' printed no 'ptxas: NVIDIA .* banner: "
+                                        r"it is not ptxas; pip install nvidia-cuda-nvcc-cu12"):
+        find_ptxas()
+    impostor = tmp_path / "ptxas"
+    impostor.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 12.9, V12.9.86'\n")
+    impostor.chmod(0o755)
+    monkeypatch.setenv("PTXAS", str(impostor))
+    with pytest.raises(UserError, match="it is not ptxas"):
+        find_ptxas()

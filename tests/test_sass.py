@@ -12,7 +12,7 @@ import pytest
 
 from kernels.registry import KERNELS
 from pipeline import sass
-from pipeline.artifacts import ArtifactError, UserError
+from pipeline.errors import ArtifactError, UserError
 
 DATA = Path(__file__).parent / "data" / "sass"
 ARCHS = ("sm_80", "sm_90")  # the oldest and the newest: different schedules, uniform datapath
@@ -218,7 +218,7 @@ def test_report_records_tool_versions(tools, tmp_path):
     ptx.write_text(spec.emit())
     report = sass.sass_report(spec.name, spec.name, ptx, ("sm_89",), tmp_path)
     assert (tmp_path / f"{spec.name}.sm_89.sass").read_text().count("IMMA") == 16
-    assert report.nvdisasm_version == sass.tool_version(tools[0]) and report.ptxas_version.startswith("12.")
+    assert report.nvdisasm_version == sass.disassembler_version(tools[0]) and report.ptxas_version.startswith("12.")
     assert report.arch("sm_89").fast.lsu_per_imma == 2.0
     with pytest.raises(ArtifactError, match=r"no SASS counts for sm_75 \(known: sm_89\)"):
         report.arch("sm_75")

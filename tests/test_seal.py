@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 from conftest import SHAPES
 
-from pipeline.artifacts import ArtifactError
+from pipeline.errors import ArtifactError, SealRefused
 from pipeline.models import KernelState, KernelTestRun, TestCounts
-from pipeline.seal import SealRefused, build_seal, read_seals, seal_path, stale, write_seal
+from pipeline.seal import build_seal, read_seals, seal_path, stale, write_seal
 
 COUNTS = TestCounts(passed=3, failed=0, skipped=1, total=4, vacuous=0, invariants=1)
 TESTS = KernelTestRun(exitstatus=0, kernels={"k": COUNTS})

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.artifacts import UserError
-from pipeline.config import GATE_SETS, VERIFY_SETS
+from pipeline.config import VERIFY_SETS
+from pipeline.errors import UserError
 from pipeline.shapes import load_set, load_shape_sets, parse_set_names, select_sets
 
 GOOD = "tails:\n  - {name: a, R: 1, K: 17, N: 3}\n"
@@ -17,7 +17,7 @@ def dims(shapes):
 def test_committed_sets():
     sets = load_shape_sets()
     assert list(sets)[:4] == ["smoke", "tails", "hslm", "large"]
-    assert set(VERIFY_SETS) | set(GATE_SETS) <= set(sets) and "large" not in VERIFY_SETS
+    assert set(VERIFY_SETS) <= set(sets) and "large" not in VERIFY_SETS
     assert any(s.K % 16 for s in sets["smoke"])
     assert max(s.R * s.K * s.N for s in sets["smoke"]) <= 64 * 64 * 64
     assert {(1, 17, 3), (27, 243, 729), (5, 1, 1), (33, 31, 9)} <= dims(sets["tails"])
@@ -48,17 +48,29 @@ def bad(tmp_path, text: str) -> str:
      ": set 'tails' entry 1 ('a'): field 'M': Extra inputs are not permitted"),
     ("tails:\n  - {R: x, K: 2, N: -1}\n",
      ": set 'tails' entry 1: field 'name': Field required; field 'R': Input should be a valid "
-     "integer, unable to parse string as an integer; field 'N': Input should be greater than "
-     "or equal to 1"),
+     "integer; field 'N': Input should be greater than or equal to 1"),
+    # sizes are strict integers: no booleans, strings or floats
+    ("tails:\n  - {name: a, R: 1, K: true, N: 3}\n", ": set 'tails' entry 1 ('a'): field 'K': Input should be a valid integer"),
+    ("tails:\n  - {name: a, R: '32', K: 2, N: 3}\n", ": set 'tails' entry 1 ('a'): field 'R': Input should be a valid integer"),
+    ("tails:\n  - {name: a, R: 1, K: 2, N: 32.0}\n", ": set 'tails' entry 1 ('a'): field 'N': Input should be a valid integer"),
+    ("tails:\n  - {name: '..', R: 1, K: 2, N: 3}\n",
+     ": set 'tails' entry 1 ('..'): field 'name': Value error, '..' is not a safe name: use letters, digits, "
+     "'_', '.', '-', not only dots"),
     ("tails:\n  - {name: 'a b', R: 1, K: 2, N: 3}\n",
-     ": set 'tails' entry 1 ('a b'): field 'name': String should match pattern '^[A-Za-z0-9_.-]+$'"),
+     ": set 'tails' entry 1 ('a b'): field 'name': Value error, 'a b' is not a safe name: use letters, "
+     "digits, '_', '.', '-', not only dots"),
     ("tails:\n  - {name: a, R: 1, K: 2, N: 3}\n  - {name: a, R: 2, K: 2, N: 3}\n",
      ": set 'tails' entry 2 ('a'): field 'name': duplicate name in set 'tails'"),
     ("tails:\n  - 5\n", ": set 'tails' entry 1: Input should be a valid dictionary or instance of Shape"),
     ("tails: {name: a}\n", ": set 'tails' must be a non-empty list of shapes"),
     ("tails: []\n", ": set 'tails' must be a non-empty list of shapes"),
     ("- {name: a, R: 1, K: 1, N: 1}\n", ": expected a mapping of set name -> list of shapes"),
-    ("'bad set':\n  - {name: a, R: 1, K: 1, N: 1}\n", ": set name 'bad set' must match ^[A-Za-z0-9_.-]+$"),
+    ("'bad set':\n  - {name: a, R: 1, K: 1, N: 1}\n",
+     ": set name 'bad set' is not a safe name: use letters, digits, '_', '.', '-', not only dots"),
+    ("'..':\n  - {name: a, R: 1, K: 1, N: 1}\n",
+     ": set name '..' is not a safe name: use letters, digits, '_', '.', '-', not only dots"),
+    ("7:\n  - {name: a, R: 1, K: 1, N: 1}\n",
+     ": set name 7 is not a safe name: use letters, digits, '_', '.', '-', not only dots"),
     ("tails:\n  - {name: a, R: 1\n", ": line 3: not valid YAML (expected ',' or '}', but got '<stream end>')"),
 ])
 def test_bad_entry_is_one_line(tmp_path, text, expected):

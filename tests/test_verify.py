@@ -7,6 +7,10 @@ only where CuPy sees one (skipped otherwise, never faked).
 """
 from __future__ import annotations
 
+import re
+import time
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -14,10 +18,13 @@ from kernels.registry import KERNELS
 from kernels.spec import Dims
 from kernels import backends
 from pipeline import config
-from pipeline.artifacts import ArtifactError, UserError, read_model
+from pipeline.artifacts import read_model
+from pipeline.errors import ArtifactError, UserError
 from pipeline.emit import emit
 from pipeline.models import Shape, VerifyReport
-from pipeline.verify import compare, resolve_backend, seed, verdict, verify_cell
+from pipeline.verify import (
+    check_work, compare, heartbeat, launch_stats, resolve_backend, seed, verdict, verify_cell,
+)
 
 SHAPE = Shape(name="odd", R=33, K=31, N=9)
 SPEC = KERNELS["hslm_fwd_s8"]
@@ -126,21 +133,11 @@ def test_forced_gpu_without_device_is_refused():
         resolve_backend("gpu")
 
 
-def emulator_ready() -> bool:
-    try:
-        from kernels.ptxemu import Module  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 @pytest.mark.parametrize("backend", ["emulator", "gpu"])
 @pytest.mark.parametrize("kernel", list(KERNELS))
 def test_real_kernel_on_smoke(tmp_path, monkeypatch, backend, kernel):
     if backend == "gpu" and not backends.gpu_available():
         pytest.skip("no CUDA device visible to CuPy")
-    if backend == "emulator" and not emulator_ready():
-        pytest.skip("kernels.ptxemu not landed yet")  # TODO(lead): drop once ptxemu exists
     monkeypatch.setattr(config, "PTX_DIR", tmp_path / "ptx")
     monkeypatch.setattr(config, "VERIFY_DIR", tmp_path / "verify")
     spec = KERNELS[kernel]
@@ -148,3 +145,40 @@ def test_real_kernel_on_smoke(tmp_path, monkeypatch, backend, kernel):
     report = verify_cell(spec, "smoke", Shape(name="k_tail", R=8, K=40, N=24), backend)
     assert report.passed, verdict(report)
     assert report.rows_checked == 8 and report.backend == backend
+    stats = report.launch_stats
+    if backend == "emulator":  # the emulator's counts of the launch travel with the report
+        assert stats.warp_instructions == sum(stats.by_opcode.values()) and stats.by_opcode["mma"] > 0
+    else:
+        assert stats is None
+
+
+def test_launch_stats_carry_memory_rows():
+    row = dict(line=12, opcode="ld.global.u32", space="global", in_loop=True, requests=4, bytes_used=512,
+               sectors=16, lines=4, wavefronts=4, ideal_wavefronts=4)
+    fn = SimpleNamespace(stats=SimpleNamespace(warp_instructions=10, by_opcode={"mma": 2, "ld.global": 8},
+                                               memory=(SimpleNamespace(_asdict=lambda: row),)))
+    stats = launch_stats(fn)
+    assert stats.warp_instructions == 10 and stats.memory[0].sectors == 16 and stats.memory[0].in_loop
+    older = SimpleNamespace(stats=SimpleNamespace(warp_instructions=3, by_opcode={"mma": 3}))  # no memory rows
+    assert launch_stats(older).memory == [] and launch_stats(SimpleNamespace()) is None
+
+
+def test_emulator_work_budget_refuses_big_cells_unless_forced(artifacts, monkeypatch):
+    big = Shape(name="sq4096", R=4096, K=4096, N=4096)
+    with pytest.raises(UserError, match=r"^verify hslm_fwd_s8 large/sq4096 on the emulator: R\*K\*N = 6.9e\+10 "
+                                        r"multiply-adds, about \d+ s, over the emulator budget 4.3e\+09; run it "
+                                        r"with backend=gpu, or force it with force=1$"):
+        verify_cell(SPEC, "large", big, "emulator")
+    check_work(SPEC.name, "large", big, "gpu", force=False)  # a GPU has no budget
+    check_work(SPEC.name, "large", big, "emulator", force=True)
+    check_work(SPEC.name, "tails", SHAPE, "emulator", force=False)
+
+
+def test_heartbeat_prints_while_a_long_cell_runs(capsys):
+    with heartbeat("k smoke/x", expected_s=100.0, every=0.02):
+        time.sleep(0.1)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines and all(re.fullmatch(r"k smoke/x: \d+ s of about 100 s", line) for line in lines)
+    with heartbeat("quiet", expected_s=0.01, every=0.02):
+        time.sleep(0.05)
+    assert capsys.readouterr().out == ""

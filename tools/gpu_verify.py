@@ -16,7 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
 from kernels.registry import KERNELS  # noqa: E402
-from pipeline.artifacts import ArtifactError  # noqa: E402
+from pipeline.errors import ArtifactError  # noqa: E402
 from pipeline.bench_cli import run_cli  # noqa: E402
 from pipeline.config import VERIFY_SETS  # noqa: E402
 from pipeline.emit import emit  # noqa: E402

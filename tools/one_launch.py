@@ -24,7 +24,7 @@ from kernels import backends  # noqa: E402
 from kernels.launch import launch  # noqa: E402
 from kernels.registry import KERNELS  # noqa: E402
 from kernels.spec import Dims  # noqa: E402
-from pipeline.artifacts import UserError  # noqa: E402
+from pipeline.errors import UserError  # noqa: E402
 from pipeline.bench_cli import run_cli  # noqa: E402
 from pipeline.models import Shape  # noqa: E402
 from pipeline.shapes import load_shape_sets  # noqa: E402

@@ -1,0 +1,64 @@
+"""The console reporter: doit's, with up-to-date tasks counted instead of listed.
+
+A task that runs is shown as doit shows it (``.  name``) and failures as doit writes
+them. Up-to-date tasks are not listed one by one; at the end, each stage whose cells
+were part of the run (tasks carrying ``meta={"stage": ...}``) gets one line, and its
+table when any of its cells ran, e.g. ``verify: 48 cells on emulator (all up to
+date): all exact``.
+"""
+from __future__ import annotations
+
+from doit.reporter import ConsoleReporter
+from doit.task import Task
+
+from kernels.registry import KERNELS
+from pipeline import report
+from pipeline.errors import ArtifactError
+from pipeline.models import PtxasReport
+from pipeline.artifacts import read_model
+from pipeline import config
+
+
+class StageReporter(ConsoleReporter):
+    desc = "console output, one line per stage for up-to-date cells"
+
+    def __init__(self, outstream, options) -> None:
+        super().__init__(outstream, options)
+        self.seen: dict[str, dict[str, bool]] = {}  # stage -> task name -> ran
+
+    def _note(self, task: Task, ran: bool) -> None:
+        stage = (task.meta or {}).get("stage")
+        if stage:
+            self.seen.setdefault(stage, {})[task.name] = ran
+
+    def skip_uptodate(self, task: Task) -> None:
+        self._note(task, ran=False)
+
+    def add_success(self, task: Task) -> None:
+        self._note(task, ran=True)
+
+    def stage_lines(self) -> list[str]:
+        lines = []
+        ptxas = self.seen.get("ptxas", {})
+        if ptxas:
+            kernels = [k for k in KERNELS if f"ptxas:{k}" in ptxas]
+            ran = sum(ptxas.values())
+            if ran:
+                lines.append(report.ptxas_table(kernels))
+            lines.append(report.ptxas_line([read_model(config.ptxas_json(k), PtxasReport) for k in kernels], ran))
+        verify = self.seen.get("verify", {})
+        if verify:
+            cells = sorted(tuple(name.split(":", 1)[1].split("/")) for name in verify)
+            ran = sum(verify.values())
+            if ran:
+                lines.append(report.verify_table(cells))
+            lines.append(report.verify_line(report.verify_reports(cells), ran))
+        return lines
+
+    def complete_run(self) -> None:
+        try:
+            for line in self.stage_lines():
+                self.write(line + "\n")
+        except ArtifactError as exc:  # a report vanished under the run: say so, do not crash
+            self.write(f"(no summary: {exc})\n")
+        super().complete_run()
