@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from kernels.pitch import aligned_copy
 from kernels.spec import Dims, KernelSpec
 
 
@@ -21,16 +22,23 @@ class LaunchError(ValueError):
 
 
 def kernel_args(spec: KernelSpec, dims: Dims, out: Any, inputs: dict[str, Any]) -> list[Any]:
-    """Arguments in PTX parameter order: output buffer, input buffers, then u32 scalars."""
+    """Arguments in PTX parameter order: output buffer, input buffers, then u32 scalars.
+
+    An input given at its logical width where the kernel wants a wider row pitch (rows
+    16-byte aligned for cp.async) is copied into a pitched buffer (``kernels.pitch``)."""
     args: list[Any] = []
     for param in spec.params:
         if param.shape is None:
-            args.append(np.dtype(param.dtype).type(getattr(dims, param.name)))
+            value = param.value(dims) if param.value else getattr(dims, param.name)
+            args.append(np.dtype(param.dtype).type(value))
             continue
         buf = out if param is spec.output else inputs.get(param.name)
         if buf is None:
             raise LaunchError(f"{spec.name}: input '{param.name}' is missing")
         want = tuple(param.shape(dims))
+        if (len(want) == buf.ndim == 2 and buf.shape[0] == want[0] and buf.shape[1] < want[1]
+                and str(buf.dtype) == param.dtype):
+            buf = aligned_copy(buf, want[1])
         if tuple(buf.shape) != want or str(buf.dtype) != param.dtype:
             raise LaunchError(
                 f"{spec.name}: input '{param.name}' is {buf.dtype}{tuple(buf.shape)}, "

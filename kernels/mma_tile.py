@@ -91,11 +91,16 @@ class Lane:
     n_base: str  # first D column of this CTA
 
 
+def entry(name: str, params: tuple[BufferSpec, ...], threads: int) -> tuple[Ptx, dict[str, str]]:
+    """A kernel entry of ``threads`` per CTA with its parameters loaded (buffers as
+    global pointers, sizes as u32)."""
+    ptx = Ptx(name, [(p.name, "u64" if p.shape else "u32") for p in params], threads)
+    return ptx, {p.name: ptx.param_ptr(p.name) if p.shape else ptx.param_u32(p.name) for p in params}
+
+
 def begin(name: str, params: tuple[BufferSpec, ...]) -> tuple[Ptx, dict[str, str], Lane]:
-    """A kernel's prologue: its parameters loaded (buffers as global pointers, sizes as
-    u32) and this thread's tile coordinates."""
-    ptx = Ptx(name, [(p.name, "u64" if p.shape else "u32") for p in params], THREADS)
-    regs = {p.name: ptx.param_ptr(p.name) if p.shape else ptx.param_u32(p.name) for p in params}
+    """A kernel's prologue: its parameters loaded and this thread's tile coordinates."""
+    ptx, regs = entry(name, params, THREADS)
     return ptx, regs, lane_coords(ptx)
 
 

@@ -36,6 +36,7 @@ class BufferSpec(NamedTuple):
     name: str
     dtype: str  # numpy dtype name: "int8", "uint32", "int32"
     shape: Callable[[Dims], tuple[int, ...]] | None  # None: a scalar taken from Dims
+    value: Callable[[Dims], int] | None = None  # a scalar derived from Dims (a row pitch)
 
 
 @dataclass(frozen=True)

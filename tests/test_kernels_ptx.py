@@ -1,5 +1,6 @@
 """What the emitted PTX promises, read off the text: target, decode form, tensor-core op,
-and the shape of the two loop bodies (fast, tail).
+the shape of the two loop bodies (fast, tail) of the unstaged kernels and the one body
+of the staged ones.
 
 The numbers that matter (exact results) come from running this PTX on the emulator
 (tests/test_kernels_run.py) and on a GPU; these tests pin the structural contract of
@@ -12,7 +13,9 @@ from kernelcases import per_kernel
 
 from kernels.registry import KERNELS, get_kernel
 
-TERNARY = ["hslm_fwd_s8", "hslm_dx_s8"]
+STAGED = ["hslm_fwd_s8"]
+UNSTAGED = ["hslm_dx_s8", "hslm_dw_s8"]
+TERNARY = ["hslm_dx_s8"]  # unstaged kernels that decode W
 MMA = "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32"
 
 
@@ -23,25 +26,35 @@ def bodies(ptx: str) -> dict[str, str]:
     return {"fast": fast, "tail": tail}
 
 
+def loop(ptx: str) -> str:
+    """The staged kernels' one chunk loop."""
+    return ptx.split("chunk:\n", 1)[1].split("bra.uni chunk;", 1)[0]
+
+
 @pytest.mark.parametrize("name", per_kernel())
 def test_emission_is_deterministic_and_targets_sm80(name):
     ptx = KERNELS[name].emit()
     assert ptx == KERNELS[name].emit()
     assert ".version 8.0\n.target sm_80\n.address_size 64" in ptx
     assert f".visible .entry {name}(" in ptx
+
+
+@pytest.mark.parametrize("name", per_kernel(UNSTAGED))
+def test_unstaged_bodies_run_eight_mma(name):
+    ptx = KERNELS[name].emit()
     for body in bodies(ptx).values():
         assert body.count(MMA) == 8  # 2 k-steps x 4 n-tiles per chunk of 64
     assert ptx.count(MMA) == 16
 
 
-@pytest.mark.parametrize("name", per_kernel())
+@pytest.mark.parametrize("name", per_kernel(UNSTAGED))
 def test_control_flow_is_uniform(name):
     ptx = KERNELS[name].emit()
     branches = re.findall(r"\bbra(\.\w+)?\b", ptx)
     assert branches == [".uni"] * 3  # fast-or-tail choice, skip the tail body, loop back edge
 
 
-@pytest.mark.parametrize("name", per_kernel())
+@pytest.mark.parametrize("name", per_kernel(UNSTAGED))
 def test_fast_body_loads_without_predicates(name):
     fast, tail = bodies(KERNELS[name].emit()).values()
     guarded = [ln for ln in fast.splitlines() if "ld.global" in ln and ln.strip().startswith("@")]
@@ -65,12 +78,38 @@ def test_ternary_decode_is_one_word_prmt_and_one_16_byte_store(name):
         assert body.count("bar.sync 0;") == 2
 
 
+@pytest.mark.parametrize("name", per_kernel(STAGED))
+def test_staged_loop_is_one_uniform_body_of_32_mma(name):
+    ptx = KERNELS[name].emit()
+    body = loop(ptx)
+    assert body.count(MMA) == ptx.count(MMA) == 32  # 4 m16 x 4 n8 tiles x 2 k steps per warp
+    assert re.findall(r"\bbra(\.\w+)?\b", ptx) == [".uni"]  # the back edge only: no tail body
+    assert body.count("bar.sync 0;") == 1  # one barrier per chunk
+
+
+@pytest.mark.parametrize("name", per_kernel(STAGED))
+def test_staged_loop_copies_ahead_and_reads_fragments_with_ldmatrix(name):
+    ptx = KERNELS[name].emit()
+    body = loop(ptx)
+    copies = re.findall(r"cp\.async\.cg\.shared\.global \[[^]]+\], \[[^]]+\], 16, (%p\d+);", body)
+    assert len(copies) == 2 and ptx.count("cp.async.cg") == 4 * 2  # 3 chunks ahead + the loop's
+    assert body.count("cp.async.commit_group") == 1 and ptx.count("cp.async.commit_group") == 4
+    assert body.count("cp.async.wait_group 2;") == 1  # stage k landed, 2 newer in flight
+    assert body.count("ldmatrix.sync.aligned.m8n8.x4.shared.b16") == 8 + 4  # A: 4 m x 2 k; B: 4 n
+    assert not re.search(r"@%p\d+ ld\.global", body)  # no predicated loads: tails are zero fill
+    assert "ld.shared" not in body
+
+
 @pytest.mark.kernel("hslm_fwd_s8")
-def test_forward_reads_each_lanes_b_chunk_with_one_16_byte_load_per_n_tile():
-    for body in bodies(get_kernel("hslm_fwd_s8").emit()).values():
-        assert body.count("ld.shared.v4.b32") == 4 and body.count("ld.shared.b32") == 0
-    fast = bodies(get_kernel("hslm_fwd_s8").emit())["fast"]
-    assert fast.count("ld.global.b32") == 2 * 5  # two rows, 16 bytes each: five aligned words
+def test_forward_decodes_two_words_per_thread_a_chunk_ahead():
+    ptx = get_kernel("hslm_fwd_s8").emit()
+    body = loop(ptx)
+    table = re.search(r"mov\.b32 (%r\d+), 0xff0100;", ptx).group(1)
+    assert len(re.findall(rf"prmt\.b32 %r\d+, {table}, 0, %r\d+;", body)) == 8
+    assert body.count("st.shared.v4.b32") == 2
+    # the loads fetch the next chunk's words after the barrier, the decode reads the last ones
+    assert body.index("bar.sync") < body.index("ld.global.u32")
+    assert body.index("st.shared.v4.b32") < body.index("bar.sync")
 
 
 @pytest.mark.kernel("hslm_dx_s8")

@@ -7,7 +7,9 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from kernelcases import per_kernel
 
+from kernels import staged_tile
 from kernels.launch import LaunchError, launch
+from kernels.pitch import pitch
 from kernels.registry import KERNELS, get_kernel
 from kernels.spec import Dims
 from kernels.ptxemu import EmulatorError, Module
@@ -44,7 +46,14 @@ def test_exact_for_any_shape(name, R, K, N, seed):
 # shape with fast chunks (K, N = 200, 140) and a tail, so both loop bodies are exercised
 PLANTED = [
     ("hslm_fwd_s8", "decode table with +1 and -1 swapped", r"0xff0100;", "0x1ff00;", "mismatch"),
-    ("hslm_fwd_s8", "funnel selector one byte off", r"0x3210;", "0x4321;", "mismatch"),
+    ("hslm_fwd_s8", "no wait for the chunk's copies", r"\tcp\.async\.wait_group 2;\n", "", "race"),
+    ("hslm_fwd_s8", "waiting for one chunk too few", r"cp\.async\.wait_group 2;", "cp.async.wait_group 3;",
+     "race"),
+    ("hslm_fwd_s8", "no barrier after the wait", r"(chunk:\n(?:[^\n]*\n)*?)\tbar\.sync 0;\n", r"\1", "race"),
+    ("hslm_fwd_s8", "rows past R copied instead of zero-filled", r"or\.pred (%p\d+), (%p\d+), %p\d+;",
+     r"mov.pred \1, \2;", "out_of_bounds"),
+    ("hslm_fwd_s8", "swizzle ignored by the ldmatrix rows", r"xor\.b32 (%r\d+), (%r\d+), 32;",
+     r"add.u32 \1, \2, 32;", "race"),  # rows run into the next stage, still in flight
     ("hslm_dx_s8", "no barrier after the shared store",
      r"(st\.shared\.v4\.b32[^\n]*\n)\tbar\.sync 0;", r"\1", "race"),
     ("hslm_dx_s8", "transpose picks the wrong half", r"0x7632;", "0x5410;", "mismatch"),
@@ -80,10 +89,11 @@ def test_dw_refuses_rows_past_the_int32_bound():
 @pytest.mark.kernel("hslm_fwd_s8")
 def test_launch_refuses_a_grid_cuda_cannot_run():
     spec = get_kernel("hslm_fwd_s8")
-    launch(spec, lambda *a, **k: None, Dims(65535 * 64, 1, 1), {  # the largest R that fits
-        "x": np.zeros((65535 * 64, 1), np.int8), "w": np.zeros((1, 1), np.uint32)})
+    rows = 65535 * staged_tile.TILE_M  # the largest R that fits
+    launch(spec, lambda *a, **k: None, Dims(rows, 1, 1), {
+        "x": np.zeros((rows, pitch(1)), np.int8), "w": np.zeros((1, 1), np.uint32)})
     with pytest.raises(LaunchError, match=r"needs grid\.y=65536, over CUDA's 65535"):
-        launch(spec, lambda *a, **k: None, Dims(65535 * 64 + 1, 1, 1), {})
+        launch(spec, lambda *a, **k: None, Dims(rows + 1, 1, 1), {})
 
 
 @pytest.mark.parametrize("name", per_kernel())
@@ -95,3 +105,44 @@ def test_launch_refuses_mismatched_inputs(name):
     inputs[key] = inputs[key][:1]
     with pytest.raises(LaunchError, match=f"input '{key}' is"):
         launch(spec, lambda *a, **k: None, dims, inputs)
+
+
+def run_pitched(dims: Dims, row_pitch: int, seed: int = 0):
+    """Forward with x in rows ``row_pitch`` bytes apart, junk between K and the pitch."""
+    spec = get_kernel("hslm_fwd_s8")
+    rng = np.random.default_rng(seed)
+    inputs = spec.make_inputs(dims, rng)
+    x = rng.integers(-128, 128, (dims.R, row_pitch), dtype=np.int8)
+    x[:, :dims.K] = inputs["x"]
+    y = np.zeros((dims.R, dims.N), np.int32)
+    fn = Module(code=spec.emit()).get_function(spec.name)
+    fn(spec.geometry(dims).grid, spec.geometry(dims).block,
+       [y, x, inputs["w"], np.uint32(dims.R), np.uint32(dims.K), np.uint32(dims.N), np.uint32(row_pitch)])
+    return y, spec.reference(dims, inputs)
+
+
+@pytest.mark.kernel("hslm_fwd_s8")
+@pytest.mark.parametrize("dims, row_pitch", [(Dims(129, 243, 130), 256), (Dims(27, 64, 9), 96),
+                                             (Dims(5, 17, 3), 48), (Dims(130, 1, 129), 16)])
+def test_forward_exact_with_a_pitch_wider_than_the_row_and_junk_padding(dims, row_pitch):
+    got, want = run_pitched(dims, row_pitch)
+    assert np.array_equal(got, want)
+
+
+@pytest.mark.kernel("hslm_fwd_s8")
+def test_forward_refuses_a_pitch_that_breaks_16_byte_alignment():
+    with pytest.raises(EmulatorError) as info:
+        run_pitched(Dims(8, 40, 8), 40)
+    assert info.value.kind == "misaligned" and "cp.async" in info.value.text
+
+
+@pytest.mark.kernel("hslm_fwd_s8")
+def test_launch_copies_unpitched_rows_into_an_aligned_buffer():
+    spec = get_kernel("hslm_fwd_s8")
+    dims = Dims(9, 40, 8)
+    inputs = spec.make_inputs(dims, np.random.default_rng(4))
+    assert inputs["x"].shape == (9, 40) and spec.params[1].shape(dims) == (9, 48)
+    seen = {}
+    launch(spec, lambda grid, block, args, shared_mem=0: seen.update(x=args[1], ldx=args[6]), dims, inputs)
+    assert seen["x"].shape == (9, 48) and seen["ldx"] == 48
+    assert np.array_equal(seen["x"][:, :40], inputs["x"]) and not seen["x"][:, 40:].any()

@@ -30,7 +30,8 @@ def reference_fn(name: str, launches: list[Dims] | None = None):
     buffers = [p for p in spec.params if p.shape is not None]
 
     def fn(grid, block, args, shared_mem=0):
-        dims = Dims(*(int(a) for a in args[-3:]))
+        sizes = {p.name: int(a) for p, a in zip(spec.params, args) if p.shape is None}
+        dims = Dims(sizes["R"], sizes["K"], sizes["N"])
         args[0][...] = spec.reference(dims, {p.name: a for p, a in zip(buffers[1:], args[1:])})
         if launches is not None:
             launches.append(dims)

@@ -359,3 +359,15 @@ def test_vector_global_store_puts_element_0_lowest(vec):
     bad = body.replace("[%rd11]", "[%rd11+4]")
     expect(module(PROLOGUE + bad), "misaligned", f"st.global.v{vec}", (0, 0, 0), (0, 0, 0),
            grid=(1,), args=[np.zeros(65 * vec, U), z, z, z])
+
+
+def test_ignore_src_predicate_zero_fills_the_whole_copy():
+    """PTX 7.5's ignore-src operand: set, the copy reads nothing and writes zeros."""
+    text = stage(16).replace("16, %r6;", "16, %p5;").replace(
+        "cp.async.cg", "setp.ne.u32 %p5, %r6, 16;\n  cp.async.cg").replace(
+        "cp.async.ca", "setp.ne.u32 %p5, %r6, 16;\n  cp.async.ca")
+    src = np.random.default_rng(7).integers(1, 256, 1024).astype(np.uint8)
+    have = np.where(np.arange(64) % 3, 16, 5).astype(U)   # 5: ignored, so 0 bytes, not 5
+    out = np.zeros(1024, np.uint8)
+    Module(code=text).get_function("k")((1,), (64,), [out, src, have, np.zeros(64, U)])
+    assert (out == swap_model(src, np.where(have == 16, 16, 0), 16)).all()

@@ -3,10 +3,11 @@
 PTX ISA 9.7.9.25 (data movement, cp.async; cp.async.commit_group, cp.async.wait_group,
 cp.async.wait_all):
 
-- ``cp.async.ca.shared.global [dst], [src], cp-size{, src-size}`` with cp-size 4, 8 or
-  16; ``.cg`` only 16. Both addresses are aligned to cp-size. With src-size < cp-size only
-  the first src-size bytes are read and the rest of the destination is zero-filled
-  (src-size 0 reads nothing); src-size > cp-size is undefined.
+- ``cp.async.ca.shared.global [dst], [src], cp-size{, src-size | ignore-src}`` with
+  cp-size 4, 8 or 16; ``.cg`` only 16. Both addresses are aligned to cp-size. With
+  src-size < cp-size only the first src-size bytes are read and the rest of the
+  destination is zero-filled (src-size 0 reads nothing); src-size > cp-size is undefined.
+  The predicate ignore-src (PTX 7.5) set means src-size 0: all cp-size bytes are zeros.
 - ``commit_group`` closes this thread's copies issued since its last commit into one group;
   ``wait_group N`` returns when at most the N most recent committed groups of this
   thread are still pending; ``wait_all`` waits for every copy (committed or not).
@@ -120,7 +121,14 @@ def _cp_async(cx, level):
         raise cx.error(f"cp.async.{level} copies {' or '.join(map(str, VALID_SIZES[level]))} "
                        f"bytes, not {size}")
     dst, src = thread_addresses(cx, args[0]), thread_addresses(cx, args[1])
-    src_size = cx.src(args[3], U32) if len(args) == 4 else (lambda st, m: np.uint32(size))
+    if len(args) == 3:
+        src_size = lambda st, m: np.uint32(size)  # noqa: E731
+    elif isinstance(args[3], str) and args[3].lstrip("!") in cx.entry.regs \
+            and cx.entry.regs[args[3].lstrip("!")] == "pred":
+        ignore = cx.pred(args[3])
+        src_size = lambda st, m: np.where(ignore(st, m), 0, size).astype(np.uint32)  # noqa: E731
+    else:
+        src_size = cx.src(args[3], U32)
 
     def run(st, m):
         sel = st.sel(m)

@@ -1,0 +1,242 @@
+"""The staged CTA tile: D[m, n] = sum_k A[m, k] B[k, n], operands through shared memory.
+
+Layout of the work:
+
+- a CTA of 8 warps (2 along M x 4 along N) computes a 128 x 128 tile of D; each warp a
+  64 x 32 block: four m16 x four n8 ``mma.m16n8k32`` accumulators (the W decode per
+  chunk is shared by 128 rows, the fragment loads by 16 mma per k step);
+- the contraction runs in chunks of 64 bytes of k. Both operands sit in shared memory as
+  rows of one chunk (64 bytes = four 16-byte pieces), piece p of row r stored at piece
+  ``p ^ ((r >> 1) & 3)``: the 8 rows one ``ldmatrix`` phase reads (and the 8 pieces one
+  16-byte store phase writes) fall into 8 different 16-byte bank groups, so neither
+  conflicts. Rows 8 apart keep the same swizzle, so fragment tiles 8 or 16 rows apart
+  are immediate offsets;
+- fragments come from ``ldmatrix.x4`` (PTX ISA 9.7.14.5.15): for A (row-major [m][k])
+  lane l addresses row (l & 7) + 8((l >> 3) & 1) at piece 2s + (l >> 4), which gives
+  exactly the m16n8k32 A fragment of k step s; for B stored [n][k] lane l addresses
+  row l & 7 at piece l >> 3, which gives the B fragments of one n8 tile for both k steps;
+- A (activations, int8 rows with a 16-byte aligned pitch, ``kernels/pitch.py``) is
+  copied global -> shared with 16-byte ``cp.async.cg`` into a ring of ``STAGES`` chunks,
+  ``STAGES - 1`` chunks ahead of the one being multiplied. Tails need no separate code:
+  a copy's src-size is the bytes left in its row (0 past the last row or past K), the
+  rest of the 16 bytes is zero-filled by the copy and never read;
+- B (packed ternary W) is fetched one u32 per thread per chunk a chunk ahead, decoded
+  with ``prmt`` on 0x00FF0100 and stored with one 16-byte ``st.shared.v4`` into one of
+  two B buffers;
+- one ``bar.sync`` per chunk: after this thread's copies of the chunk have landed
+  (``cp.async.wait_group STAGES - 2``) and its decoded W is stored, it publishes both
+  to the CTA and tells every thread that the stage read in the previous chunk is free,
+  so the next copies may go there.
+
+The loop is uniform: every thread runs ceil(K / 64) chunks, only the copy sizes differ.
+"""
+from __future__ import annotations
+
+from kernels.mma_tile import entry
+from kernels.ptx_emit import TERNARY_PRMT_TABLE, Ptx, decode_ternary
+from kernels.spec import BufferSpec, Launch
+from kernels.ternary import CODES_PER_WORD
+
+WARPS_M, WARPS_N = 2, 4
+WARPS = WARPS_M * WARPS_N
+THREADS = 32 * WARPS
+WARP_M, WARP_N = 64, 32
+TILE_M, TILE_N = WARPS_M * WARP_M, WARPS_N * WARP_N  # 128 x 128
+M_TILES, N_TILES = WARP_M // 16, WARP_N // 8
+CHUNK_K = 64  # bytes of k per chunk: two k32 mma steps
+PIECE = 16  # bytes per cp.async and per ldmatrix row
+PIECES = CHUNK_K // PIECE
+STAGES = 4  # a power of two: the ring offset wraps with an and
+STAGE_BYTES = TILE_M * CHUNK_K
+RING_BYTES = STAGES * STAGE_BYTES
+B_BYTES = TILE_N * CHUNK_K
+COPIES = STAGE_BYTES // PIECE // THREADS  # 16-byte copies per thread per chunk
+WORDS = B_BYTES // PIECE // THREADS  # packed W words per thread per chunk
+ROWS_PER_PASS = THREADS // PIECES  # rows one pass of all threads' 16-byte pieces covers
+SHARED_ALIGN = 128  # swizzled addresses flip bit 5 with xor: the base keeps bits 0-6 clear
+
+
+def begin(name: str, params: tuple[BufferSpec, ...]) -> tuple[Ptx, dict[str, str]]:
+    return entry(name, params, THREADS)
+
+
+def geometry(rows: int, cols: int) -> Launch:
+    """Grid over a rows x cols output: x walks columns (TILE_N), y walks rows (TILE_M)."""
+    return Launch(grid=(-(-cols // TILE_N), -(-rows // TILE_M), 1), block=(THREADS, 1, 1))
+
+
+def swizzled(ptx: Ptx, row: str, piece: str) -> str:
+    """Byte offset of 16-byte piece ``piece`` of chunk row ``row``."""
+    flip = ptx.band(ptx.shr(row, 1), PIECES - 1)
+    return ptx.mad(row, CHUNK_K, ptx.shl(ptx.binop("xor", piece, flip, "b32"), 4))
+
+
+class Coords:
+    """This thread's place in the CTA (b32 registers)."""
+
+    def __init__(self, ptx: Ptx):
+        self.tid = ptx.special("%tid.x")
+        self.lane = ptx.band(self.tid, 31)
+        warp = ptx.shr(self.tid, 5)
+        self.warp_m = ptx.band(warp, WARPS_M - 1)
+        self.warp_n = ptx.shr(warp, WARPS_M.bit_length() - 1)
+        self.m_base = ptx.mul(ptx.special("%ctaid.y"), TILE_M)  # first D row of the CTA
+        self.n_base = ptx.mul(ptx.special("%ctaid.x"), TILE_N)  # first D column of the CTA
+
+
+class StagedRows:
+    """A = int8 rows [m][k] (``pitch`` bytes apart) copied into a ring of stages.
+
+    Thread ``tid`` copies piece ``tid & 3`` of rows ``tid >> 2`` + 64 j (j < COPIES):
+    the 64 rows of one j are 4 KiB of the stage, an immediate apart. A piece is copied
+    whole while it starts inside the row (k < K) and the row exists, else zero-filled
+    (ignore-src): bytes from K to the end of the row's last piece are the caller's
+    padding, read as they are; they meet B rows k >= K, which are zero (the packed
+    format pads each column with code 0 up to Kp, and Kp = pitch(K)).
+    """
+
+    def __init__(self, ptx: Ptx, at: Coords, ptr: str, pitch: str, rows: str, k_limit: str):
+        self.ptx = ptx
+        row, piece = ptx.shr(at.tid, 2), ptx.band(at.tid, PIECES - 1)
+        self.ring = ptx.shared_array("a_ring", RING_BYTES, SHARED_ALIGN)
+        self.copy_at = ptx.add(self.ring, swizzled(ptx, row, piece))
+        first = ptx.add(at.m_base, row)
+        rows_j = [ptx.add(first, ROWS_PER_PASS * j) for j in range(COPIES)]
+        piece_at = ptx.byte_offset(ptr, piece, PIECE)
+        self.src = [ptx.byte_offset(piece_at, r, pitch) for r in rows_j]
+        self.row_out = [ptx.setp("ge", r, rows, "u32") for r in rows_j]
+        self.k_left = ptx.sub(k_limit, ptx.shl(piece, 4))  # bytes of the row from this piece on
+        # ldmatrix rows: (l & 7) + 8 ((l >> 3) & 1) = l & 15 of the warp's m16 tile, piece l >> 4
+        read_row = ptx.mad(at.warp_m, WARP_M, ptx.band(at.lane, 15))
+        self.read_at = ptx.add(self.ring, swizzled(ptx, read_row, ptx.shr(at.lane, 4)))
+
+    def issue(self, stage_offset: str | int) -> None:
+        """Copy the next chunk into the stage at ``stage_offset``, zero-filling pieces past
+        K and rows past the last; then step to the chunk after it."""
+        ptx = self.ptx
+        past_k = ptx.setp("le", self.k_left, 0)
+        dst = self.copy_at if stage_offset == 0 else ptx.add(self.copy_at, stage_offset)
+        for j in range(COPIES):
+            skip = ptx.fresh("pred", "or.pred", past_k, self.row_out[j])
+            ptx.cp_async(dst, self.src[j], skip, dst_offset=j * ROWS_PER_PASS * CHUNK_K)
+        ptx.cp_async_commit()
+        ptx.increment(self.k_left, -CHUNK_K, "s32")
+        for src in self.src:
+            ptx.increment(src, CHUNK_K, "s64")
+
+    def fragments(self, stage_offset: str):
+        """Per k step (loaded when the loop asks for it): [m tile] -> the four A registers."""
+        ptx = self.ptx
+        low = ptx.add(self.read_at, stage_offset)
+        high = ptx.binop("xor", low, 2 * PIECE, "b32")  # piece 2 + (l >> 4): bit 5 flips
+        for base in (low, high):
+            yield [ptx.ldmatrix_x4(base, mi * 16 * CHUNK_K) for mi in range(M_TILES)]
+
+
+class DecodedTernary:
+    """B[k][n] = ternary W, packed column n = D's column, decoded into shared as [n][k].
+
+    Thread ``tid`` owns word ``tid & 3`` of the chunk in columns ``tid >> 2`` + 64 j
+    (j < WORDS): it loads the packed u32s one chunk ahead, decodes each to 16 int8 values
+    and stores them as one swizzled 16-byte piece into the B buffer of the chunk (two
+    buffers, alternating). Columns past N read column N - 1 and words past the column's
+    last read its last: those B values meet only zero-filled A pieces (k >= Kp) or are
+    never stored (n >= N).
+    """
+
+    def __init__(self, ptx: Ptx, at: Coords, w_ptr: str, in_features: str, cols: str):
+        self.ptx = ptx
+        col, word = ptx.shr(at.tid, 2), ptx.band(at.tid, PIECES - 1)
+        words_per_col = ptx.shr(ptx.add(in_features, CODES_PER_WORD - 1), 4)  # Kp / 16
+        self.last_word = ptx.sub(words_per_col, 1)
+        last_col = ptx.sub(cols, 1)
+        first = ptx.add(at.n_base, col)
+        columns = [ptx.binop("min", ptx.add(first, ROWS_PER_PASS * j), last_col, "u32")
+                   for j in range(WORDS)]
+        self.col_ptr = [ptx.byte_offset(w_ptr, ptx.mul(c, words_per_col), 4) for c in columns]
+        self.word = word  # advances by PIECES per chunk
+        buffers = ptx.shared_array("b_tiles", 2 * B_BYTES, SHARED_ALIGN)
+        self.store_at = ptx.add(buffers, swizzled(ptx, col, word))
+        read_row = ptx.mad(at.warp_n, WARP_N, ptx.band(at.lane, 7))
+        self.read_at = ptx.add(buffers, swizzled(ptx, read_row, ptx.shr(at.lane, 3)))
+        # toggling between buffer 0 and 1: x -> (2 x0 + B_BYTES) - x
+        self.store_flip = ptx.add(ptx.shl(self.store_at, 1), B_BYTES)
+        self.read_flip = ptx.add(ptx.shl(self.read_at, 1), B_BYTES)
+        self.table = ptx.mov(TERNARY_PRMT_TABLE)
+        self.packed = self.fetch()
+
+    def fetch(self) -> list[str]:
+        """The packed words of the next chunk (clamped inside the column); steps on."""
+        ptx = self.ptx
+        offset = ptx.wide_mul(ptx.binop("min", self.word, self.last_word, "u32"), 4)
+        words = [ptx.load("global", "u32", ptx.add(c, offset, "s64")) for c in self.col_ptr]
+        ptx.increment(self.word, PIECES)
+        return words
+
+    def store(self) -> None:
+        """Decode the fetched words into this chunk's B buffer."""
+        ptx = self.ptx
+        for j, packed in enumerate(self.packed):
+            ptx.store("shared", "v4.b32", self.store_at, decode_ternary(ptx, packed, self.table),
+                      j * ROWS_PER_PASS * CHUNK_K)
+
+    def next_packed(self) -> None:
+        """Fetch the next chunk's words into the registers the decode reads."""
+        ptx = self.ptx
+        for reg, word in zip(self.packed, self.fetch()):
+            ptx.ins("mov.b32", reg, word)
+
+    def fragments(self) -> list[list[str]]:
+        """[n tile] -> B registers [step 0 low, step 0 high, step 1 low, step 1 high]."""
+        return [self.ptx.ldmatrix_x4(self.read_at, ni * 8 * CHUNK_K) for ni in range(N_TILES)]
+
+    def flip(self) -> None:
+        ptx = self.ptx
+        ptx.ins("sub.u32", self.store_at, self.store_flip, self.store_at)
+        ptx.ins("sub.u32", self.read_at, self.read_flip, self.read_at)
+
+
+def emit_staged(ptx: Ptx, at: Coords, a: StagedRows, b: DecodedTernary, k_limit: str,
+                out: str, rows: str, cols: str) -> None:
+    """The staged chunk loop and the predicated int32 store of D[rows x cols]."""
+    acc = [[[ptx.mov(0) for _ in range(4)] for _ in range(N_TILES)] for _ in range(M_TILES)]
+    for stage in range(STAGES - 1):
+        a.issue(stage * STAGE_BYTES)
+    read_stage = ptx.mov(0)
+    k_done = ptx.mov(0)
+
+    ptx.label("chunk")
+    ptx.cp_async_wait(STAGES - 2)  # this thread's copies of this chunk have landed
+    b.store()
+    ptx.barrier()  # everyone's copies and W are in; the previous chunk's stage is free
+    write_stage = ptx.band(ptx.add(read_stage, (STAGES - 1) * STAGE_BYTES), RING_BYTES - 1)
+    a.issue(write_stage)
+    b.next_packed()
+    frag_b = b.fragments()
+    for step, frag_a in enumerate(a.fragments(read_stage)):
+        for mi in range(M_TILES):
+            for ni in range(N_TILES):
+                ptx.mma_s8(acc[mi][ni], frag_a[mi], frag_b[ni][2 * step:2 * step + 2])
+    b.flip()
+    ptx.ins("add.u32", read_stage, read_stage, STAGE_BYTES)
+    ptx.ins("and.b32", read_stage, read_stage, RING_BYTES - 1)
+    ptx.increment(k_done, CHUNK_K)
+    ptx.branch("chunk", guard=ptx.setp("lt", k_done, k_limit, "u32"))
+    ptx.cp_async_wait(None)  # no copy outlives the CTA
+
+    ptx.comment("D fragment: c0 (g, 2t), c1 (g, 2t+1), c2 (g+8, 2t), c3 (g+8, 2t+1)")
+    g, t = ptx.shr(at.lane, 2), ptx.band(at.lane, 3)
+    col = ptx.add(ptx.mad(at.warp_n, WARP_N, ptx.shl(t, 1)), at.n_base)
+    cols_left = ptx.sub(cols, col)
+    row0 = ptx.add(ptx.mad(at.warp_m, WARP_M, g), at.m_base)
+    for mi in range(M_TILES):
+        for half in (0, 1):
+            row = ptx.add(row0, 16 * mi + 8 * half)
+            left = ptx.selp(cols_left, 0, ptx.setp("lt", row, rows, "u32"))
+            ptr = ptx.byte_offset(out, ptx.mad(row, cols, col), 4)
+            for ni in range(N_TILES):
+                for e in (0, 1):
+                    offset = 8 * ni + e
+                    ok = ptx.setp("gt", left, offset)
+                    ptx.store("global", "s32", ptr, acc[mi][ni][2 * half + e], 4 * offset, guard=ok)
+
