@@ -200,12 +200,13 @@ class Ptx:
         else:
             self.ins("cp.async.wait_group", pending)
 
-    def ldmatrix_x4(self, address: str, offset: int = 0) -> list[str]:
+    def ldmatrix_x4(self, address: str, offset: int = 0, trans: bool = False) -> list[str]:
         """Four 8x8 b16 matrices; lanes 8q..8q+7 address matrix q's 16-byte rows (PTX ISA
-        9.7.14.5.15). Register q of lane l: row l >> 2, bytes 4(l & 3)..+3 of matrix q."""
+        9.7.14.5.15). Register q of lane l: row l >> 2, bytes 4(l & 3)..+3 of matrix q;
+        ``trans``: b16 element l >> 2 of rows 2(l & 3) (low half) and 2(l & 3) + 1."""
         dst = [self.reg("b32") for _ in range(4)]
-        self.ins("ldmatrix.sync.aligned.m8n8.x4.shared.b16", "{" + ", ".join(dst) + "}",
-                 addr(address, offset))
+        self.ins(f"ldmatrix.sync.aligned.m8n8.x4{'.trans' if trans else ''}.shared.b16",
+                 "{" + ", ".join(dst) + "}", addr(address, offset))
         return dst
 
     # -- control -------------------------------------------------------------------------

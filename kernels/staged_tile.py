@@ -133,19 +133,56 @@ class StagedRows:
             yield [ptx.ldmatrix_x4(base, mi * 16 * CHUNK_K) for mi in range(M_TILES)]
 
 
-class DecodedTernary:
-    """B[k][n] = ternary W, packed column n = D's column, decoded into shared as [n][k].
+class TernaryTiles:
+    """B from packed ternary W: each thread fetches its packed u32s one chunk ahead,
+    decodes each to 16 int8 values (prmt on 0x00FF0100) and stores them as one swizzled
+    16-byte piece into the chunk's B buffer (two buffers, alternating). Subclasses say
+    which words a thread owns, where their pieces go and how fragments are read."""
+
+    def __init__(self, ptx: Ptx, store_at: str, read_at: str, buffers: str):
+        self.ptx = ptx
+        self.store_at = ptx.add(buffers, store_at)
+        self.read_at = ptx.add(buffers, read_at)
+        # toggling between buffer 0 and 1: x -> (2 x0 + B_BYTES) - x
+        self.store_flip = ptx.add(ptx.shl(self.store_at, 1), B_BYTES)
+        self.read_flip = ptx.add(ptx.shl(self.read_at, 1), B_BYTES)
+        self.table = ptx.mov(TERNARY_PRMT_TABLE)
+        self.packed = self.fetch()
+
+    def fetch(self) -> list[str]:
+        raise NotImplementedError
+
+    def store(self) -> None:
+        """Decode the fetched words into this chunk's B buffer (word j: 64 rows on)."""
+        ptx = self.ptx
+        for j, packed in enumerate(self.packed):
+            ptx.store("shared", "v4.b32", self.store_at, decode_ternary(ptx, packed, self.table),
+                      j * B_BYTES // WORDS)
+
+    def next_packed(self) -> None:
+        """Fetch the next chunk's words into the registers the decode reads."""
+        ptx = self.ptx
+        for reg, word in zip(self.packed, self.fetch()):
+            ptx.ins("mov.b32", reg, word)
+
+    def flip(self) -> None:
+        ptx = self.ptx
+        ptx.ins("sub.u32", self.store_at, self.store_flip, self.store_at)
+        ptx.ins("sub.u32", self.read_at, self.read_flip, self.read_at)
+
+
+class DecodedTernary(TernaryTiles):
+    """B[k][n] = ternary W, packed column n = D's column, decoded into shared as [n][k]
+    (forward: the packed order runs along k, so a word is a piece of one row).
 
     Thread ``tid`` owns word ``tid & 3`` of the chunk in columns ``tid >> 2`` + 64 j
-    (j < WORDS): it loads the packed u32s one chunk ahead, decodes each to 16 int8 values
-    and stores them as one swizzled 16-byte piece into the B buffer of the chunk (two
-    buffers, alternating). Columns past N read column N - 1 and words past the column's
-    last read its last: those B values meet only zero-filled A pieces (k >= Kp) or are
-    never stored (n >= N).
+    (j < WORDS). Columns past N read column N - 1 and words past the column's last read
+    its last: those B values meet only zero-filled A pieces (k >= Kp) or are never
+    stored (n >= N). Lane l reads row l & 7 of each n8 tile at piece l >> 3 with one
+    ``ldmatrix.x4``: the tile's B registers for both k steps.
     """
 
     def __init__(self, ptx: Ptx, at: Coords, w_ptr: str, in_features: str, cols: str):
-        self.ptx = ptx
         col, word = ptx.shr(at.tid, 2), ptx.band(at.tid, PIECES - 1)
         words_per_col = ptx.shr(ptx.add(in_features, CODES_PER_WORD - 1), 4)  # Kp / 16
         self.last_word = ptx.sub(words_per_col, 1)
@@ -155,15 +192,10 @@ class DecodedTernary:
                    for j in range(WORDS)]
         self.col_ptr = [ptx.byte_offset(w_ptr, ptx.mul(c, words_per_col), 4) for c in columns]
         self.word = word  # advances by PIECES per chunk
-        buffers = ptx.shared_array("b_tiles", 2 * B_BYTES, SHARED_ALIGN)
-        self.store_at = ptx.add(buffers, swizzled(ptx, col, word))
         read_row = ptx.mad(at.warp_n, WARP_N, ptx.band(at.lane, 7))
-        self.read_at = ptx.add(buffers, swizzled(ptx, read_row, ptx.shr(at.lane, 3)))
-        # toggling between buffer 0 and 1: x -> (2 x0 + B_BYTES) - x
-        self.store_flip = ptx.add(ptx.shl(self.store_at, 1), B_BYTES)
-        self.read_flip = ptx.add(ptx.shl(self.read_at, 1), B_BYTES)
-        self.table = ptx.mov(TERNARY_PRMT_TABLE)
-        self.packed = self.fetch()
+        super().__init__(ptx, swizzled(ptx, col, word), swizzled(ptx, read_row, ptx.shr(at.lane, 3)),
+                         ptx.shared_array("b_tiles", 2 * B_BYTES, SHARED_ALIGN))
+        self.col_first = ptx.add(ptx.mad(at.warp_n, WARP_N, ptx.shl(ptx.band(at.lane, 3), 1)), at.n_base)
 
     def fetch(self) -> list[str]:
         """The packed words of the next chunk (clamped inside the column); steps on."""
@@ -173,30 +205,93 @@ class DecodedTernary:
         ptx.increment(self.word, PIECES)
         return words
 
-    def store(self) -> None:
-        """Decode the fetched words into this chunk's B buffer."""
+    def fragments(self) -> list[list[list[str]]]:
+        """[k step][n tile] -> the tile's two B registers."""
+        tiles = [self.ptx.ldmatrix_x4(self.read_at, ni * 8 * CHUNK_K) for ni in range(N_TILES)]
+        return [[regs[2 * step:2 * step + 2] for regs in tiles] for step in range(2)]
+
+    @staticmethod
+    def col_offset(tile: int, e: int) -> int:
+        """D column of fragment element (tile, c_e) past ``col_first``: tile nt is 8nt..8nt+7."""
+        return 8 * tile + e
+
+
+class DecodedTernaryKMajor(TernaryTiles):
+    """B[k][n] = ternary W with the contraction over packed columns (dX: k = out-feature
+    j, n = in-feature i), decoded into shared as [k][n]: a word (16 i of one j) is one
+    piece of row j. Rows are TILE_N = 128 bytes, piece p of row j at ``p ^ swizzle(j)``
+    with swizzle(j) = (j & 1) | ((j >> 1) & 6).
+
+    A fragment register needs 4 consecutive k of one n, i.e. bytes of 4 rows, so the
+    fragments come from ``ldmatrix.x4.trans``: its b16 elements are byte pairs (i, i+1),
+    and matrix rows may be any rows, so matrix 2h takes rows 16h + {0,1,4,5,8,9,12,13}
+    and matrix 2h+1 rows 16h + {2,3,6,7,...}: lane (g, t) receives (i, i+1) x (4t, 4t+1)
+    from one and x (4t+2, 4t+3) from the other, and two prmt make the registers of
+    columns i = 2g and 2g+1 (the n order interleaves: tile 2p+e column g is i = 16p + 2g
+    + e). Those 8 rows fall into 8 different swizzled pieces: no bank conflicts.
+
+    Thread ``tid`` owns word ``tid & 7`` (16 i) of rows j = ``tid >> 3`` + 32 w of the
+    chunk. Rows past N load zeros (they meet the junk between N and dY's pitch); words
+    past the row's last read its last (columns never stored).
+    """
+
+    ROW = TILE_N  # bytes of one k row of the tile
+
+    def __init__(self, ptx: Ptx, at: Coords, w_ptr: str, in_features: str, k_limit: str):
+        word, row = ptx.band(at.tid, 7), ptx.shr(at.tid, 3)
+        words_per_col = ptx.shr(ptx.add(in_features, CODES_PER_WORD - 1), 4)  # Kp / 16
+        column_word = ptx.binop("min", ptx.add(ptx.shr(at.n_base, 4), word),
+                                ptx.sub(words_per_col, 1), "u32")
+        self.rows = [ptx.add(row, (B_BYTES // WORDS // self.ROW) * j) for j in range(WORDS)]
+        self.k_limit = k_limit
+        self.word_ptr = [ptx.byte_offset(w_ptr, ptx.mad(r, words_per_col, column_word), 4) for r in self.rows]
+        self.step = ptx.wide_mul(words_per_col, 4 * CHUNK_K)
+        lane = at.lane
+        # row 16 (l >> 4) + 4 ((l & 7) >> 1) + 2 ((l >> 3) & 1) + (l & 1), piece 2 warp_n
+        read_row = ptx.add(ptx.add(ptx.shl(ptx.shr(lane, 4), 4), ptx.shl(ptx.band(ptx.shr(lane, 1), 3), 2)),
+                           ptx.add(ptx.band(ptx.shr(lane, 2), 2), ptx.band(lane, 1)))
+        super().__init__(ptx, swizzled_k_major(ptx, row, word),
+                         swizzled_k_major(ptx, read_row, ptx.shl(at.warp_n, 1)),
+                         ptx.shared_array("b_tiles", 2 * B_BYTES, SHARED_ALIGN))
+        self.col_first = ptx.add(ptx.mad(at.warp_n, WARP_N, ptx.shl(ptx.band(lane, 3), 2)), at.n_base)
+
+    def fetch(self) -> list[str]:
+        """The packed words of the next chunk's rows, zero past the last row; steps on."""
         ptx = self.ptx
-        for j, packed in enumerate(self.packed):
-            ptx.store("shared", "v4.b32", self.store_at, decode_ternary(ptx, packed, self.table),
-                      j * ROWS_PER_PASS * CHUNK_K)
+        words = [ptx.load("global", "u32", p, guard=ptx.setp("lt", r, self.k_limit, "u32"), zero_fill=True)
+                 for r, p in zip(self.rows, self.word_ptr)]
+        for r, p in zip(self.rows, self.word_ptr):
+            ptx.increment(r, CHUNK_K)
+            ptx.increment(p, self.step, "s64")
+        return words
 
-    def next_packed(self) -> None:
-        """Fetch the next chunk's words into the registers the decode reads."""
+    def fragments(self) -> list[list[list[str]]]:
+        """[k step][n tile] -> the tile's two B registers."""
         ptx = self.ptx
-        for reg, word in zip(self.packed, self.fetch()):
-            ptx.ins("mov.b32", reg, word)
+        other = ptx.binop("xor", self.read_at, PIECE, "b32")  # piece 2 warp_n + 1: bit 4 flips
+        steps = []
+        for step in range(2):
+            tiles = []
+            for base in (self.read_at, other):
+                q = ptx.ldmatrix_x4(base, step * 32 * self.ROW, trans=True)
+                tiles += [[ptx.prmt(q[2 * h], q[2 * h + 1], sel) for h in (0, 1)] for sel in (0x6420, 0x7531)]
+            steps.append(tiles)
+        return steps
 
-    def fragments(self) -> list[list[str]]:
-        """[n tile] -> B registers [step 0 low, step 0 high, step 1 low, step 1 high]."""
-        return [self.ptx.ldmatrix_x4(self.read_at, ni * 8 * CHUNK_K) for ni in range(N_TILES)]
-
-    def flip(self) -> None:
-        ptx = self.ptx
-        ptx.ins("sub.u32", self.store_at, self.store_flip, self.store_at)
-        ptx.ins("sub.u32", self.read_at, self.read_flip, self.read_at)
+    @staticmethod
+    def col_offset(tile: int, e: int) -> int:
+        """D column of fragment element (tile, c_e) past ``col_first`` (4t): 16 (tile >> 1)
+        + (tile & 1) + 2e."""
+        return 16 * (tile >> 1) + (tile & 1) + 2 * e
 
 
-def emit_staged(ptx: Ptx, at: Coords, a: StagedRows, b: DecodedTernary, k_limit: str,
+def swizzled_k_major(ptx: Ptx, row: str, piece: str) -> str:
+    """Byte offset of piece ``piece`` of row ``row`` in a [k][n] tile of TILE_N-byte rows."""
+    flip = ptx.binop("or", ptx.band(row, 1), ptx.band(ptx.shr(row, 1), 6), "b32")
+    return ptx.mad(row, TILE_N, ptx.shl(ptx.binop("xor", piece, flip, "b32"), 4))
+
+
+def emit_staged(ptx: Ptx, at: Coords, a: StagedRows, b: TernaryTiles, k_limit: str,
                 out: str, rows: str, cols: str) -> None:
     """The staged chunk loop and the predicated int32 store of D[rows x cols]."""
     acc = [[[ptx.mov(0) for _ in range(4)] for _ in range(N_TILES)] for _ in range(M_TILES)]
@@ -216,7 +311,7 @@ def emit_staged(ptx: Ptx, at: Coords, a: StagedRows, b: DecodedTernary, k_limit:
     for step, frag_a in enumerate(a.fragments(read_stage)):
         for mi in range(M_TILES):
             for ni in range(N_TILES):
-                ptx.mma_s8(acc[mi][ni], frag_a[mi], frag_b[ni][2 * step:2 * step + 2])
+                ptx.mma_s8(acc[mi][ni], frag_a[mi], frag_b[step][ni])
     b.flip()
     ptx.ins("add.u32", read_stage, read_stage, STAGE_BYTES)
     ptx.ins("and.b32", read_stage, read_stage, RING_BYTES - 1)
@@ -224,9 +319,9 @@ def emit_staged(ptx: Ptx, at: Coords, a: StagedRows, b: DecodedTernary, k_limit:
     ptx.branch("chunk", guard=ptx.setp("lt", k_done, k_limit, "u32"))
     ptx.cp_async_wait(None)  # no copy outlives the CTA
 
-    ptx.comment("D fragment: c0 (g, 2t), c1 (g, 2t+1), c2 (g+8, 2t), c3 (g+8, 2t+1)")
-    g, t = ptx.shr(at.lane, 2), ptx.band(at.lane, 3)
-    col = ptx.add(ptx.mad(at.warp_n, WARP_N, ptx.shl(t, 1)), at.n_base)
+    ptx.comment("D fragment: c0 (g, 2t), c1 (g, 2t+1), c2 (g+8, 2t), c3 (g+8, 2t+1), columns in B's order")
+    g = ptx.shr(at.lane, 2)
+    col = b.col_first
     cols_left = ptx.sub(cols, col)
     row0 = ptx.add(ptx.mad(at.warp_m, WARP_M, g), at.m_base)
     for mi in range(M_TILES):
@@ -236,7 +331,7 @@ def emit_staged(ptx: Ptx, at: Coords, a: StagedRows, b: DecodedTernary, k_limit:
             ptr = ptx.byte_offset(out, ptx.mad(row, cols, col), 4)
             for ni in range(N_TILES):
                 for e in (0, 1):
-                    offset = 8 * ni + e
+                    offset = b.col_offset(ni, e)
                     ok = ptx.setp("gt", left, offset)
                     ptx.store("global", "s32", ptr, acc[mi][ni][2 * half + e], 4 * offset, guard=ok)
 

@@ -13,9 +13,8 @@ from kernelcases import per_kernel
 
 from kernels.registry import KERNELS, get_kernel
 
-STAGED = ["hslm_fwd_s8"]
-UNSTAGED = ["hslm_dx_s8", "hslm_dw_s8"]
-TERNARY = ["hslm_dx_s8"]  # unstaged kernels that decode W
+STAGED = ["hslm_fwd_s8", "hslm_dx_s8"]
+UNSTAGED = ["hslm_dw_s8"]
 MMA = "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32"
 
 
@@ -58,24 +57,8 @@ def test_control_flow_is_uniform(name):
 def test_fast_body_loads_without_predicates(name):
     fast, tail = bodies(KERNELS[name].emit()).values()
     guarded = [ln for ln in fast.splitlines() if "ld.global" in ln and ln.strip().startswith("@")]
-    if name in TERNARY:
-        assert len(guarded) == 1 and "ld.global.u32" in guarded[0]  # only the packed W word
-        assert "ld.global.u8" not in fast and "ld.global.b32" in fast  # activations: aligned funnel
-        assert "ld.global.b32" not in tail
-    else:
-        assert guarded == []
-        assert fast.count("ld.global.u8") == tail.count("ld.global.u8") == 96
-
-
-@pytest.mark.parametrize("name", per_kernel(TERNARY))
-def test_ternary_decode_is_one_word_prmt_and_one_16_byte_store(name):
-    ptx = KERNELS[name].emit()
-    table = re.search(r"mov\.b32 (%r\d+), 0xff0100;", ptx).group(1)  # the 0x00FF0100 prmt table
-    for body in bodies(ptx).values():
-        assert body.count("ld.global.u32") == 1  # one u32 of 16 codes per thread per chunk
-        assert len(re.findall(rf"prmt\.b32 %r\d+, {table}, 0, %r\d+;", body)) == 4
-        assert body.count("st.shared.v4.b32") == 1
-        assert body.count("bar.sync 0;") == 2
+    assert guarded == []
+    assert fast.count("ld.global.u8") == tail.count("ld.global.u8") == 96
 
 
 @pytest.mark.parametrize("name", per_kernel(STAGED))
@@ -95,14 +78,14 @@ def test_staged_loop_copies_ahead_and_reads_fragments_with_ldmatrix(name):
     assert len(copies) == 2 and ptx.count("cp.async.cg") == 4 * 2  # 3 chunks ahead + the loop's
     assert body.count("cp.async.commit_group") == 1 and ptx.count("cp.async.commit_group") == 4
     assert body.count("cp.async.wait_group 2;") == 1  # stage k landed, 2 newer in flight
-    assert body.count("ldmatrix.sync.aligned.m8n8.x4.shared.b16") == 8 + 4  # A: 4 m x 2 k; B: 4 n
-    assert not re.search(r"@%p\d+ ld\.global", body)  # no predicated loads: tails are zero fill
-    assert "ld.shared" not in body
+    assert len(re.findall(r"ldmatrix\.sync\.aligned\.m8n8\.x4(\.trans)?\.shared\.b16", body)) == 8 + 4
+    assert body.count("ldmatrix.sync.aligned.m8n8.x4.shared.b16") >= 8  # A: 4 m x 2 k steps
+    assert "ld.shared" not in body and "ld.global.u8" not in body  # no byte or scalar gathers
 
 
-@pytest.mark.kernel("hslm_fwd_s8")
-def test_forward_decodes_two_words_per_thread_a_chunk_ahead():
-    ptx = get_kernel("hslm_fwd_s8").emit()
+@pytest.mark.parametrize("name", per_kernel(STAGED))
+def test_staged_kernels_decode_two_words_per_thread_a_chunk_ahead(name):
+    ptx = get_kernel(name).emit()
     body = loop(ptx)
     table = re.search(r"mov\.b32 (%r\d+), 0xff0100;", ptx).group(1)
     assert len(re.findall(rf"prmt\.b32 %r\d+, {table}, 0, %r\d+;", body)) == 8
@@ -112,11 +95,19 @@ def test_forward_decodes_two_words_per_thread_a_chunk_ahead():
     assert body.index("st.shared.v4.b32") < body.index("bar.sync")
 
 
+@pytest.mark.kernel("hslm_fwd_s8")
+def test_forward_reads_w_without_predicates():
+    body = loop(get_kernel("hslm_fwd_s8").emit())
+    assert not re.search(r"@%p\d+ ld\.global", body)  # words past the column are clamped
+    assert "ldmatrix.sync.aligned.m8n8.x4.trans" not in body
+
+
 @pytest.mark.kernel("hslm_dx_s8")
-def test_dx_gathers_b_with_word_loads_and_byte_transposes():
-    for body in bodies(get_kernel("hslm_dx_s8").emit()).values():
-        assert body.count("ld.shared.b32") == 16 and "ld.shared.u8" not in body
-        assert body.count(", 0x5140;") == 8  # 4 transposes x 2 pairs
+def test_dx_reads_b_with_transposing_ldmatrix_and_one_prmt_per_register():
+    body = loop(get_kernel("hslm_dx_s8").emit())
+    assert body.count("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16") == 4  # 2 per k step
+    assert body.count(", 0x6420;") == body.count(", 0x7531;") == 8  # 16 B registers per chunk
+    assert len(re.findall(r"@%p\d+ ld\.global\.u32", body)) == 2  # W rows past N load zeros
 
 
 @pytest.mark.kernel("hslm_dw_s8")

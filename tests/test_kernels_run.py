@@ -54,9 +54,11 @@ PLANTED = [
      r"mov.pred \1, \2;", "out_of_bounds"),
     ("hslm_fwd_s8", "swizzle ignored by the ldmatrix rows", r"xor\.b32 (%r\d+), (%r\d+), 32;",
      r"add.u32 \1, \2, 32;", "race"),  # rows run into the next stage, still in flight
-    ("hslm_dx_s8", "no barrier after the shared store",
-     r"(st\.shared\.v4\.b32[^\n]*\n)\tbar\.sync 0;", r"\1", "race"),
-    ("hslm_dx_s8", "transpose picks the wrong half", r"0x7632;", "0x5410;", "mismatch"),
+    ("hslm_dx_s8", "no barrier after the wait", r"(chunk:\n(?:[^\n]*\n)*?)\tbar\.sync 0;\n", r"\1", "race"),
+    ("hslm_dx_s8", "fragment prmt picks the other column", r"0x7531;", "0x6420;", "mismatch"),
+    ("hslm_dx_s8", "W rows past N loaded unguarded", r"@%p\d+ (ld\.global\.u32)", r"\1", "out_of_bounds"),
+    ("hslm_dx_s8", "matrix rows not interleaved for .trans", r"(shr\.u32 %r\d+, %r\d+), 2;\n(\tand\.b32 %r\d+, %r\d+), 2;",
+     r"\1, 2;\n\2, 0;", "mismatch"),
     ("hslm_dw_s8", "the tail's predicates dropped", r"@%p\d+ (ld\.global\.u8)", r"\1", "out_of_bounds"),
     ("hslm_dw_s8", "fast chunks allowed one chunk too far", r"(sub\.s32 %r\d+, %r\d+), 63;", r"\1, -1;",
      "out_of_bounds"),
@@ -107,32 +109,36 @@ def test_launch_refuses_mismatched_inputs(name):
         launch(spec, lambda *a, **k: None, dims, inputs)
 
 
-def run_pitched(dims: Dims, row_pitch: int, seed: int = 0):
-    """Forward with x in rows ``row_pitch`` bytes apart, junk between K and the pitch."""
-    spec = get_kernel("hslm_fwd_s8")
+PITCHED = {"hslm_fwd_s8": "x", "hslm_dx_s8": "dy"}  # the cp.async-staged input
+
+
+def run_pitched(name: str, dims: Dims, row_pitch: int, seed: int = 0):
+    """``name`` with its staged input in rows ``row_pitch`` bytes apart, junk between the
+    row's width and the pitch."""
+    spec = get_kernel(name)
     rng = np.random.default_rng(seed)
     inputs = spec.make_inputs(dims, rng)
-    x = rng.integers(-128, 128, (dims.R, row_pitch), dtype=np.int8)
-    x[:, :dims.K] = inputs["x"]
-    y = np.zeros((dims.R, dims.N), np.int32)
-    fn = Module(code=spec.emit()).get_function(spec.name)
-    fn(spec.geometry(dims).grid, spec.geometry(dims).block,
-       [y, x, inputs["w"], np.uint32(dims.R), np.uint32(dims.K), np.uint32(dims.N), np.uint32(row_pitch)])
-    return y, spec.reference(dims, inputs)
+    key = PITCHED[name]
+    rows = rng.integers(-128, 128, (dims.R, row_pitch), dtype=np.int8)
+    rows[:, :inputs[key].shape[1]] = inputs[key]
+    out = np.zeros(spec.output.shape(dims), np.int32)
+    args = [out, rows, inputs["w"], np.uint32(dims.R), np.uint32(dims.K), np.uint32(dims.N), np.uint32(row_pitch)]
+    Module(code=spec.emit()).get_function(name)(spec.geometry(dims).grid, spec.geometry(dims).block, args)
+    return out, spec.reference(dims, inputs)
 
 
-@pytest.mark.kernel("hslm_fwd_s8")
 @pytest.mark.parametrize("dims, row_pitch", [(Dims(129, 243, 130), 256), (Dims(27, 64, 9), 96),
-                                             (Dims(5, 17, 3), 48), (Dims(130, 1, 129), 16)])
-def test_forward_exact_with_a_pitch_wider_than_the_row_and_junk_padding(dims, row_pitch):
-    got, want = run_pitched(dims, row_pitch)
+                                             (Dims(5, 17, 3), 48), (Dims(130, 1, 129), 160)])
+@pytest.mark.parametrize("name", per_kernel(list(PITCHED)))
+def test_staged_kernels_exact_with_a_pitch_wider_than_the_row_and_junk_padding(name, dims, row_pitch):
+    got, want = run_pitched(name, dims, row_pitch)
     assert np.array_equal(got, want)
 
 
-@pytest.mark.kernel("hslm_fwd_s8")
-def test_forward_refuses_a_pitch_that_breaks_16_byte_alignment():
+@pytest.mark.parametrize("name", per_kernel(list(PITCHED)))
+def test_staged_kernels_refuse_a_pitch_that_breaks_16_byte_alignment(name):
     with pytest.raises(EmulatorError) as info:
-        run_pitched(Dims(8, 40, 8), 40)
+        run_pitched(name, Dims(8, 40, 40), 40)
     assert info.value.kind == "misaligned" and "cp.async" in info.value.text
 
 
