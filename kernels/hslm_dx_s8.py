@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from kernels import staged_tile
-from kernels.pitch import pitch
+from kernels.pitch import pitch_param, pitched_rows
 from kernels.spec import BufferSpec, Dims, KernelSpec, Launch
 from kernels.ternary import packed_shape, unpack
 from kernels.testdata import saturating_int8, ternary_weights
@@ -20,12 +20,12 @@ from kernels.testdata import saturating_int8, ternary_weights
 NAME = "hslm_dx_s8"
 PARAMS = (
     BufferSpec("dx", "int32", lambda d: (d.R, d.K)),
-    BufferSpec("dy", "int8", lambda d: (d.R, pitch(d.N))),
+    pitched_rows("dy", lambda d: d.R, lambda d: d.N),
     BufferSpec("w", "uint32", lambda d: packed_shape(d.K, d.N)),
     BufferSpec("R", "uint32", None),
     BufferSpec("K", "uint32", None),
     BufferSpec("N", "uint32", None),
-    BufferSpec("ldy", "uint32", None, value=lambda d: pitch(d.N)),
+    pitch_param("ldy", lambda d: d.N),
 )
 
 
@@ -50,12 +50,12 @@ def make_inputs(d: Dims, rng: np.random.Generator) -> dict[str, np.ndarray]:
 
 def reference(d: Dims, inputs: dict[str, np.ndarray]) -> np.ndarray:
     w = unpack(inputs["w"], d.K).astype(np.int64)
-    return (inputs["dy"][:, :d.N].astype(np.int64) @ w.T).astype(np.int32)  # dy may be pitched
+    return (inputs["dy"].astype(np.int64) @ w.T).astype(np.int32)
 
 
 SPEC = KernelSpec(
     name=NAME, emit=emit, geometry=geometry, params=PARAMS, make_inputs=make_inputs,
     reference=reference,
-    modules=("kernels.hslm_dx_s8", "kernels.staged_tile", "kernels.mma_tile", "kernels.pitch", "kernels.ptx_emit",
+    modules=("kernels.hslm_dx_s8", "kernels.staged_tile", "kernels.pitch", "kernels.ptx_emit",
              "kernels.ternary", "kernels.testdata", "kernels.spec"),
 )

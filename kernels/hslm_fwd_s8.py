@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from kernels import staged_tile
-from kernels.pitch import pitch
+from kernels.pitch import pitch_param, pitched_rows
 from kernels.spec import BufferSpec, Dims, KernelSpec, Launch
 from kernels.ternary import packed_shape, unpack
 from kernels.testdata import ternary_weights, saturating_int8
@@ -19,12 +19,12 @@ from kernels.testdata import ternary_weights, saturating_int8
 NAME = "hslm_fwd_s8"
 PARAMS = (
     BufferSpec("y", "int32", lambda d: (d.R, d.N)),
-    BufferSpec("x", "int8", lambda d: (d.R, pitch(d.K))),
+    pitched_rows("x", lambda d: d.R, lambda d: d.K),
     BufferSpec("w", "uint32", lambda d: packed_shape(d.K, d.N)),
     BufferSpec("R", "uint32", None),
     BufferSpec("K", "uint32", None),
     BufferSpec("N", "uint32", None),
-    BufferSpec("ldx", "uint32", None, value=lambda d: pitch(d.K)),
+    pitch_param("ldx", lambda d: d.K),
 )
 
 
@@ -49,7 +49,7 @@ def make_inputs(d: Dims, rng: np.random.Generator) -> dict[str, np.ndarray]:
 
 def reference(d: Dims, inputs: dict[str, np.ndarray]) -> np.ndarray:
     w = unpack(inputs["w"], d.K).astype(np.int64)
-    return (inputs["x"][:, :d.K].astype(np.int64) @ w).astype(np.int32)  # x may be pitched
+    return (inputs["x"].astype(np.int64) @ w).astype(np.int32)
 
 
 SPEC = KernelSpec(

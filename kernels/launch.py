@@ -10,7 +10,6 @@ from typing import Any, Callable
 
 import numpy as np
 
-from kernels.pitch import aligned_copy
 from kernels.spec import Dims, KernelSpec
 
 
@@ -24,8 +23,9 @@ class LaunchError(ValueError):
 def kernel_args(spec: KernelSpec, dims: Dims, out: Any, inputs: dict[str, Any]) -> list[Any]:
     """Arguments in PTX parameter order: output buffer, input buffers, then u32 scalars.
 
-    An input given at its logical width where the kernel wants a wider row pitch (rows
-    16-byte aligned for cp.async) is copied into a pitched buffer (``kernels.pitch``)."""
+    An input given in its logical layout where the kernel wants another (rows at a
+    16-byte aligned pitch for cp.async, or transposed) is copied into that layout first
+    (``kernels.pitch``: one extra pass over the operand)."""
     args: list[Any] = []
     for param in spec.params:
         if param.shape is None:
@@ -36,9 +36,9 @@ def kernel_args(spec: KernelSpec, dims: Dims, out: Any, inputs: dict[str, Any]) 
         if buf is None:
             raise LaunchError(f"{spec.name}: input '{param.name}' is missing")
         want = tuple(param.shape(dims))
-        if (len(want) == buf.ndim == 2 and buf.shape[0] == want[0] and buf.shape[1] < want[1]
-                and str(buf.dtype) == param.dtype):
-            buf = aligned_copy(buf, want[1])
+        if param.logical is not None and tuple(buf.shape) == tuple(param.logical(dims)) \
+                and str(buf.dtype) == param.dtype:  # a square buffer counts as logical
+            buf = param.prepare(buf, want)
         if tuple(buf.shape) != want or str(buf.dtype) != param.dtype:
             raise LaunchError(
                 f"{spec.name}: input '{param.name}' is {buf.dtype}{tuple(buf.shape)}, "

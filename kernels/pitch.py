@@ -6,15 +6,18 @@ bytes of int8) is a multiple of ``PITCH_ALIGN`` and at least the row's logical w
 Bytes between the width and the pitch are never read (the copy's src-size stops at
 the width), so they may hold anything.
 
-A buffer handed over at its logical width (rows packed back to back) is copied into a
-pitched one first: :func:`aligned_copy`, one extra pass over the operand (R x pitch
-bytes written, R x width read) and one allocation per launch; quantizing straight into
-a pitched buffer avoids it.
+A buffer handed over at its logical width (rows packed back to back), or not
+transposed where the kernel reads it transposed, is copied into the kernel's layout by
+``kernels.launch`` first (:func:`aligned_copy`): one extra pass over the operand (R x
+width bytes read, R x pitch written) and one allocation per launch; quantizing straight
+into the kernel's layout avoids it.
 """
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any, Callable
+
+from kernels.spec import BufferSpec, Dims
 
 PITCH_ALIGN = 16
 
@@ -34,3 +37,40 @@ def aligned_copy(rows: Any, row_pitch: int) -> Any:
     out = xp.zeros((rows.shape[0], row_pitch), dtype=rows.dtype)
     out[:, :rows.shape[1]] = rows
     return out
+
+
+def rows_into(rows: Any, want: tuple[int, int]) -> Any:
+    """Logical R x width rows -> the kernel's R x pitch buffer (as it is when width is
+    already a pitch)."""
+    return rows if tuple(rows.shape) == tuple(want) else aligned_copy(rows, want[1])
+
+
+def transposed_into(rows: Any, want: tuple[int, int]) -> Any:
+    """Logical R x width rows -> the kernel's width x pitch(R) transposed buffer."""
+    return aligned_copy(rows.T, want[1])
+
+
+def pitched_rows(name: str, rows: Callable[[Dims], int], width: Callable[[Dims], int]) -> BufferSpec:
+    """An int8 input the kernel reads as ``rows`` x pitch(``width``); callers may pass rows x width."""
+    return BufferSpec(name, "int8", lambda d: (rows(d), pitch(width(d))),
+                      logical=lambda d: (rows(d), width(d)), prepare=rows_into)
+
+
+def pitched_transpose(name: str, rows: Callable[[Dims], int], width: Callable[[Dims], int]) -> BufferSpec:
+    """An int8 input the kernel reads transposed, ``width`` x pitch(``rows``); callers pass
+    rows x width."""
+    return BufferSpec(name, "int8", lambda d: (width(d), pitch(rows(d))),
+                      logical=lambda d: (rows(d), width(d)), prepare=transposed_into)
+
+
+def pitch_param(name: str, width: Callable[[Dims], int]) -> BufferSpec:
+    """The u32 pitch parameter that goes with a pitched input."""
+    return BufferSpec(name, "uint32", None, value=lambda d: pitch(width(d)))
+
+
+def logical_view(param: BufferSpec, buf: Any, dims: Dims) -> Any:
+    """A buffer in the kernel's layout seen in its logical one (a view, for references)."""
+    if param.logical is None:
+        return buf
+    rows, width = param.logical(dims)
+    return buf[:, :rows].T if param.prepare is transposed_into else buf[:, :width]

@@ -32,7 +32,6 @@ The loop is uniform: every thread runs ceil(K / 64) chunks, only the copy sizes 
 """
 from __future__ import annotations
 
-from kernels.mma_tile import entry
 from kernels.ptx_emit import TERNARY_PRMT_TABLE, Ptx, decode_ternary
 from kernels.spec import BufferSpec, Launch
 from kernels.ternary import CODES_PER_WORD
@@ -46,9 +45,8 @@ M_TILES, N_TILES = WARP_M // 16, WARP_N // 8
 CHUNK_K = 64  # bytes of k per chunk: two k32 mma steps
 PIECE = 16  # bytes per cp.async and per ldmatrix row
 PIECES = CHUNK_K // PIECE
-STAGES = 4  # a power of two: the ring offset wraps with an and
+STAGES = 4  # chunks in the ring; a power of two wraps with an and
 STAGE_BYTES = TILE_M * CHUNK_K
-RING_BYTES = STAGES * STAGE_BYTES
 B_BYTES = TILE_N * CHUNK_K
 COPIES = STAGE_BYTES // PIECE // THREADS  # 16-byte copies per thread per chunk
 WORDS = B_BYTES // PIECE // THREADS  # packed W words per thread per chunk
@@ -57,7 +55,10 @@ SHARED_ALIGN = 128  # swizzled addresses flip bit 5 with xor: the base keeps bit
 
 
 def begin(name: str, params: tuple[BufferSpec, ...]) -> tuple[Ptx, dict[str, str]]:
-    return entry(name, params, THREADS)
+    """A kernel entry of THREADS per CTA with its parameters loaded (buffers as global
+    pointers, sizes and pitches as u32)."""
+    ptx = Ptx(name, [(p.name, "u64" if p.shape else "u32") for p in params], THREADS)
+    return ptx, {p.name: ptx.param_ptr(p.name) if p.shape else ptx.param_u32(p.name) for p in params}
 
 
 def geometry(rows: int, cols: int) -> Launch:
@@ -84,47 +85,96 @@ class Coords:
         self.n_base = ptx.mul(ptx.special("%ctaid.x"), TILE_N)  # first D column of the CTA
 
 
-class StagedRows:
-    """A = int8 rows [m][k] (``pitch`` bytes apart) copied into a ring of stages.
+class Source:
+    """One operand's part of the chunk loop; each hook emits nothing unless overridden."""
+
+    def issue(self, stage_offset: str | int) -> None:
+        """Start copying the next chunk into the ring stage at ``stage_offset``."""
+
+    def before_barrier(self) -> None:
+        """Write this thread's share of the chunk (the barrier that follows publishes it)."""
+
+    def after_issue(self) -> None:
+        """Start fetching what the next chunk needs."""
+
+    def end_chunk(self) -> None:
+        """Step per-chunk state."""
+
+
+def nk_fragments(ptx: Ptx, read_at: str) -> list[list[list[str]]]:
+    """B fragments from a swizzled [n][k] tile: lane l reads row l & 7 of each n8 tile at
+    piece l >> 3 with one ``ldmatrix.x4``, the tile's B registers for both k steps.
+    Returns [k step][n tile] -> two registers."""
+    tiles = [ptx.ldmatrix_x4(read_at, ni * 8 * CHUNK_K) for ni in range(N_TILES)]
+    return [[regs[2 * step:2 * step + 2] for regs in tiles] for step in range(2)]
+
+
+def nk_read_offset(ptx: Ptx, at: Coords) -> str:
+    return swizzled(ptx, ptx.mad(at.warp_n, WARP_N, ptx.band(at.lane, 7)), ptx.shr(at.lane, 3))
+
+
+def natural_columns(ptx: Ptx, at: Coords) -> str:
+    """D column of this lane's c0 with B's n tiles in natural order (tile nt: 8nt..8nt+7)."""
+    return ptx.add(ptx.mad(at.warp_n, WARP_N, ptx.shl(ptx.band(at.lane, 3), 1)), at.n_base)
+
+
+class StagedRows(Source):
+    """int8 rows [m][k] (``pitch`` bytes apart) copied into a ring of ``stages`` stages,
+    as A (``b=False``: rows are D's rows) or as B stored [n][k] (``b=True``: rows are
+    D's columns).
 
     Thread ``tid`` copies piece ``tid & 3`` of rows ``tid >> 2`` + 64 j (j < COPIES):
-    the 64 rows of one j are 4 KiB of the stage, an immediate apart. A piece is copied
-    whole while it starts inside the row (k < K) and the row exists, else zero-filled
-    (ignore-src): bytes from K to the end of the row's last piece are the caller's
-    padding, read as they are; they meet B rows k >= K, which are zero (the packed
-    format pads each column with code 0 up to Kp, and Kp = pitch(K)).
+    the 64 rows of one j are 4 KiB of the stage, an immediate apart. Rows past the last
+    are zero-filled. Along k, by default a piece is copied whole while it starts inside
+    the row (k < K) and zero-filled after (ignore-src): bytes from K to the end of the
+    row's last piece are the caller's padding, read as they are, so the other operand
+    must be zero there (packed W is: each column is padded with code 0 up to Kp =
+    pitch(K)). With ``exact_tail`` the copy's src-size stops at K and the padding is
+    never read (a few more instructions per copy).
     """
 
-    def __init__(self, ptx: Ptx, at: Coords, ptr: str, pitch: str, rows: str, k_limit: str):
-        self.ptx = ptx
+    def __init__(self, ptx: Ptx, at: Coords, ptr: str, pitch: str, rows: str, k_limit: str,
+                 b: bool = False, stages: int = 4, exact_tail: bool = False):
+        self.ptx, self.b, self.exact_tail = ptx, b, exact_tail
         row, piece = ptx.shr(at.tid, 2), ptx.band(at.tid, PIECES - 1)
-        self.ring = ptx.shared_array("a_ring", RING_BYTES, SHARED_ALIGN)
-        self.copy_at = ptx.add(self.ring, swizzled(ptx, row, piece))
-        first = ptx.add(at.m_base, row)
+        ring = ptx.shared_array("b_ring" if b else "a_ring", stages * STAGE_BYTES, SHARED_ALIGN)
+        self.copy_at = ptx.add(ring, swizzled(ptx, row, piece))
+        first = ptx.add(at.n_base if b else at.m_base, row)
         rows_j = [ptx.add(first, ROWS_PER_PASS * j) for j in range(COPIES)]
         piece_at = ptx.byte_offset(ptr, piece, PIECE)
         self.src = [ptx.byte_offset(piece_at, r, pitch) for r in rows_j]
-        self.row_out = [ptx.setp("ge", r, rows, "u32") for r in rows_j]
+        # exact tail: src-size = bytes left while the row exists; else ignore-src past it
+        self.row_test = [ptx.setp("lt" if exact_tail else "ge", r, rows, "u32") for r in rows_j]
         self.k_left = ptx.sub(k_limit, ptx.shl(piece, 4))  # bytes of the row from this piece on
-        # ldmatrix rows: (l & 7) + 8 ((l >> 3) & 1) = l & 15 of the warp's m16 tile, piece l >> 4
-        read_row = ptx.mad(at.warp_m, WARP_M, ptx.band(at.lane, 15))
-        self.read_at = ptx.add(self.ring, swizzled(ptx, read_row, ptx.shr(at.lane, 4)))
+        if b:
+            self.read_at = ptx.add(ring, nk_read_offset(ptx, at))
+            self.col_first = natural_columns(ptx, at)
+        else:  # ldmatrix rows (l & 7) + 8 ((l >> 3) & 1) = l & 15 of each m16 tile, piece l >> 4
+            read_row = ptx.mad(at.warp_m, WARP_M, ptx.band(at.lane, 15))
+            self.read_at = ptx.add(ring, swizzled(ptx, read_row, ptx.shr(at.lane, 4)))
+
+    @staticmethod
+    def col_offset(tile: int, e: int) -> int:
+        """As B: D column of fragment element (tile, c_e) past ``col_first`` (natural n order)."""
+        return 8 * tile + e
 
     def issue(self, stage_offset: str | int) -> None:
-        """Copy the next chunk into the stage at ``stage_offset``, zero-filling pieces past
-        K and rows past the last; then step to the chunk after it."""
+        """Copy the next chunk into the stage at ``stage_offset``; step to the one after."""
         ptx = self.ptx
-        past_k = ptx.setp("le", self.k_left, 0)
         dst = self.copy_at if stage_offset == 0 else ptx.add(self.copy_at, stage_offset)
-        for j in range(COPIES):
-            skip = ptx.fresh("pred", "or.pred", past_k, self.row_out[j])
-            ptx.cp_async(dst, self.src[j], skip, dst_offset=j * ROWS_PER_PASS * CHUNK_K)
-        ptx.cp_async_commit()
+        if self.exact_tail:
+            size = ptx.binop("min", ptx.binop("max", self.k_left, 0, "s32"), PIECE, "s32")
+            fills = [ptx.selp(size, 0, ok) for ok in self.row_test]
+        else:
+            past_k = ptx.setp("le", self.k_left, 0)
+            fills = [ptx.fresh("pred", "or.pred", past_k, out) for out in self.row_test]
+        for j, fill in enumerate(fills):
+            ptx.cp_async(dst, self.src[j], fill, dst_offset=j * ROWS_PER_PASS * CHUNK_K)
         ptx.increment(self.k_left, -CHUNK_K, "s32")
         for src in self.src:
             ptx.increment(src, CHUNK_K, "s64")
 
-    def fragments(self, stage_offset: str):
+    def a_fragments(self, stage_offset: str):
         """Per k step (loaded when the loop asks for it): [m tile] -> the four A registers."""
         ptx = self.ptx
         low = ptx.add(self.read_at, stage_offset)
@@ -132,8 +182,11 @@ class StagedRows:
         for base in (low, high):
             yield [ptx.ldmatrix_x4(base, mi * 16 * CHUNK_K) for mi in range(M_TILES)]
 
+    def b_fragments(self, stage_offset: str) -> list[list[list[str]]]:
+        return nk_fragments(self.ptx, self.ptx.add(self.read_at, stage_offset))
 
-class TernaryTiles:
+
+class TernaryTiles(Source):
     """B from packed ternary W: each thread fetches its packed u32s one chunk ahead,
     decodes each to 16 int8 values (prmt on 0x00FF0100) and stores them as one swizzled
     16-byte piece into the chunk's B buffer (two buffers, alternating). Subclasses say
@@ -152,20 +205,21 @@ class TernaryTiles:
     def fetch(self) -> list[str]:
         raise NotImplementedError
 
-    def store(self) -> None:
+    def before_barrier(self) -> None:
         """Decode the fetched words into this chunk's B buffer (word j: 64 rows on)."""
         ptx = self.ptx
         for j, packed in enumerate(self.packed):
             ptx.store("shared", "v4.b32", self.store_at, decode_ternary(ptx, packed, self.table),
                       j * B_BYTES // WORDS)
 
-    def next_packed(self) -> None:
+    def after_issue(self) -> None:
         """Fetch the next chunk's words into the registers the decode reads."""
         ptx = self.ptx
         for reg, word in zip(self.packed, self.fetch()):
             ptx.ins("mov.b32", reg, word)
 
-    def flip(self) -> None:
+    def end_chunk(self) -> None:
+        """Swap the two B buffers."""
         ptx = self.ptx
         ptx.ins("sub.u32", self.store_at, self.store_flip, self.store_at)
         ptx.ins("sub.u32", self.read_at, self.read_flip, self.read_at)
@@ -192,10 +246,9 @@ class DecodedTernary(TernaryTiles):
                    for j in range(WORDS)]
         self.col_ptr = [ptx.byte_offset(w_ptr, ptx.mul(c, words_per_col), 4) for c in columns]
         self.word = word  # advances by PIECES per chunk
-        read_row = ptx.mad(at.warp_n, WARP_N, ptx.band(at.lane, 7))
-        super().__init__(ptx, swizzled(ptx, col, word), swizzled(ptx, read_row, ptx.shr(at.lane, 3)),
+        super().__init__(ptx, swizzled(ptx, col, word), nk_read_offset(ptx, at),
                          ptx.shared_array("b_tiles", 2 * B_BYTES, SHARED_ALIGN))
-        self.col_first = ptx.add(ptx.mad(at.warp_n, WARP_N, ptx.shl(ptx.band(at.lane, 3), 1)), at.n_base)
+        self.col_first = natural_columns(ptx, at)
 
     def fetch(self) -> list[str]:
         """The packed words of the next chunk (clamped inside the column); steps on."""
@@ -205,15 +258,10 @@ class DecodedTernary(TernaryTiles):
         ptx.increment(self.word, PIECES)
         return words
 
-    def fragments(self) -> list[list[list[str]]]:
-        """[k step][n tile] -> the tile's two B registers."""
-        tiles = [self.ptx.ldmatrix_x4(self.read_at, ni * 8 * CHUNK_K) for ni in range(N_TILES)]
-        return [[regs[2 * step:2 * step + 2] for regs in tiles] for step in range(2)]
+    def b_fragments(self, stage_offset: str) -> list[list[list[str]]]:
+        return nk_fragments(self.ptx, self.read_at)  # its own double buffer, not the ring
 
-    @staticmethod
-    def col_offset(tile: int, e: int) -> int:
-        """D column of fragment element (tile, c_e) past ``col_first``: tile nt is 8nt..8nt+7."""
-        return 8 * tile + e
+    col_offset = staticmethod(StagedRows.col_offset)
 
 
 class DecodedTernaryKMajor(TernaryTiles):
@@ -265,8 +313,8 @@ class DecodedTernaryKMajor(TernaryTiles):
             ptx.increment(p, self.step, "s64")
         return words
 
-    def fragments(self) -> list[list[list[str]]]:
-        """[k step][n tile] -> the tile's two B registers."""
+    def b_fragments(self, stage_offset: str) -> list[list[list[str]]]:
+        """[k step][n tile] -> the tile's two B registers (its own buffers, not the ring)."""
         ptx = self.ptx
         other = ptx.binop("xor", self.read_at, PIECE, "b32")  # piece 2 warp_n + 1: bit 4 flips
         steps = []
@@ -291,30 +339,50 @@ def swizzled_k_major(ptx: Ptx, row: str, piece: str) -> str:
     return ptx.mad(row, TILE_N, ptx.shl(ptx.binop("xor", piece, flip, "b32"), 4))
 
 
-def emit_staged(ptx: Ptx, at: Coords, a: StagedRows, b: TernaryTiles, k_limit: str,
-                out: str, rows: str, cols: str) -> None:
+def ring_step(ptx: Ptx, offset: str, stages: int, steps: int, into: str | None = None) -> str:
+    """``offset`` + ``steps`` stages, wrapped in a ring of ``stages`` (an and when a power of 2)."""
+    ring = stages * STAGE_BYTES
+    moved = ptx.add(offset, steps * STAGE_BYTES)
+    if stages & (stages - 1) == 0:
+        wrapped = ptx.band(moved, ring - 1)
+    else:
+        wrapped = ptx.selp(ptx.sub(moved, ring), moved, ptx.setp("ge", moved, ring, "u32"))
+    if into is not None:
+        ptx.ins("mov.b32", into, wrapped)
+    return wrapped
+
+
+def emit_staged(ptx: Ptx, at: Coords, a: StagedRows, b: Source, k_limit: str, out: str,
+                rows: str, cols: str, stages: int = STAGES) -> None:
     """The staged chunk loop and the predicated int32 store of D[rows x cols]."""
     acc = [[[ptx.mov(0) for _ in range(4)] for _ in range(N_TILES)] for _ in range(M_TILES)]
-    for stage in range(STAGES - 1):
-        a.issue(stage * STAGE_BYTES)
+    sources = (a, b)
+    for stage in range(stages - 1):
+        for src in sources:
+            src.issue(stage * STAGE_BYTES)
+        ptx.cp_async_commit()
     read_stage = ptx.mov(0)
     k_done = ptx.mov(0)
 
     ptx.label("chunk")
-    ptx.cp_async_wait(STAGES - 2)  # this thread's copies of this chunk have landed
-    b.store()
+    ptx.cp_async_wait(stages - 2)  # this thread's copies of this chunk have landed
+    for src in sources:
+        src.before_barrier()
     ptx.barrier()  # everyone's copies and W are in; the previous chunk's stage is free
-    write_stage = ptx.band(ptx.add(read_stage, (STAGES - 1) * STAGE_BYTES), RING_BYTES - 1)
-    a.issue(write_stage)
-    b.next_packed()
-    frag_b = b.fragments()
-    for step, frag_a in enumerate(a.fragments(read_stage)):
+    write_stage = ring_step(ptx, read_stage, stages, stages - 1)
+    for src in sources:
+        src.issue(write_stage)
+    ptx.cp_async_commit()
+    for src in sources:
+        src.after_issue()
+    frag_b = b.b_fragments(read_stage)
+    for step, frag_a in enumerate(a.a_fragments(read_stage)):
         for mi in range(M_TILES):
             for ni in range(N_TILES):
                 ptx.mma_s8(acc[mi][ni], frag_a[mi], frag_b[step][ni])
-    b.flip()
-    ptx.ins("add.u32", read_stage, read_stage, STAGE_BYTES)
-    ptx.ins("and.b32", read_stage, read_stage, RING_BYTES - 1)
+    for src in sources:
+        src.end_chunk()
+    ring_step(ptx, read_stage, stages, 1, into=read_stage)
     ptx.increment(k_done, CHUNK_K)
     ptx.branch("chunk", guard=ptx.setp("lt", k_done, k_limit, "u32"))
     ptx.cp_async_wait(None)  # no copy outlives the CTA

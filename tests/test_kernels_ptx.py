@@ -1,6 +1,5 @@
 """What the emitted PTX promises, read off the text: target, decode form, tensor-core op,
-the shape of the two loop bodies (fast, tail) of the unstaged kernels and the one body
-of the staged ones.
+and the shape of the one staged chunk loop (copies ahead, wait, barrier, ldmatrix).
 
 The numbers that matter (exact results) come from running this PTX on the emulator
 (tests/test_kernels_run.py) and on a GPU; these tests pin the structural contract of
@@ -13,20 +12,14 @@ from kernelcases import per_kernel
 
 from kernels.registry import KERNELS, get_kernel
 
-STAGED = ["hslm_fwd_s8", "hslm_dx_s8"]
-UNSTAGED = ["hslm_dw_s8"]
+TERNARY = ["hslm_fwd_s8", "hslm_dx_s8"]
+STAGES = {"hslm_fwd_s8": 4, "hslm_dx_s8": 4, "hslm_dw_s8": 3}
+COPIES = {"hslm_fwd_s8": 2, "hslm_dx_s8": 2, "hslm_dw_s8": 4}  # 16-byte copies per thread and chunk
 MMA = "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32"
 
 
-def bodies(ptx: str) -> dict[str, str]:
-    """The chunk loop's two bodies: 'fast' (no tail predicates) and 'tail'."""
-    fast = ptx.split("chunk:\n", 1)[1].split("tail_chunk:\n", 1)[0]
-    tail = ptx.split("tail_chunk:\n", 1)[1].split("next_chunk:\n", 1)[0]
-    return {"fast": fast, "tail": tail}
-
-
 def loop(ptx: str) -> str:
-    """The staged kernels' one chunk loop."""
+    """The one chunk loop."""
     return ptx.split("chunk:\n", 1)[1].split("bra.uni chunk;", 1)[0]
 
 
@@ -38,30 +31,7 @@ def test_emission_is_deterministic_and_targets_sm80(name):
     assert f".visible .entry {name}(" in ptx
 
 
-@pytest.mark.parametrize("name", per_kernel(UNSTAGED))
-def test_unstaged_bodies_run_eight_mma(name):
-    ptx = KERNELS[name].emit()
-    for body in bodies(ptx).values():
-        assert body.count(MMA) == 8  # 2 k-steps x 4 n-tiles per chunk of 64
-    assert ptx.count(MMA) == 16
-
-
-@pytest.mark.parametrize("name", per_kernel(UNSTAGED))
-def test_control_flow_is_uniform(name):
-    ptx = KERNELS[name].emit()
-    branches = re.findall(r"\bbra(\.\w+)?\b", ptx)
-    assert branches == [".uni"] * 3  # fast-or-tail choice, skip the tail body, loop back edge
-
-
-@pytest.mark.parametrize("name", per_kernel(UNSTAGED))
-def test_fast_body_loads_without_predicates(name):
-    fast, tail = bodies(KERNELS[name].emit()).values()
-    guarded = [ln for ln in fast.splitlines() if "ld.global" in ln and ln.strip().startswith("@")]
-    assert guarded == []
-    assert fast.count("ld.global.u8") == tail.count("ld.global.u8") == 96
-
-
-@pytest.mark.parametrize("name", per_kernel(STAGED))
+@pytest.mark.parametrize("name", per_kernel())
 def test_staged_loop_is_one_uniform_body_of_32_mma(name):
     ptx = KERNELS[name].emit()
     body = loop(ptx)
@@ -70,20 +40,21 @@ def test_staged_loop_is_one_uniform_body_of_32_mma(name):
     assert body.count("bar.sync 0;") == 1  # one barrier per chunk
 
 
-@pytest.mark.parametrize("name", per_kernel(STAGED))
+@pytest.mark.parametrize("name", per_kernel())
 def test_staged_loop_copies_ahead_and_reads_fragments_with_ldmatrix(name):
     ptx = KERNELS[name].emit()
     body = loop(ptx)
-    copies = re.findall(r"cp\.async\.cg\.shared\.global \[[^]]+\], \[[^]]+\], 16, (%p\d+);", body)
-    assert len(copies) == 2 and ptx.count("cp.async.cg") == 4 * 2  # 3 chunks ahead + the loop's
-    assert body.count("cp.async.commit_group") == 1 and ptx.count("cp.async.commit_group") == 4
-    assert body.count("cp.async.wait_group 2;") == 1  # stage k landed, 2 newer in flight
+    stages, copies = STAGES[name], COPIES[name]
+    found = re.findall(r"cp\.async\.cg\.shared\.global \[[^]]+\], \[[^]]+\], 16, (%[pr]\d+);", body)
+    assert len(found) == copies and ptx.count("cp.async.cg") == stages * copies  # stages - 1 ahead
+    assert body.count("cp.async.commit_group") == 1 and ptx.count("cp.async.commit_group") == stages
+    assert body.count(f"cp.async.wait_group {stages - 2};") == 1  # this chunk landed, newer in flight
     assert len(re.findall(r"ldmatrix\.sync\.aligned\.m8n8\.x4(\.trans)?\.shared\.b16", body)) == 8 + 4
     assert body.count("ldmatrix.sync.aligned.m8n8.x4.shared.b16") >= 8  # A: 4 m x 2 k steps
     assert "ld.shared" not in body and "ld.global.u8" not in body  # no byte or scalar gathers
 
 
-@pytest.mark.parametrize("name", per_kernel(STAGED))
+@pytest.mark.parametrize("name", per_kernel(TERNARY))
 def test_staged_kernels_decode_two_words_per_thread_a_chunk_ahead(name):
     ptx = get_kernel(name).emit()
     body = loop(ptx)
@@ -111,9 +82,11 @@ def test_dx_reads_b_with_transposing_ldmatrix_and_one_prmt_per_register():
 
 
 @pytest.mark.kernel("hslm_dw_s8")
-def test_dw_reads_no_weights_and_uses_no_shared_memory():
-    ptx = get_kernel("hslm_dw_s8").emit()
-    assert ".shared" not in ptx and "bar.sync" not in ptx
+def test_dw_is_a_tn_gemm_of_two_copied_operands():
+    body = loop(get_kernel("hslm_dw_s8").emit())
+    assert "ld.global" not in body and "st.shared" not in body  # everything by cp.async
+    sizes = re.findall(r"cp\.async\.cg\.shared\.global \[[^]]+\], \[[^]]+\], 16, %(\w)\d+;", body)
+    assert sizes == ["r", "r", "p", "p"]  # A: src-size stops at R; B: whole pieces or none
 
 
 def test_unknown_kernel_names_the_known_ones():

@@ -59,9 +59,12 @@ PLANTED = [
     ("hslm_dx_s8", "W rows past N loaded unguarded", r"@%p\d+ (ld\.global\.u32)", r"\1", "out_of_bounds"),
     ("hslm_dx_s8", "matrix rows not interleaved for .trans", r"(shr\.u32 %r\d+, %r\d+), 2;\n(\tand\.b32 %r\d+, %r\d+), 2;",
      r"\1, 2;\n\2, 0;", "mismatch"),
-    ("hslm_dw_s8", "the tail's predicates dropped", r"@%p\d+ (ld\.global\.u8)", r"\1", "out_of_bounds"),
-    ("hslm_dw_s8", "fast chunks allowed one chunk too far", r"(sub\.s32 %r\d+, %r\d+), 63;", r"\1, -1;",
+    ("hslm_dw_s8", "A copies not stopped at R", r"(cp\.async[^\n]*), 16, %r\d+;", r"\1, 16;", "out_of_bounds"),
+    ("hslm_dw_s8", "B rows past K copied", r"or\.pred (%p\d+), (%p\d+), %p\d+;", r"mov.pred \1, \2;",
      "out_of_bounds"),
+    ("hslm_dw_s8", "waiting for one chunk too few", r"cp\.async\.wait_group 1;", "cp.async.wait_group 2;", "race"),
+    ("hslm_dw_s8", "ring wraps one stage late", r"setp\.ge\.u32 (%p\d+), (%r\d+), 0x6000;",
+     r"setp.gt.u32 \1, \2, 0x6000;", "out_of_bounds"),  # b_ring ends at the window
 ]
 
 
@@ -152,3 +155,19 @@ def test_launch_copies_unpitched_rows_into_an_aligned_buffer():
     launch(spec, lambda grid, block, args, shared_mem=0: seen.update(x=args[1], ldx=args[6]), dims, inputs)
     assert seen["x"].shape == (9, 48) and seen["ldx"] == 48
     assert np.array_equal(seen["x"][:, :40], inputs["x"]) and not seen["x"][:, 40:].any()
+
+
+@pytest.mark.kernel("hslm_dw_s8")
+@pytest.mark.parametrize("dims, row_pitch", [(Dims(70, 200, 140), 96), (Dims(128, 33, 128), 144)])
+def test_dw_exact_on_its_own_layout_with_junk_padding(dims, row_pitch):
+    """Xq^T and dYq^T handed over ready, rows ``row_pitch`` apart, junk past R in both."""
+    spec = get_kernel("hslm_dw_s8")
+    rng = np.random.default_rng(5)
+    inputs = spec.make_inputs(dims, rng)
+    xt, dyt = (rng.integers(-128, 128, (a.shape[1], row_pitch), dtype=np.int8) for a in (inputs["x"], inputs["dy"]))
+    xt[:, :dims.R], dyt[:, :dims.R] = inputs["x"].T, inputs["dy"].T
+    out = np.zeros(spec.output.shape(dims), np.int32)
+    geo = spec.geometry(dims)
+    Module(code=spec.emit()).get_function(spec.name)(geo.grid, geo.block, [
+        out, xt, dyt, np.uint32(dims.R), np.uint32(dims.K), np.uint32(dims.N), np.uint32(row_pitch)])
+    assert np.array_equal(out, spec.reference(dims, inputs))

@@ -17,11 +17,18 @@ import pytest
 
 from kernels import ops
 from kernels.launch import LaunchError
+from kernels.pitch import logical_view
 from kernels.registry import get_kernel
 from kernels.spec import Dims
 from kernels.ternary import pack
 
 EPS = 1e-12  # f64 rounding slack, relative to the size of the terms summed
+
+
+def dims_of(name: str, args) -> Dims:
+    """The R, K, N scalars of a kernel's argument list (by parameter name)."""
+    sizes = {p.name: int(a) for p, a in zip(get_kernel(name).params, args) if p.shape is None}
+    return Dims(sizes["R"], sizes["K"], sizes["N"])
 
 
 def reference_fn(name: str, launches: list[Dims] | None = None):
@@ -30,9 +37,9 @@ def reference_fn(name: str, launches: list[Dims] | None = None):
     buffers = [p for p in spec.params if p.shape is not None]
 
     def fn(grid, block, args, shared_mem=0):
-        sizes = {p.name: int(a) for p, a in zip(spec.params, args) if p.shape is None}
-        dims = Dims(sizes["R"], sizes["K"], sizes["N"])
-        args[0][...] = spec.reference(dims, {p.name: a for p, a in zip(buffers[1:], args[1:])})
+        dims = dims_of(name, args)
+        args[0][...] = spec.reference(dims, {p.name: logical_view(p, a, dims)
+                                             for p, a in zip(buffers[1:], args[1:])})
         if launches is not None:
             launches.append(dims)
 
@@ -159,7 +166,7 @@ def test_chunked_dw_equals_unchunked_on_emulator():
     spy = ops.kernel_function("hslm_dw_s8", np)
 
     def counted(grid, block, args, shared_mem=0):
-        launches.append(Dims(*(int(a) for a in args[-3:])))
+        launches.append(dims_of("hslm_dw_s8", args))
         spy(grid, block, args, shared_mem=shared_mem)
 
     chunked = ops.grad_weight(x, dy, chunk_rows=8, fn=counted)
