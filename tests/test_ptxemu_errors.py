@@ -7,6 +7,8 @@ from test_ptxemu import PROLOGUE, line_of, module
 
 from kernels.ptxemu import EmulatorError, Module
 
+pytestmark = pytest.mark.filterwarnings("error")   # a numpy warning is a bug here
+
 Z = np.zeros(128, np.uint32)
 
 

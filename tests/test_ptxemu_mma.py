@@ -12,6 +12,8 @@ from test_ptxemu import PROLOGUE, module
 
 from kernels.ptxemu import EmulatorError, Module
 
+pytestmark = pytest.mark.filterwarnings("error")   # a numpy warning is a bug here
+
 
 def a_index(k: int):
     """(lane, reg, byte) -> (row, col) of A (16 x k)."""

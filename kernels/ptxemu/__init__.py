@@ -6,10 +6,15 @@
 
 Modules: parse (text -> records), operands (types, registers, operand closures),
 ops (the instruction table), memory (global/shared with bounds, alignment and race
-checks), machine (the lockstep min-PC executor, Module and Function). After a launch
-``fn.stats`` (LaunchStats) says how many warp instructions it issued, by opcode.
+checks), traffic (memory request counts), machine (the lockstep min-PC executor,
+Module and Function). After a launch
+``fn.stats`` (LaunchStats) says how many warp instructions it issued, by opcode, and
+``fn.stats.memory`` the global/shared traffic of each PTX line (AccessStats: requests,
+bytes, 32-byte sectors, 128-byte lines, shared bank wavefronts; see ``traffic.py``);
+``fn.stats.memory_totals("shared", in_loop=True)`` sums them.
 """
 from kernels.ptxemu.machine import Function, LaunchStats, Module
 from kernels.ptxemu.parse import EmulatorError
+from kernels.ptxemu.traffic import AccessStats
 
-__all__ = ["Module", "Function", "EmulatorError", "LaunchStats"]
+__all__ = ["Module", "Function", "EmulatorError", "LaunchStats", "AccessStats"]

@@ -8,13 +8,27 @@ work the same way. While all running threads share one PC the executor keeps it 
 Python int and passes the mask ``None`` (no masking anywhere: the fast path).
 
 Strictness that needs the schedule lives here: ``bra.uni`` must be uniform within
-each warp (as PTX defines it; different warps may go different ways); ``mma`` needs all 32 lanes of each warp that executes it;
-``bar.sync`` needs every running thread of the CTA there (exited threads do
-not count) and then closes the CTA's shared-memory race window. Threads that reach a
-bar.sync before the rest of their CTA wait there (PC parked) while the others run on;
-the barrier opens when every running thread of the CTA waits at it, so the common
-`if (i >= n) return; ... __syncthreads()` is fine, and waiting at two different
-barriers is a divergence error.
+each warp (as PTX defines it; different warps may go different ways); ``mma`` needs
+all 32 lanes of each warp that executes it; ``bar.sync`` needs every running thread of
+the CTA there and then closes the CTA's shared-memory race window.
+
+Barriers follow PTX ISA, "Parallel Synchronization and Communication Instructions:
+bar, barrier": ``bar.sync`` is ``barrier.sync.aligned``, so all threads of a warp
+execute the same barrier instruction, and in conditional code only if they evaluate
+the condition identically; the barrier waits for the non-exited threads, and (PTX
+ISA, "Control Flow Instructions: exit") a barrier held up only by exiting threads is
+released. So:
+
+- threads that reach a bar.sync before the rest of their CTA wait there (PC parked)
+  while the others run on; the barrier opens when every running thread of the CTA
+  waits at it. Threads that exit do not count: ``if (tid >= n) return;
+  __syncthreads();`` is fine, also when part of a warp takes the return;
+- a guard that differs within a warp at a bar.sync is a divergence error;
+- while lanes of a warp wait at a bar.sync, the warp's other lanes may only branch
+  and exit (they are exiting threads) or reach the same barrier; a lane that
+  executes anything else and then exits without reaching it (a barrier inside a loop
+  whose trip count differs within the warp, with work after the loop) is a
+  divergence error, and so is waiting at two different barriers.
 """
 from __future__ import annotations
 
@@ -28,6 +42,7 @@ from kernels.ptxemu.memory import Fault, GlobalMemory, SharedMemory
 from kernels.ptxemu.operands import TYPES, Ctx, State
 from kernels.ptxemu.ops import Exec, decode
 from kernels.ptxemu.parse import EmulatorError, Entry, Instr, fmt3, parse
+from kernels.ptxemu.traffic import FIELDS, AccessStats, Traffic, loop_lines
 
 DONE = np.iinfo(np.int32).max      # the PC of an exited thread
 WAIT = DONE - 1                     # the PC of a thread waiting at a bar.sync
@@ -45,10 +60,19 @@ class LaunchStats(NamedTuple):
 
     warp_instructions: int
     by_opcode: dict[str, int]  # "ld.global", "ld.shared", "mma", "prmt", ... -> count
+    memory: tuple[AccessStats, ...] = ()   # per PTX line with global/shared requests
 
     def per(self, opcode: str) -> float:
         """Warp instructions issued per ``opcode`` instruction (e.g. per mma)."""
         return self.warp_instructions / max(1, self.by_opcode.get(opcode, 0))
+
+    def memory_totals(self, space: str, in_loop: bool | None = None) -> dict[str, int]:
+        """The ``memory`` counts of ``space`` summed over its lines (only those inside,
+        or outside, a loop when ``in_loop`` is given): requests, bytes_used, sectors,
+        lines, wavefronts, ideal_wavefronts."""
+        rows = [a for a in self.memory
+                if a.space == space and (in_loop is None or a.in_loop == in_loop)]
+        return {f: sum(getattr(a, f) for a in rows) for f in FIELDS}
 
 
 def opcode_class(op: str) -> str:
@@ -99,6 +123,9 @@ class Function:
         end = entry.body[-1].line if entry.body else entry.line    # falling off the end
         self.steps.append(Step(Instr(end, "(end of kernel)", None, "exit", ()), None,
                                Exec("exit")))
+        self.in_loop = loop_lines([s.ins.line for s in self.steps],
+                                  [(i, s.ex.target) for i, s in enumerate(self.steps)
+                                   if s.ex.kind == "bra"])
         # race tracking grain: the smallest shared access (all are aligned to their size)
         self.grain = min([s.ex.shared_bytes for s in self.steps if s.ex.shared_bytes] + [16])
 
@@ -169,11 +196,12 @@ class Function:
         for reg, dims in (("ntid", b), ("nctaid", g)):
             for axis, v in zip("xyz", dims):
                 special[f"{reg}.{axis}"] = np.uint32(v)
+        warps = np.arange(T) // tpc * -(-tpc // 32) + tl // 32
+        traffic = Traffic(warps, tl % 32)
         st = State(T, special, params, GlobalMemory(buffers),
                    SharedMemory(ctas, tpc, window, self.strict_shared_init, self.grain),
-                   tpc)
+                   tpc, traffic)
         self._grid, self._block = g, b
-        warps = np.arange(T) // tpc * -(-tpc // 32) + tl // 32
         issued = np.zeros(len(self.steps), np.int64)
         self._run(st, issued, warps)
         by_opcode: dict[str, int] = {}
@@ -181,7 +209,7 @@ class Function:
             if count:
                 name = opcode_class(step.ins.op)
                 by_opcode[name] = by_opcode.get(name, 0) + count
-        self.stats = LaunchStats(int(issued.sum()), by_opcode)
+        self.stats = LaunchStats(int(issued.sum()), by_opcode, traffic.stats(self.in_loop))
 
     # ---- the executor -------------------------------------------------------------------
 
@@ -219,12 +247,13 @@ class Function:
                              f"only {int(lanes.sum())} of 32 lanes of the warp execute it "
                              f"(lane {int(np.flatnonzero(~lanes)[0])} does not)")
 
-    def _release(self, st: State, pcs: np.ndarray) -> None:
+    def _release(self, st: State, sch: Schedule) -> None:
         """Open the barrier of every CTA whose running threads all wait at one.
 
         Waiting threads sit at PC ``WAIT`` (never the minimum) with their barrier's PC
-        in ``self._waitpc``. Threads that exited do not count, as on hardware; threads
+        in ``sch.waitpc``. Threads that exited do not count, as on hardware; threads
         of one CTA waiting at different bar.sync instructions are a divergence error."""
+        pcs = sch.pcs
         waiting = (pcs == WAIT).reshape(-1, st.tpc)
         running = (pcs != DONE).reshape(-1, st.tpc)
         ready = waiting.any(1) & (waiting.sum(1) == running.sum(1))
@@ -232,7 +261,7 @@ class Function:
             return
         ctas = np.flatnonzero(ready)
         rows = waiting[ctas]
-        wpc = np.where(rows, self._waitpc.reshape(-1, st.tpc)[ctas], -1)
+        wpc = np.where(rows, sch.waitpc.reshape(-1, st.tpc)[ctas], -1)
         lo = np.where(rows, wpc, np.iinfo(np.int32).max).min(1)
         split = (wpc.max(1) != lo)
         if split.any():
@@ -244,29 +273,108 @@ class Function:
                              f"barriers (this one and line {first.line})")
         w = np.zeros(pcs.size, bool)
         w.reshape(-1, st.tpc)[ctas] = rows
-        pcs[w] = self._waitpc[w] + 1
+        pcs[w] = sch.waitpc[w] + 1
         st.smem.barrier(ctas)
+
+    # One handler per scheduling kind: run the step at PC i for the threads ``active``
+    # (None: every running thread) of which ``m`` (None: all of them) pass the guard,
+    # and move those threads on. A handler returns True when no thread is left.
+
+    def _plain(self, st: State, sch: Schedule, step: Step, i: int, active, m) -> bool:
+        if sch.held is not None:
+            sch.stray(active, i)
+        if m is None or m.any():
+            if step.ex.warp:
+                self._warp_check(st, m, step.ins)
+            step.ex.run(st, m)
+            st.commit()
+        sch.goto(active, i + 1)
+        return False
+
+    def _barrier(self, st: State, sch: Schedule, step: Step, i: int, active, m) -> bool:
+        if m is None:                               # every thread of every CTA is here
+            st.smem.barrier(None)
+        elif m.any():                               # some wait for the others
+            if step.guard is not None:
+                self._uniform_check(sch.warps, m, active & ~m if active is not None else ~m,
+                                    step.ins, "the guard of an aligned bar.sync differs in "
+                                    "the warp: this thread skips it, tid={} executes it")
+            sch.split(active, i + 1, m, WAIT)
+            sch.waitpc[m] = i
+            sch.strayed[m] = -1
+            self._release(st, sch)
+            sch.hold()
+            return False
+        sch.goto(active, i + 1)
+        return False
+
+    def _branch(self, st: State, sch: Schedule, step: Step, i: int, active, m) -> bool:
+        target, taken = step.ex.target, m
+        if taken is None or step.guard is None:     # every thread here takes it
+            sch.goto(active, target)
+            return False
+        stay = ~taken if active is None else (active & ~taken)
+        if not stay.any():
+            sch.goto(active, target)
+        elif not taken.any():                       # nobody takes it
+            sch.goto(active, i + 1)
+        else:
+            if step.ex.uni:
+                self._uniform_check(sch.warps, taken, stay, step.ins, "bra.uni is not uniform "
+                                    "in the warp: this thread falls through, tid={} branches")
+            sch.split(active, i + 1, taken, target)
+        return False
+
+    def _uniform_check(self, warps: np.ndarray, taken, stay, ins: Instr, why: str) -> None:
+        """No warp has threads on both sides (bra.uni, PTX ISA "bra"; the guard of an
+        aligned barrier): ``why`` names the other side's thread at ``{}``."""
+        mixed = np.intersect1d(warps[taken], warps[stay])
+        if mixed.size:
+            in_warp = warps == mixed[0]
+            t0 = int(np.flatnonzero(taken & in_warp)[0])
+            s0 = int(np.flatnonzero(stay & in_warp)[0])
+            raise self._fail("divergence", ins, s0, why.format(fmt3(self._where(t0)[1])))
+
+    def _exit(self, st: State, sch: Schedule, step: Step, i: int, active, m) -> bool:
+        if m is None:
+            return True
+        sch.nlive -= int(np.count_nonzero(m))
+        if sch.nlive == 0:
+            return True
+        if sch.pcs is None:
+            sch.live = ~m if sch.live is None else (sch.live & ~m)
+            sch.pc += 1
+            return False
+        if sch.held is not None:
+            self._straggler_check(sch, m)
+        sch.split(active, i + 1, m, DONE)
+        self._release(st, sch)
+        sch.hold()
+        return False
+
+    def _straggler_check(self, sch: Schedule, leaving) -> None:
+        """An exiting thread that did work while lanes of its warp waited at a barrier
+        left that aligned barrier behind instead of exiting on the way to it."""
+        bad = leaving & (sch.strayed >= 0) & sch.held[sch.warps]
+        if bad.any():
+            t = int(np.flatnonzero(bad)[0])
+            lane = int(np.flatnonzero((sch.warps == sch.warps[t]) & (sch.pcs == WAIT))[0])
+            did = self.steps[int(sch.strayed[t])].ins
+            raise self._fail("divergence", self.steps[int(sch.waitpc[lane])].ins, t,
+                             f"lanes of this thread's warp (tid={fmt3(self._where(lane)[1])}) "
+                             f"wait at this aligned bar.sync while this thread ran line "
+                             f"{did.line} and then exited without reaching it")
 
     def _run(self, st: State, issued: np.ndarray, warps: np.ndarray) -> None:
         """Run to the end; ``issued[i]`` counts the warps that issued step i."""
-        steps, T = self.steps, st.T
-        pc, pcs, live, nlive = 0, None, None, T   # converged: pc; diverged: pcs array
+        sch = Schedule(st.T, warps)
+        handlers = {"op": self._plain, "bar": self._barrier, "bra": self._branch,
+                    "exit": self._exit}
         all_warps = int(warps[-1]) + 1
-        self._waitpc = np.zeros(T, np.int32)
-        while True:
-            if pcs is None:
-                i, active = pc, live
-            else:
-                i = int(pcs.min())
-                if i >= WAIT:                   # cannot happen: _release opens barriers
-                    raise EmulatorError("divergence", None, "", "every running thread "
-                                        "waits at a barrier that never opens")
-                active = pcs == i
-                if int(np.count_nonzero(active)) == nlive:      # reconverged
-                    pc, pcs, live = i, None, (None if nlive == T else active)
-                    active = live
-            step = steps[i]
-            ins, ex = step.ins, step.ex
+        done = False
+        while not done:
+            i, active = sch.next()
+            step = self.steps[i]
             issued[i] += all_warps if active is None else np.unique(warps[active]).size
             try:
                 m = active
@@ -275,81 +383,71 @@ class Function:
                     m = p if active is None else (p & active)
                     if m.all():
                         m = None
-                kind = ex.kind
-                if kind == "op":
-                    if m is None or m.any():
-                        if ex.warp:
-                            self._warp_check(st, m, ins)
-                        ex.run(st, m)
-                elif kind == "bar" and m is None:
-                    st.smem.barrier(None)
-                elif kind == "bar" and m.any():            # some wait for the others
-                    if pcs is None:
-                        pcs = np.full(T, i, np.int32)
-                        if live is not None:
-                            pcs[~live] = DONE
-                    pcs[active] = i + 1
-                    pcs[m] = WAIT
-                    self._waitpc[m] = i
-                    self._release(st, pcs)
-                    continue
-                elif kind == "bra":
-                    taken = m
-                    if taken is None or step.guard is None:
-                        stay = None
-                    else:
-                        stay = ~taken if active is None else (active & ~taken)
-                        if not stay.any():
-                            stay = None
-                        elif not taken.any():                # nobody takes it
-                            if pcs is None:
-                                pc += 1
-                            else:
-                                pcs[active] = i + 1
-                            continue
-                    if stay is None:                       # every thread here takes it
-                        if pcs is None:
-                            pc = ex.target
-                        else:
-                            pcs[active] = ex.target
-                        continue
-                    if ex.uni:  # PTX: uniform within each warp (warps may differ)
-                        mixed = np.intersect1d(warps[taken], warps[stay])
-                        if mixed.size:
-                            in_warp = warps == mixed[0]
-                            t0 = int(np.flatnonzero(taken & in_warp)[0])
-                            s0 = int(np.flatnonzero(stay & in_warp)[0])
-                            raise self._fail("divergence", ins, s0, "bra.uni is not uniform "
-                                             f"in the warp: this thread falls through, tid="
-                                             f"{fmt3(self._where(t0)[1])} branches")
-                    if pcs is None:
-                        pcs = np.full(T, i + 1, np.int32)
-                        if live is not None:
-                            pcs[~live] = DONE
-                    else:
-                        pcs[active] = i + 1
-                    pcs[taken] = ex.target
-                    continue
-                elif kind == "exit":
-                    if m is None:
-                        return
-                    nlive -= int(np.count_nonzero(m))
-                    if nlive == 0:
-                        return
-                    if pcs is None:
-                        live = ~m if live is None else (live & ~m)
-                        pc += 1
-                    else:
-                        pcs[active] = i + 1
-                        pcs[m] = DONE
-                        self._release(st, pcs)
-                    continue
+                done = handlers[step.ex.kind](st, sch, step, i, active, m)
             except Fault as f:
-                raise self._fault(f, ins) from None
-            if pcs is None:
-                pc += 1
-            else:
-                pcs[active] = i + 1
+                raise self._fault(f, step.ins) from None
+
+
+class Schedule:
+    """Where every thread of the launch is (min-PC scheduling).
+
+    Converged: all running threads are at ``pc`` (``pcs`` is None) and ``live`` masks
+    the running ones (None: all). Diverged: ``pcs`` holds each thread's PC, ``DONE``
+    for exited threads and ``WAIT`` for threads parked at a barrier (``waitpc`` says
+    which). ``nlive`` counts the running threads either way.
+    """
+
+    def __init__(self, T: int, warps: np.ndarray):
+        self.T, self.warps = T, warps
+        self.pc, self.pcs, self.live, self.nlive = 0, None, None, T
+        self.waitpc = np.zeros(T, np.int32)
+        self.held: np.ndarray | None = None    # per warp: some lane waits at a barrier
+        self.strayed = np.full(T, -1, np.int32)  # PC a thread ran while its warp was held
+
+    def hold(self) -> None:
+        """Recompute which warps have lanes waiting at a barrier (None: no warp)."""
+        waiting = self.pcs == WAIT
+        self.held = None
+        if waiting.any():
+            self.held = np.zeros(int(self.warps[-1]) + 1, bool)
+            self.held[self.warps[waiting]] = True
+
+    def stray(self, active, i: int) -> None:
+        """Remember (first PC) the threads of ``active`` whose warp has waiting lanes."""
+        busy = active & self.held[self.warps] & (self.strayed < 0)
+        self.strayed[busy] = i
+
+    def next(self) -> tuple[int, Any]:
+        """The smallest PC and the threads at it (None: all running threads)."""
+        if self.pcs is None:
+            return self.pc, self.live
+        i = int(self.pcs.min())
+        if i >= WAIT:                   # cannot happen: _release opens barriers
+            raise EmulatorError("divergence", None, "", "every running thread waits at a "
+                                "barrier that never opens")
+        active = self.pcs == i
+        if int(np.count_nonzero(active)) == self.nlive:        # reconverged
+            self.pc, self.pcs = i, None
+            self.live = None if self.nlive == self.T else active
+            return i, self.live
+        return i, active
+
+    def goto(self, active, pc: int) -> None:
+        """Every thread of ``active`` continues at ``pc``."""
+        if self.pcs is None:
+            self.pc = pc
+        else:
+            self.pcs[active] = pc
+
+    def split(self, active, rest: int, some, pc: int) -> None:
+        """``some`` of the ``active`` threads go to ``pc``, the rest to ``rest``."""
+        if self.pcs is None:                    # diverge: active is every running thread
+            self.pcs = np.full(self.T, rest, np.int32)
+            if self.live is not None:
+                self.pcs[~self.live] = DONE
+        else:
+            self.pcs[active] = rest
+        self.pcs[some] = pc
 
 
 class Module:

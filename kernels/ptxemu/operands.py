@@ -9,6 +9,13 @@ wraps like the hardware. Immediates become numpy scalars of the operand type.
 
 A register whose bits are not yet written by every thread is listed in ``st.partial``
 with a written-mask; reading it for a thread that never wrote it is ``uninitialized``.
+
+Every source operand is read before any destination is written, as the PTX ISA
+defines each instruction (e.g. setp: t = a CmpOp b; p = BoolOp(t, c); q = BoolOp(!t,
+c) with the old c even when p is c): a writer only stages its value, and
+``State.commit`` (called once after each instruction) stores them all. A stored
+register array is never modified afterwards (a write makes a new array), so a value
+read earlier cannot change under the reader either.
 """
 from __future__ import annotations
 
@@ -51,13 +58,39 @@ Put = Callable[[Any, Any, Any], None]
 class State:
     """Everything one launch mutates: registers, memories, and the launch constants."""
 
-    def __init__(self, T: int, special: dict[str, Any], params: bytes, gmem, smem, tpc: int):
+    def __init__(self, T: int, special: dict[str, Any], params: bytes, gmem, smem, tpc: int,
+                 traffic):
         self.T, self.special, self.params, self.gmem, self.smem = T, special, params, gmem, smem
-        self.tpc = tpc
+        self.tpc, self.traffic = tpc, traffic     # traffic: per-line memory counts
         self.regs: dict[str, np.ndarray] = {}
         self.partial: dict[str, np.ndarray] = {}   # written-mask of partly written registers
+        self.staged: list[tuple[str, np.dtype, Any, Any]] = []   # this instruction's writes
         self.threads = np.arange(T)
         self.row8 = self.threads * 8        # byte offset of each thread's 8-byte row
+
+    def commit(self) -> None:
+        """Store the writes the instruction staged (all its sources are read by now).
+
+        Each write makes a new array: an array handed out by an earlier read stays as
+        it was. Threads outside the mask keep their old bits."""
+        for name, dtype, m, v in self.staged:
+            old = self.regs.get(name)
+            if m is None:
+                new = np.empty(self.T, dtype)
+                new[...] = v
+                self.partial.pop(name, None)
+            else:
+                new = np.zeros(self.T, dtype) if old is None else old.copy()
+                np.copyto(new, v, where=m, casting="unsafe")
+                w = m if old is None else self.partial.get(name)
+                if w is not None:
+                    w = w | m                       # a new mask: never alias the caller's
+                    if w.all():
+                        self.partial.pop(name, None)
+                    else:
+                        self.partial[name] = w
+            self.regs[name] = new
+        self.staged.clear()
 
     def check(self, name: str, m) -> None:
         """Raise ``uninitialized`` if a thread of ``m`` reads ``name`` before writing it."""
@@ -181,22 +214,7 @@ class Ctx:
         dtype = rty.dtype
 
         def put(st, m, v, name=tok):
-            a = st.regs.get(name)
-            if m is None:
-                if a is None:
-                    a = st.regs[name] = np.empty(st.T, dtype)
-                a[...] = v
-                st.partial.pop(name, None)
-                return
-            if a is None:
-                a = st.regs[name] = np.zeros(st.T, dtype)
-                st.partial[name] = np.zeros(st.T, bool)
-            np.copyto(a, v, where=m, casting="unsafe")
-            w = st.partial.get(name)
-            if w is not None:
-                w |= m
-                if w.all():
-                    del st.partial[name]
+            st.staged.append((name, dtype, m, v))
         return put
 
     def address(self, tok) -> tuple[Get | None, int]:

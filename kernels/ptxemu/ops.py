@@ -30,7 +30,6 @@ class Exec(NamedTuple):
 
 FORMS: list[tuple[re.Pattern, Callable[..., Exec]]] = []
 INT = r"(?P<t>[su](?:16|32|64))"
-BITS = r"(?P<t>b(?:16|32|64))"
 ANY = r"(?P<t>[bsu](?:16|32|64))"
 
 
@@ -206,7 +205,7 @@ def _bfe(cx, t):
         keep = (np.uint64(1) << n) - np.uint64(1)
         r = (x >> np.minimum(pos, 32)) & keep
         if t.signed:
-            sb = (x >> np.minimum(pos + ln - 1, 31)) & 1
+            sb = (x >> (np.minimum(pos + ln, 32) - (ln > 0))) & 1  # len 0: unused
             r = np.where((ln > 0) & (sb == 1), r | (~keep & np.uint64(0xFFFFFFFF)), r)
         put(st, m, r.astype(np.uint32).view(t.dtype))
     return run
@@ -380,80 +379,127 @@ def _cvta(cx):
 # ---- memory -------------------------------------------------------------------------
 
 _LD_HINTS = r"(?:\.(?:weak|volatile|relaxed\.(?:cta|gpu|sys)))?"
-_SPACE = r"(?:\.(?P<space>param|global|shared))?"
+_SPACE = r"(?:\.(?P<space>global|shared))?"      # none: generic, = global here
 _CACHE = r"(?:\.(?P<nc>nc))?(?:\.(?:ca|cg|cs|lu|cv|wb|wt))?"
 _VEC = r"(?:\.v(?P<vec>[24]))?"
 _MTYPE = r"\.(?P<t>[bsu](?:8|16|32|64))"
 
 
-def _memory(st, space):
-    return st.smem if space == "shared" else st.gmem
+class Access(NamedTuple):
+    """One global or shared memory instruction: ``vec`` elements of ``elem`` bytes per
+    thread at register ``base`` (None: a shared symbol) plus ``offset``."""
+
+    opcode: str             # "ld.global", "st.shared", ... (what traffic is filed under)
+    line: int
+    space: str              # "global" or "shared"
+    elem: int
+    vec: int
+    base: Callable | None
+    offset: np.uint64
+
+    @property
+    def shared_bytes(self) -> int:
+        return self.elem * self.vec if self.space == "shared" else 0
+
+    def memory(self, st):
+        return st.smem if self.space == "shared" else st.gmem
+
+    def addresses(self, st, m, sel: np.ndarray) -> np.ndarray:
+        """One address per executing thread (``sel``: their indices)."""
+        if self.base is None:
+            return np.full(sel.size, self.offset, np.uint64)
+        a = np.broadcast_to(np.asarray(self.base(st, m), dtype=np.uint64), (st.T,))
+        return (a if m is None else a[sel]) + self.offset
+
+    def record(self, st, addr: np.ndarray, sel: np.ndarray) -> None:
+        """File one execution with the launch's traffic counts (see ``traffic.py``)."""
+        st.traffic.record(self.line, self.opcode, self.space, addr, sel, self.elem * self.vec)
 
 
-@form(rf"(?P<op>ld|st){_LD_HINTS}{_SPACE}{_CACHE}{_VEC}{_MTYPE}")
-def _ldst(cx, op, space, nc, vec, t):
-    """ld/st .param (ld only), .global (or generic, = global here), .shared; scalar or
-    .v2/.v4 (element 0 at the lowest address). Cache hints are accepted as no-ops."""
-    t = TYPES[t]
-    vec = int(vec or 1)
+def _access(cx: Ctx, op: str, space, nc, vec, t: Ty) -> tuple[tuple, Access]:
+    """The value operands (one per vector element) and the address of ``ld d, [a]`` or
+    ``st [a], d``."""
     if nc and (op == "st" or space != "global"):
         raise cx.error(".nc is only for ld.global")
     a0, a1 = cx.nargs(2)
     addr_tok, val = (a1, a0) if op == "ld" else (a0, a1)
+    vec = int(vec or 1)
     vals = val if isinstance(val, tuple) else (val,)
     if len(vals) != vec:
         raise cx.error(f"expected {vec} value operand(s)")
     base, off = cx.address(addr_tok)
-    elem = t.bits // 8
-    if space == "param":
-        if op == "st" or vec != 1 or not isinstance(off, tuple):
-            raise cx.error("only scalar ld.param from a kernel parameter is supported")
-        _, name, k = off
-        poff, pty = cx.param_offsets[name]
-        if k < 0 or k + elem > TYPES[pty].bits // 8:
-            raise cx.error(f"ld.param outside parameter `{name}`")
-        put, where = cx.dst(val, t, relaxed=True), poff + k
-
-        def ld_param(st, m):
-            raw = np.frombuffer(st.params, t.udtype, 1, where)[0]
-            put(st, m, raw.view(t.dtype))
-        return ld_param
     if isinstance(off, tuple):
         raise cx.error("a kernel parameter is only addressed by ld.param")
     if base is None and space != "shared":
         raise cx.error("a shared symbol is only addressed by ld.shared/st.shared")
-    koff = np.uint64(off & (2 ** 64 - 1))
+    space = space or "global"
+    return vals, Access(f"{op}.{space}", cx.ins.line, space, t.bits // 8, vec, base,
+                        np.uint64(off & (2 ** 64 - 1)))
 
-    def addresses(st, m, sel):
-        if base is None:
-            return np.full(sel.size, koff, np.uint64)
-        a = np.broadcast_to(np.asarray(base(st, m), dtype=np.uint64), (st.T,))
-        return (a if m is None else a[sel]) + koff
 
-    if op == "ld":
-        puts = [cx.dst(v, t, relaxed=True) for v in vals]
+@form(rf"ld{_LD_HINTS}\.param{_MTYPE}")
+def _ld_param(cx, t):
+    """Scalar ld.param of a kernel parameter: its bytes in the launch's parameter block."""
+    t = TYPES[t]
+    val, addr_tok = cx.nargs(2)
+    _, off = cx.address(addr_tok)
+    if isinstance(val, tuple) or not isinstance(off, tuple):
+        raise cx.error("only scalar ld.param from a kernel parameter is supported")
+    _, name, k = off
+    poff, pty = cx.param_offsets[name]
+    elem = t.bits // 8
+    if k < 0 or k + elem > TYPES[pty].bits // 8:
+        raise cx.error(f"ld.param outside parameter `{name}`")
+    put, where = cx.dst(val, t, relaxed=True), poff + k
 
-        def ld(st, m):
-            sel = st.sel(m)
-            got = _memory(st, space).load(addresses(st, m, sel), sel, elem, vec)
-            for j, put in enumerate(puts):
-                v = got[:, j]
-                if m is not None:
-                    full = np.zeros(st.T, v.dtype)
-                    full[sel] = v
-                    v = full
-                put(st, m, v.view(t.dtype))
-        return Exec("op", ld, shared_bytes=elem * vec if space == "shared" else 0)
+    def ld_param(st, m):
+        raw = np.frombuffer(st.params, t.udtype, 1, where)[0]
+        put(st, m, raw.view(t.dtype))
+    return ld_param
+
+
+@form(rf"ld{_LD_HINTS}{_SPACE}{_CACHE}{_VEC}{_MTYPE}")
+def _ld(cx, space, nc, vec, t):
+    """ld .global (or generic) / .shared, scalar or .v2/.v4 (element 0 at the lowest
+    address); a narrower type is extended into a wider register. Cache hints are
+    accepted as no-ops; .nc only on ld.global."""
+    t = TYPES[t]
+    vals, acc = _access(cx, "ld", space, nc, vec, t)
+    puts = [cx.dst(v, t, relaxed=True) for v in vals]
+
+    def ld(st, m):
+        sel = st.sel(m)
+        addr = acc.addresses(st, m, sel)
+        got = acc.memory(st).load(addr, sel, acc.elem, acc.vec)
+        acc.record(st, addr, sel)
+        for j, put in enumerate(puts):
+            v = got[:, j]
+            if m is not None:
+                full = np.zeros(st.T, v.dtype)
+                full[sel] = v
+                v = full
+            put(st, m, v.view(t.dtype))
+    return Exec("op", ld, shared_bytes=acc.shared_bytes)
+
+
+@form(rf"st{_LD_HINTS}{_SPACE}{_CACHE}{_VEC}{_MTYPE}")
+def _st(cx, space, nc, vec, t):
+    """st .global (or generic) / .shared, scalar or .v2/.v4; a wider register is
+    truncated to the type."""
+    t = TYPES[t]
+    vals, acc = _access(cx, "st", space, nc, vec, t)
     gets = [cx.src(v, t, relaxed=True) for v in vals]
 
     def st_(st, m):
         sel = st.sel(m)
-        data = np.empty((sel.size, vec), t.udtype)
+        data = np.empty((sel.size, acc.vec), t.udtype)
         for j, g in enumerate(gets):
             v = np.broadcast_to(np.asarray(g(st, m)).view(t.udtype), (st.T,))
             data[:, j] = v if m is None else v[sel]
-        _memory(st, space).store(addresses(st, m, sel), sel, elem, vec, data)
-    return Exec("op", st_, shared_bytes=elem * vec if space == "shared" else 0)
+        addr = acc.addresses(st, m, sel)
+        acc.memory(st).store(addr, sel, acc.elem, acc.vec, data)
+        acc.record(st, addr, sel)
+    return Exec("op", st_, shared_bytes=acc.shared_bytes)
 
 
 # ---- control --------------------------------------------------------------------------
