@@ -171,3 +171,26 @@ def test_dw_exact_on_its_own_layout_with_junk_padding(dims, row_pitch):
     Module(code=spec.emit()).get_function(spec.name)(geo.grid, geo.block, [
         out, xt, dyt, np.uint32(dims.R), np.uint32(dims.K), np.uint32(dims.N), np.uint32(row_pitch)])
     assert np.array_equal(out, spec.reference(dims, inputs))
+
+
+def conflicted(name: str, ptx: str | None = None) -> list[tuple[str, int, int]]:
+    """Shared accesses of the chunk loop that need more bank wavefronts than the minimum."""
+    spec = get_kernel(name)
+    fn = Module(code=ptx or spec.emit()).get_function(name)
+    dims = Dims(256, 192, 256)
+    got = launch(spec, fn, dims, spec.make_inputs(dims, np.random.default_rng(1)))
+    assert np.array_equal(got, spec.reference(dims, spec.make_inputs(dims, np.random.default_rng(1))))
+    return [(a.opcode, a.wavefronts, a.ideal_wavefronts) for a in fn.stats.memory
+            if a.in_loop and a.space == "shared" and a.wavefronts > a.ideal_wavefronts]
+
+
+@pytest.mark.parametrize("name", per_kernel())
+def test_staged_loop_has_no_shared_bank_conflicts(name):
+    assert conflicted(name) == []
+
+
+@pytest.mark.parametrize("name", per_kernel())
+def test_an_unswizzled_layout_is_exact_but_conflicted(name):
+    ptx, count = re.subn(r"xor\.b32 (%r\d+), (%r\d+), %r\d+;", r"mov.b32 \1, \2;", get_kernel(name).emit())
+    assert count >= 1
+    assert any(op == "ldmatrix" for op, _, _ in conflicted(name, ptx))

@@ -26,7 +26,7 @@ import numpy as np
 
 from kernels.ptxemu.memory import Fault
 from kernels.ptxemu.operands import U32, Ctx
-from kernels.ptxemu.ops import Exec, form
+from kernels.ptxemu.ops import Access, Exec, form
 
 VALID_SIZES = {"ca": (4, 8, 16), "cg": (16,)}
 
@@ -71,19 +71,13 @@ def _book(st) -> CopyBook:
     return st.smem.copies
 
 
-def thread_addresses(cx: Ctx, tok):
-    """Per executing thread, the address ``tok`` names (``[reg+imm]`` or ``[symbol]``)."""
+def place(cx: Ctx, tok, opcode: str, space: str, size: int) -> Access:
+    """The per-thread address ``tok`` names (``[reg+imm]``, or ``[symbol]`` in shared) as
+    an access of ``size`` bytes, filed under ``opcode`` in the traffic counts."""
     base, off = cx.address(tok)
-    if isinstance(off, tuple):
-        raise cx.error("a kernel parameter is only addressed by ld.param")
-    k = np.uint64(off & (2 ** 64 - 1))
-
-    def at(st, m, sel):
-        if base is None:
-            return np.full(sel.size, k, np.uint64)
-        a = np.broadcast_to(np.asarray(base(st, m)).astype(np.uint64), (st.T,))
-        return (a if m is None else a[sel]) + k
-    return at
+    if isinstance(off, tuple) or (base is None and space != "shared"):
+        raise cx.error(f"`{tok}` cannot address {space} memory here")
+    return Access(opcode, cx.ins.line, space, size, 1, base, np.uint64(off & (2 ** 64 - 1)))
 
 
 def _per_thread(get, st, m, sel) -> np.ndarray:
@@ -120,7 +114,8 @@ def _cp_async(cx, level):
     if size not in VALID_SIZES[level]:
         raise cx.error(f"cp.async.{level} copies {' or '.join(map(str, VALID_SIZES[level]))} "
                        f"bytes, not {size}")
-    dst, src = thread_addresses(cx, args[0]), thread_addresses(cx, args[1])
+    dst = place(cx, args[0], "cp.async", "shared", size)
+    src = place(cx, args[1], "cp.async", "global", size)
     if len(args) == 3:
         src_size = lambda st, m: np.uint32(size)  # noqa: E731
     elif isinstance(args[3], str) and args[3].lstrip("!") in cx.entry.regs \
@@ -137,8 +132,10 @@ def _cp_async(cx, level):
         if over.any():
             i = int(np.flatnonzero(over)[0])
             raise Fault("undefined", sel[i], f"cp.async src-size {have[i]} exceeds cp-size {size}")
-        data = _read_source(st, src(st, m, sel), sel, size, have)
-        where = dst(st, m, sel)
+        source = src.addresses(st, m, sel)
+        src.record(st, source, sel)  # the traffic counts see the global side
+        data = _read_source(st, source, sel, size, have)
+        where = dst.addresses(st, m, sel)
         st.smem.claim(where, sel, 4, size // 4, data.view(np.uint32))
         book = _book(st)
         book.copies.append(Copy(sel, where.astype(np.int64), size, book.committed[sel].copy()))

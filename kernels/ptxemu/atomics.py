@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels.ptxemu.async_copy import thread_addresses
+from kernels.ptxemu.async_copy import place
 from kernels.ptxemu.operands import TYPES
 from kernels.ptxemu.ops import form
 
@@ -39,14 +39,16 @@ def _atomic_add(cx, op, t):
     t = TYPES[t]
     args = cx.nargs(3 if op == "atom" else 2)
     put = cx.dst(args[0], t) if op == "atom" else None
-    where, value = thread_addresses(cx, args[-2]), cx.src(args[-1], t)
+    where, value = place(cx, args[-2], op + ".global", "global", 4), cx.src(args[-1], t)
 
     def run(st, m):
         sel = st.sel(m)
         add = np.broadcast_to(np.asarray(value(st, m)).view(t.udtype), (st.T,))
         add = add if m is None else add[sel]
         old = np.zeros(sel.size, np.uint32)
-        for k, pos, rows in st.gmem.locate(where(st, m, sel), sel, 4):
+        at = where.addresses(st, m, sel)
+        where.record(st, at, sel)
+        for k, pos, rows in st.gmem.locate(at, sel, 4):
             old[pos] = _add_in_order(st.gmem.words(k), rows, add[pos])
         if put is not None:
             full = np.zeros(st.T, np.uint32)

@@ -11,13 +11,14 @@ PTX ISA 9.7.14.5.15 (warp-level matrix load, ldmatrix):
   low half is element l >> 2 of row 2(l & 3) and the high half that of row 2(l & 3) + 1.
 
 It is warp-collective (``.sync.aligned``): every lane of the warp executes it. Each row
-is read in the name of the lane that gave its address (race and init checks as ld.shared).
+is read in the name of the lane that gave its address (race and init checks as ld.shared)
+and counted in the launch's traffic as a 16-byte shared access of that lane.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from kernels.ptxemu.async_copy import thread_addresses
+from kernels.ptxemu.async_copy import place
 from kernels.ptxemu.operands import TYPES
 from kernels.ptxemu.ops import Exec, form
 
@@ -32,14 +33,15 @@ def _ldmatrix(cx, count, trans):
     if len(regs) != count:
         raise cx.error(f"ldmatrix .x{count} needs {{{count} registers}}")
     puts = [cx.dst(r, TYPES["b32"]) for r in regs]
-    rows_at = thread_addresses(cx, src)
+    rows_at = place(cx, src, "ldmatrix", "shared", ROW_BYTES)
     lanes = 8 * count
 
     def run(st, m):
         sel = st.sel(m)
         warps = sel.size // 32
         giver = sel.reshape(warps, 32)[:, :lanes].ravel()
-        at = rows_at(st, m, sel).reshape(warps, 32)[:, :lanes].ravel()
+        at = rows_at.addresses(st, m, sel).reshape(warps, 32)[:, :lanes].ravel()
+        rows_at.record(st, at, giver)  # bank wavefronts: 8 rows of one matrix per phase
         got = st.smem.load(at, giver, 4, 4)
         rows = got.view(np.uint8).reshape(warps, count, 8, 8, 2)  # [warp, q, row, column, byte]
         if trans:
