@@ -31,13 +31,14 @@ PARAMS = (
     BufferSpec("K", "uint32", None),
     BufferSpec("N", "uint32", None),
     pitch_param("ldr", lambda d: d.R),
+    BufferSpec("kspan", "uint32", None, value=lambda d: plan(d).span),  # k bytes per split
 )
 STAGES = 3  # two rings of 3 x 8 KiB: the 48 KiB of static shared memory
 
 
 def emit() -> str:
     ptx, p = staged_tile.begin(NAME, PARAMS)
-    at = staged_tile.Coords(ptx)
+    at = staged_tile.Coords(ptx, p["kspan"])
     # A[m=j][k=r] = dYq^T[j, r]: copies stop at R, so B's padding meets zeros
     a = staged_tile.StagedRows(ptx, at, p["dy"], p["ldr"], rows=p["N"], k_limit=p["R"],
                                stages=STAGES, exact_tail=True)
@@ -50,7 +51,12 @@ def emit() -> str:
 
 
 def geometry(d: Dims) -> Launch:
-    return staged_tile.geometry(rows=d.N, cols=d.K)
+    return staged_tile.geometry(rows=d.N, cols=d.K, plan=plan(d))
+
+
+def plan(d: Dims) -> staged_tile.Plan:
+    """Split-K for this shape (staged_tile.split_k over D = N x K, contraction R)."""
+    return staged_tile.split_k(rows=d.N, cols=d.K, contraction=d.R)
 
 
 def make_inputs(d: Dims, rng: np.random.Generator) -> dict[str, np.ndarray]:

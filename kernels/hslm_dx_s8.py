@@ -26,12 +26,13 @@ PARAMS = (
     BufferSpec("K", "uint32", None),
     BufferSpec("N", "uint32", None),
     pitch_param("ldy", lambda d: d.N),
+    BufferSpec("kspan", "uint32", None, value=lambda d: plan(d).span),  # k bytes per split
 )
 
 
 def emit() -> str:
     ptx, p = staged_tile.begin(NAME, PARAMS)
-    at = staged_tile.Coords(ptx)
+    at = staged_tile.Coords(ptx, p["kspan"])
     # A[m=r][k=j] = dYq[r, j]
     a = staged_tile.StagedRows(ptx, at, p["dy"], p["ldy"], rows=p["R"], k_limit=p["N"])
     # B[k=j][n=i] = W[i, j]: packed columns are the contraction, decoded to shared as [j][i]
@@ -41,7 +42,12 @@ def emit() -> str:
 
 
 def geometry(d: Dims) -> Launch:
-    return staged_tile.geometry(rows=d.R, cols=d.K)
+    return staged_tile.geometry(rows=d.R, cols=d.K, plan=plan(d))
+
+
+def plan(d: Dims) -> staged_tile.Plan:
+    """Split-K for this shape (staged_tile.split_k over D = R x K, contraction N)."""
+    return staged_tile.split_k(rows=d.R, cols=d.K, contraction=d.N)
 
 
 def make_inputs(d: Dims, rng: np.random.Generator) -> dict[str, np.ndarray]:

@@ -25,12 +25,13 @@ PARAMS = (
     BufferSpec("K", "uint32", None),
     BufferSpec("N", "uint32", None),
     pitch_param("ldx", lambda d: d.K),
+    BufferSpec("kspan", "uint32", None, value=lambda d: plan(d).span),  # k bytes per split
 )
 
 
 def emit() -> str:
     ptx, p = staged_tile.begin(NAME, PARAMS)
-    at = staged_tile.Coords(ptx)
+    at = staged_tile.Coords(ptx, p["kspan"])
     # A[m=r][k=i] = Xq[r, i]
     a = staged_tile.StagedRows(ptx, at, p["x"], p["ldx"], rows=p["R"], k_limit=p["K"])
     # B[k=i][n=j] = W[i, j], decoded to shared as [j][i]
@@ -40,7 +41,12 @@ def emit() -> str:
 
 
 def geometry(d: Dims) -> Launch:
-    return staged_tile.geometry(rows=d.R, cols=d.N)
+    return staged_tile.geometry(rows=d.R, cols=d.N, plan=plan(d))
+
+
+def plan(d: Dims) -> staged_tile.Plan:
+    """Split-K for this shape (staged_tile.split_k over D = R x N, contraction K)."""
+    return staged_tile.split_k(rows=d.R, cols=d.N, contraction=d.K)
 
 
 def make_inputs(d: Dims, rng: np.random.Generator) -> dict[str, np.ndarray]:

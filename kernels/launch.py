@@ -65,7 +65,7 @@ def launch(spec: KernelSpec, fn: Callable[..., Any], dims: Dims,
                 f"{spec.name}: R={dims.R} K={dims.K} N={dims.N} needs grid.{axis}={size}, over "
                 f"CUDA's {limit}; split the problem into smaller launches"
             )
-    out = xp.zeros(spec.output.shape(dims), dtype=spec.output.dtype)
+    out = xp.zeros(spec.output.shape(dims), dtype=spec.output.dtype)  # split-K adds into it
     fn(geometry.grid, geometry.block, kernel_args(spec, dims, out, inputs),
        shared_mem=geometry.shared_mem)
     return out

@@ -172,6 +172,10 @@ class Ptx:
         src = value if isinstance(value, str) else "{" + ", ".join(value) + "}"
         self.ins(f"st.{space}.{ty}", addr(address, offset), src, guard=guard)
 
+    def red_add(self, address: str, value: str, offset: int = 0, guard: str | None = None) -> None:
+        """``red.global.add.s32``: atomically add ``value`` to the word (PTX ISA red)."""
+        self.ins("red.global.add.s32", addr(address, offset), value, guard=guard)
+
     def barrier(self) -> None:
         self.ins("bar.sync", 0)
 

@@ -32,6 +32,8 @@ The loop is uniform: every thread runs ceil(K / 64) chunks, only the copy sizes 
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from kernels.ptx_emit import TERNARY_PRMT_TABLE, Ptx, decode_ternary
 from kernels.spec import BufferSpec, Launch
 from kernels.ternary import CODES_PER_WORD
@@ -52,6 +54,28 @@ COPIES = STAGE_BYTES // PIECE // THREADS  # 16-byte copies per thread per chunk
 WORDS = B_BYTES // PIECE // THREADS  # packed W words per thread per chunk
 ROWS_PER_PASS = THREADS // PIECES  # rows one pass of all threads' 16-byte pieces covers
 SHARED_ALIGN = 128  # swizzled addresses flip bit 5 with xor: the base keeps bits 0-6 clear
+TARGET_CTAS = 264  # split-K aims at two CTAs per SM of a 132-SM GPU (H100/H200)
+MIN_SPLIT_CHUNKS = 2  # a split runs at least this many chunks (its copy-ahead prologue amortised)
+
+
+class Plan(NamedTuple):
+    """How a launch covers the contraction: ``splits`` CTAs along grid z, each over
+    ``span`` bytes of k (a whole number of chunks; the last split may get fewer)."""
+
+    splits: int
+    span: int
+
+
+def split_k(rows: int, cols: int, contraction: int) -> Plan:
+    """The one split-K rule: split the contraction while the output tiles alone fill
+    fewer than TARGET_CTAS CTAs, keeping at least MIN_SPLIT_CHUNKS chunks per split.
+    Splits add their partial sums into a zeroed output with red.global.add.s32 (exact:
+    int32 addition wraps, so any order gives the same, in-range, total)."""
+    tiles = -(-rows // TILE_M) * -(-cols // TILE_N)
+    chunks = -(-contraction // CHUNK_K)
+    wanted = min(-(-TARGET_CTAS // tiles), chunks // MIN_SPLIT_CHUNKS)
+    per_split = -(-chunks // max(1, wanted))
+    return Plan(splits=-(-chunks // per_split), span=per_split * CHUNK_K)
 
 
 def begin(name: str, params: tuple[BufferSpec, ...]) -> tuple[Ptx, dict[str, str]]:
@@ -61,9 +85,10 @@ def begin(name: str, params: tuple[BufferSpec, ...]) -> tuple[Ptx, dict[str, str
     return ptx, {p.name: ptx.param_ptr(p.name) if p.shape else ptx.param_u32(p.name) for p in params}
 
 
-def geometry(rows: int, cols: int) -> Launch:
-    """Grid over a rows x cols output: x walks columns (TILE_N), y walks rows (TILE_M)."""
-    return Launch(grid=(-(-cols // TILE_N), -(-rows // TILE_M), 1), block=(THREADS, 1, 1))
+def geometry(rows: int, cols: int, plan: Plan) -> Launch:
+    """Grid over a rows x cols output: x walks columns (TILE_N), y walks rows (TILE_M),
+    z the contraction's splits."""
+    return Launch(grid=(-(-cols // TILE_N), -(-rows // TILE_M), plan.splits), block=(THREADS, 1, 1))
 
 
 def swizzled(ptx: Ptx, row: str, piece: str) -> str:
@@ -73,9 +98,10 @@ def swizzled(ptx: Ptx, row: str, piece: str) -> str:
 
 
 class Coords:
-    """This thread's place in the CTA (b32 registers)."""
+    """This thread's place in the CTA and the launch (b32 registers); ``span`` is the
+    kernel's parameter of k bytes per split (Plan.span)."""
 
-    def __init__(self, ptx: Ptx):
+    def __init__(self, ptx: Ptx, span: str):
         self.tid = ptx.special("%tid.x")
         self.lane = ptx.band(self.tid, 31)
         warp = ptx.shr(self.tid, 5)
@@ -83,6 +109,8 @@ class Coords:
         self.warp_n = ptx.shr(warp, WARPS_M.bit_length() - 1)
         self.m_base = ptx.mul(ptx.special("%ctaid.y"), TILE_M)  # first D row of the CTA
         self.n_base = ptx.mul(ptx.special("%ctaid.x"), TILE_N)  # first D column of the CTA
+        self.span = span
+        self.k_first = ptx.mul(ptx.special("%ctaid.z"), span)  # first k of this CTA's split
 
 
 class Source:
@@ -141,11 +169,11 @@ class StagedRows(Source):
         self.copy_at = ptx.add(ring, swizzled(ptx, row, piece))
         first = ptx.add(at.n_base if b else at.m_base, row)
         rows_j = [ptx.add(first, ROWS_PER_PASS * j) for j in range(COPIES)]
-        piece_at = ptx.byte_offset(ptr, piece, PIECE)
+        piece_at = ptx.byte_offset(ptr, ptx.mad(piece, PIECE, at.k_first), 1)
         self.src = [ptx.byte_offset(piece_at, r, pitch) for r in rows_j]
         # exact tail: src-size = bytes left while the row exists; else ignore-src past it
         self.row_test = [ptx.setp("lt" if exact_tail else "ge", r, rows, "u32") for r in rows_j]
-        self.k_left = ptx.sub(k_limit, ptx.shl(piece, 4))  # bytes of the row from this piece on
+        self.k_left = ptx.sub(ptx.sub(k_limit, at.k_first), ptx.shl(piece, 4))  # row bytes from this piece on
         if b:
             self.read_at = ptx.add(ring, nk_read_offset(ptx, at))
             self.col_first = natural_columns(ptx, at)
@@ -245,7 +273,7 @@ class DecodedTernary(TernaryTiles):
         columns = [ptx.binop("min", ptx.add(first, ROWS_PER_PASS * j), last_col, "u32")
                    for j in range(WORDS)]
         self.col_ptr = [ptx.byte_offset(w_ptr, ptx.mul(c, words_per_col), 4) for c in columns]
-        self.word = word  # advances by PIECES per chunk
+        self.word = ptx.add(word, ptx.shr(at.k_first, 4))  # advances by PIECES per chunk
         super().__init__(ptx, swizzled(ptx, col, word), nk_read_offset(ptx, at),
                          ptx.shared_array("b_tiles", 2 * B_BYTES, SHARED_ALIGN))
         self.col_first = natural_columns(ptx, at)
@@ -287,10 +315,11 @@ class DecodedTernaryKMajor(TernaryTiles):
 
     def __init__(self, ptx: Ptx, at: Coords, w_ptr: str, in_features: str, k_limit: str):
         word, row = ptx.band(at.tid, 7), ptx.shr(at.tid, 3)
+        first_row = ptx.add(row, at.k_first)
         words_per_col = ptx.shr(ptx.add(in_features, CODES_PER_WORD - 1), 4)  # Kp / 16
         column_word = ptx.binop("min", ptx.add(ptx.shr(at.n_base, 4), word),
                                 ptx.sub(words_per_col, 1), "u32")
-        self.rows = [ptx.add(row, (B_BYTES // WORDS // self.ROW) * j) for j in range(WORDS)]
+        self.rows = [ptx.add(first_row, (B_BYTES // WORDS // self.ROW) * j) for j in range(WORDS)]
         self.k_limit = k_limit
         self.word_ptr = [ptx.byte_offset(w_ptr, ptx.mad(r, words_per_col, column_word), 4) for r in self.rows]
         self.step = ptx.wide_mul(words_per_col, 4 * CHUNK_K)
@@ -354,7 +383,9 @@ def ring_step(ptx: Ptx, offset: str, stages: int, steps: int, into: str | None =
 
 def emit_staged(ptx: Ptx, at: Coords, a: StagedRows, b: Source, k_limit: str, out: str,
                 rows: str, cols: str, stages: int = STAGES) -> None:
-    """The staged chunk loop and the predicated int32 store of D[rows x cols]."""
+    """The staged chunk loop over this CTA's split of k and the int32 output: stored
+    when the launch has one split, added with red.global.add.s32 (into a zeroed output)
+    when it has several. Elements outside rows x cols are neither."""
     acc = [[[ptx.mov(0) for _ in range(4)] for _ in range(N_TILES)] for _ in range(M_TILES)]
     sources = (a, b)
     for stage in range(stages - 1):
@@ -362,7 +393,8 @@ def emit_staged(ptx: Ptx, at: Coords, a: StagedRows, b: Source, k_limit: str, ou
             src.issue(stage * STAGE_BYTES)
         ptx.cp_async_commit()
     read_stage = ptx.mov(0)
-    k_done = ptx.mov(0)
+    k_done = ptx.mov(at.k_first)
+    k_end = ptx.binop("min", ptx.add(at.k_first, at.span), k_limit, "u32")
 
     ptx.label("chunk")
     ptx.cp_async_wait(stages - 2)  # this thread's copies of this chunk have landed
@@ -384,7 +416,7 @@ def emit_staged(ptx: Ptx, at: Coords, a: StagedRows, b: Source, k_limit: str, ou
         src.end_chunk()
     ring_step(ptx, read_stage, stages, 1, into=read_stage)
     ptx.increment(k_done, CHUNK_K)
-    ptx.branch("chunk", guard=ptx.setp("lt", k_done, k_limit, "u32"))
+    ptx.branch("chunk", guard=ptx.setp("lt", k_done, k_end, "u32"))
     ptx.cp_async_wait(None)  # no copy outlives the CTA
 
     ptx.comment("D fragment: c0 (g, 2t), c1 (g, 2t+1), c2 (g+8, 2t), c3 (g+8, 2t+1), columns in B's order")
@@ -392,6 +424,7 @@ def emit_staged(ptx: Ptx, at: Coords, a: StagedRows, b: Source, k_limit: str, ou
     col = b.col_first
     cols_left = ptx.sub(cols, col)
     row0 = ptx.add(ptx.mad(at.warp_m, WARP_M, g), at.m_base)
+    places = []  # (address, byte offset, value, in bounds)
     for mi in range(M_TILES):
         for half in (0, 1):
             row = ptx.add(row0, 16 * mi + 8 * half)
@@ -400,6 +433,12 @@ def emit_staged(ptx: Ptx, at: Coords, a: StagedRows, b: Source, k_limit: str, ou
             for ni in range(N_TILES):
                 for e in (0, 1):
                     offset = b.col_offset(ni, e)
-                    ok = ptx.setp("gt", left, offset)
-                    ptx.store("global", "s32", ptr, acc[mi][ni][2 * half + e], 4 * offset, guard=ok)
-
+                    places.append((ptr, 4 * offset, acc[mi][ni][2 * half + e], ptx.setp("gt", left, offset)))
+    ptx.branch("add_out", guard=ptx.setp("gt", ptx.special("%nctaid.z"), 1, "u32"))
+    for ptr, offset, value, ok in places:
+        ptx.store("global", "s32", ptr, value, offset, guard=ok)
+    ptx.branch("out_done")
+    ptx.label("add_out")
+    for ptr, offset, value, ok in places:
+        ptx.red_add(ptr, value, offset, guard=ok)
+    ptx.label("out_done")

@@ -36,8 +36,19 @@ def test_staged_loop_is_one_uniform_body_of_32_mma(name):
     ptx = KERNELS[name].emit()
     body = loop(ptx)
     assert body.count(MMA) == ptx.count(MMA) == 32  # 4 m16 x 4 n8 tiles x 2 k steps per warp
-    assert re.findall(r"\bbra(\.\w+)?\b", ptx) == [".uni"]  # the back edge only: no tail body
+    # the back edge (no tail body), then the output: stored with one split, added with several
+    assert re.findall(r"\bbra\.uni (\w+);", ptx) == ["chunk", "add_out", "out_done"]
+    assert len(re.findall(r"\bbra\b", ptx)) == 3
     assert body.count("bar.sync 0;") == 1  # one barrier per chunk
+
+
+@pytest.mark.parametrize("name", per_kernel())
+def test_output_is_stored_or_added_once_per_accumulator(name):
+    ptx = KERNELS[name].emit()
+    stores, adds = ptx.split("add_out:\n", 1)
+    assert len(re.findall(r"@%p\d+ st\.global\.s32", stores)) == 64  # 4 m16 x 4 n8 x 4 per lane
+    assert len(re.findall(r"@%p\d+ red\.global\.add\.s32", adds)) == 64
+    assert "red.global.add" not in stores and " st.global" not in adds
 
 
 @pytest.mark.parametrize("name", per_kernel())

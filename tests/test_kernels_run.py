@@ -1,5 +1,6 @@
 """The emitted PTX, run on the CPU emulator, equals the integer reference exactly,
 including every tail case; and the same check fails on planted kernel bugs."""
+import importlib
 import re
 
 import numpy as np
@@ -124,10 +125,23 @@ def run_pitched(name: str, dims: Dims, row_pitch: int, seed: int = 0):
     key = PITCHED[name]
     rows = rng.integers(-128, 128, (dims.R, row_pitch), dtype=np.int8)
     rows[:, :inputs[key].shape[1]] = inputs[key]
+    return launch_raw(name, dims, [rows, inputs["w"]], row_pitch), spec.reference(dims, inputs)
+
+
+def launch_raw(name: str, dims: Dims, buffers: list, row_pitch: int, ptx: str | None = None,
+               span: int | None = None) -> np.ndarray:
+    """One emulator launch with the input buffers as given, the pitch ``row_pitch`` and
+    ``span`` bytes of k per split (default: the kernel's own plan)."""
+    spec = get_kernel(name)
+    module = importlib.import_module(f"kernels.{name}")
+    span = span or module.plan(dims).span
+    contraction = {"hslm_fwd_s8": dims.K, "hslm_dx_s8": dims.N, "hslm_dw_s8": dims.R}[name]
+    geo = spec.geometry(dims)
+    grid = (*geo.grid[:2], -(-contraction // span))
     out = np.zeros(spec.output.shape(dims), np.int32)
-    args = [out, rows, inputs["w"], np.uint32(dims.R), np.uint32(dims.K), np.uint32(dims.N), np.uint32(row_pitch)]
-    Module(code=spec.emit()).get_function(name)(spec.geometry(dims).grid, spec.geometry(dims).block, args)
-    return out, spec.reference(dims, inputs)
+    sizes = [np.uint32(v) for v in (dims.R, dims.K, dims.N, row_pitch, span)]
+    Module(code=ptx or spec.emit()).get_function(name)(grid, geo.block, [out, *buffers, *sizes])
+    return out
 
 
 @pytest.mark.parametrize("dims, row_pitch", [(Dims(129, 243, 130), 256), (Dims(27, 64, 9), 96),
@@ -166,11 +180,7 @@ def test_dw_exact_on_its_own_layout_with_junk_padding(dims, row_pitch):
     inputs = spec.make_inputs(dims, rng)
     xt, dyt = (rng.integers(-128, 128, (a.shape[1], row_pitch), dtype=np.int8) for a in (inputs["x"], inputs["dy"]))
     xt[:, :dims.R], dyt[:, :dims.R] = inputs["x"].T, inputs["dy"].T
-    out = np.zeros(spec.output.shape(dims), np.int32)
-    geo = spec.geometry(dims)
-    Module(code=spec.emit()).get_function(spec.name)(geo.grid, geo.block, [
-        out, xt, dyt, np.uint32(dims.R), np.uint32(dims.K), np.uint32(dims.N), np.uint32(row_pitch)])
-    assert np.array_equal(out, spec.reference(dims, inputs))
+    assert np.array_equal(launch_raw("hslm_dw_s8", dims, [xt, dyt], row_pitch), spec.reference(dims, inputs))
 
 
 def conflicted(name: str, ptx: str | None = None) -> list[tuple[str, int, int]]:
@@ -194,3 +204,46 @@ def test_an_unswizzled_layout_is_exact_but_conflicted(name):
     ptx, count = re.subn(r"xor\.b32 (%r\d+), (%r\d+), %r\d+;", r"mov.b32 \1, \2;", get_kernel(name).emit())
     assert count >= 1
     assert any(op == "ldmatrix" for op, _, _ in conflicted(name, ptx))
+
+
+LOGICAL = {"hslm_fwd_s8": ("x", "w"), "hslm_dx_s8": ("dy", "w"), "hslm_dw_s8": ("x", "dy")}
+
+
+def split_run(name: str, dims: Dims, span: int, ptx: str | None = None):
+    """``name`` launched with ``span`` bytes of k per split, inputs in the kernel's layout."""
+    spec = get_kernel(name)
+    inputs = spec.make_inputs(dims, np.random.default_rng(2))
+    params = {p.name: p for p in spec.params}
+    buffers = [params[k].prepare(inputs[k], params[k].shape(dims)) if params[k].prepare else inputs[k]
+               for k in LOGICAL[name]]
+    row_pitch = params[LOGICAL[name][0]].shape(dims)[1]
+    return launch_raw(name, dims, buffers, row_pitch, ptx, span), spec.reference(dims, inputs)
+
+
+@pytest.mark.parametrize("span", [64, 128, 192])  # 200 = 3 x 64 + 8, 128 + 72, 192 + 8: uneven parts
+@pytest.mark.parametrize("name", per_kernel())
+def test_split_k_parts_that_do_not_divide_the_contraction_are_exact(name, span):
+    got, want = split_run(name, Dims(200, 200, 200), span)
+    assert np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("name", per_kernel())
+def test_split_k_with_plain_stores_is_caught(name):
+    """The split path must add: stores would keep only one split's partial sums."""
+    ptx, count = re.subn(r"(@%p\d+) red\.global\.add\.s32", r"\1 st.global.s32", get_kernel(name).emit())
+    assert count == staged_tile.M_TILES * staged_tile.N_TILES * 4  # one per accumulator element
+    got, want = split_run(name, Dims(70, 200, 140), 64, ptx)
+    assert np.count_nonzero(got != want) > 0
+
+
+@pytest.mark.parametrize("name", per_kernel())
+def test_the_split_rule_fills_the_target_and_keeps_two_chunks_per_split(name):
+    module = importlib.import_module(f"kernels.{name}")
+    for dims in (Dims(27, 243, 243), Dims(1782, 729, 243), Dims(4096, 4096, 4096), Dims(1, 1, 1)):
+        plan = module.plan(dims)
+        geo = get_kernel(name).geometry(dims)
+        contraction = {"hslm_fwd_s8": dims.K, "hslm_dx_s8": dims.N, "hslm_dw_s8": dims.R}[name]
+        assert geo.grid[2] == plan.splits == -(-contraction // plan.span) and plan.span % 64 == 0
+        assert plan.splits == 1 or plan.span >= 128  # at least two chunks per split
+        tiles = geo.grid[0] * geo.grid[1]
+        assert plan.splits == 1 or tiles * (plan.splits - 1) < 264  # no split beyond the target

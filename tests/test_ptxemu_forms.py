@@ -217,6 +217,11 @@ CASES: list[Case] = [
     Case("  setp.ge.u32 %p3, %r5, 0x6000;", pred(lambda i: A[i] >= 0x6000), post=SELP3),
     Case("  setp.le.s32 %p3, %r5, 0;", pred(lambda i: s32(A[i]) <= 0), post=SELP3),
     Case("  or.pred %p3, %p1, %p2;", pred(lambda i: (A[i] | B[i]) & 1), post=SELP3),
+    Case("  setp.gt.u32 %p3, %r5, 1;", pred(lambda i: A[i] > 1), post=SELP3),
+    # red (PTX ISA red.add: atomic, wraps; guarded-off threads add nothing)
+    Case("  @%p1 red.global.add.s32 [%rd12], %r6;",
+         lambda i: [(AUX[4 * i] + B[i]) & M32 if A[i] & 1 else AUX[4 * i]],
+         post="  ld.global.u32 %r10, [%rd12];"),
     Case("  ld.global.u32 %r10, [%rd5];", lambda i: [A[i]]),
     # cp.async (PTX ISA cp.async: src-size bytes copied, the rest of 16 zero-filled; ignore-src
     # set: all zeros; visible to the issuing thread after its wait)
