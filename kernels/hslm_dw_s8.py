@@ -1,10 +1,13 @@
 """hslm_dw_s8: dW[j, i] = sum_r dYq[r, j] Xq[r, i]  (the weight gradient, X^T x dY).
 
-D = dW (N x K, W's [column][in-feature] order), contraction over rows r. Both
-operands are read transposed from global: A[m=j][k=r] = dYq[r, j] and
-B[k=r][n=i] = Xq[r, i], so fragment rows are contiguous bytes (row offsets are
-immediates) and k walks with a stride of N or K bytes, one byte load per element;
-chunks far enough from the last row need no predicates at all.
+A plain TN GEMM on the staged tile (``kernels/staged_tile.py``): D = dW (N x K, W's
+[column][in-feature] order), contraction over rows r. The kernel reads transposed
+copies with r contiguous, rows ``ldr`` = pitch(R) bytes apart: A[m=j][k=r] = dYq^T
+and B[k=r][n=i] = Xq^T stored [i][r]. Both go global -> shared by 16-byte cp.async
+into 3-stage rings (two rings fill the 48 KiB) and reach the tensor cores through
+ldmatrix. Callers pass Xq and dYq as R x K and R x N; launch makes the transposed
+pitched copies (``kernels/pitch.py``). A's copies stop at R (src-size), so the
+padding of either copy is never multiplied by anything but zero.
 
 int32 is exact while R * 127 * 127 < 2^31, i.e. R <= 131071 (``MAX_ROWS``); the
 float op in kernels/ops.py splits longer batches and sums the chunks in int64.
@@ -13,7 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels import mma_tile
+from kernels import staged_tile
+from kernels.pitch import pitch_param, pitched_transpose
 from kernels.reference import exact_matmul
 from kernels.spec import BufferSpec, Dims, GemmForm, KernelSpec, Launch, Operand
 from kernels.testdata import saturating_int8
@@ -22,30 +26,38 @@ NAME = "hslm_dw_s8"
 MAX_ROWS = 131071  # 127 * 127 * 131071 < 2^31 <= 127 * 127 * 131072 + ...
 PARAMS = (
     BufferSpec("dw", "int32", lambda d: (d.N, d.K)),
-    BufferSpec("x", "int8", lambda d: (d.R, d.K)),
-    BufferSpec("dy", "int8", lambda d: (d.R, d.N)),
+    pitched_transpose("x", lambda d: d.R, lambda d: d.K),  # kernel layout: Xq^T, K x pitch(R)
+    pitched_transpose("dy", lambda d: d.R, lambda d: d.N),  # dYq^T, N x pitch(R)
     BufferSpec("R", "uint32", None),
     BufferSpec("K", "uint32", None),
     BufferSpec("N", "uint32", None),
+    pitch_param("ldr", lambda d: d.R),
+    BufferSpec("kspan", "uint32", None, value=lambda d: plan(d).span),  # k bytes per split
 )
+STAGES = 3  # two rings of 3 x 8 KiB: the 48 KiB of static shared memory
 
 
 def emit() -> str:
-    ptx, p, lane = mma_tile.begin(NAME, PARAMS)
-    order = mma_tile.BLOCKED  # lane t walks rows 16t..16t+15 of each chunk
-    # A[m=j][k=r] = dYq[r, j]: rows contiguous, k strides by N
-    a = mma_tile.GlobalFragments(ptx, lane, order, p["dy"], lane.m_base, p["N"], row_stride=1,
-                                 k_limit=p["R"], k_stride=p["N"], rows=(0, 8), span=mma_tile.TILE_M)
-    # B[k=r][n=i] = Xq[r, i]: the four n tiles are rows g, g+8, g+16, g+24
-    b = mma_tile.GlobalFragments(ptx, lane, order, p["x"], lane.n_base, p["K"], row_stride=1,
-                                 k_limit=p["R"], k_stride=p["K"], rows=(0, 8, 16, 24),
-                                 span=mma_tile.TILE_N)
-    mma_tile.emit_tile(ptx, lane, a, b, k_limit=p["R"], out=p["dw"], rows=p["N"], cols=p["K"])
+    ptx, p = staged_tile.begin(NAME, PARAMS)
+    at = staged_tile.Coords(ptx, p["kspan"])
+    # A[m=j][k=r] = dYq^T[j, r]: copies stop at R, so B's padding meets zeros
+    a = staged_tile.StagedRows(ptx, at, p["dy"], p["ldr"], rows=p["N"], k_limit=p["R"],
+                               stages=STAGES, exact_tail=True)
+    # B[k=r][n=i] = Xq[r, i], stored [i][r]
+    b = staged_tile.StagedRows(ptx, at, p["x"], p["ldr"], rows=p["K"], k_limit=p["R"], b=True,
+                               stages=STAGES)
+    staged_tile.emit_staged(ptx, at, a, b, k_limit=p["R"], out=p["dw"], rows=p["N"], cols=p["K"],
+                            stages=STAGES)
     return ptx.render()
 
 
 def geometry(d: Dims) -> Launch:
-    return mma_tile.geometry(rows=d.N, cols=d.K)
+    return staged_tile.geometry(rows=d.N, cols=d.K, plan=plan(d))
+
+
+def plan(d: Dims) -> staged_tile.Plan:
+    """Split-K for this shape (staged_tile.split_k over D = N x K, contraction R)."""
+    return staged_tile.split_k(rows=d.N, cols=d.K, contraction=d.R)
 
 
 def make_inputs(d: Dims, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -58,7 +70,7 @@ def reference(d: Dims, inputs: dict[str, np.ndarray]) -> np.ndarray:
 
 SPEC = KernelSpec(
     name=NAME, emit=emit, geometry=geometry, params=PARAMS, make_inputs=make_inputs,
-    reference=reference, max_rows=MAX_ROWS,
+    reference=reference, stages=STAGES, max_rows=MAX_ROWS,
     # dW = dY^T X
     gemm_form=GemmForm(a=Operand("dy", transposed=True), bt=Operand("x", transposed=True)),
 )

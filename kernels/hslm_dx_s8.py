@@ -1,16 +1,18 @@
 """hslm_dx_s8: dX[r, i] = sum_j dYq[r, j] W[i, j]  (the input gradient, dY x W^T).
 
-D = dX (R x K), A = dYq straight from global (row-major, k = out-feature j contiguous),
+On the staged tile (``kernels/staged_tile.py``). D = dX (R x K), A = dYq, rows ``ldy``
+bytes apart (a multiple of 16), copied with 16-byte cp.async into a 4-stage ring;
 B[k=j][n=i] = W[i, j]. The contraction runs over packed *columns* here, so each thread's
-decoded word (16 consecutive i of one j) is stored k-major as [j][i]. Lanes take their
-four n tiles as four adjacent columns (INTERLEAVED n order): four 32-bit shared loads of
-k rows 4t..4t+3 and one 4x4 byte transpose give a fragment register for every tile.
+decoded word (16 consecutive i of one j) is one piece of row j of a k-major [j][i]
+tile, and the fragments come from ``ldmatrix.x4.trans`` over chosen rows plus one prmt
+per register.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from kernels import mma_tile
+from kernels import staged_tile
+from kernels.pitch import pitch_param, pitched_rows
 from kernels.reference import exact_matmul
 from kernels.spec import BufferSpec, Dims, GemmForm, KernelSpec, Launch, Operand
 from kernels.ternary import packed_shape, unpack
@@ -19,27 +21,34 @@ from kernels.testdata import saturating_int8, ternary_weights
 NAME = "hslm_dx_s8"
 PARAMS = (
     BufferSpec("dx", "int32", lambda d: (d.R, d.K)),
-    BufferSpec("dy", "int8", lambda d: (d.R, d.N)),
+    pitched_rows("dy", lambda d: d.R, lambda d: d.N),
     BufferSpec("w", "uint32", lambda d: packed_shape(d.K, d.N)),
     BufferSpec("R", "uint32", None),
     BufferSpec("K", "uint32", None),
     BufferSpec("N", "uint32", None),
+    pitch_param("ldy", lambda d: d.N),
+    BufferSpec("kspan", "uint32", None, value=lambda d: plan(d).span),  # k bytes per split
 )
 
 
 def emit() -> str:
-    ptx, p, lane = mma_tile.begin(NAME, PARAMS)
+    ptx, p = staged_tile.begin(NAME, PARAMS)
+    at = staged_tile.Coords(ptx, p["kspan"])
+    # A[m=r][k=j] = dYq[r, j]
+    a = staged_tile.StagedRows(ptx, at, p["dy"], p["ldy"], rows=p["R"], k_limit=p["N"])
     # B[k=j][n=i] = W[i, j]: packed columns are the contraction, decoded to shared as [j][i]
-    b = mma_tile.TernaryShared(ptx, lane, p["w"], p["K"], col_limit=p["N"], k_major=True)
-    # A[m=r][k=j] = dYq[r, j], in B's k order
-    a = mma_tile.GlobalFragments(ptx, lane, b.order, p["dy"], lane.m_base, p["R"], row_stride=p["N"],
-                                 k_limit=p["N"], k_stride=1, rows=(0, 8), span=mma_tile.TILE_M)
-    mma_tile.emit_tile(ptx, lane, a, b, k_limit=p["N"], out=p["dx"], rows=p["R"], cols=p["K"])
+    b = staged_tile.DecodedTernaryKMajor(ptx, at, p["w"], p["K"], k_limit=p["N"])
+    staged_tile.emit_staged(ptx, at, a, b, k_limit=p["N"], out=p["dx"], rows=p["R"], cols=p["K"])
     return ptx.render()
 
 
 def geometry(d: Dims) -> Launch:
-    return mma_tile.geometry(rows=d.R, cols=d.K)
+    return staged_tile.geometry(rows=d.R, cols=d.K, plan=plan(d))
+
+
+def plan(d: Dims) -> staged_tile.Plan:
+    """Split-K for this shape (staged_tile.split_k over D = R x K, contraction N)."""
+    return staged_tile.split_k(rows=d.R, cols=d.K, contraction=d.N)
 
 
 def make_inputs(d: Dims, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -52,7 +61,7 @@ def reference(d: Dims, inputs: dict[str, np.ndarray]) -> np.ndarray:
 
 SPEC = KernelSpec(
     name=NAME, emit=emit, geometry=geometry, params=PARAMS, make_inputs=make_inputs,
-    reference=reference,
+    reference=reference, stages=staged_tile.STAGES,
     # dX = dY W^T
     gemm_form=GemmForm(a=Operand("dy"), bt=Operand("w")),
 )

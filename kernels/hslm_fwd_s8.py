@@ -1,16 +1,17 @@
 """hslm_fwd_s8: Y[r, j] = sum_i Xq[r, i] W[i, j]  (int8 x ternary -> int32).
 
-The forward product of an HSLM linear layer. D = Y (R x N). B = W decoded into shared
-memory as [j][i] (64-byte rows); in the BLOCKED k order a lane's 16 bytes of a chunk
-for one n tile are one ``ld.shared.v4``. A = Xq read straight from global in the same
-k order: five aligned words funnelled by prmt per row in fast chunks, predicated bytes
-in the tail chunk.
+The forward product of an HSLM linear layer, on the staged tile
+(``kernels/staged_tile.py``). D = Y (R x N). A = Xq, rows ``ldx`` bytes apart (a
+multiple of 16, ``kernels/pitch.py``), copied with 16-byte cp.async into a 4-stage
+ring; B = W decoded into shared memory as [j][i] a chunk at a time, its packed word
+fetched a chunk ahead. Both reach the tensor cores through ldmatrix.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from kernels import mma_tile
+from kernels import staged_tile
+from kernels.pitch import pitch_param, pitched_rows
 from kernels.reference import exact_matmul
 from kernels.spec import BufferSpec, Dims, GemmForm, KernelSpec, Launch, Operand
 from kernels.ternary import packed_shape, unpack
@@ -19,27 +20,34 @@ from kernels.testdata import ternary_weights, saturating_int8
 NAME = "hslm_fwd_s8"
 PARAMS = (
     BufferSpec("y", "int32", lambda d: (d.R, d.N)),
-    BufferSpec("x", "int8", lambda d: (d.R, d.K)),
+    pitched_rows("x", lambda d: d.R, lambda d: d.K),
     BufferSpec("w", "uint32", lambda d: packed_shape(d.K, d.N)),
     BufferSpec("R", "uint32", None),
     BufferSpec("K", "uint32", None),
     BufferSpec("N", "uint32", None),
+    pitch_param("ldx", lambda d: d.K),
+    BufferSpec("kspan", "uint32", None, value=lambda d: plan(d).span),  # k bytes per split
 )
 
 
 def emit() -> str:
-    ptx, p, lane = mma_tile.begin(NAME, PARAMS)
+    ptx, p = staged_tile.begin(NAME, PARAMS)
+    at = staged_tile.Coords(ptx, p["kspan"])
+    # A[m=r][k=i] = Xq[r, i]
+    a = staged_tile.StagedRows(ptx, at, p["x"], p["ldx"], rows=p["R"], k_limit=p["K"])
     # B[k=i][n=j] = W[i, j], decoded to shared as [j][i]
-    b = mma_tile.TernaryShared(ptx, lane, p["w"], p["K"], col_limit=p["N"], k_major=False)
-    # A[m=r][k=i] = Xq[r, i], in B's k order
-    a = mma_tile.GlobalFragments(ptx, lane, b.order, p["x"], lane.m_base, p["R"], row_stride=p["K"],
-                                 k_limit=p["K"], k_stride=1, rows=(0, 8), span=mma_tile.TILE_M)
-    mma_tile.emit_tile(ptx, lane, a, b, k_limit=p["K"], out=p["y"], rows=p["R"], cols=p["N"])
+    b = staged_tile.DecodedTernary(ptx, at, p["w"], p["K"], cols=p["N"])
+    staged_tile.emit_staged(ptx, at, a, b, k_limit=p["K"], out=p["y"], rows=p["R"], cols=p["N"])
     return ptx.render()
 
 
 def geometry(d: Dims) -> Launch:
-    return mma_tile.geometry(rows=d.R, cols=d.N)
+    return staged_tile.geometry(rows=d.R, cols=d.N, plan=plan(d))
+
+
+def plan(d: Dims) -> staged_tile.Plan:
+    """Split-K for this shape (staged_tile.split_k over D = R x N, contraction K)."""
+    return staged_tile.split_k(rows=d.R, cols=d.N, contraction=d.K)
 
 
 def make_inputs(d: Dims, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -52,7 +60,7 @@ def reference(d: Dims, inputs: dict[str, np.ndarray]) -> np.ndarray:
 
 SPEC = KernelSpec(
     name=NAME, emit=emit, geometry=geometry, params=PARAMS, make_inputs=make_inputs,
-    reference=reference,
+    reference=reference, stages=staged_tile.STAGES,
     # Y = X W
     gemm_form=GemmForm(a=Operand("x"), bt=Operand("w", transposed=True)),
 )

@@ -29,11 +29,16 @@ PACKED_DTYPE = "uint32"  # the only uint32 buffers are packed ternary weights (k
 
 
 def kernel_args(spec: KernelSpec, dims: Dims, out: Any, inputs: dict[str, Any]) -> list[Any]:
-    """Arguments in PTX parameter order: output buffer, checked C-ordered inputs, u32 scalars."""
+    """Arguments in PTX parameter order: output buffer, checked C-ordered inputs, u32 scalars.
+
+    An input is given in its logical layout (Xq R x K, dYq R x N, also for dW); where the
+    kernel reads another (rows at a 16-byte aligned pitch for cp.async, or transposed) it
+    is copied into that layout here (``kernels.pitch``: one extra pass over the operand)."""
     args: list[Any] = []
     for param in spec.params:
         if param.shape is None:
-            args.append(np.dtype(param.dtype).type(getattr(dims, param.name)))
+            value = param.value(dims) if param.value else getattr(dims, param.name)
+            args.append(np.dtype(param.dtype).type(value))
         elif param is spec.output:
             _check_layout(spec, dims, param, out)
             if not out.flags.c_contiguous:
@@ -47,8 +52,9 @@ def kernel_args(spec: KernelSpec, dims: Dims, out: Any, inputs: dict[str, Any]) 
 
 
 def _check_layout(spec: KernelSpec, dims: Dims, param: BufferSpec, buf: Any) -> None:
-    """Shape and dtype against the spec, with what to do when they differ."""
-    want = tuple(param.shape(dims))
+    """Shape and dtype against the spec's caller-facing (logical) layout, with what to do
+    when they differ."""
+    want = tuple((param.logical or param.shape)(dims))
     if tuple(getattr(buf, "shape", ())) == want and str(getattr(buf, "dtype", "")) == param.dtype:
         return
     if param.dtype == PACKED_DTYPE:
@@ -63,9 +69,11 @@ def _check_layout(spec: KernelSpec, dims: Dims, param: BufferSpec, buf: Any) -> 
 
 
 def _checked_input(spec: KernelSpec, dims: Dims, param: BufferSpec, buf: Any) -> Any:
-    """``buf`` checked and C-ordered (a copy only when it was strided)."""
+    """``buf`` checked, C-ordered (a copy only when it was strided) and in the kernel's layout."""
     _check_layout(spec, dims, param, buf)
     buf = module_of(buf).ascontiguousarray(buf)
+    if param.prepare is not None:
+        buf = param.prepare(buf, tuple(param.shape(dims)))
     if param.dtype == PACKED_DTYPE:
         problem = code_problem(buf, dims.K)
         if problem:
@@ -90,7 +98,9 @@ def launch(spec: KernelSpec, fn: Callable[..., Any], dims: Dims,
                 f"{spec.name}: R={dims.R} K={dims.K} N={dims.N} needs grid.{axis}={size}, over "
                 f"CUDA's {limit}; split the problem into smaller launches"
             )
-    out = xp.full(spec.output.shape(dims), OUTPUT_POISON, dtype=spec.output.dtype)
+    # poisoned, so an element never stored shows; a split-K launch adds into its output, so it starts at 0
+    fill = 0 if geometry.grid[2] > 1 else OUTPUT_POISON
+    out = xp.full(spec.output.shape(dims), fill, dtype=spec.output.dtype)
     fn(geometry.grid, geometry.block, kernel_args(spec, dims, out, inputs),
        shared_mem=geometry.shared_mem)
     return out

@@ -9,15 +9,15 @@ and returns the register that holds its result, so kernel code reads like datafl
 
 Every instruction text is produced in exactly one place (``Ptx.ins`` formats,
 the helpers choose the opcode), so a change of form is one edit. Nothing here knows
-about a particular kernel; the mma tile skeleton that all three kernels share lives in
-``kernels/mma_tile.py``.
+about a particular kernel; the staged tile all three kernels share lives in
+``kernels/staged_tile.py``.
 
 PTX target: ``.version 8.0`` / ``.target sm_80`` (mma.m16n8k32 needs sm_80, and 8.0 is
 old enough for every driver and ptxas we meet).
 """
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import Sequence
 
 PTX_VERSION = "8.0"
 PTX_TARGET = "sm_80"
@@ -29,9 +29,6 @@ Operand = str | int
 
 # prmt table for ternary decode: bytes 0x00, 0x01, 0xFF, 0x00 for codes 0, 1, 2, 3
 TERNARY_PRMT_TABLE = 0x00FF0100
-# prmt selectors: two zero-extended bytes -> [a0, b0, 0, 0]; two such halves -> [lo0, lo1, hi0, hi1]
-PRMT_PAIR_LOW = 0x3340
-PRMT_JOIN_HALVES = 0x5410
 
 
 def imm(value: int) -> str:
@@ -51,7 +48,7 @@ class Ptx:
         self.params = list(params)  # (name, "u64" | "u32")
         self.max_threads = max_threads
         self.count = {kind: 0 for kind in REG_KINDS}
-        self.shared: list[tuple[str, int]] = []
+        self.shared: list[tuple[str, int, int]] = []
         self.body: list[str] = []
 
     # -- registers, labels, raw instructions -------------------------------------------
@@ -78,9 +75,9 @@ class Ptx:
     def comment(self, text: str) -> None:
         self.body.append(f"\t// {text}")
 
-    def shared_array(self, name: str, nbytes: int) -> str:
-        """Declare a 16-byte aligned static shared array; returns its 32-bit address register."""
-        self.shared.append((name, nbytes))
+    def shared_array(self, name: str, nbytes: int, align: int = 16) -> str:
+        """Declare an aligned static shared array; returns its 32-bit address register."""
+        self.shared.append((name, nbytes, align))
         return self.fresh("b32", "mov.u32", name)
 
     # -- parameters and special registers ---------------------------------------------
@@ -137,8 +134,6 @@ class Ptx:
     def setp(self, cmp: str, a: Operand, b: Operand, ty: str = "s32") -> str:
         return self.fresh("pred", f"setp.{cmp}.{ty}", a, b)
 
-    def and_pred(self, p: str, q: str) -> str:
-        return self.fresh("pred", "and.pred", p, q)
 
     def increment(self, reg: str, step: Operand, ty: str = "u32") -> None:
         """In-place ``reg += step`` (loop counters and walking pointers)."""
@@ -170,11 +165,6 @@ class Ptx:
         self.ins(f"ld.{space}.{ty}", dst, addr(address, offset), guard=guard)
         return dst
 
-    def load_vector(self, space: str, ty: str, address: str, offset: int, count: int) -> list[str]:
-        """``ld.<space>.v<count>.<ty>`` into fresh b32 registers (element 0 at the lowest address)."""
-        dst = [self.reg("b32") for _ in range(count)]
-        self.ins(f"ld.{space}.v{count}.{ty}", "{" + ", ".join(dst) + "}", addr(address, offset))
-        return dst
 
     def store(self, space: str, ty: str, address: str, value: str | Sequence[str],
               offset: int = 0, guard: str | None = None) -> None:
@@ -182,8 +172,36 @@ class Ptx:
         src = value if isinstance(value, str) else "{" + ", ".join(value) + "}"
         self.ins(f"st.{space}.{ty}", addr(address, offset), src, guard=guard)
 
+    def red_add(self, address: str, value: str, offset: int = 0, guard: str | None = None) -> None:
+        """``red.global.add.s32``: atomically add ``value`` to the word (PTX ISA red)."""
+        self.ins("red.global.add.s32", addr(address, offset), value, guard=guard)
+
     def barrier(self) -> None:
         self.ins("bar.sync", 0)
+
+    def cp_async(self, dst: str, src: str, src_size: Operand, dst_offset: int = 0) -> None:
+        """16-byte ``cp.async.cg`` global -> shared; bytes past ``src_size`` are zero-filled
+        and never read (PTX ISA 9.7.9.25)."""
+        self.ins("cp.async.cg.shared.global", addr(dst, dst_offset), addr(src), 16, src_size)
+
+    def cp_async_commit(self) -> None:
+        self.ins("cp.async.commit_group")
+
+    def cp_async_wait(self, pending: int | None) -> None:
+        """Wait until at most ``pending`` committed groups are in flight (None: all)."""
+        if pending is None:
+            self.ins("cp.async.wait_all")
+        else:
+            self.ins("cp.async.wait_group", pending)
+
+    def ldmatrix_x4(self, address: str, offset: int = 0, trans: bool = False) -> list[str]:
+        """Four 8x8 b16 matrices; lanes 8q..8q+7 address matrix q's 16-byte rows (PTX ISA
+        9.7.14.5.15). Register q of lane l: row l >> 2, bytes 4(l & 3)..+3 of matrix q;
+        ``trans``: b16 element l >> 2 of rows 2(l & 3) (low half) and 2(l & 3) + 1."""
+        dst = [self.reg("b32") for _ in range(4)]
+        self.ins(f"ldmatrix.sync.aligned.m8n8.x4{'.trans' if trans else ''}.shared.b16",
+                 "{" + ", ".join(dst) + "}", addr(address, offset))
+        return dst
 
     # -- control -------------------------------------------------------------------------
     def branch(self, target: str, guard: str | None = None) -> None:
@@ -201,7 +219,7 @@ class Ptx:
     def render(self) -> str:
         params = ",\n".join(f"\t.param .{ty} {name}" for name, ty in self.params)
         decls = [f"\t.reg {REG_KINDS[k][0]} {REG_KINDS[k][1]}<{n}>;" for k, n in self.count.items() if n]
-        decls += [f"\t.shared .align 16 .b8 {name}[{nbytes}];" for name, nbytes in self.shared]
+        decls += [f"\t.shared .align {align} .b8 {name}[{nbytes}];" for name, nbytes, align in self.shared]
         return "\n".join([
             f"// {self.entry}: generated by hslm-ptx (kernels/), do not edit",
             f".version {PTX_VERSION}",
@@ -228,23 +246,6 @@ def addr(base: str, offset: int = 0) -> str:
     return f"[{base}{'+' if offset > 0 else ''}{offset}]"
 
 
-def pack_bytes(ptx: Ptx, lows: Sequence[str]) -> str:
-    """Four zero-extended byte registers -> one b32 with byte b = lows[b] (3 prmt)."""
-    b0, b1, b2, b3 = lows
-    low = ptx.prmt(b0, b1, PRMT_PAIR_LOW)
-    high = ptx.prmt(b2, b3, PRMT_PAIR_LOW)
-    return ptx.prmt(low, high, PRMT_JOIN_HALVES)
-
-
-def transpose_bytes(ptx: Ptx, rows: Sequence[str]) -> list[str]:
-    """A 4x4 byte transpose in 8 prmt: byte j of output i = byte i of ``rows[j]``."""
-    r0, r1, r2, r3 = rows
-    low01, high01 = ptx.prmt(r0, r1, 0x5140), ptx.prmt(r0, r1, 0x7362)  # [a0 b0 a1 b1], [a2 b2 a3 b3]
-    low23, high23 = ptx.prmt(r2, r3, 0x5140), ptx.prmt(r2, r3, 0x7362)
-    return [ptx.prmt(low01, low23, 0x5410), ptx.prmt(low01, low23, 0x7632),
-            ptx.prmt(high01, high23, 0x5410), ptx.prmt(high01, high23, 0x7632)]
-
-
 def decode_ternary(ptx: Ptx, word: str, table: str) -> list[str]:
     """16 packed 2-bit codes -> four b32 registers of 16 int8 values, without branches.
 
@@ -262,15 +263,3 @@ def decode_ternary(ptx: Ptx, word: str, table: str) -> list[str]:
         out.append(ptx.prmt(table, 0, spread))
         out.append(ptx.prmt(table, 0, ptx.shr(spread, 16)))
     return out
-
-
-def guarded_bytes(ptx: Ptx, space: str, places: Iterable[tuple[str, int, str]]) -> str:
-    """Four predicated byte loads, zero where the predicate is off, packed into one b32.
-
-    ``places`` gives (address register, immediate offset, predicate or None) per byte,
-    lowest byte first; this is how every operand that is not 4-byte aligned in memory (odd K,
-    strided columns) reaches a tensor-core fragment.
-    """
-    lows = [ptx.load(space, "u8", base, off, guard=pred, zero_fill=pred is not None)
-            for base, off, pred in places]
-    return pack_bytes(ptx, lows)

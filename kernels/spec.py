@@ -9,7 +9,7 @@ bench times the same launch. Backends (CuPy's RawModule, our CPU emulator) suppl
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
@@ -38,6 +38,11 @@ class BufferSpec(NamedTuple):
     name: str
     dtype: str  # numpy dtype name: "int8", "uint32", "int32"
     shape: Callable[[Dims], tuple[int, ...]] | None  # None: a scalar taken from Dims
+    value: Callable[[Dims], int] | None = None  # a scalar derived from Dims (a row pitch)
+    # a buffer callers may hand over in another layout (rows at their logical width, or
+    # not transposed): that shape, and how launch turns it into ``shape`` (one copy)
+    logical: Callable[[Dims], tuple[int, ...]] | None = None
+    prepare: Callable[[Any, tuple[int, ...]], Any] | None = None
 
 
 class Operand(NamedTuple):
@@ -74,6 +79,7 @@ class KernelSpec:
     reference: Callable[[Dims, dict[str, np.ndarray]], np.ndarray]
     gemm_form: GemmForm
     max_rows: int | None = None  # R bound the kernel is exact for (dW: int32 overflow)
+    stages: int = 1  # chunks in its copy ring (stages - 1 in flight ahead); 1: nothing prefetched
 
     @property
     def output(self) -> BufferSpec:

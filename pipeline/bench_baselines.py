@@ -15,21 +15,12 @@ import numpy as np
 
 from kernels.launch import OUTPUT_POISON, kernel_args
 from kernels.spec import Dims, KernelSpec
-from kernels.ternary import unpack
 from pipeline.bench_record import TOLERANCE
 from pipeline.models import Shape
 from pipeline.verify import seed  # the verify cell's inputs: same data, same seed
 
 
 # Each kernel as the GEMM out = A @ Bt.T in its output's layout (A: M x inner, Bt: out x inner).
-# The one place this is written down; tests check each form against the kernel's reference.
-# When KernelSpec carries its own GEMM form, gemm_problem reads it from the spec instead.
-GEMM_FORMS: dict[str, Callable[[dict[str, np.ndarray], Dims], tuple[np.ndarray, np.ndarray]]] = {
-    "hslm_fwd_s8": lambda i, d: (i["x"], unpack(i["w"], d.K).T),  # Y = X W
-    "hslm_dx_s8": lambda i, d: (i["dy"], unpack(i["w"], d.K)),  # dX = dY W^T
-    "hslm_dw_s8": lambda i, d: (i["dy"].T, i["x"].T),  # dW = dY^T X (N x K)
-}
-
 # cudaDataType_t and cuBLAS enums by name, with their values from CUDA's headers
 # (library_types.h, cublas_api.h) for a CuPy that does not export one (CuPy 14 has
 # CUDA_R_8I but no CUDA_R_32I).
@@ -50,7 +41,7 @@ def round_up(n: int, m: int) -> int:
 def gemm_problem(spec: KernelSpec, inputs: dict[str, np.ndarray],
                  dims: Dims) -> tuple[np.ndarray, np.ndarray]:
     """Contiguous int8 (A, Bt) with the kernel's output == A @ Bt.T."""
-    a, bt = GEMM_FORMS[spec.name](inputs, dims)
+    a, bt = spec.gemm_operands(inputs, dims)
     return np.ascontiguousarray(a, dtype=np.int8), np.ascontiguousarray(bt, dtype=np.int8)
 
 
@@ -107,16 +98,21 @@ def _pad_note(what: list[tuple[str, int, int]], why: str) -> str:
 def case_ours(cp: Any, p: Problem, spec: KernelSpec, fn: Callable[..., Any]) -> Case:
     geo = spec.geometry(p.dims)
     out_shape = spec.output.shape(p.dims)
+    split = geo.grid[2] > 1  # split-K adds into the output: it starts at 0, zeroed in every call
 
     def make_set() -> dict[str, Any]:
         bufs = {prm.name: cp.asarray(p.inputs[prm.name]) for prm in spec.params[1:]
                 if prm.shape is not None}
-        bufs["out"] = cp.full(out_shape, OUTPUT_POISON, dtype=spec.output.dtype)
+        bufs["out"] = cp.full(out_shape, 0 if split else OUTPUT_POISON, dtype=spec.output.dtype)
         bufs["args"] = kernel_args(spec, p.dims, bufs["out"], bufs)
         return bufs
 
-    return Case(make_set=make_set,
-                launch=lambda s: fn(geo.grid, geo.block, s["args"], shared_mem=geo.shared_mem),
+    def launch(s: dict[str, Any]) -> None:
+        if split:
+            s["out"].fill(0)
+        fn(geo.grid, geo.block, s["args"], shared_mem=geo.shared_mem)
+
+    return Case(make_set=make_set, launch=launch,
                 result=lambda s: cp.asnumpy(s["out"]), gemm=p.gemm,
                 note=f"grid {geo.grid} block {geo.block}")
 

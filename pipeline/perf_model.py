@@ -11,9 +11,10 @@ pipeline/gpus.yaml (one source per number). Bounds, each on the busiest SM unles
 - tensor: mma ops / (int8 dense peak per SM x the fraction mma.sync reaches);
 - L1: wavefronts / (wavefronts per clock x clock): the emulator's when known (shared bank
   wavefronts, and one per 128-byte line of each global request), else the ideal from SASS (an LSU instruction moves width x 32 lanes, 128 B a wavefront);
-- latency: per chunk one dependent global load (L2 hit) plus, when the loop stages
-  through shared memory, one shared round trip, nothing prefetched; times the chunks,
-  per wave of resident CTAs;
+- latency: one dependent global load (L2 hit) plus, when the loop stages through shared
+  memory, one shared round trip, per chunk when nothing is prefetched; with a copy ring
+  of ``spec.stages`` chunks (stages - 1 in flight), one round trip to fill it and then
+  one per stages - 1 chunks; per wave of resident CTAs;
 - L2 (whole GPU): the emulator's global sectors x 32 B when known, else the bytes the
   SASS global loads request / L2 bandwidth;
 - DRAM (whole GPU): every operand and the output moved once / DRAM bandwidth.
@@ -34,7 +35,7 @@ from pydantic import ValidationError
 
 from kernels.backends import load_ptx
 from kernels.launch import launch
-from kernels.mma_tile import CHUNK_K
+from kernels.staged_tile import CHUNK_K
 from kernels.ptxemu import LaunchStats
 from kernels.spec import Dims, KernelSpec
 from pipeline.artifacts import rel, sha256_file
@@ -154,8 +155,9 @@ class Work(Record):
     ctas: int
     warps_per_cta: int
     contraction: int
-    fast_chunks: int
+    fast_chunks: int  # chunks one CTA runs (its split of the contraction)
     tail_chunks: int
+    stages: int  # copy ring depth (1: nothing prefetched)
     instructions_per_warp: float
     imma_per_warp: int
     lsu_wavefronts_per_warp: float  # ideal, from SASS
@@ -164,9 +166,12 @@ class Work(Record):
     stages_through_shared: bool
 
 
-def chunks(contraction: int) -> tuple[int, int]:
-    """(fast, tail) chunk counts: fast while the chunk and its slack lie inside the rows."""
+def chunks(contraction: int, has_tail_body: bool = True) -> tuple[int, int]:
+    """(fast, tail) chunk counts: fast while the chunk and its slack lie inside the rows;
+    a loop with one body (tails by zero-filling copies) runs every chunk on it."""
     starts = range(0, contraction, CHUNK_K)
+    if not has_tail_body:
+        return len(starts), 0
     fast = sum(k0 + CHUNK_K + FAST_SLACK_BYTES <= contraction for k0 in starts)
     return fast, len(starts) - fast
 
@@ -191,13 +196,16 @@ def work(spec: KernelSpec, dims: Dims, sass: SassArch) -> Work:
     geometry = spec.geometry(dims)
     rows, cols = spec.output.shape(dims)
     contraction = dims.R * dims.K * dims.N // (rows * cols)
-    fast, tail = chunks(contraction)
+    splits = geometry.grid[2]  # split-K: each CTA along z runs its share of the chunks
+    span = -(-(-(-contraction // CHUNK_K)) // splits) * CHUNK_K
+    fast, tail = chunks(min(span, contraction), has_tail_body=sass.tail is not None)
     fbody, tbody = per_trip(sass, "fast"), per_trip(sass, "tail")
     if fbody is None:
         raise UserError(f"{spec.name} {sass.arch}: the SASS record has no loop; run `doit sass`")
     loop = next(lp for lp in sass.loops if lp.start == sass.steady_loop)
     outside = sass.instructions - loop.instructions
-    buffers = sum(math.prod(p.shape(dims)) * np.dtype(p.dtype).itemsize for p in spec.params if p.shape)
+    buffers = sum(math.prod((p.logical or p.shape)(dims)) * np.dtype(p.dtype).itemsize  # the caller's layout
+                  for p in spec.params if p.shape)
     return Work(
         ctas=math.prod(geometry.grid), warps_per_cta=math.prod(geometry.block) // 32,
         contraction=contraction, fast_chunks=fast, tail_chunks=tail,
@@ -205,7 +213,7 @@ def work(spec: KernelSpec, dims: Dims, sass: SassArch) -> Work:
         imma_per_warp=fast * fbody.imma + tail * tbody.imma,
         lsu_wavefronts_per_warp=fast * wavefronts(fbody.classes) + tail * wavefronts(tbody.classes),
         global_bytes_per_warp=fast * global_bytes(fbody.classes) + tail * global_bytes(tbody.classes),
-        compulsory_bytes=buffers,
+        compulsory_bytes=buffers, stages=spec.stages,
         stages_through_shared=any(c.startswith(("lds", "ldsm")) for c in fbody.classes),
     )
 
@@ -308,6 +316,13 @@ def seconds_us(cycles: float, g: GpuModel) -> float:
     return cycles / g.clock_hz * 1e6
 
 
+def exposed_round_trips(w: Work) -> float:
+    """Global round trips a CTA waits out: one a chunk when nothing is prefetched; with a
+    ring of ``stages`` chunks, one to fill it, then one per ``stages - 1`` chunks."""
+    trips = w.fast_chunks + w.tail_chunks
+    return trips if w.stages <= 1 else 1 + trips / (w.stages - 1)
+
+
 def bounds_for(g: GpuModel, w: Work, resident: int, l1_wavefronts_per_cta: float,
                l2_bytes: float) -> tuple[dict[str, float], int]:
     """Our kernel's six bounds, and the waves of resident CTAs."""
@@ -321,7 +336,7 @@ def bounds_for(g: GpuModel, w: Work, resident: int, l1_wavefronts_per_cta: float
         "tensor": seconds_us(warps * w.imma_per_warp * IMMA_OPS
                              / (g.peak_ops_per_sm_clock * g.mma_sync_fraction.value), g),
         "l1": seconds_us(busiest * l1_wavefronts_per_cta / g.l1_wavefronts_per_clock.value, g),
-        "latency": seconds_us(waves * (w.fast_chunks + w.tail_chunks) * latency, g),
+        "latency": seconds_us(waves * exposed_round_trips(w) * latency, g),
         "l2": l2_bytes / (g.l2_bandwidth_gbs.value * 1e3),
         "dram": w.compulsory_bytes / (g.dram_bandwidth_gbs.value * 1e3),
     }, waves

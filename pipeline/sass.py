@@ -5,11 +5,13 @@ $PTXAS / $NVDISASM, then the pip wheels, then PATH). Loops are read off the bran
 targets: a branch to an earlier address closes a loop whose body is target..branch.
 Inside a loop the control flow is followed path by path (each conditional branch taken
 and not taken, exits out of the loop dropped), and each path's instructions are counted
-by class. The kernels run one of two bodies per chunk, chosen uniformly on k:
+by class. A kernel's loop may run one of two bodies per chunk, chosen uniformly on k:
 
-- the **fast** body: the path with the most tensor instructions that issues no
-  predicated global load (every guarded skip executed, i.e. the longest such path);
-- the **tail** body: the longest path that issues predicated global loads.
+- the **fast** (steady-state) body: of the paths with the most tensor instructions, the
+  longest with the fewest predicated global loads (none, where the loop has a separate
+  predicate-free body; a one-body loop whose copies carry guards is its own fast body);
+- the **tail** body: the longest path with more predicated global loads than the fast
+  one (None for a one-body loop).
 
 Counts are per warp and per loop trip; NOPs the scheduler inserted are counted apart
 and left out of the per-IMMA figures.
@@ -286,8 +288,8 @@ class SassArch(Record):
     instructions: int  # the whole function, NOPs excluded
     loops: list[LoopCounts]
     steady_loop: str | None  # start address of the loop with the most IMMA
-    fast: Body | None  # the predicate-free body (None when the loop has none)
-    tail: Body | None  # the predicated body (None when the loop has none)
+    fast: Body | None  # the steady-state body (None when the kernel has no loop)
+    tail: Body | None  # the predicated tail body (None for a one-body loop)
 
 
 class SassReport(Record):
@@ -356,8 +358,9 @@ def analyse(listing: Listing, arch: str) -> SassArch:
         steady = counted[best].start
         bodies = [body(listing, p) for p in paths[best]]
         top = max(b.imma for b in bodies)
-        fast = longest([b for b in bodies if b.imma == top and not b.guarded_global_loads])
-        tail = longest([b for b in bodies if b.guarded_global_loads])
+        fewest = min(b.guarded_global_loads for b in bodies if b.imma == top)
+        fast = longest([b for b in bodies if b.imma == top and b.guarded_global_loads == fewest])
+        tail = longest([b for b in bodies if b.guarded_global_loads > fewest])
     return SassArch(arch=arch, instructions=sum(whole.values()) - whole.get("nop", 0), loops=counted,
                     steady_loop=steady, fast=fast, tail=tail)
 

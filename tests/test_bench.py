@@ -5,6 +5,7 @@ CuPy, the CPU PTX emulator as the driver, no cuBLAS, no torch).
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import pytest
 
 from kernels.backends import gpu_available
 from kernels.registry import KERNELS
-from kernels.spec import Dims
+from kernels.spec import Dims, GemmForm, Operand
 from pipeline import bench, bench_baselines, bench_device, bench_timing
 from pipeline.artifacts import read_model
 from pipeline.config import ROOT
@@ -63,9 +64,8 @@ def test_gemm_form_check_catches_a_wrong_form(monkeypatch):
     spec = KERNELS["hslm_dx_s8"]
     dims = Dims(R=5, K=13, N=13)
     inputs = spec.make_inputs(dims, np.random.default_rng(1))
-    monkeypatch.setitem(bench_baselines.GEMM_FORMS, "hslm_dx_s8",
-                        lambda i, d: (i["dy"], bench_baselines.unpack(i["w"], d.K).T))
-    A, Bt = bench_baselines.gemm_problem(spec, inputs, dims)
+    wrong = dataclasses.replace(spec, gemm_form=GemmForm(a=Operand("dy"), bt=Operand("w", transposed=True)))
+    A, Bt = bench_baselines.gemm_problem(wrong, inputs, dims)
     assert not np.array_equal(A.astype(np.int64) @ Bt.T.astype(np.int64), spec.reference(dims, inputs))
 
 

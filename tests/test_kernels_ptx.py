@@ -1,5 +1,5 @@
 """What the emitted PTX promises, read off the text: target, decode form, tensor-core op,
-and the shape of the two loop bodies (fast, tail).
+and the shape of the one staged chunk loop (copies ahead, wait, barrier, ldmatrix).
 
 The numbers that matter (exact results) come from running this PTX on the emulator
 (tests/test_kernels_run.py) and on a GPU; these tests pin the structural contract of
@@ -13,14 +13,14 @@ from kernelcases import per_kernel
 from kernels.registry import KERNELS, get_kernel
 
 TERNARY = ["hslm_fwd_s8", "hslm_dx_s8"]
+STAGES = {"hslm_fwd_s8": 4, "hslm_dx_s8": 4, "hslm_dw_s8": 3}
+COPIES = {"hslm_fwd_s8": 2, "hslm_dx_s8": 2, "hslm_dw_s8": 4}  # 16-byte copies per thread and chunk
 MMA = "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32"
 
 
-def bodies(ptx: str) -> dict[str, str]:
-    """The chunk loop's two bodies: 'fast' (no tail predicates) and 'tail'."""
-    fast = ptx.split("chunk:\n", 1)[1].split("tail_chunk:\n", 1)[0]
-    tail = ptx.split("tail_chunk:\n", 1)[1].split("next_chunk:\n", 1)[0]
-    return {"fast": fast, "tail": tail}
+def loop(ptx: str) -> str:
+    """The one chunk loop."""
+    return ptx.split("chunk:\n", 1)[1].split("bra.uni chunk;", 1)[0]
 
 
 @pytest.mark.parametrize("name", per_kernel())
@@ -29,61 +29,75 @@ def test_emission_is_deterministic_and_targets_sm80(name):
     assert ptx == KERNELS[name].emit()
     assert ".version 8.0\n.target sm_80\n.address_size 64" in ptx
     assert f".visible .entry {name}(" in ptx
-    for body in bodies(ptx).values():
-        assert body.count(MMA) == 8  # 2 k-steps x 4 n-tiles per chunk of 64
-    assert ptx.count(MMA) == 16
 
 
 @pytest.mark.parametrize("name", per_kernel())
-def test_control_flow_is_uniform(name):
+def test_staged_loop_is_one_uniform_body_of_32_mma(name):
     ptx = KERNELS[name].emit()
-    branches = re.findall(r"\bbra(\.\w+)?\b", ptx)
-    assert branches == [".uni"] * 3  # fast-or-tail choice, skip the tail body, loop back edge
+    body = loop(ptx)
+    assert body.count(MMA) == ptx.count(MMA) == 32  # 4 m16 x 4 n8 tiles x 2 k steps per warp
+    # the back edge (no tail body), then the output: stored with one split, added with several
+    assert re.findall(r"\bbra\.uni (\w+);", ptx) == ["chunk", "add_out", "out_done"]
+    assert len(re.findall(r"\bbra\b", ptx)) == 3
+    assert body.count("bar.sync 0;") == 1  # one barrier per chunk
 
 
 @pytest.mark.parametrize("name", per_kernel())
-def test_fast_body_loads_without_predicates(name):
-    fast, tail = bodies(KERNELS[name].emit()).values()
-    guarded = [ln for ln in fast.splitlines() if "ld.global" in ln and ln.strip().startswith("@")]
-    if name in TERNARY:
-        assert len(guarded) == 1 and "ld.global.u32" in guarded[0]  # only the packed W word
-        assert "ld.global.u8" not in fast and "ld.global.b32" in fast  # activations: aligned funnel
-        assert "ld.global.b32" not in tail
-    else:
-        assert guarded == []
-        assert fast.count("ld.global.u8") == tail.count("ld.global.u8") == 96
+def test_output_is_stored_or_added_once_per_accumulator(name):
+    ptx = KERNELS[name].emit()
+    stores, adds = ptx.split("add_out:\n", 1)
+    assert len(re.findall(r"@%p\d+ st\.global\.s32", stores)) == 64  # 4 m16 x 4 n8 x 4 per lane
+    assert len(re.findall(r"@%p\d+ red\.global\.add\.s32", adds)) == 64
+    assert "red.global.add" not in stores and " st.global" not in adds
+
+
+@pytest.mark.parametrize("name", per_kernel())
+def test_staged_loop_copies_ahead_and_reads_fragments_with_ldmatrix(name):
+    ptx = KERNELS[name].emit()
+    body = loop(ptx)
+    stages, copies = STAGES[name], COPIES[name]
+    found = re.findall(r"cp\.async\.cg\.shared\.global \[[^]]+\], \[[^]]+\], 16, (%[pr]\d+);", body)
+    assert len(found) == copies and ptx.count("cp.async.cg") == stages * copies  # stages - 1 ahead
+    assert body.count("cp.async.commit_group") == 1 and ptx.count("cp.async.commit_group") == stages
+    assert body.count(f"cp.async.wait_group {stages - 2};") == 1  # this chunk landed, newer in flight
+    assert len(re.findall(r"ldmatrix\.sync\.aligned\.m8n8\.x4(\.trans)?\.shared\.b16", body)) == 8 + 4
+    assert body.count("ldmatrix.sync.aligned.m8n8.x4.shared.b16") >= 8  # A: 4 m x 2 k steps
+    assert "ld.shared" not in body and "ld.global.u8" not in body  # no byte or scalar gathers
 
 
 @pytest.mark.parametrize("name", per_kernel(TERNARY))
-def test_ternary_decode_is_one_word_prmt_and_one_16_byte_store(name):
-    ptx = KERNELS[name].emit()
-    table = re.search(r"mov\.b32 (%r\d+), 0xff0100;", ptx).group(1)  # the 0x00FF0100 prmt table
-    for body in bodies(ptx).values():
-        assert body.count("ld.global.u32") == 1  # one u32 of 16 codes per thread per chunk
-        assert len(re.findall(rf"prmt\.b32 %r\d+, {table}, 0, %r\d+;", body)) == 4
-        assert body.count("st.shared.v4.b32") == 1
-        assert body.count("bar.sync 0;") == 2
+def test_staged_kernels_decode_two_words_per_thread_a_chunk_ahead(name):
+    ptx = get_kernel(name).emit()
+    body = loop(ptx)
+    table = re.search(r"mov\.b32 (%r\d+), 0xff0100;", ptx).group(1)
+    assert len(re.findall(rf"prmt\.b32 %r\d+, {table}, 0, %r\d+;", body)) == 8
+    assert body.count("st.shared.v4.b32") == 2
+    # the loads fetch the next chunk's words after the barrier, the decode reads the last ones
+    assert body.index("bar.sync") < body.index("ld.global.u32")
+    assert body.index("st.shared.v4.b32") < body.index("bar.sync")
 
 
 @pytest.mark.kernel("hslm_fwd_s8")
-def test_forward_reads_each_lanes_b_chunk_with_one_16_byte_load_per_n_tile():
-    for body in bodies(get_kernel("hslm_fwd_s8").emit()).values():
-        assert body.count("ld.shared.v4.b32") == 4 and body.count("ld.shared.b32") == 0
-    fast = bodies(get_kernel("hslm_fwd_s8").emit())["fast"]
-    assert fast.count("ld.global.b32") == 2 * 5  # two rows, 16 bytes each: five aligned words
+def test_forward_reads_w_without_predicates():
+    body = loop(get_kernel("hslm_fwd_s8").emit())
+    assert not re.search(r"@%p\d+ ld\.global", body)  # words past the column are clamped
+    assert "ldmatrix.sync.aligned.m8n8.x4.trans" not in body
 
 
 @pytest.mark.kernel("hslm_dx_s8")
-def test_dx_gathers_b_with_word_loads_and_byte_transposes():
-    for body in bodies(get_kernel("hslm_dx_s8").emit()).values():
-        assert body.count("ld.shared.b32") == 16 and "ld.shared.u8" not in body
-        assert body.count(", 0x5140;") == 8  # 4 transposes x 2 pairs
+def test_dx_reads_b_with_transposing_ldmatrix_and_one_prmt_per_register():
+    body = loop(get_kernel("hslm_dx_s8").emit())
+    assert body.count("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16") == 4  # 2 per k step
+    assert body.count(", 0x6420;") == body.count(", 0x7531;") == 8  # 16 B registers per chunk
+    assert len(re.findall(r"@%p\d+ ld\.global\.u32", body)) == 2  # W rows past N load zeros
 
 
 @pytest.mark.kernel("hslm_dw_s8")
-def test_dw_reads_no_weights_and_uses_no_shared_memory():
-    ptx = get_kernel("hslm_dw_s8").emit()
-    assert ".shared" not in ptx and "bar.sync" not in ptx
+def test_dw_is_a_tn_gemm_of_two_copied_operands():
+    body = loop(get_kernel("hslm_dw_s8").emit())
+    assert "ld.global" not in body and "st.shared" not in body  # everything by cp.async
+    sizes = re.findall(r"cp\.async\.cg\.shared\.global \[[^]]+\], \[[^]]+\], 16, %(\w)\d+;", body)
+    assert sizes == ["r", "r", "p", "p"]  # A: src-size stops at R; B: whole pieces or none
 
 
 def test_unknown_kernel_names_the_known_ones():

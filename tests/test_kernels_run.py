@@ -1,5 +1,6 @@
 """The emitted PTX, run on the CPU emulator, equals the integer reference exactly,
 including every tail case; and the same check fails on planted kernel bugs."""
+import importlib
 import re
 
 import numpy as np
@@ -7,7 +8,9 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from kernelcases import per_kernel
 
+from kernels import staged_tile
 from kernels.launch import LaunchError, launch
+from kernels.pitch import pitch
 from kernels.registry import KERNELS, get_kernel
 from kernels.spec import Dims
 from kernels.ptxemu import EmulatorError, Module
@@ -44,13 +47,25 @@ def test_exact_for_any_shape(name, R, K, N, seed):
 # shape with fast chunks (K, N = 200, 140) and a tail, so both loop bodies are exercised
 PLANTED = [
     ("hslm_fwd_s8", "decode table with +1 and -1 swapped", r"0xff0100;", "0x1ff00;", "mismatch"),
-    ("hslm_fwd_s8", "funnel selector one byte off", r"0x3210;", "0x4321;", "mismatch"),
-    ("hslm_dx_s8", "no barrier after the shared store",
-     r"(st\.shared\.v4\.b32[^\n]*\n)\tbar\.sync 0;", r"\1", "race"),
-    ("hslm_dx_s8", "transpose picks the wrong half", r"0x7632;", "0x5410;", "mismatch"),
-    ("hslm_dw_s8", "the tail's predicates dropped", r"@%p\d+ (ld\.global\.u8)", r"\1", "out_of_bounds"),
-    ("hslm_dw_s8", "fast chunks allowed one chunk too far", r"(sub\.s32 %r\d+, %r\d+), 63;", r"\1, -1;",
+    ("hslm_fwd_s8", "no wait for the chunk's copies", r"\tcp\.async\.wait_group 2;\n", "", "race"),
+    ("hslm_fwd_s8", "waiting for one chunk too few", r"cp\.async\.wait_group 2;", "cp.async.wait_group 3;",
+     "race"),
+    ("hslm_fwd_s8", "no barrier after the wait", r"(chunk:\n(?:[^\n]*\n)*?)\tbar\.sync 0;\n", r"\1", "race"),
+    ("hslm_fwd_s8", "rows past R copied instead of zero-filled", r"or\.pred (%p\d+), (%p\d+), %p\d+;",
+     r"mov.pred \1, \2;", "out_of_bounds"),
+    ("hslm_fwd_s8", "swizzle ignored by the ldmatrix rows", r"xor\.b32 (%r\d+), (%r\d+), 32;",
+     r"add.u32 \1, \2, 32;", "race"),  # rows run into the next stage, still in flight
+    ("hslm_dx_s8", "no barrier after the wait", r"(chunk:\n(?:[^\n]*\n)*?)\tbar\.sync 0;\n", r"\1", "race"),
+    ("hslm_dx_s8", "fragment prmt picks the other column", r"0x7531;", "0x6420;", "mismatch"),
+    ("hslm_dx_s8", "W rows past N loaded unguarded", r"@%p\d+ (ld\.global\.u32)", r"\1", "out_of_bounds"),
+    ("hslm_dx_s8", "matrix rows not interleaved for .trans", r"(shr\.u32 %r\d+, %r\d+), 2;\n(\tand\.b32 %r\d+, %r\d+), 2;",
+     r"\1, 2;\n\2, 0;", "mismatch"),
+    ("hslm_dw_s8", "A copies not stopped at R", r"(cp\.async[^\n]*), 16, %r\d+;", r"\1, 16;", "out_of_bounds"),
+    ("hslm_dw_s8", "B rows past K copied", r"or\.pred (%p\d+), (%p\d+), %p\d+;", r"mov.pred \1, \2;",
      "out_of_bounds"),
+    ("hslm_dw_s8", "waiting for one chunk too few", r"cp\.async\.wait_group 1;", "cp.async.wait_group 2;", "race"),
+    ("hslm_dw_s8", "ring wraps one stage late", r"setp\.ge\.u32 (%p\d+), (%r\d+), 0x6000;",
+     r"setp.gt.u32 \1, \2, 0x6000;", "out_of_bounds"),  # b_ring ends at the window
 ]
 
 
@@ -80,10 +95,11 @@ def test_dw_refuses_rows_past_the_int32_bound():
 @pytest.mark.kernel("hslm_fwd_s8")
 def test_launch_refuses_a_grid_cuda_cannot_run():
     spec = get_kernel("hslm_fwd_s8")
-    launch(spec, lambda *a, **k: None, Dims(65535 * 64, 1, 1), {  # the largest R that fits
-        "x": np.zeros((65535 * 64, 1), np.int8), "w": np.zeros((1, 1), np.uint32)})
+    rows = 65535 * staged_tile.TILE_M  # the largest R that fits
+    launch(spec, lambda *a, **k: None, Dims(rows, 1, 1), {
+        "x": np.zeros((rows, 1), np.int8), "w": np.zeros((1, 1), np.uint32)})
     with pytest.raises(LaunchError, match=r"needs grid\.y=65536, over CUDA's 65535"):
-        launch(spec, lambda *a, **k: None, Dims(65535 * 64 + 1, 1, 1), {})
+        launch(spec, lambda *a, **k: None, Dims(rows + 1, 1, 1), {})
 
 
 @pytest.mark.parametrize("name", per_kernel())
@@ -95,3 +111,139 @@ def test_launch_refuses_mismatched_inputs(name):
     inputs[key] = inputs[key][:1]
     with pytest.raises(LaunchError, match=f"input '{key}' is"):
         launch(spec, lambda *a, **k: None, dims, inputs)
+
+
+PITCHED = {"hslm_fwd_s8": "x", "hslm_dx_s8": "dy"}  # the cp.async-staged input
+
+
+def run_pitched(name: str, dims: Dims, row_pitch: int, seed: int = 0):
+    """``name`` with its staged input in rows ``row_pitch`` bytes apart, junk between the
+    row's width and the pitch."""
+    spec = get_kernel(name)
+    rng = np.random.default_rng(seed)
+    inputs = spec.make_inputs(dims, rng)
+    key = PITCHED[name]
+    rows = rng.integers(-128, 128, (dims.R, row_pitch), dtype=np.int8)
+    rows[:, :inputs[key].shape[1]] = inputs[key]
+    return launch_raw(name, dims, [rows, inputs["w"]], row_pitch), spec.reference(dims, inputs)
+
+
+def launch_raw(name: str, dims: Dims, buffers: list, row_pitch: int, ptx: str | None = None,
+               span: int | None = None) -> np.ndarray:
+    """One emulator launch with the input buffers as given, the pitch ``row_pitch`` and
+    ``span`` bytes of k per split (default: the kernel's own plan)."""
+    spec = get_kernel(name)
+    module = importlib.import_module(f"kernels.{name}")
+    span = span or module.plan(dims).span
+    contraction = {"hslm_fwd_s8": dims.K, "hslm_dx_s8": dims.N, "hslm_dw_s8": dims.R}[name]
+    geo = spec.geometry(dims)
+    grid = (*geo.grid[:2], -(-contraction // span))
+    out = np.zeros(spec.output.shape(dims), np.int32)
+    sizes = [np.uint32(v) for v in (dims.R, dims.K, dims.N, row_pitch, span)]
+    Module(code=ptx or spec.emit()).get_function(name)(grid, geo.block, [out, *buffers, *sizes])
+    return out
+
+
+@pytest.mark.parametrize("dims, row_pitch", [(Dims(129, 243, 130), 256), (Dims(27, 64, 9), 96),
+                                             (Dims(5, 17, 3), 48), (Dims(130, 1, 129), 160)])
+@pytest.mark.parametrize("name", per_kernel(list(PITCHED)))
+def test_staged_kernels_exact_with_a_pitch_wider_than_the_row_and_junk_padding(name, dims, row_pitch):
+    got, want = run_pitched(name, dims, row_pitch)
+    assert np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("name", per_kernel(list(PITCHED)))
+def test_staged_kernels_refuse_a_pitch_that_breaks_16_byte_alignment(name):
+    with pytest.raises(EmulatorError) as info:
+        run_pitched(name, Dims(8, 40, 40), 40)
+    assert info.value.kind == "misaligned" and "cp.async" in info.value.text
+
+
+@pytest.mark.kernel("hslm_fwd_s8")
+def test_launch_copies_unpitched_rows_into_an_aligned_buffer():
+    spec = get_kernel("hslm_fwd_s8")
+    dims = Dims(9, 40, 8)
+    inputs = spec.make_inputs(dims, np.random.default_rng(4))
+    assert inputs["x"].shape == (9, 40) and spec.params[1].shape(dims) == (9, 48)
+    seen = {}
+    launch(spec, lambda grid, block, args, shared_mem=0: seen.update(x=args[1], ldx=args[6]), dims, inputs)
+    assert seen["x"].shape == (9, 48) and seen["ldx"] == 48
+    assert np.array_equal(seen["x"][:, :40], inputs["x"]) and not seen["x"][:, 40:].any()
+
+
+@pytest.mark.kernel("hslm_dw_s8")
+@pytest.mark.parametrize("dims, row_pitch", [(Dims(70, 200, 140), 96), (Dims(128, 33, 128), 144)])
+def test_dw_exact_on_its_own_layout_with_junk_padding(dims, row_pitch):
+    """Xq^T and dYq^T handed over ready, rows ``row_pitch`` apart, junk past R in both."""
+    spec = get_kernel("hslm_dw_s8")
+    rng = np.random.default_rng(5)
+    inputs = spec.make_inputs(dims, rng)
+    xt, dyt = (rng.integers(-128, 128, (a.shape[1], row_pitch), dtype=np.int8) for a in (inputs["x"], inputs["dy"]))
+    xt[:, :dims.R], dyt[:, :dims.R] = inputs["x"].T, inputs["dy"].T
+    assert np.array_equal(launch_raw("hslm_dw_s8", dims, [xt, dyt], row_pitch), spec.reference(dims, inputs))
+
+
+def conflicted(name: str, ptx: str | None = None) -> list[tuple[str, int, int]]:
+    """Shared accesses of the chunk loop that need more bank wavefronts than the minimum."""
+    spec = get_kernel(name)
+    fn = Module(code=ptx or spec.emit()).get_function(name)
+    dims = Dims(256, 192, 256)
+    got = launch(spec, fn, dims, spec.make_inputs(dims, np.random.default_rng(1)))
+    assert np.array_equal(got, spec.reference(dims, spec.make_inputs(dims, np.random.default_rng(1))))
+    return [(a.opcode, a.wavefronts, a.ideal_wavefronts) for a in fn.stats.memory
+            if a.in_loop and a.space == "shared" and a.wavefronts > a.ideal_wavefronts]
+
+
+@pytest.mark.parametrize("name", per_kernel())
+def test_staged_loop_has_no_shared_bank_conflicts(name):
+    assert conflicted(name) == []
+
+
+@pytest.mark.parametrize("name", per_kernel())
+def test_an_unswizzled_layout_is_exact_but_conflicted(name):
+    ptx, count = re.subn(r"xor\.b32 (%r\d+), (%r\d+), %r\d+;", r"mov.b32 \1, \2;", get_kernel(name).emit())
+    assert count >= 1
+    assert any(op == "ldmatrix" for op, _, _ in conflicted(name, ptx))
+
+
+LOGICAL = {"hslm_fwd_s8": ("x", "w"), "hslm_dx_s8": ("dy", "w"), "hslm_dw_s8": ("x", "dy")}
+
+
+def split_run(name: str, dims: Dims, span: int, ptx: str | None = None):
+    """``name`` launched with ``span`` bytes of k per split, inputs in the kernel's layout."""
+    spec = get_kernel(name)
+    inputs = spec.make_inputs(dims, np.random.default_rng(2))
+    params = {p.name: p for p in spec.params}
+    buffers = [params[k].prepare(inputs[k], params[k].shape(dims)) if params[k].prepare else inputs[k]
+               for k in LOGICAL[name]]
+    row_pitch = params[LOGICAL[name][0]].shape(dims)[1]
+    return launch_raw(name, dims, buffers, row_pitch, ptx, span), spec.reference(dims, inputs)
+
+
+@pytest.mark.parametrize("span", [64, 128, 192])  # 200 = 3 x 64 + 8, 128 + 72, 192 + 8: uneven parts
+@pytest.mark.parametrize("name", per_kernel())
+def test_split_k_parts_that_do_not_divide_the_contraction_are_exact(name, span):
+    got, want = split_run(name, Dims(200, 200, 200), span)
+    assert np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("name", per_kernel())
+def test_split_k_with_plain_stores_is_caught(name):
+    """The split path must add: stores would keep only one split's partial sums."""
+    ptx, count = re.subn(r"(@%p\d+) red\.global\.add\.s32", r"\1 st.global.s32", get_kernel(name).emit())
+    assert count == staged_tile.M_TILES * staged_tile.N_TILES * 4  # one per accumulator element
+    got, want = split_run(name, Dims(70, 200, 140), 64, ptx)
+    assert np.count_nonzero(got != want) > 0
+
+
+@pytest.mark.parametrize("name", per_kernel())
+def test_the_split_rule_fills_the_target_and_keeps_two_chunks_per_split(name):
+    module = importlib.import_module(f"kernels.{name}")
+    for dims in (Dims(27, 243, 243), Dims(1782, 729, 243), Dims(4096, 4096, 4096), Dims(1, 1, 1)):
+        plan = module.plan(dims)
+        geo = get_kernel(name).geometry(dims)
+        contraction = {"hslm_fwd_s8": dims.K, "hslm_dx_s8": dims.N, "hslm_dw_s8": dims.R}[name]
+        assert geo.grid[2] == plan.splits == -(-contraction // plan.span) and plan.span % 64 == 0
+        assert plan.splits == 1 or plan.span >= 128  # at least two chunks per split
+        tiles = geo.grid[0] * geo.grid[1]
+        assert plan.splits == 1 or tiles * (plan.splits - 1) < 264  # no split beyond the target

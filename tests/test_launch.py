@@ -7,6 +7,7 @@ import pytest
 from kernelcases import per_kernel
 
 from kernels.launch import OUTPUT_POISON, LaunchError, kernel_args, launch
+from kernels.pitch import logical_view
 from kernels.ptxemu import Module
 from kernels.registry import get_kernel
 from kernels.spec import Dims
@@ -121,7 +122,7 @@ def test_a_skipped_store_shows_where_the_answer_is_zero(name):
 
     def skips_element_0(grid, block, args, shared_mem=0):
         buffers = [p for p in spec.params[1:] if p.shape is not None]
-        out = spec.reference(dims, {p.name: a for p, a in zip(buffers, args[1:])})
+        out = spec.reference(dims, {p.name: logical_view(p, a, dims) for p, a in zip(buffers, args[1:])})
         args[0].reshape(-1)[1:] = out.reshape(-1)[1:]  # element (0, 0) is never stored
 
     got = launch(spec, skips_element_0, dims, inputs)

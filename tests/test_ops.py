@@ -12,11 +12,18 @@ import pytest
 from quantbounds import assert_tight, check_bound, codes, data, dw_bound, dx_bound, fwd_bound
 
 from kernels import ops
+from kernels.pitch import logical_view
 from kernels.registry import get_kernel
 from kernels.spec import Dims
 from kernels.quant import ternarize
 from kernels.ternary import pack, packed_shape, unpack
 from kernels.validate import LaunchError, module_of
+
+
+def dims_of(name: str, args) -> Dims:
+    """The R, K, N scalars of a kernel's argument list (by parameter name)."""
+    sizes = {p.name: int(a) for p, a in zip(get_kernel(name).params, args) if p.shape is None}
+    return Dims(sizes["R"], sizes["K"], sizes["N"])
 
 
 def reference_fn(name: str, launches: list[Dims] | None = None):
@@ -25,8 +32,9 @@ def reference_fn(name: str, launches: list[Dims] | None = None):
     buffers = [p for p in spec.params if p.shape is not None]
 
     def fn(grid, block, args, shared_mem=0):
-        dims = Dims(*(int(a) for a in args[-3:]))
-        args[0][...] = spec.reference(dims, {p.name: a for p, a in zip(buffers[1:], args[1:])})
+        dims = dims_of(name, args)
+        args[0][...] = spec.reference(dims, {p.name: logical_view(p, a, dims)
+                                             for p, a in zip(buffers[1:], args[1:])})
         if launches is not None:
             launches.append(dims)
 
@@ -105,7 +113,7 @@ def test_chunked_dw_equals_unchunked_on_emulator():
     spy = ops.kernel_function("hslm_dw_s8", np)
 
     def counted(grid, block, args, shared_mem=0):
-        launches.append(Dims(*(int(a) for a in args[-3:])))
+        launches.append(dims_of("hslm_dw_s8", args))
         spy(grid, block, args, shared_mem=shared_mem)
 
     chunked = ops.grad_weight(x, dy, chunk_rows=8, fn=counted)

@@ -3,6 +3,7 @@ hand on a small invented loop, occupancy, the emulator memory rows it reads, and
 SASS ratchet's judging (pipeline.sass_ratchet)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -10,7 +11,7 @@ import pytest
 import yaml
 
 from kernels.registry import KERNELS
-from kernels.spec import Dims
+from kernels.spec import Dims, Launch
 from pipeline import config, perf_model, sass
 from pipeline.errors import UserError
 from pipeline.models import PtxasArch, Shape
@@ -66,7 +67,10 @@ TAIL = body(160, 8, {"ldg8": 32, "sts128": 1, "lds128": 4})
 LOOP = sass.LoopCounts(start="0x100", end="0x900", instructions=240, classes={}, paths=2)
 SASS = sass.SassArch(arch="sm_90", instructions=300, loops=[LOOP], steady_loop="0x100", fast=FAST, tail=TAIL)
 PTXAS = PtxasArch(arch="sm_90", registers=66, spill_stores=0, spill_loads=0, shared_bytes=2048, stack_bytes=0)
-FWD = KERNELS["hslm_fwd_s8"]
+# the forward kernel on a fixed stand-in geometry (64 x 32 tiles of 4 warps, no split, nothing
+# prefetched), so the figures below are worked by hand once and do not move with the kernel
+FWD = dataclasses.replace(KERNELS["hslm_fwd_s8"], stages=1,
+                          geometry=lambda d: Launch(grid=(-(-d.N // 32), -(-d.R // 64), 1), block=(128, 1, 1)))
 
 
 def test_work_by_hand():
@@ -107,6 +111,19 @@ def test_a_planted_regression_raises_the_prediction():
     assert after.ours.bounds["issue"] == pytest.approx(before.ours.bounds["issue"] * (11 * 400 + 220) / (11 * 80 + 220), rel=1e-3)
     assert after.ours.device_us > before.ours.device_us and after.kind == "MODEL"
     assert after.reference == before.reference  # the reference class does not read our SASS
+
+
+def test_split_k_and_a_copy_ring_by_hand():
+    # the same problem split in two along z, 4-stage ring, one loop body (no tail body)
+    split = dataclasses.replace(FWD, stages=4,
+                                geometry=lambda d: Launch(grid=(-(-d.N // 32), -(-d.R // 64), 2), block=(128, 1, 1)))
+    one_body = SASS.model_copy(update={"tail": None})
+    w = perf_model.work(split, Dims(1782, 243, 243), one_body)
+    # K=243 is 4 chunks of 64; 2 splits -> 2 chunks a CTA, both on the one body
+    assert (w.ctas, w.fast_chunks, w.tail_chunks, w.stages) == (448, 2, 0, 4)
+    assert perf_model.exposed_round_trips(w) == 1 + 2 / 3  # fill the ring, then 1 per 3 chunks
+    nothing_prefetched = w.model_copy(update={"stages": 1})
+    assert perf_model.exposed_round_trips(nothing_prefetched) == 2  # one a chunk
 
 
 def test_reference_pads_to_its_tile():

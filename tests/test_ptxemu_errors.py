@@ -33,7 +33,7 @@ def expect(text: str, kind: str, snippet: str | int, ctaid=None, tid=None, grid=
 # ---- unsupported: refused when the module loads, naming the line --------------------
 
 @pytest.mark.parametrize("ins", [
-    "atom.global.add.u32 %r10, [%rd3], 1;",        # instruction
+    "atom.global.exch.b32 %r10, [%rd3], 1;",       # instruction
     "add.cc.u32 %r10, %r5, %r6;",                  # modifier
     "add.f32 %r10, %r5, %r6;",                     # type
     "cvt.sat.u8.u32 %r10, %r5;",                   # modifier on a supported op

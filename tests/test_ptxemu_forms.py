@@ -116,6 +116,29 @@ SELP3 = "  selp.u32 %r10, 1, 0, %p3;"
 SPLIT10 = "  mov.b64 {%r10, %r11}, %rd10;"
 SHARE = "  st.shared.v4.b32 [%r21], {%r5, %r6, %r7, %r4};\n  bar.sync 0;"
 SKIP = "  mov.b32 %r10, 1;\nL1:\n  mov.b32 %r11, 2;"
+COPY_OWN = "  cp.async.cg.shared.global [%r21], [%rd12], 16;"
+READ_OWN = "  ld.shared.v4.b32 {%r10, %r11, %r12, %r13}, [%r21];"
+WAIT_OWN = "  cp.async.wait_all;\n" + READ_OWN
+
+
+def _aux(i: int, have: int = 16) -> list[int]:
+    """Thread i's 16 aux bytes as 4 words, bytes from ``have`` on zero."""
+    raw = np.array(AUX[4 * i:4 * i + 4], np.uint32).view(np.uint8).copy()
+    raw[have:] = 0
+    return raw.view(np.uint32).tolist()
+
+
+def _ldmatrix(i: int, trans: bool) -> list[int]:
+    """SHARE rows: thread j's 16 bytes are {A, B, C, j}; lane l of a warp gives its own row."""
+    warp, lane = i // 32 * 32, i % 32
+    out = []
+    for q in range(4):
+        rows = np.array([[A[j], B[j], C[j], j] for j in range(warp + 8 * q, warp + 8 * q + 8)],
+                        np.uint32).view(np.uint16).reshape(8, 8)
+        rows = rows.T if trans else rows
+        lo, hi = rows[lane >> 2, 2 * (lane & 3)], rows[lane >> 2, 2 * (lane & 3) + 1]
+        out.append(int(lo) | int(hi) << 16)
+    return out
 
 CASES: list[Case] = [
     # memory (PTX ISA ld, st: guarded-off threads neither load nor store)
@@ -180,6 +203,41 @@ CASES: list[Case] = [
     Case("  bra.uni L1;", lambda i: [SENT, 2], post=SKIP),
     Case("  @%p4 bra.uni L1;", lambda i: [SENT if i >> 5 & 1 else 1, 2], post=SKIP),
     Case("  ret;", lambda i: None),
+    # more integer and predicate forms the staged kernels use
+    Case("  xor.b32 %r10, %r5, %r6;", lambda i: [A[i] ^ B[i]]),
+    Case("  xor.b32 %r10, %r5, 32;", lambda i: [A[i] ^ 32]),
+    Case("  or.b32 %r10, %r5, %r6;", lambda i: [A[i] | B[i]]),
+    Case("  mul.lo.u32 %r10, %r5, %r6;", lambda i: [A[i] * B[i] & M32]),
+    Case("  sub.u32 %r10, %r5, %r6;", lambda i: [(A[i] - B[i]) & M32]),
+    Case("  max.s32 %r10, %r5, 0;", lambda i: [max(s32(A[i]), 0)]),
+    Case("  min.s32 %r10, %r5, 16;", lambda i: [min(s32(A[i]), 16) & M32]),
+    Case("  mov.b32 %r10, %r6;", lambda i: [B[i]]),
+    Case("  selp.b32 %r10, %r5, %r6, %p2;", lambda i: [A[i] if B[i] & 1 else B[i]]),
+    Case("  setp.ge.u32 %p3, %r5, %r6;", pred(lambda i: A[i] >= B[i]), post=SELP3),
+    Case("  setp.ge.u32 %p3, %r5, 0x6000;", pred(lambda i: A[i] >= 0x6000), post=SELP3),
+    Case("  setp.le.s32 %p3, %r5, 0;", pred(lambda i: s32(A[i]) <= 0), post=SELP3),
+    Case("  or.pred %p3, %p1, %p2;", pred(lambda i: (A[i] | B[i]) & 1), post=SELP3),
+    Case("  setp.gt.u32 %p3, %r5, 1;", pred(lambda i: A[i] > 1), post=SELP3),
+    # red (PTX ISA red.add: atomic, wraps; guarded-off threads add nothing)
+    Case("  @%p1 red.global.add.s32 [%rd12], %r6;",
+         lambda i: [(AUX[4 * i] + B[i]) & M32 if A[i] & 1 else AUX[4 * i]],
+         post="  ld.global.u32 %r10, [%rd12];"),
+    Case("  ld.global.u32 %r10, [%rd5];", lambda i: [A[i]]),
+    # cp.async (PTX ISA cp.async: src-size bytes copied, the rest of 16 zero-filled; ignore-src
+    # set: all zeros; visible to the issuing thread after its wait)
+    Case("  cp.async.cg.shared.global [%r21], [%rd12], 16, %p1;", lambda i: [0] * 4 if A[i] & 1 else _aux(i),
+         post=WAIT_OWN),
+    Case("  cp.async.cg.shared.global [%r21], [%rd12], 16, %r8;", lambda i: _aux(i, A[i] & 15),
+         pre="  and.b32 %r8, %r5, 15;", post=WAIT_OWN),
+    Case("  cp.async.commit_group;", _aux, pre=COPY_OWN, post="  cp.async.wait_group 0;\n" + READ_OWN),
+    Case("  cp.async.wait_group 0;", _aux, pre=COPY_OWN + "\n  cp.async.commit_group;", post=READ_OWN),
+    Case("  cp.async.wait_all;", _aux, pre=COPY_OWN, post=READ_OWN),
+    # ldmatrix (PTX ISA: lanes 8q.. address matrix q's rows; register q of lane l holds row
+    # l >> 2, b16 pair l & 3; .trans: element l >> 2 of rows 2(l & 3), 2(l & 3) + 1)
+    Case("  ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r10, %r11, %r12, %r13}, [%r21];",
+         lambda i: _ldmatrix(i, False), pre=SHARE),
+    Case("  ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%r10, %r11, %r12, %r13}, [%r21];",
+         lambda i: _ldmatrix(i, True), pre=SHARE),
     # tensor core (PTX ISA mma m16n8k32 fragment layout, exact int32 accumulate)
     Case("  mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%r10, %r11, %r12, %r13}, "
          "{%r5, %r6, %r7, %r4}, {%r6, %r7}, {%r7, %r5, %r6, %r4};", _mma),

@@ -10,18 +10,18 @@ from pipeline.sources import check_hash, imported_modules, source_files, source_
 
 def test_closure_follows_the_imports():
     names = {p.name for p in source_files(KERNELS["hslm_fwd_s8"])}
-    # the kernel module, what it imports, and what those import (mma_tile -> ptx_emit)
-    assert names == {"hslm_fwd_s8.py", "mma_tile.py", "ptx_emit.py", "spec.py", "ternary.py", "testdata.py",
-                     "reference.py", "validate.py"}
+    # the kernel module, what it imports, and what those import (staged_tile -> ptx_emit)
+    assert names == {"hslm_fwd_s8.py", "staged_tile.py", "pitch.py", "ptx_emit.py", "spec.py", "ternary.py",
+                     "testdata.py", "reference.py", "validate.py"}
     assert all(p.is_relative_to(ROOT / "kernels") for spec in KERNELS.values() for p in source_files(spec))
 
 
 def test_every_import_form_is_seen(tmp_path):
     module = tmp_path / "k.py"
-    module.write_text("import numpy as np\nimport kernels.ternary\nfrom kernels import mma_tile, spec\n"
+    module.write_text("import numpy as np\nimport kernels.ternary\nfrom kernels import staged_tile, spec\n"
                       "from kernels.testdata import pack\nfrom os import path\n"
                       "def late():\n    from kernels.quant import quantize_rows\n")
-    assert imported_modules(module) == {"kernels.ternary", "kernels.mma_tile", "kernels.spec",
+    assert imported_modules(module) == {"kernels.ternary", "kernels.staged_tile", "kernels.spec",
                                         "kernels.testdata", "kernels.quant"}
 
 

@@ -37,6 +37,7 @@ from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
+from kernels.ptxemu import async_copy, atomics, ldmatrix  # noqa: F401 (their forms join ops.FORMS)
 from kernels.ptxemu.memory import Fault, GlobalMemory, SharedMemory
 from kernels.ptxemu.operands import TYPES, Ctx, State
 from kernels.ptxemu.ops import Exec, decode

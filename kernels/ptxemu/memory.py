@@ -15,6 +15,8 @@ barrier epoch (bar.sync bumps the epoch instead of clearing arrays): a byte touc
 two different threads since the last bar.sync, at least one of them writing, is a race.
 A read of a shared byte no thread ever wrote is an ``uninitialized`` error (hardware
 gives garbage there), unless the module was built with ``strict_shared_init=False``.
+Bytes an asynchronous copy (cp.async, ``async_copy.py``) will write are ``pending``
+until the issuing thread waits for its group: any access to them before is a race.
 """
 from __future__ import annotations
 
@@ -70,7 +72,11 @@ class GlobalMemory:
             self._views[key] = _typed(self.raw[b], elem, vec)
         return self._views[key]
 
-    def _locate(self, addr: np.ndarray, threads: np.ndarray, size: int):
+    def words(self, b: int) -> np.ndarray:
+        """Buffer ``b`` as u32 words (for atomics, which update it in place)."""
+        return self._view(b, 4, 1)[:, 0]
+
+    def locate(self, addr: np.ndarray, threads: np.ndarray, size: int):
         """Check a batch; return [(buffer, positions or slice, row index)]."""
         nb = len(self.raw)
         b = (addr >> np.uint64(32)).astype(np.int64) - 1
@@ -99,7 +105,7 @@ class GlobalMemory:
                 if isinstance(pos, slice) or pos.size]
 
     def load(self, addr, threads, elem: int, vec: int) -> np.ndarray:
-        groups = self._locate(addr, threads, elem * vec)
+        groups = self.locate(addr, threads, elem * vec)
         if len(groups) == 1:
             k, _, rows = groups[0]
             return self._view(k, elem, vec)[rows]
@@ -109,7 +115,7 @@ class GlobalMemory:
         return out
 
     def store(self, addr, threads, elem: int, vec: int, values: np.ndarray) -> None:
-        for k, pos, rows in self._locate(addr, threads, elem * vec):
+        for k, pos, rows in self.locate(addr, threads, elem * vec):
             self._view(k, elem, vec)[rows] = values[pos]
 
 
@@ -133,6 +139,8 @@ class SharedMemory:
         self.rmin = np.full(n // grain, -1, np.int32)    # smallest reader tag
         self.rmax = np.full(n // grain, -1, np.int32)    # largest reader tag
         self.epoch = np.zeros(ctas, np.int32)
+        self.pending = np.zeros(n // grain, bool)  # target of a cp.async not yet waited for
+        self.copies = None          # the launch's in-flight cp.async book (async_copy.py)
         self._views: dict[tuple, np.ndarray] = {}
         self._reads: list = []      # loads since the last barrier, folded in lazily
         self._dirty = False         # some store since the last all-CTA barrier
@@ -187,7 +195,15 @@ class SharedMemory:
             raise Fault("misaligned", threads[i], f"{size}-byte shared access needs "
                         f"{size}-byte alignment", int(off[i]))
         cta, ep, tag = self._who(threads)
-        return (cta * self.pad + off) // size, cta, ep, tag, off
+        rows = self._rows(off, threads, size)
+        if self.copies is not None:
+            late = self._view("pending", size, 1)[rows]
+            if late.any():
+                i, j = np.argwhere(late)[0]
+                at = int(off[i]) + int(j) * self.grain
+                raise Fault("race", threads[i], f"shared offset {at:#x} is the target of a "
+                            "cp.async its thread has not waited for (cp.async.wait_group)", at)
+        return rows, cta, ep, tag, off
 
     def _race(self, bad: np.ndarray, tags: np.ndarray, threads, off, cta, what: str):
         i, j = np.argwhere(bad)[0]
@@ -233,6 +249,22 @@ class SharedMemory:
                 self._race(bad, W, threads, off, cta, "written")
         self._reads.append((rows, ep, tag, size))
         return self._view("raw", elem, vec)[rows]
+
+    def claim(self, addr, threads, elem: int, vec: int, values: np.ndarray) -> None:
+        """A cp.async issues: a write now (it may land any time until the wait, so it
+        races with every unsynchronised access), and its bytes stay ``pending``."""
+        self.store(addr, threads, elem, vec, values)
+        self._view("pending", elem * vec, 1)[self._rows(addr, threads, elem * vec)] = True
+
+    def settle(self, addr, threads, elem: int, vec: int) -> None:
+        """The issuing thread waited for a cp.async: its bytes are written again now, so
+        another thread needs a bar.sync after the wait like after any shared store."""
+        rows = self._rows(addr, threads, elem * vec)
+        self._view("pending", elem * vec, 1)[rows] = False
+        self.store(addr, threads, elem, vec, self._view("raw", elem, vec)[rows].copy())
+
+    def _rows(self, addr, threads, size: int) -> np.ndarray:
+        return ((threads // self.tpc) * self.pad + np.asarray(addr).astype(np.int64)) // size
 
     def store(self, addr, threads, elem: int, vec: int, values: np.ndarray) -> None:
         size = elem * vec

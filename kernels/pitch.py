@@ -1,0 +1,76 @@
+"""Row pitches for activations that kernels copy with 16-byte ``cp.async``.
+
+A 16-byte copy needs a 16-byte aligned source (PTX ISA 9.7.9.25), so every row of a
+staged operand must start on a 16-byte boundary: the row pitch (leading dimension, in
+bytes of int8) is a multiple of ``PITCH_ALIGN`` and at least the row's logical width.
+Bytes between the width and the pitch are never read (the copy's src-size stops at
+the width), so they may hold anything.
+
+A buffer handed over at its logical width (rows packed back to back), or not
+transposed where the kernel reads it transposed, is copied into the kernel's layout by
+``kernels.launch`` first (:func:`aligned_copy`): one extra pass over the operand (R x
+width bytes read, R x pitch written) and one allocation per launch; quantizing straight
+into the kernel's layout avoids it.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Any, Callable
+
+from kernels.spec import BufferSpec, Dims
+
+PITCH_ALIGN = 16
+
+
+def pitch(width: int) -> int:
+    """The smallest legal pitch for rows of ``width`` bytes."""
+    return -(-width // PITCH_ALIGN) * PITCH_ALIGN
+
+
+def aligned_copy(rows: Any, row_pitch: int) -> Any:
+    """``rows`` (R x width, numpy or CuPy) copied into a zeroed R x ``row_pitch`` buffer
+    of the same array module and dtype."""
+    if row_pitch % PITCH_ALIGN or row_pitch < rows.shape[1]:
+        raise ValueError(f"pitch {row_pitch} must be a multiple of {PITCH_ALIGN} and at least "
+                         f"the width {rows.shape[1]}")
+    xp = sys.modules[type(rows).__module__.split(".")[0]]  # numpy or cupy, as given
+    out = xp.zeros((rows.shape[0], row_pitch), dtype=rows.dtype)
+    out[:, :rows.shape[1]] = rows
+    return out
+
+
+def rows_into(rows: Any, want: tuple[int, int]) -> Any:
+    """Logical R x width rows -> the kernel's R x pitch buffer (as it is when width is
+    already a pitch)."""
+    return rows if tuple(rows.shape) == tuple(want) else aligned_copy(rows, want[1])
+
+
+def transposed_into(rows: Any, want: tuple[int, int]) -> Any:
+    """Logical R x width rows -> the kernel's width x pitch(R) transposed buffer."""
+    return aligned_copy(rows.T, want[1])
+
+
+def pitched_rows(name: str, rows: Callable[[Dims], int], width: Callable[[Dims], int]) -> BufferSpec:
+    """An int8 input the kernel reads as ``rows`` x pitch(``width``); callers may pass rows x width."""
+    return BufferSpec(name, "int8", lambda d: (rows(d), pitch(width(d))),
+                      logical=lambda d: (rows(d), width(d)), prepare=rows_into)
+
+
+def pitched_transpose(name: str, rows: Callable[[Dims], int], width: Callable[[Dims], int]) -> BufferSpec:
+    """An int8 input the kernel reads transposed, ``width`` x pitch(``rows``); callers pass
+    rows x width."""
+    return BufferSpec(name, "int8", lambda d: (width(d), pitch(rows(d))),
+                      logical=lambda d: (rows(d), width(d)), prepare=transposed_into)
+
+
+def pitch_param(name: str, width: Callable[[Dims], int]) -> BufferSpec:
+    """The u32 pitch parameter that goes with a pitched input."""
+    return BufferSpec(name, "uint32", None, value=lambda d: pitch(width(d)))
+
+
+def logical_view(param: BufferSpec, buf: Any, dims: Dims) -> Any:
+    """A buffer in the kernel's layout seen in its logical one (a view, for references)."""
+    if param.logical is None:
+        return buf
+    rows, width = param.logical(dims)
+    return buf[:, :rows].T if param.prepare is transposed_into else buf[:, :width]

@@ -1,0 +1,57 @@
+"""red / atom .global.add on 32-bit integers: read-modify-write that no other access splits.
+
+PTX ISA 9.7.13.5 (atom) and 9.7.13.6 (red): ``red{.sem}{.scope}.global.add.{s32,u32}
+[a], b`` adds b to the word at a; ``atom{.sem}{.scope}.global.add.{s32,u32} d, [a], b``
+also returns the word's old value in d. The address is 4-byte aligned; the sum wraps
+modulo 2^32 (two's complement), so integer sums come out the same in any order.
+
+Threads of one instruction that hit one word are applied in thread order (atom's old
+values follow that order; hardware picks some order, which only atom can observe).
+Shared-memory atomics are not supported (refused at load).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from kernels.ptxemu.async_copy import place
+from kernels.ptxemu.operands import TYPES
+from kernels.ptxemu.ops import form
+
+_SEM = r"(?:\.(?:relaxed|release|acquire|acq_rel))?(?:\.(?:cta|gpu|sys))?"
+
+
+def _add_in_order(words: np.ndarray, at: np.ndarray, add: np.ndarray) -> np.ndarray:
+    """``words[at[i]] += add[i]`` for every i, in order; returns each i's old value."""
+    order = np.argsort(at, kind="stable")
+    rows, inc = at[order], add[order].astype(np.uint64)
+    run = np.cumsum(inc)                                   # wraps mod 2^64, fine mod 2^32
+    first = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]])
+    starts = np.repeat(first, np.diff(np.r_[first, rows.size]))
+    before = run - inc - (run[starts] - inc[starts])       # sum of earlier adds to the word
+    old = np.empty(at.size, np.uint32)
+    old[order] = (words[rows].astype(np.uint64) + before).astype(np.uint32)
+    np.add.at(words, at, add.astype(np.uint32))
+    return old
+
+
+@form(rf"(?P<op>red|atom){_SEM}\.global\.add\.(?P<t>[su]32)")
+def _atomic_add(cx, op, t):
+    t = TYPES[t]
+    args = cx.nargs(3 if op == "atom" else 2)
+    put = cx.dst(args[0], t) if op == "atom" else None
+    where, value = place(cx, args[-2], op + ".global", "global", 4), cx.src(args[-1], t)
+
+    def run(st, m):
+        sel = st.sel(m)
+        add = np.broadcast_to(np.asarray(value(st, m)).view(t.udtype), (st.T,))
+        add = add if m is None else add[sel]
+        old = np.zeros(sel.size, np.uint32)
+        at = where.addresses(st, m, sel)
+        where.record(st, at, sel)
+        for k, pos, rows in st.gmem.locate(at, sel, 4):
+            old[pos] = _add_in_order(st.gmem.words(k), rows, add[pos])
+        if put is not None:
+            full = np.zeros(st.T, np.uint32)
+            full[sel] = old
+            put(st, m, full.view(t.dtype))
+    return run

@@ -1,0 +1,444 @@
+"""The staged CTA tile: D[m, n] = sum_k A[m, k] B[k, n], operands through shared memory.
+
+Layout of the work:
+
+- a CTA of 8 warps (2 along M x 4 along N) computes a 128 x 128 tile of D; each warp a
+  64 x 32 block: four m16 x four n8 ``mma.m16n8k32`` accumulators (the W decode per
+  chunk is shared by 128 rows, the fragment loads by 16 mma per k step);
+- the contraction runs in chunks of 64 bytes of k. Both operands sit in shared memory as
+  rows of one chunk (64 bytes = four 16-byte pieces), piece p of row r stored at piece
+  ``p ^ ((r >> 1) & 3)``: the 8 rows one ``ldmatrix`` phase reads (and the 8 pieces one
+  16-byte store phase writes) fall into 8 different 16-byte bank groups, so neither
+  conflicts. Rows 8 apart keep the same swizzle, so fragment tiles 8 or 16 rows apart
+  are immediate offsets;
+- fragments come from ``ldmatrix.x4`` (PTX ISA 9.7.14.5.15): for A (row-major [m][k])
+  lane l addresses row (l & 7) + 8((l >> 3) & 1) at piece 2s + (l >> 4), which gives
+  exactly the m16n8k32 A fragment of k step s; for B stored [n][k] lane l addresses
+  row l & 7 at piece l >> 3, which gives the B fragments of one n8 tile for both k steps;
+- A (activations, int8 rows with a 16-byte aligned pitch, ``kernels/pitch.py``) is
+  copied global -> shared with 16-byte ``cp.async.cg`` into a ring of ``STAGES`` chunks,
+  ``STAGES - 1`` chunks ahead of the one being multiplied. Tails need no separate code:
+  a copy's src-size is the bytes left in its row (0 past the last row or past K), the
+  rest of the 16 bytes is zero-filled by the copy and never read;
+- B (packed ternary W) is fetched one u32 per thread per chunk a chunk ahead, decoded
+  with ``prmt`` on 0x00FF0100 and stored with one 16-byte ``st.shared.v4`` into one of
+  two B buffers;
+- one ``bar.sync`` per chunk: after this thread's copies of the chunk have landed
+  (``cp.async.wait_group STAGES - 2``) and its decoded W is stored, it publishes both
+  to the CTA and tells every thread that the stage read in the previous chunk is free,
+  so the next copies may go there.
+
+The loop is uniform: every thread runs ceil(K / 64) chunks, only the copy sizes differ.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from kernels.ptx_emit import TERNARY_PRMT_TABLE, Ptx, decode_ternary
+from kernels.spec import BufferSpec, Launch
+from kernels.ternary import CODES_PER_WORD
+
+WARPS_M, WARPS_N = 2, 4
+WARPS = WARPS_M * WARPS_N
+THREADS = 32 * WARPS
+WARP_M, WARP_N = 64, 32
+TILE_M, TILE_N = WARPS_M * WARP_M, WARPS_N * WARP_N  # 128 x 128
+M_TILES, N_TILES = WARP_M // 16, WARP_N // 8
+CHUNK_K = 64  # bytes of k per chunk: two k32 mma steps
+PIECE = 16  # bytes per cp.async and per ldmatrix row
+PIECES = CHUNK_K // PIECE
+STAGES = 4  # chunks in the ring; a power of two wraps with an and
+STAGE_BYTES = TILE_M * CHUNK_K
+B_BYTES = TILE_N * CHUNK_K
+COPIES = STAGE_BYTES // PIECE // THREADS  # 16-byte copies per thread per chunk
+WORDS = B_BYTES // PIECE // THREADS  # packed W words per thread per chunk
+ROWS_PER_PASS = THREADS // PIECES  # rows one pass of all threads' 16-byte pieces covers
+SHARED_ALIGN = 128  # swizzled addresses flip bit 5 with xor: the base keeps bits 0-6 clear
+TARGET_CTAS = 264  # split-K aims at two CTAs per SM of a 132-SM GPU (H100/H200)
+MIN_SPLIT_CHUNKS = 2  # a split runs at least this many chunks (its copy-ahead prologue amortised)
+
+
+class Plan(NamedTuple):
+    """How a launch covers the contraction: ``splits`` CTAs along grid z, each over
+    ``span`` bytes of k (a whole number of chunks; the last split may get fewer)."""
+
+    splits: int
+    span: int
+
+
+def split_k(rows: int, cols: int, contraction: int) -> Plan:
+    """The one split-K rule: split the contraction while the output tiles alone fill
+    fewer than TARGET_CTAS CTAs, keeping at least MIN_SPLIT_CHUNKS chunks per split.
+    Splits add their partial sums into a zeroed output with red.global.add.s32 (exact:
+    int32 addition wraps, so any order gives the same, in-range, total)."""
+    tiles = -(-rows // TILE_M) * -(-cols // TILE_N)
+    chunks = -(-contraction // CHUNK_K)
+    wanted = min(-(-TARGET_CTAS // tiles), chunks // MIN_SPLIT_CHUNKS)
+    per_split = -(-chunks // max(1, wanted))
+    return Plan(splits=-(-chunks // per_split), span=per_split * CHUNK_K)
+
+
+def begin(name: str, params: tuple[BufferSpec, ...]) -> tuple[Ptx, dict[str, str]]:
+    """A kernel entry of THREADS per CTA with its parameters loaded (buffers as global
+    pointers, sizes and pitches as u32)."""
+    ptx = Ptx(name, [(p.name, "u64" if p.shape else "u32") for p in params], THREADS)
+    return ptx, {p.name: ptx.param_ptr(p.name) if p.shape else ptx.param_u32(p.name) for p in params}
+
+
+def geometry(rows: int, cols: int, plan: Plan) -> Launch:
+    """Grid over a rows x cols output: x walks columns (TILE_N), y walks rows (TILE_M),
+    z the contraction's splits."""
+    return Launch(grid=(-(-cols // TILE_N), -(-rows // TILE_M), plan.splits), block=(THREADS, 1, 1))
+
+
+def swizzled(ptx: Ptx, row: str, piece: str) -> str:
+    """Byte offset of 16-byte piece ``piece`` of chunk row ``row``."""
+    flip = ptx.band(ptx.shr(row, 1), PIECES - 1)
+    return ptx.mad(row, CHUNK_K, ptx.shl(ptx.binop("xor", piece, flip, "b32"), 4))
+
+
+class Coords:
+    """This thread's place in the CTA and the launch (b32 registers); ``span`` is the
+    kernel's parameter of k bytes per split (Plan.span)."""
+
+    def __init__(self, ptx: Ptx, span: str):
+        self.tid = ptx.special("%tid.x")
+        self.lane = ptx.band(self.tid, 31)
+        warp = ptx.shr(self.tid, 5)
+        self.warp_m = ptx.band(warp, WARPS_M - 1)
+        self.warp_n = ptx.shr(warp, WARPS_M.bit_length() - 1)
+        self.m_base = ptx.mul(ptx.special("%ctaid.y"), TILE_M)  # first D row of the CTA
+        self.n_base = ptx.mul(ptx.special("%ctaid.x"), TILE_N)  # first D column of the CTA
+        self.span = span
+        self.k_first = ptx.mul(ptx.special("%ctaid.z"), span)  # first k of this CTA's split
+
+
+class Source:
+    """One operand's part of the chunk loop; each hook emits nothing unless overridden."""
+
+    def issue(self, stage_offset: str | int) -> None:
+        """Start copying the next chunk into the ring stage at ``stage_offset``."""
+
+    def before_barrier(self) -> None:
+        """Write this thread's share of the chunk (the barrier that follows publishes it)."""
+
+    def after_issue(self) -> None:
+        """Start fetching what the next chunk needs."""
+
+    def end_chunk(self) -> None:
+        """Step per-chunk state."""
+
+
+def nk_fragments(ptx: Ptx, read_at: str) -> list[list[list[str]]]:
+    """B fragments from a swizzled [n][k] tile: lane l reads row l & 7 of each n8 tile at
+    piece l >> 3 with one ``ldmatrix.x4``, the tile's B registers for both k steps.
+    Returns [k step][n tile] -> two registers."""
+    tiles = [ptx.ldmatrix_x4(read_at, ni * 8 * CHUNK_K) for ni in range(N_TILES)]
+    return [[regs[2 * step:2 * step + 2] for regs in tiles] for step in range(2)]
+
+
+def nk_read_offset(ptx: Ptx, at: Coords) -> str:
+    return swizzled(ptx, ptx.mad(at.warp_n, WARP_N, ptx.band(at.lane, 7)), ptx.shr(at.lane, 3))
+
+
+def natural_columns(ptx: Ptx, at: Coords) -> str:
+    """D column of this lane's c0 with B's n tiles in natural order (tile nt: 8nt..8nt+7)."""
+    return ptx.add(ptx.mad(at.warp_n, WARP_N, ptx.shl(ptx.band(at.lane, 3), 1)), at.n_base)
+
+
+class StagedRows(Source):
+    """int8 rows [m][k] (``pitch`` bytes apart) copied into a ring of ``stages`` stages,
+    as A (``b=False``: rows are D's rows) or as B stored [n][k] (``b=True``: rows are
+    D's columns).
+
+    Thread ``tid`` copies piece ``tid & 3`` of rows ``tid >> 2`` + 64 j (j < COPIES):
+    the 64 rows of one j are 4 KiB of the stage, an immediate apart. Rows past the last
+    are zero-filled. Along k, by default a piece is copied whole while it starts inside
+    the row (k < K) and zero-filled after (ignore-src): bytes from K to the end of the
+    row's last piece are the caller's padding, read as they are, so the other operand
+    must be zero there (packed W is: each column is padded with code 0 up to Kp =
+    pitch(K)). With ``exact_tail`` the copy's src-size stops at K and the padding is
+    never read (a few more instructions per copy).
+    """
+
+    def __init__(self, ptx: Ptx, at: Coords, ptr: str, pitch: str, rows: str, k_limit: str,
+                 b: bool = False, stages: int = 4, exact_tail: bool = False):
+        self.ptx, self.b, self.exact_tail = ptx, b, exact_tail
+        row, piece = ptx.shr(at.tid, 2), ptx.band(at.tid, PIECES - 1)
+        ring = ptx.shared_array("b_ring" if b else "a_ring", stages * STAGE_BYTES, SHARED_ALIGN)
+        self.copy_at = ptx.add(ring, swizzled(ptx, row, piece))
+        first = ptx.add(at.n_base if b else at.m_base, row)
+        rows_j = [ptx.add(first, ROWS_PER_PASS * j) for j in range(COPIES)]
+        piece_at = ptx.byte_offset(ptr, ptx.mad(piece, PIECE, at.k_first), 1)
+        self.src = [ptx.byte_offset(piece_at, r, pitch) for r in rows_j]
+        # exact tail: src-size = bytes left while the row exists; else ignore-src past it
+        self.row_test = [ptx.setp("lt" if exact_tail else "ge", r, rows, "u32") for r in rows_j]
+        self.k_left = ptx.sub(ptx.sub(k_limit, at.k_first), ptx.shl(piece, 4))  # row bytes from this piece on
+        if b:
+            self.read_at = ptx.add(ring, nk_read_offset(ptx, at))
+            self.col_first = natural_columns(ptx, at)
+        else:  # ldmatrix rows (l & 7) + 8 ((l >> 3) & 1) = l & 15 of each m16 tile, piece l >> 4
+            read_row = ptx.mad(at.warp_m, WARP_M, ptx.band(at.lane, 15))
+            self.read_at = ptx.add(ring, swizzled(ptx, read_row, ptx.shr(at.lane, 4)))
+
+    @staticmethod
+    def col_offset(tile: int, e: int) -> int:
+        """As B: D column of fragment element (tile, c_e) past ``col_first`` (natural n order)."""
+        return 8 * tile + e
+
+    def issue(self, stage_offset: str | int) -> None:
+        """Copy the next chunk into the stage at ``stage_offset``; step to the one after."""
+        ptx = self.ptx
+        dst = self.copy_at if stage_offset == 0 else ptx.add(self.copy_at, stage_offset)
+        if self.exact_tail:
+            size = ptx.binop("min", ptx.binop("max", self.k_left, 0, "s32"), PIECE, "s32")
+            fills = [ptx.selp(size, 0, ok) for ok in self.row_test]
+        else:
+            past_k = ptx.setp("le", self.k_left, 0)
+            fills = [ptx.fresh("pred", "or.pred", past_k, out) for out in self.row_test]
+        for j, fill in enumerate(fills):
+            ptx.cp_async(dst, self.src[j], fill, dst_offset=j * ROWS_PER_PASS * CHUNK_K)
+        ptx.increment(self.k_left, -CHUNK_K, "s32")
+        for src in self.src:
+            ptx.increment(src, CHUNK_K, "s64")
+
+    def a_fragments(self, stage_offset: str):
+        """Per k step (loaded when the loop asks for it): [m tile] -> the four A registers."""
+        ptx = self.ptx
+        low = ptx.add(self.read_at, stage_offset)
+        high = ptx.binop("xor", low, 2 * PIECE, "b32")  # piece 2 + (l >> 4): bit 5 flips
+        for base in (low, high):
+            yield [ptx.ldmatrix_x4(base, mi * 16 * CHUNK_K) for mi in range(M_TILES)]
+
+    def b_fragments(self, stage_offset: str) -> list[list[list[str]]]:
+        return nk_fragments(self.ptx, self.ptx.add(self.read_at, stage_offset))
+
+
+class TernaryTiles(Source):
+    """B from packed ternary W: each thread fetches its packed u32s one chunk ahead,
+    decodes each to 16 int8 values (prmt on 0x00FF0100) and stores them as one swizzled
+    16-byte piece into the chunk's B buffer (two buffers, alternating). Subclasses say
+    which words a thread owns, where their pieces go and how fragments are read."""
+
+    def __init__(self, ptx: Ptx, store_at: str, read_at: str, buffers: str):
+        self.ptx = ptx
+        self.store_at = ptx.add(buffers, store_at)
+        self.read_at = ptx.add(buffers, read_at)
+        # toggling between buffer 0 and 1: x -> (2 x0 + B_BYTES) - x
+        self.store_flip = ptx.add(ptx.shl(self.store_at, 1), B_BYTES)
+        self.read_flip = ptx.add(ptx.shl(self.read_at, 1), B_BYTES)
+        self.table = ptx.mov(TERNARY_PRMT_TABLE)
+        self.packed = self.fetch()
+
+    def fetch(self) -> list[str]:
+        raise NotImplementedError
+
+    def before_barrier(self) -> None:
+        """Decode the fetched words into this chunk's B buffer (word j: 64 rows on)."""
+        ptx = self.ptx
+        for j, packed in enumerate(self.packed):
+            ptx.store("shared", "v4.b32", self.store_at, decode_ternary(ptx, packed, self.table),
+                      j * B_BYTES // WORDS)
+
+    def after_issue(self) -> None:
+        """Fetch the next chunk's words into the registers the decode reads."""
+        ptx = self.ptx
+        for reg, word in zip(self.packed, self.fetch()):
+            ptx.ins("mov.b32", reg, word)
+
+    def end_chunk(self) -> None:
+        """Swap the two B buffers."""
+        ptx = self.ptx
+        ptx.ins("sub.u32", self.store_at, self.store_flip, self.store_at)
+        ptx.ins("sub.u32", self.read_at, self.read_flip, self.read_at)
+
+
+class DecodedTernary(TernaryTiles):
+    """B[k][n] = ternary W, packed column n = D's column, decoded into shared as [n][k]
+    (forward: the packed order runs along k, so a word is a piece of one row).
+
+    Thread ``tid`` owns word ``tid & 3`` of the chunk in columns ``tid >> 2`` + 64 j
+    (j < WORDS). Columns past N read column N - 1 and words past the column's last read
+    its last: those B values meet only zero-filled A pieces (k >= Kp) or are never
+    stored (n >= N). Lane l reads row l & 7 of each n8 tile at piece l >> 3 with one
+    ``ldmatrix.x4``: the tile's B registers for both k steps.
+    """
+
+    def __init__(self, ptx: Ptx, at: Coords, w_ptr: str, in_features: str, cols: str):
+        col, word = ptx.shr(at.tid, 2), ptx.band(at.tid, PIECES - 1)
+        words_per_col = ptx.shr(ptx.add(in_features, CODES_PER_WORD - 1), 4)  # Kp / 16
+        self.last_word = ptx.sub(words_per_col, 1)
+        last_col = ptx.sub(cols, 1)
+        first = ptx.add(at.n_base, col)
+        columns = [ptx.binop("min", ptx.add(first, ROWS_PER_PASS * j), last_col, "u32")
+                   for j in range(WORDS)]
+        self.col_ptr = [ptx.byte_offset(w_ptr, ptx.mul(c, words_per_col), 4) for c in columns]
+        self.word = ptx.add(word, ptx.shr(at.k_first, 4))  # advances by PIECES per chunk
+        super().__init__(ptx, swizzled(ptx, col, word), nk_read_offset(ptx, at),
+                         ptx.shared_array("b_tiles", 2 * B_BYTES, SHARED_ALIGN))
+        self.col_first = natural_columns(ptx, at)
+
+    def fetch(self) -> list[str]:
+        """The packed words of the next chunk (clamped inside the column); steps on."""
+        ptx = self.ptx
+        offset = ptx.wide_mul(ptx.binop("min", self.word, self.last_word, "u32"), 4)
+        words = [ptx.load("global", "u32", ptx.add(c, offset, "s64")) for c in self.col_ptr]
+        ptx.increment(self.word, PIECES)
+        return words
+
+    def b_fragments(self, stage_offset: str) -> list[list[list[str]]]:
+        return nk_fragments(self.ptx, self.read_at)  # its own double buffer, not the ring
+
+    col_offset = staticmethod(StagedRows.col_offset)
+
+
+class DecodedTernaryKMajor(TernaryTiles):
+    """B[k][n] = ternary W with the contraction over packed columns (dX: k = out-feature
+    j, n = in-feature i), decoded into shared as [k][n]: a word (16 i of one j) is one
+    piece of row j. Rows are TILE_N = 128 bytes, piece p of row j at ``p ^ swizzle(j)``
+    with swizzle(j) = (j & 1) | ((j >> 1) & 6).
+
+    A fragment register needs 4 consecutive k of one n, i.e. bytes of 4 rows, so the
+    fragments come from ``ldmatrix.x4.trans``: its b16 elements are byte pairs (i, i+1),
+    and matrix rows may be any rows, so matrix 2h takes rows 16h + {0,1,4,5,8,9,12,13}
+    and matrix 2h+1 rows 16h + {2,3,6,7,...}: lane (g, t) receives (i, i+1) x (4t, 4t+1)
+    from one and x (4t+2, 4t+3) from the other, and two prmt make the registers of
+    columns i = 2g and 2g+1 (the n order interleaves: tile 2p+e column g is i = 16p + 2g
+    + e). Those 8 rows fall into 8 different swizzled pieces: no bank conflicts.
+
+    Thread ``tid`` owns word ``tid & 7`` (16 i) of rows j = ``tid >> 3`` + 32 w of the
+    chunk. Rows past N load zeros (they meet the junk between N and dY's pitch); words
+    past the row's last read its last (columns never stored).
+    """
+
+    ROW = TILE_N  # bytes of one k row of the tile
+
+    def __init__(self, ptx: Ptx, at: Coords, w_ptr: str, in_features: str, k_limit: str):
+        word, row = ptx.band(at.tid, 7), ptx.shr(at.tid, 3)
+        first_row = ptx.add(row, at.k_first)
+        words_per_col = ptx.shr(ptx.add(in_features, CODES_PER_WORD - 1), 4)  # Kp / 16
+        column_word = ptx.binop("min", ptx.add(ptx.shr(at.n_base, 4), word),
+                                ptx.sub(words_per_col, 1), "u32")
+        self.rows = [ptx.add(first_row, (B_BYTES // WORDS // self.ROW) * j) for j in range(WORDS)]
+        self.k_limit = k_limit
+        self.word_ptr = [ptx.byte_offset(w_ptr, ptx.mad(r, words_per_col, column_word), 4) for r in self.rows]
+        self.step = ptx.wide_mul(words_per_col, 4 * CHUNK_K)
+        lane = at.lane
+        # row 16 (l >> 4) + 4 ((l & 7) >> 1) + 2 ((l >> 3) & 1) + (l & 1), piece 2 warp_n
+        read_row = ptx.add(ptx.add(ptx.shl(ptx.shr(lane, 4), 4), ptx.shl(ptx.band(ptx.shr(lane, 1), 3), 2)),
+                           ptx.add(ptx.band(ptx.shr(lane, 2), 2), ptx.band(lane, 1)))
+        super().__init__(ptx, swizzled_k_major(ptx, row, word),
+                         swizzled_k_major(ptx, read_row, ptx.shl(at.warp_n, 1)),
+                         ptx.shared_array("b_tiles", 2 * B_BYTES, SHARED_ALIGN))
+        self.col_first = ptx.add(ptx.mad(at.warp_n, WARP_N, ptx.shl(ptx.band(lane, 3), 2)), at.n_base)
+
+    def fetch(self) -> list[str]:
+        """The packed words of the next chunk's rows, zero past the last row; steps on."""
+        ptx = self.ptx
+        words = [ptx.load("global", "u32", p, guard=ptx.setp("lt", r, self.k_limit, "u32"), zero_fill=True)
+                 for r, p in zip(self.rows, self.word_ptr)]
+        for r, p in zip(self.rows, self.word_ptr):
+            ptx.increment(r, CHUNK_K)
+            ptx.increment(p, self.step, "s64")
+        return words
+
+    def b_fragments(self, stage_offset: str) -> list[list[list[str]]]:
+        """[k step][n tile] -> the tile's two B registers (its own buffers, not the ring)."""
+        ptx = self.ptx
+        other = ptx.binop("xor", self.read_at, PIECE, "b32")  # piece 2 warp_n + 1: bit 4 flips
+        steps = []
+        for step in range(2):
+            tiles = []
+            for base in (self.read_at, other):
+                q = ptx.ldmatrix_x4(base, step * 32 * self.ROW, trans=True)
+                tiles += [[ptx.prmt(q[2 * h], q[2 * h + 1], sel) for h in (0, 1)] for sel in (0x6420, 0x7531)]
+            steps.append(tiles)
+        return steps
+
+    @staticmethod
+    def col_offset(tile: int, e: int) -> int:
+        """D column of fragment element (tile, c_e) past ``col_first`` (4t): 16 (tile >> 1)
+        + (tile & 1) + 2e."""
+        return 16 * (tile >> 1) + (tile & 1) + 2 * e
+
+
+def swizzled_k_major(ptx: Ptx, row: str, piece: str) -> str:
+    """Byte offset of piece ``piece`` of row ``row`` in a [k][n] tile of TILE_N-byte rows."""
+    flip = ptx.binop("or", ptx.band(row, 1), ptx.band(ptx.shr(row, 1), 6), "b32")
+    return ptx.mad(row, TILE_N, ptx.shl(ptx.binop("xor", piece, flip, "b32"), 4))
+
+
+def ring_step(ptx: Ptx, offset: str, stages: int, steps: int, into: str | None = None) -> str:
+    """``offset`` + ``steps`` stages, wrapped in a ring of ``stages`` (an and when a power of 2)."""
+    ring = stages * STAGE_BYTES
+    moved = ptx.add(offset, steps * STAGE_BYTES)
+    if stages & (stages - 1) == 0:
+        wrapped = ptx.band(moved, ring - 1)
+    else:
+        wrapped = ptx.selp(ptx.sub(moved, ring), moved, ptx.setp("ge", moved, ring, "u32"))
+    if into is not None:
+        ptx.ins("mov.b32", into, wrapped)
+    return wrapped
+
+
+def emit_staged(ptx: Ptx, at: Coords, a: StagedRows, b: Source, k_limit: str, out: str,
+                rows: str, cols: str, stages: int = STAGES) -> None:
+    """The staged chunk loop over this CTA's split of k and the int32 output: stored
+    when the launch has one split, added with red.global.add.s32 (into a zeroed output)
+    when it has several. Elements outside rows x cols are neither."""
+    acc = [[[ptx.mov(0) for _ in range(4)] for _ in range(N_TILES)] for _ in range(M_TILES)]
+    sources = (a, b)
+    for stage in range(stages - 1):
+        for src in sources:
+            src.issue(stage * STAGE_BYTES)
+        ptx.cp_async_commit()
+    read_stage = ptx.mov(0)
+    k_done = ptx.mov(at.k_first)
+    k_end = ptx.binop("min", ptx.add(at.k_first, at.span), k_limit, "u32")
+
+    ptx.label("chunk")
+    ptx.cp_async_wait(stages - 2)  # this thread's copies of this chunk have landed
+    for src in sources:
+        src.before_barrier()
+    ptx.barrier()  # everyone's copies and W are in; the previous chunk's stage is free
+    write_stage = ring_step(ptx, read_stage, stages, stages - 1)
+    for src in sources:
+        src.issue(write_stage)
+    ptx.cp_async_commit()
+    for src in sources:
+        src.after_issue()
+    frag_b = b.b_fragments(read_stage)
+    for step, frag_a in enumerate(a.a_fragments(read_stage)):
+        for mi in range(M_TILES):
+            for ni in range(N_TILES):
+                ptx.mma_s8(acc[mi][ni], frag_a[mi], frag_b[step][ni])
+    for src in sources:
+        src.end_chunk()
+    ring_step(ptx, read_stage, stages, 1, into=read_stage)
+    ptx.increment(k_done, CHUNK_K)
+    ptx.branch("chunk", guard=ptx.setp("lt", k_done, k_end, "u32"))
+    ptx.cp_async_wait(None)  # no copy outlives the CTA
+
+    ptx.comment("D fragment: c0 (g, 2t), c1 (g, 2t+1), c2 (g+8, 2t), c3 (g+8, 2t+1), columns in B's order")
+    g = ptx.shr(at.lane, 2)
+    col = b.col_first
+    cols_left = ptx.sub(cols, col)
+    row0 = ptx.add(ptx.mad(at.warp_m, WARP_M, g), at.m_base)
+    places = []  # (address, byte offset, value, in bounds)
+    for mi in range(M_TILES):
+        for half in (0, 1):
+            row = ptx.add(row0, 16 * mi + 8 * half)
+            left = ptx.selp(cols_left, 0, ptx.setp("lt", row, rows, "u32"))
+            ptr = ptx.byte_offset(out, ptx.mad(row, cols, col), 4)
+            for ni in range(N_TILES):
+                for e in (0, 1):
+                    offset = b.col_offset(ni, e)
+                    places.append((ptr, 4 * offset, acc[mi][ni][2 * half + e], ptx.setp("gt", left, offset)))
+    ptx.branch("add_out", guard=ptx.setp("gt", ptx.special("%nctaid.z"), 1, "u32"))
+    for ptr, offset, value, ok in places:
+        ptx.store("global", "s32", ptr, value, offset, guard=ok)
+    ptx.branch("out_done")
+    ptx.label("add_out")
+    for ptr, offset, value, ok in places:
+        ptx.red_add(ptr, value, offset, guard=ok)
+    ptx.label("out_done")
