@@ -10,7 +10,8 @@
 #              python, cupy, torch versions (read-only queries) -> facts.txt
 #   verify     every kernel on smoke, tails, hslm on the GPU from the emitted PTX
 #              (tools/gpu_verify.py: no ptxas, no doit; every cell runs)
-#   bench      doit bench shape=hslm -> bench-hslm.{json,md,csv,png}
+#   bench      doit bench shape=hslm -> bench-hslm.{json,md,csv,png}; with a model column
+#              when $MODEL_FILE was carried (doit model shape=hslm gpu=h200, made here)
 #   sanitize   compute-sanitizer memcheck, racecheck, synccheck, initcheck, each on one
 #              launch of each kernel (tools/one_launch.py all attn_r27)
 #   counters   Nsight Compute counters for one launch of each kernel on ffn_up_r1782
@@ -25,7 +26,7 @@
 # (copies them to bench/results/<gpu>/ with results.json and README.md).
 # Knobs (environment): STEPS (names above, space-separated; default all), TOTAL_S,
 # VERIFY_SETS ("smoke tails hslm"), BENCH_SET (hslm), BENCH_CEILING (8192; 0 skips the
-# cuBLAS ceiling run), SANITIZE_SHAPE (attn_r27), COUNTERS_SHAPE (ffn_up_r1782), SITE.
+# cuBLAS ceiling run), MODEL_FILE (artifacts/model/hslm-h200.predictions.json), SANITIZE_SHAPE (attn_r27), COUNTERS_SHAPE (ffn_up_r1782), SITE.
 # It never changes the card's settings (clocks, power, persistence, MIG).
 # Exit 0 when every step passed, 1 when any failed or was skipped for time.
 set -uo pipefail
@@ -37,6 +38,7 @@ STEPS=${STEPS:-wheels facts verify bench sanitize counters}
 VERIFY_SETS=${VERIFY_SETS:-smoke tails hslm}
 BENCH_SET=${BENCH_SET:-hslm}
 BENCH_CEILING=${BENCH_CEILING:-8192}
+MODEL_FILE=${MODEL_FILE:-artifacts/model/hslm-h200.predictions.json}
 SANITIZE_SHAPE=${SANITIZE_SHAPE:-attn_r27}
 COUNTERS_SHAPE=${COUNTERS_SHAPE:-ffn_up_r1782}
 WORK=$(mktemp -d /tmp/on-device.XXXXXX)
@@ -109,7 +111,9 @@ facts() {
 }
 
 bench() {
-  python3 -m doit bench shape="$BENCH_SET" ceiling="$BENCH_CEILING"; local status=$?
+  # the model's predictions, when made on the CPU machine (`doit model`) and carried along
+  local model=""; [ -f "$MODEL_FILE" ] && model="model=$MODEL_FILE"
+  python3 -m doit bench shape="$BENCH_SET" ceiling="$BENCH_CEILING" $model; local status=$?
   for f in artifacts/bench/"$BENCH_SET".{json,md,csv,png}; do
     [ -f "$f" ] && cp "$f" "$OUT/bench-$(basename "$f")"
   done
