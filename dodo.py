@@ -4,10 +4,11 @@
                       \\-> kernel_tests -> seal, bless, gate   (pipeline/tasks_ratchet.py)
 
 `doit gate` (CI) depends on emit, ptxas, verify and kernel_tests and then judges their
-evidence against ledger/ledger.json and ledger/seals/; `doit verify` is the default.
+evidence against ledger/ledger.json and ledger/seals/; `doit verify` is the default;
+`doit report` re-prints the last tables.
 """
 from pipeline.cmdline import startup
-from pipeline.tasks_build import DOIT_CONFIG, task_emit, task_ptxas, task_verify  # noqa: F401
+from pipeline.tasks_build import DOIT_CONFIG, task_emit, task_ptxas, task_report, task_verify  # noqa: F401
 from pipeline.tasks_bench import task_bench  # noqa: F401
 from pipeline.tasks_ratchet import task_bless, task_gate, task_kernel_tests, task_seal  # noqa: F401
 

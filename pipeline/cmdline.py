@@ -28,6 +28,7 @@ VARIABLES: dict[str, Variable] = {
     "backend": Variable(config.DEFAULT_BACKEND, "|".join(config.BACKENDS), "verify, seal, gate"),
     "force": Variable("0", "0|1 (1: run emulator cells over the work budget)", "verify"),
     "accept_new": Variable("0", "0|1 (1: raise the cap by the new not-passing entries)", "bless"),
+    "format": Variable("text", "text|json", "report"),
 }
 
 
@@ -35,10 +36,6 @@ def var(name: str, default: str | None = None) -> str:
     """The value of a known variable; when not given, ``default`` or the table's default."""
     fallback = VARIABLES[name].default if default is None else default
     return get_var(name, fallback) or fallback
-
-
-def help_text() -> str:
-    return "; ".join(f"{n}=<{v.values}> (default {v.default or 'none'}; {v.used_by})" for n, v in VARIABLES.items())
 
 
 def unknown_variables() -> list[str]:

@@ -87,7 +87,7 @@ LEDGER = rel(LEDGER_FILE)
 
 def rerun(check: str, target: str) -> str:
     """The command that re-runs one cell's check."""
-    return {"ptxas": "doit ptxas", "tests": "pytest -m kernel",
+    return {"ptxas": "doit ptxas", "tests": "doit kernel_tests",
             "verify": f"doit verify shape={target.split('/')[0]} backend=emulator"}[check]
 
 

@@ -31,6 +31,10 @@ class StageReporter(ConsoleReporter):
         if stage:
             self.seen.setdefault(stage, {})[task.name] = ran
 
+    def execute_task(self, task: Task) -> None:
+        if not (task.meta or {}).get("quiet"):  # a task whose output is data (doit report) is not announced
+            super().execute_task(task)
+
     def skip_uptodate(self, task: Task) -> None:
         self._note(task, ran=False)
 

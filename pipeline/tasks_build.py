@@ -260,7 +260,7 @@ def cell_task(kernel: str, shape_set: str, shape: Shape) -> str:
 
 @fails_on_user_error
 def task_verify() -> Iterator[dict]:
-    """Run every kernel on shape=<sets> (default smoke,tails,hslm) via backend=auto|gpu|emulator and compare exactly."""
+    """Run every kernel on shape=<sets> (default smoke,tails,hslm), backend=auto|gpu|emulator, force=0|1; compare exactly."""
     chosen, backend, force = verify_plan()
     emulator = backend_hash(backend)
     checked_by = {k: check_hash(KERNELS[k]) for k in dict.fromkeys(k for k, _, _ in chosen)}
@@ -285,3 +285,21 @@ def task_verify() -> Iterator[dict]:
         "task_dep": [cell_task(*c) for c in chosen] + ["ptxas:check"],
         "uptodate": [functools.partial(verify_all_pass, cells)],
     }
+
+
+# ---- report --------------------------------------------------------------------------
+
+@one_line_failure
+def _report(kernels: Sequence[str], cells: Sequence[tuple[str, str, str]], fmt: str) -> None:
+    print(report.last_run(kernels, cells, fmt))
+
+
+@fails_on_user_error
+def task_report() -> Iterator[dict]:
+    """Re-print the last ptxas and verify tables (and bench's) for shape=<sets>; format=text|json."""
+    fmt = var("format")
+    if fmt not in ("text", "json"):
+        raise UserError(f"format={fmt}: expected text or json")
+    cells = [(k, s, shape.name) for k, s, shape in verify_plan().cells]
+    yield {"name": "last", "actions": [(_report, [list(KERNELS), cells, fmt])], "uptodate": [False], "verbosity": 2,
+           "meta": {"quiet": True}}

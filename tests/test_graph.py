@@ -8,6 +8,7 @@ up to date for the next.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -221,7 +222,7 @@ def test_user_errors_fail_only_the_tasks_that_read_them(project):
 def test_unknown_variable_is_refused(project):
     run = doit(project, "verify", "shap=smoke")
     assert (run.rc, run.out) == (3, "")
-    assert run.err == "error: unknown variable 'shap'; known: shape, backend, force, accept_new\n"
+    assert run.err == "error: unknown variable 'shap'; known: shape, backend, force, accept_new, format\n"
 
 
 def test_bad_shapes_yaml_blocks_only_what_reads_it(project):
@@ -321,6 +322,17 @@ def test_interrupted_verify_keeps_the_finished_cells(project):
     again = doit(project, "verify", "shape=hslm", "backend=emulator")
     assert again.rc == 0 and again.ran  # the rest of the cells
     assert not {f"verify:{cell}" for cell in finished} & again.ran
+
+
+def test_report_reprints_the_last_tables(project):
+    assert doit(project, "verify", "shape=smoke").rc == 0
+    text = doit(project, "report", "shape=smoke")
+    assert text.rc == 0 and text.ran == set() and "spill st" in text.out and "mismatches" in text.out
+    data = json.loads(doit(project, "report", "shape=smoke", "format=json").out)
+    assert len(data["ptxas"]) == 3 and len(data["verify"]) == 9
+    assert {r["kernel"] for r in data["verify"]} == set(KERNELS) and all(r["mismatches"] == 0 for r in data["verify"])
+    bad = doit(project, "report", "format=xml")
+    assert bad.rc == 1 and "format=xml: expected text or json" in bad.out
 
 
 def test_clean_removes_everything_the_graph_wrote(project):
