@@ -64,6 +64,7 @@ LEDGER_DIR = ROOT / "ledger"
 LEDGER_FILE = LEDGER_DIR / "ledger.json"
 SEALS_DIR = LEDGER_DIR / "seals"
 ALLOWED_FILE = LEDGER_DIR / "allowed_duplicates.yaml"
+SCHEMAS_DIR = ROOT / "schemas"  # committed JSON Schema of every record file (pipeline.schemas)
 # Folders the pipeline writes into atomically: a killed run's temp files are swept here.
 WRITTEN_DIRS: tuple[Path, ...] = (ARTIFACTS, LEDGER_DIR)
 

@@ -41,7 +41,7 @@ class Run(NamedTuple):
 def project(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("project")
     skip = shutil.ignore_patterns("__pycache__", "*.pyc", ".*.tmp")
-    for name in ("kernels", "pipeline", "ledger", "tests"):
+    for name in ("kernels", "pipeline", "ledger", "tests", "schemas"):
         shutil.copytree(ROOT / name, root / name, ignore=skip)
     for name in ("dodo.py", "shapes.yaml", "pyproject.toml"):
         shutil.copy2(ROOT / name, root / name)
