@@ -100,8 +100,7 @@ def _gate(sets: list[str]) -> None:
 
 
 def task_gate() -> dict:
-    """CI's gate: brings emit, ptxas, verify (shape=, default the sealed sets) and the kernel
-    tests up to date, then judges them against ledger, seals and the duplicate-body rule."""
+    """CI: emit, ptxas, verify (shape=, backend=) and kernel tests up to date, then judge them vs ledger and seals."""
     try:
         cells = verify_plan().cells
     except UserError as exc:
