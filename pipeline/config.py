@@ -58,6 +58,8 @@ VERIFY_DIR = ARTIFACTS / "verify"
 TESTS_DIR = ARTIFACTS / "tests"
 TESTS_JSON = TESTS_DIR / "kernel_tests.json"
 TESTS_PYCACHE = TESTS_DIR / "pycache"
+# The kernel tests re-run when a .py file under these changes.
+TEST_INPUT_DIRS: tuple[Path, ...] = (ROOT / "tests", ROOT / "kernels", ROOT / "pipeline")
 GATE_DIR = ARTIFACTS / "gate"
 BENCH_DIR = ARTIFACTS / "bench"
 LEDGER_DIR = ROOT / "ledger"

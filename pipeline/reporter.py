@@ -25,6 +25,10 @@ class StageReporter(ConsoleReporter):
     def __init__(self, outstream, options) -> None:
         super().__init__(outstream, options)
         self.seen: dict[str, dict[str, bool]] = {}  # stage -> task name -> ran
+        self.order: dict[str, int] = {}  # task name -> creation order (registry, then shapes.yaml)
+
+    def initialize(self, tasks, selected_tasks) -> None:
+        self.order = {name: i for i, name in enumerate(tasks)}
 
     def _note(self, task: Task, ran: bool) -> None:
         stage = (task.meta or {}).get("stage")
@@ -52,7 +56,8 @@ class StageReporter(ConsoleReporter):
             lines.append(report.ptxas_line([read_model(config.ptxas_json(k), PtxasReport) for k in kernels], ran))
         verify = self.seen.get("verify", {})
         if verify:
-            cells = sorted(tuple(name.split(":", 1)[1].split("/")) for name in verify)
+            names = sorted(verify, key=lambda name: self.order.get(name, len(self.order)))
+            cells = [tuple(name.split(":", 1)[1].split("/")) for name in names]
             ran = sum(verify.values())
             if ran:
                 lines.append(report.verify_table(cells))

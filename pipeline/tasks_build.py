@@ -37,26 +37,15 @@ from doit.tools import config_changed
 from kernels.registry import KERNELS
 from pipeline import config, report
 from pipeline.artifacts import read_present, rel, write_model
-from pipeline.checker import ContentChecker, targets_intact
+from pipeline.checker import targets_intact
 from pipeline.cmdline import var
 from pipeline.emit import emit
 from pipeline.errors import ArtifactError, PtxasError, UserError
 from pipeline.models import EmitResult, PtxasReport, Shape, VerifyReport
 from pipeline.ptxas import assemble, find_ptxas, ptxas_version
-from pipeline.reporter import StageReporter
 from pipeline.shapes import parse_set_names, select_sets
 from pipeline.sources import check_hash, source_files
 from pipeline.verify import backend_hash, resolve_backend, seed, verdict, verify_cell
-
-DOIT_CONFIG = {
-    "default_tasks": ["verify"],
-    "check_file_uptodate": ContentChecker,
-    "dep_file": ".doit.db",
-    "backend": "sqlite3",
-    "verbosity": 2,
-    "reporter": StageReporter,
-    "cleanall": True,  # `doit clean` removes everything the graph writes, not only verify's
-}
 
 
 def one_line_failure(action: Callable[..., Any]) -> Callable[..., Any]:
@@ -72,13 +61,9 @@ def one_line_failure(action: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
-def _fail(message: str) -> TaskFailed:
-    return TaskFailed(message)
-
-
 def failing_task(message: str, **extra: Any) -> dict:
     """A task that fails with ``message``: what a creator yields when its input is bad."""
-    return {"actions": [(_fail, [message])], "uptodate": [False], "verbosity": 2, **extra}
+    return {"actions": [(TaskFailed, [message])], "uptodate": [False], "verbosity": 2, **extra}
 
 
 def fails_on_user_error(creator: Callable[[], Iterator[dict]]) -> Callable[[], Iterator[dict]]:
@@ -208,8 +193,9 @@ def _verify(kernel: str, shape_set: str, shape: Shape, backend: str, force: bool
 def _failing_reports(cells: Sequence[tuple[str, str, str]]) -> list[str]:
     """The verdict line of each cell whose report is missing, stale or not passing."""
     lines = []
+    emits = {k: read_present(config.emit_json(k), EmitResult) for k in dict.fromkeys(k for k, _, _ in cells)}
     for kernel, shape_set, shape in cells:
-        emitted = read_present(config.emit_json(kernel), EmitResult)
+        emitted = emits[kernel]
         found = read_present(config.verify_json(kernel, shape_set, shape), VerifyReport)
         if emitted is None or found is None or found.ptx_sha256 != emitted.ptx_sha256:
             lines.append(f"{kernel} {shape_set}/{shape}: no verify report of the current PTX")

@@ -23,7 +23,6 @@ from doit.exceptions import TaskFailed
 from kernels.registry import KERNELS
 from pipeline import config, gate
 from pipeline.artifacts import read_model, rel, sweep_temp_files
-from pipeline.config import ROOT
 from pipeline.cmdline import var
 from pipeline.errors import UserError
 from pipeline.kernel_tests import run_kernel_tests
@@ -51,7 +50,7 @@ def _remove_folder(path) -> None:
 
 def task_kernel_tests() -> dict:
     """Run the kernel-marked tests, counting asserts (the counts seals and the ledger use)."""
-    deps = sorted(str(p) for folder in ("tests", "kernels", "pipeline") for p in (ROOT / folder).rglob("*.py")
+    deps = sorted(str(p) for folder in config.TEST_INPUT_DIRS for p in folder.rglob("*.py")
                   if "__pycache__" not in p.parts)
     return {"actions": [_kernel_tests], "file_dep": deps, "targets": [str(config.TESTS_JSON)], "verbosity": 2,
             "clean": [(_remove_folder, [config.TESTS_DIR])]}
