@@ -61,9 +61,13 @@ def one_line_failure(action: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
+def _fail(message: str) -> TaskFailed:
+    return TaskFailed(message)  # doit takes a class as an action for a command, so wrap it
+
+
 def failing_task(message: str, **extra: Any) -> dict:
     """A task that fails with ``message``: what a creator yields when its input is bad."""
-    return {"actions": [(TaskFailed, [message])], "uptodate": [False], "verbosity": 2, **extra}
+    return {"actions": [(_fail, [message])], "uptodate": [False], "verbosity": 2, **extra}
 
 
 def fails_on_user_error(creator: Callable[[], Iterator[dict]]) -> Callable[[], Iterator[dict]]:
