@@ -300,6 +300,20 @@ def test_gate_then_verify_reruns_nothing(project):
                          "verify: 9 cells on emulator (all up to date): all exact\n")
 
 
+def test_gate_judges_a_failing_cell(project):
+    """A cell that mismatches is evidence: the gate still runs and names it against the ledger."""
+    source = project / "kernels" / "hslm_fwd_s8.py"
+    original = source.read_text()
+    edit(source, emits_a_trailer(original) +
+         "SPEC = _dc.replace(SPEC, reference=lambda d, i, _ref=SPEC.reference: _ref(d, i) + 1)\n")
+    gate = doit(project, "gate", "shape=smoke")
+    edit(source, original)
+    assert gate.rc == 1 and "gate" in gate.ran and "Traceback" not in gate.out + gate.err
+    failures = re.findall(r"^UNEXPECTED FAILURE  hslm_fwd_s8 verify smoke/(\w+): ledger pass, now fail: .* mismatches",
+                          gate.out, re.M)
+    assert sorted(failures) == sorted(SMOKE)
+
+
 def test_interrupted_verify_keeps_the_finished_cells(project):
     """SIGTERM in the middle of `doit verify`: one line, and the cells that finished are
     saved (doit writes its database when the run ends, also on an exception)."""
