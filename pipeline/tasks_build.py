@@ -264,7 +264,7 @@ def task_verify() -> Iterator[dict]:
             "task_dep": [f"ptxas:{kernel}"],
             "targets": [str(config.verify_json(kernel, shape_set, shape.name))],
             "uptodate": [config_changed(params), targets_intact()],
-            "meta": {"stage": "verify"},
+            "meta": {"stage": "verify", "cell": (kernel, shape_set, shape.name)},
             "clean": True,
         }
     cells = [(k, s, shape.name) for k, s, shape in chosen]
