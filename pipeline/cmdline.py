@@ -23,11 +23,11 @@ class Variable(NamedTuple):
 
 
 VARIABLES: dict[str, Variable] = {
-    "shape": Variable(",".join(config.VERIFY_SETS), "set names from shapes.yaml, comma separated",
-                      "verify, seal, gate"),
+    "shape": Variable(",".join(config.VERIFY_SETS), "<set,...> (shapes.yaml)",
+                      "verify, seal, gate, report"),
     "backend": Variable(config.DEFAULT_BACKEND, "|".join(config.BACKENDS), "verify, seal, gate"),
-    "force": Variable("0", "0|1 (1: run emulator cells over the work budget)", "verify"),
-    "accept_new": Variable("0", "0|1 (1: raise the cap by the new not-passing entries)", "bless"),
+    "force": Variable("0", "0|1", "verify: 1 runs emulator cells over the work budget"),
+    "accept_new": Variable("0", "0|1", "bless: 1 raises the cap by the new not-passing entries"),
     "format": Variable("text", "text|json", "report"),
 }
 
@@ -36,6 +36,11 @@ def var(name: str, default: str | None = None) -> str:
     """The value of a known variable; when not given, ``default`` or the table's default."""
     fallback = VARIABLES[name].default if default is None else default
     return get_var(name, fallback) or fallback
+
+
+def describe(*names: str) -> str:
+    """'shape=<...> (default ...), ...' for a task's help line (doit shows one line)."""
+    return ", ".join(f"{n}={VARIABLES[n].values} (default {VARIABLES[n].default})" for n in names)
 
 
 def unknown_variables() -> list[str]:

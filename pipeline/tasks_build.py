@@ -38,7 +38,7 @@ from kernels.registry import KERNELS
 from pipeline import config, report
 from pipeline.artifacts import read_present, rel, write_model
 from pipeline.checker import targets_intact
-from pipeline.cmdline import var
+from pipeline.cmdline import describe, var
 from pipeline.emit import emit
 from pipeline.errors import ArtifactError, PtxasError, UserError
 from pipeline.models import EmitResult, PtxasReport, Shape, VerifyReport
@@ -250,7 +250,7 @@ def cell_task(kernel: str, shape_set: str, shape: Shape) -> str:
 
 @fails_on_user_error
 def task_verify() -> Iterator[dict]:
-    """Run every kernel on shape=<sets> (default smoke,tails,hslm), backend=auto|gpu|emulator, force=0|1; compare exactly."""
+    """Run every kernel on the shape sets and compare exactly (variables: see the help line)."""
     chosen, backend, force = verify_plan()
     emulator = backend_hash(backend)
     checked_by = {k: check_hash(KERNELS[k]) for k in dict.fromkeys(k for k, _, _ in chosen)}
@@ -277,6 +277,9 @@ def task_verify() -> Iterator[dict]:
     }
 
 
+task_verify.__doc__ = f"Run every kernel on the shape sets, compare exactly: {describe('shape', 'backend', 'force')}"
+
+
 # ---- report --------------------------------------------------------------------------
 
 @one_line_failure
@@ -286,10 +289,13 @@ def _report(kernels: Sequence[str], cells: Sequence[tuple[str, str, str]], fmt: 
 
 @fails_on_user_error
 def task_report() -> Iterator[dict]:
-    """Re-print the last ptxas and verify tables (and bench's) for shape=<sets>; format=text|json."""
+    """Re-print the last ptxas and verify tables (and bench's); see the help line for variables."""
     fmt = var("format")
     if fmt not in ("text", "json"):
         raise UserError(f"format={fmt}: expected text or json")
     cells = [(k, s, shape.name) for k, s, shape in verify_plan().cells]
     yield {"name": "last", "actions": [(_report, [list(KERNELS), cells, fmt])], "uptodate": [False], "verbosity": 2,
            "meta": {"quiet": True}}
+
+
+task_report.__doc__ = f"Re-print the last ptxas, verify (and bench) tables: {describe('shape', 'format')}"

@@ -23,7 +23,7 @@ from doit.exceptions import TaskFailed
 from kernels.registry import KERNELS
 from pipeline import config, gate
 from pipeline.artifacts import read_model, rel, sweep_temp_files
-from pipeline.cmdline import var
+from pipeline.cmdline import describe, var
 from pipeline.errors import UserError
 from pipeline.kernel_tests import run_kernel_tests
 from pipeline.ledger import bless_file
@@ -109,3 +109,7 @@ def task_gate() -> dict:
     return {"actions": [(_gate, [sets])], "task_dep": deps + [cell_task(*c) for c in cells] + ["kernel_tests"],
             "uptodate": [False], "verbosity": 2,
             "clean": [(_remove_folder, [config.GATE_DIR]), (sweep_temp_files, [], {"everything": True})]}
+
+
+task_gate.__doc__ = f"CI: emit, ptxas, verify, kernel tests, then judged vs ledger and seals: {describe('shape', 'backend')}"
+task_bless.__doc__ = f"Write ledger/ledger.json from the last run: {describe('accept_new')}"

@@ -105,6 +105,10 @@ def test_list_shows_the_stages(project):
     docs = dict(line.split(None, 1) for line in run.out.splitlines())
     assert run.rc == 0 and {"emit", "ptxas", "verify"} <= set(docs)
     assert all(docs[t].strip() for t in ("emit", "ptxas", "verify"))
+    helped = doit(project, "help", "verify").out
+    for variable in ("shape=<set,...> (shapes.yaml) (default smoke,tails,hslm)",
+                     "backend=auto|gpu|emulator (default auto)", "force=0|1 (default 0)"):
+        assert variable in helped
 
 
 def test_second_ptxas_runs_nothing(project):
