@@ -1,15 +1,28 @@
-"""The task graph (`doit list`; `doit help <task>` for one task and its variables).
+"""The task graph (`doit list`; `doit help <task>` for one task).
 
-    emit -> ptxas -> verify -> bench          (pipeline/tasks_build.py, tasks_bench.py)
-                      \\-> kernel_tests -> seal, bless, gate   (pipeline/tasks_ratchet.py)
+    emit -> ptxas -> verify -> bench            pipeline/tasks_build.py, tasks_bench.py
+                 \-> kernel_tests -> seal, bless  pipeline/tasks_ratchet.py
+    gate: emit, ptxas, verify, kernel_tests, then judged against ledger/ and seals
+    report: the last ptxas, verify and bench tables again
 
-`doit gate` (CI) depends on emit, ptxas, verify and kernel_tests and then judges their
-evidence against ledger/ledger.json and ledger/seals/; `doit verify` is the default.
+`doit verify` is the default; CI runs `doit gate`.
 """
+from pipeline.checker import ContentChecker
 from pipeline.cmdline import startup
-from pipeline.tasks_build import DOIT_CONFIG, task_emit, task_ptxas, task_verify  # noqa: F401
+from pipeline.reporter import StageReporter
 from pipeline.tasks_bench import task_bench  # noqa: F401
+from pipeline.tasks_build import task_emit, task_ptxas, task_report, task_verify  # noqa: F401
 from pipeline.tasks_ratchet import task_bless, task_gate, task_kernel_tests, task_seal  # noqa: F401
 from pipeline.tasks_perf import task_sass, task_model  # noqa: F401
+
+DOIT_CONFIG = {
+    "default_tasks": ["verify"],
+    "check_file_uptodate": ContentChecker,  # inputs by sha256, never by mtime
+    "dep_file": ".doit.db",
+    "backend": "sqlite3",
+    "verbosity": 2,
+    "reporter": StageReporter,  # one line per stage for what was up to date
+    "cleanall": True,  # `doit clean` removes everything the graph writes
+}
 
 startup()  # refuse unknown name=value variables, sweep a killed run's temp files

@@ -23,15 +23,16 @@ class Variable(NamedTuple):
 
 
 VARIABLES: dict[str, Variable] = {
-    "shape": Variable(",".join(config.VERIFY_SETS), "set names from shapes.yaml, comma separated",
-                      "verify, seal, gate"),
+    "shape": Variable(",".join(config.VERIFY_SETS), "<set,...> (shapes.yaml)",
+                      "verify, seal, gate, report"),
     "backend": Variable(config.DEFAULT_BACKEND, "|".join(config.BACKENDS), "verify, seal, gate"),
-    "force": Variable("0", "0|1 (1: run emulator cells over the work budget)", "verify"),
-    "gpu": Variable("h200", "a GPU named in pipeline/gpus.yaml: h200|rtx4090|a100", "model"),
-    "model": Variable("", "a predictions file from `doit model` (artifacts/model/<set>-<gpu>.predictions.json)",
-                      "bench"),
-    "ceiling": Variable("8192", "n of the n^3 cuBLAS int8 ceiling run, 0 to skip it", "bench"),
-    "accept_new": Variable("0", "0|1 (1: raise the cap by the new not-passing entries)", "bless"),
+    "force": Variable("0", "0|1", "verify: 1 runs emulator cells over the work budget"),
+    "gpu": Variable("h200", "h200|rtx4090|a100 (pipeline/gpus.yaml)", "model"),
+    "model": Variable("", "a predictions file of `doit model` (artifacts/model/<set>-<gpu>.predictions.json)",
+                      "bench: fills the model column"),
+    "ceiling": Variable("8192", "n >= 0", "bench: n of the n^3 cuBLAS int8 ceiling run, 0 skips it"),
+    "accept_new": Variable("0", "0|1", "bless: 1 raises the cap by the new not-passing entries"),
+    "format": Variable("text", "text|json", "report"),
 }
 
 
@@ -41,8 +42,9 @@ def var(name: str, default: str | None = None) -> str:
     return get_var(name, fallback) or fallback
 
 
-def help_text() -> str:
-    return "; ".join(f"{n}=<{v.values}> (default {v.default or 'none'}; {v.used_by})" for n, v in VARIABLES.items())
+def describe(*names: str) -> str:
+    """'shape=<...> (default ...), ...' for a task's help line (doit shows one line)."""
+    return ", ".join(f"{n}={VARIABLES[n].values} (default {VARIABLES[n].default})" for n in names)
 
 
 def unknown_variables() -> list[str]:

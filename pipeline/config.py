@@ -58,12 +58,15 @@ VERIFY_DIR = ARTIFACTS / "verify"
 TESTS_DIR = ARTIFACTS / "tests"
 TESTS_JSON = TESTS_DIR / "kernel_tests.json"
 TESTS_PYCACHE = TESTS_DIR / "pycache"
+# The kernel tests re-run when a .py file under these changes.
+TEST_INPUT_DIRS: tuple[Path, ...] = (ROOT / "tests", ROOT / "kernels", ROOT / "pipeline")
 GATE_DIR = ARTIFACTS / "gate"
 BENCH_DIR = ARTIFACTS / "bench"
 LEDGER_DIR = ROOT / "ledger"
 LEDGER_FILE = LEDGER_DIR / "ledger.json"
 SEALS_DIR = LEDGER_DIR / "seals"
 ALLOWED_FILE = LEDGER_DIR / "allowed_duplicates.yaml"
+SCHEMAS_DIR = ROOT / "schemas"  # committed JSON Schema of every record file (pipeline.schemas)
 # Folders the pipeline writes into atomically: a killed run's temp files are swept here.
 WRITTEN_DIRS: tuple[Path, ...] = (ARTIFACTS, LEDGER_DIR)
 

@@ -35,6 +35,8 @@ Findings (all red but NOT RUN, which is informational):
   budget, a sealed shape with mismatches or rows_checked != R, a verify cell the seal
   lacks, a failed or vacuous test, or no passing test.
 - DUPLICATE BODY: see pipeline.dupbody.
+- SCHEMA DRIFT: a committed schemas/<Record>.json that is not the export of its model
+  (pipeline.schemas).
 - NOT RUN (informational): ledger cells this gate has no verdict for (the verify sets
   CI does not run, e.g. ``hslm``), one line per check and set, so a green gate never
   reads as more than it checked.
@@ -56,7 +58,8 @@ from pipeline.results import summarize
 from pipeline.seal import read_seals, seal_path, stale
 
 Kind = Literal["UNEXPECTED FAILURE", "UNEXPECTED PASS", "UNLISTED", "STALE", "OVER CAP",
-               "BAD REASON", "STALE SEAL", "UNSEALED", "BAD SEAL", "DUPLICATE BODY", "NOT RUN"]
+               "BAD REASON", "STALE SEAL", "UNSEALED", "BAD SEAL", "DUPLICATE BODY", "SCHEMA DRIFT",
+               "NOT RUN"]
 INFORMATIONAL: frozenset[str] = frozenset({"NOT RUN"})
 
 
@@ -87,7 +90,7 @@ LEDGER = rel(LEDGER_FILE)
 
 def rerun(check: str, target: str) -> str:
     """The command that re-runs one cell's check."""
-    return {"ptxas": "doit ptxas", "tests": "pytest -m kernel",
+    return {"ptxas": "doit ptxas", "tests": "doit kernel_tests",
             "verify": f"doit verify shape={target.split('/')[0]} backend=emulator"}[check]
 
 
@@ -202,6 +205,13 @@ def duplicates(i: Inputs) -> Iterable[Finding]:
                       f"remove the entry from {rel(ALLOWED_FILE)}")
 
 
+def schemas(i: Inputs) -> Iterable[Finding]:
+    """The committed schemas/ are the models' export: a format change is exported with it."""
+    for line in i.run.schema_drift:
+        subject, what = line.split(": ", 1)
+        yield Finding("SCHEMA DRIFT", subject, what, "python -m pipeline.schemas, then commit schemas/")
+
+
 def not_run(i: Inputs) -> Iterable[Finding]:
     """Which existing cells this run gave no verdict for, grouped by check and set."""
     judged = {r.key for r in i.run.results}
@@ -217,7 +227,7 @@ def not_run(i: Inputs) -> Iterable[Finding]:
 
 
 RULES: tuple[Rule, ...] = (verdicts, unlisted, stale_entries, over_cap, bad_reasons, seals, sealed_evidence,
-                           duplicates, not_run)
+                           duplicates, schemas, not_run)
 
 
 def compare(run: RunSummary, ledger: Ledger, sealed: dict[str, Seal], allowed: AllowedDuplicates,

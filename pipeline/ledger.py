@@ -58,7 +58,7 @@ def make_ledger(entries: Iterable[CellResult], max_not_pass: int) -> Ledger:
 def dump_ledger(ledger: Ledger) -> str:
     """JSON with one compact entry per line, so a diff shows one line per changed cell."""
     lines = [json.dumps(e.model_dump(mode="json"), separators=(", ", ": ")) for e in ledger.entries]
-    head = (f'{{\n  "max_not_pass": {ledger.max_not_pass},\n'
+    head = (f'{{\n  "schema_version": {ledger.schema_version},\n  "max_not_pass": {ledger.max_not_pass},\n'
             f'  "counts": {json.dumps(ledger.counts)},\n  "entries": [\n')
     return head + ",\n".join(f"    {line}" for line in lines) + ("\n" if lines else "") + "  ]\n}\n"
 

@@ -34,6 +34,16 @@ class Record(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+SCHEMA_VERSION = 1
+
+
+class Document(Record):
+    """A record written as a JSON file of its own: it says which schema it follows
+    (schemas/<Name>.json, exported by pipeline.schemas)."""
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+
+
 class Shape(Record):
     """One named problem size from shapes.yaml."""
 
@@ -43,7 +53,7 @@ class Shape(Record):
     N: StrictInt = Field(ge=1, description="out-features")
 
 
-class EmitResult(Record):
+class EmitResult(Document):
     """emit: the PTX text of one kernel, pinned by content."""
 
     kernel: str
@@ -75,7 +85,7 @@ class PtxasArch(PtxasUsage):
         return not self.problems
 
 
-class PtxasReport(Record):
+class PtxasReport(Document):
     kernel: str
     ptx_sha256: str
     ptxas: str  # path of the ptxas that ran
@@ -120,7 +130,7 @@ class LaunchStats(Record):
     memory: list[MemoryAccess] = []
 
 
-class VerifyReport(Record):
+class VerifyReport(Document):
     """verify: one kernel on one shape, checked element by element against the reference."""
 
     kernel: str
@@ -173,7 +183,7 @@ class TestCounts(Record):
     invariants: int = Field(ge=0)
 
 
-class KernelTestRun(Record):
+class KernelTestRun(Document):
     """What one pytest run of the kernel-marked tests found, per kernel."""
 
     exitstatus: int
@@ -200,7 +210,7 @@ class SealedVerify(Record):
     shapes: list[SealedShape]
 
 
-class Seal(Record):
+class Seal(Document):
     """ledger/seals/<kernel>.json: what was verified, pinned by content.
 
     Stale when the kernel's current source hash or PTX hash differs. ``sealed_at`` is
@@ -238,7 +248,7 @@ class CellResult(Record):
         return (self.kernel, self.check, self.target)
 
 
-class Ledger(Record):
+class Ledger(Document):
     """ledger/ledger.json: every cell's expected verdict, the tally and the cap.
 
     Entries are unique per cell and kept sorted; ``counts`` must be the tally of the
@@ -302,11 +312,12 @@ class AllowedDuplicates(Record):
     allowed: list[AllowedDuplicate] = []
 
 
-class RunSummary(Record):
+class RunSummary(Document):
     """What the gate's run found: the cells that exist, the verdicts it could get,
-    the kernels' current hashes and the duplicate bodies."""
+    the kernels' current hashes, the duplicate bodies and the schema files that drifted."""
 
     cells: list[CellKey]
     results: list[CellResult]
     kernels: list[KernelState]
     duplicates: list[DuplicateGroup]
+    schema_drift: list[str] = []  # schemas/ files that differ from the models (pipeline.schemas)

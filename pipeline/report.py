@@ -5,10 +5,11 @@ tasks print the failing lines. Everything here reads result JSONs and writes tex
 """
 from __future__ import annotations
 
+import json
 from typing import Any, Sequence
 
 from pipeline import config
-from pipeline.artifacts import read_model
+from pipeline.artifacts import read_model, read_present
 from pipeline.models import PtxasReport, VerifyReport
 
 VerifyCell = tuple[str, str, str]  # (kernel, set, shape)
@@ -75,3 +76,18 @@ def ptxas_line(reports: Sequence[PtxasReport], ran: int) -> str:
     fresh = "all up to date" if ran == 0 else f"{ran} ran"
     verdict = f"{bad} over budget, spilling or refused" if bad else f"all within budget on {', '.join(config.ARCHS)}"
     return f"ptxas: {len(reports)} kernels ({fresh}): {verdict}"
+
+
+def last_run(kernels: Sequence[str], cells: Sequence[VerifyCell], fmt: str) -> str:
+    """The last ptxas and verify results on disk (and the bench tables when there are any),
+    as the console tables or, with ``fmt="json"``, as one JSON object of the records."""
+    ptxas = [r for k in kernels if (r := read_present(config.ptxas_json(k), PtxasReport))]
+    verify = [r for c in cells if (r := read_present(config.verify_json(*c), VerifyReport))]
+    bench = sorted(config.BENCH_DIR.glob("*.md")) if config.BENCH_DIR.is_dir() else []
+    if fmt == "json":
+        return json.dumps({"ptxas": [r.model_dump(mode="json") for r in ptxas],
+                           "verify": [r.model_dump(mode="json", exclude={"launch_stats"}) for r in verify],
+                           "bench": [p.name for p in bench]}, indent=2)
+    parts = [table(PTXAS_COLUMNS, [row for r in ptxas for row in ptxas_rows(r)]) if ptxas else "ptxas: no reports",
+             table(VERIFY_COLUMNS, [verify_row(r) for r in verify]) if verify else "verify: no reports"]
+    return "\n\n".join(parts + [p.read_text().rstrip() for p in bench])

@@ -2,7 +2,8 @@
 
 A task that runs is shown as doit shows it (``.  name``) and failures as doit writes
 them. Up-to-date tasks are not listed one by one; at the end, each stage whose cells
-were part of the run (tasks carrying ``meta={"stage": ...}``) gets one line, and its
+were part of the run (tasks carrying ``meta={"stage": ...}``, verify cells also
+``"cell": (kernel, set, shape)``) gets one line, and its
 table when any of its cells ran, e.g. ``verify: 48 cells on emulator (all up to
 date): all exact``.
 """
@@ -12,11 +13,10 @@ from doit.reporter import ConsoleReporter
 from doit.task import Task
 
 from kernels.registry import KERNELS
-from pipeline import report
+from pipeline import config, report
+from pipeline.artifacts import read_model
 from pipeline.errors import ArtifactError
 from pipeline.models import PtxasReport
-from pipeline.artifacts import read_model
-from pipeline import config
 
 
 class StageReporter(ConsoleReporter):
@@ -25,11 +25,22 @@ class StageReporter(ConsoleReporter):
     def __init__(self, outstream, options) -> None:
         super().__init__(outstream, options)
         self.seen: dict[str, dict[str, bool]] = {}  # stage -> task name -> ran
+        self.order: dict[str, int] = {}  # task name -> creation order (registry, then shapes.yaml)
+        self.cells: dict[str, tuple[str, str, str]] = {}  # verify task name -> (kernel, set, shape)
+
+    def initialize(self, tasks, selected_tasks) -> None:
+        self.order = {name: i for i, name in enumerate(tasks)}
 
     def _note(self, task: Task, ran: bool) -> None:
-        stage = (task.meta or {}).get("stage")
-        if stage:
-            self.seen.setdefault(stage, {})[task.name] = ran
+        meta = task.meta or {}
+        if "stage" in meta:
+            self.seen.setdefault(meta["stage"], {})[task.name] = ran
+        if "cell" in meta:
+            self.cells[task.name] = tuple(meta["cell"])
+
+    def execute_task(self, task: Task) -> None:
+        if not (task.meta or {}).get("quiet"):  # a task whose output is data (doit report) is not announced
+            super().execute_task(task)
 
     def skip_uptodate(self, task: Task) -> None:
         self._note(task, ran=False)
@@ -48,7 +59,8 @@ class StageReporter(ConsoleReporter):
             lines.append(report.ptxas_line([read_model(config.ptxas_json(k), PtxasReport) for k in kernels], ran))
         verify = self.seen.get("verify", {})
         if verify:
-            cells = sorted(tuple(name.split(":", 1)[1].split("/")) for name in verify)
+            names = sorted(verify, key=lambda name: self.order.get(name, len(self.order)))
+            cells = [self.cells[name] for name in names]
             ran = sum(verify.values())
             if ran:
                 lines.append(report.verify_table(cells))

@@ -14,6 +14,7 @@ from kernels.registry import KERNELS
 from pipeline import config
 from pipeline.artifacts import read_present, rel
 from pipeline.dupbody import find_duplicates
+from pipeline.schemas import drift
 from pipeline.errors import ArtifactError
 from pipeline.models import (
     CellKey, CellResult, EmitResult, KernelState, KernelTestRun, PtxasReport, RunSummary, Shape,
@@ -142,7 +143,7 @@ def kernel_sources() -> dict[str, str]:
 
 def summarize(sets: tuple[str, ...]) -> RunSummary:
     """The run as the artifacts on disk tell it: results for ``sets``, the cells of all
-    sealed sets and ``sets``, the kernels' hashes and the duplicate bodies."""
+    sealed sets and ``sets``, the kernels' hashes, the duplicate bodies and schema drift."""
     sources = kernel_sources()
     tests = read_present(config.TESTS_JSON, KernelTestRun)
     if tests is None:
@@ -158,4 +159,4 @@ def summarize(sets: tuple[str, ...]) -> RunSummary:
         states.append(KernelState(kernel=kernel, source_sha256=source,
                                   ptx_sha256=emitted.ptx_sha256 if current else "(not emitted)"))
     return RunSummary(cells=cells(sources, config.ARCHS, universe), results=results,
-                      kernels=states, duplicates=find_duplicates())
+                      kernels=states, duplicates=find_duplicates(), schema_drift=drift())

@@ -37,26 +37,15 @@ from doit.tools import config_changed
 from kernels.registry import KERNELS
 from pipeline import config, report
 from pipeline.artifacts import read_present, rel, write_model
-from pipeline.checker import ContentChecker, targets_intact
-from pipeline.cmdline import var
+from pipeline.checker import targets_intact
+from pipeline.cmdline import describe, var
 from pipeline.emit import emit
 from pipeline.errors import ArtifactError, PtxasError, UserError
 from pipeline.models import EmitResult, PtxasReport, Shape, VerifyReport
 from pipeline.ptxas import assemble, find_ptxas, ptxas_version
-from pipeline.reporter import StageReporter
 from pipeline.shapes import parse_set_names, select_sets
 from pipeline.sources import check_hash, source_files
 from pipeline.verify import backend_hash, resolve_backend, seed, verdict, verify_cell
-
-DOIT_CONFIG = {
-    "default_tasks": ["verify"],
-    "check_file_uptodate": ContentChecker,
-    "dep_file": ".doit.db",
-    "backend": "sqlite3",
-    "verbosity": 2,
-    "reporter": StageReporter,
-    "cleanall": True,  # `doit clean` removes everything the graph writes, not only verify's
-}
 
 
 def one_line_failure(action: Callable[..., Any]) -> Callable[..., Any]:
@@ -73,7 +62,7 @@ def one_line_failure(action: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _fail(message: str) -> TaskFailed:
-    return TaskFailed(message)
+    return TaskFailed(message)  # doit takes a class as an action for a command, so wrap it
 
 
 def failing_task(message: str, **extra: Any) -> dict:
@@ -208,8 +197,9 @@ def _verify(kernel: str, shape_set: str, shape: Shape, backend: str, force: bool
 def _failing_reports(cells: Sequence[tuple[str, str, str]]) -> list[str]:
     """The verdict line of each cell whose report is missing, stale or not passing."""
     lines = []
+    emits = {k: read_present(config.emit_json(k), EmitResult) for k in dict.fromkeys(k for k, _, _ in cells)}
     for kernel, shape_set, shape in cells:
-        emitted = read_present(config.emit_json(kernel), EmitResult)
+        emitted = emits[kernel]
         found = read_present(config.verify_json(kernel, shape_set, shape), VerifyReport)
         if emitted is None or found is None or found.ptx_sha256 != emitted.ptx_sha256:
             lines.append(f"{kernel} {shape_set}/{shape}: no verify report of the current PTX")
@@ -260,7 +250,7 @@ def cell_task(kernel: str, shape_set: str, shape: Shape) -> str:
 
 @fails_on_user_error
 def task_verify() -> Iterator[dict]:
-    """Run every kernel on shape=<sets> (default smoke,tails,hslm) via backend=auto|gpu|emulator and compare exactly."""
+    """Run every kernel on the shape sets and compare exactly (variables: see the help line)."""
     chosen, backend, force = verify_plan()
     emulator = backend_hash(backend)
     checked_by = {k: check_hash(KERNELS[k]) for k in dict.fromkeys(k for k, _, _ in chosen)}
@@ -274,7 +264,7 @@ def task_verify() -> Iterator[dict]:
             "task_dep": [f"ptxas:{kernel}"],
             "targets": [str(config.verify_json(kernel, shape_set, shape.name))],
             "uptodate": [config_changed(params), targets_intact()],
-            "meta": {"stage": "verify"},
+            "meta": {"stage": "verify", "cell": (kernel, shape_set, shape.name)},
             "clean": True,
         }
     cells = [(k, s, shape.name) for k, s, shape in chosen]
@@ -285,3 +275,27 @@ def task_verify() -> Iterator[dict]:
         "task_dep": [cell_task(*c) for c in chosen] + ["ptxas:check"],
         "uptodate": [functools.partial(verify_all_pass, cells)],
     }
+
+
+task_verify.__doc__ = f"Run every kernel on the shape sets, compare exactly: {describe('shape', 'backend', 'force')}"
+
+
+# ---- report --------------------------------------------------------------------------
+
+@one_line_failure
+def _report(kernels: Sequence[str], cells: Sequence[tuple[str, str, str]], fmt: str) -> None:
+    print(report.last_run(kernels, cells, fmt))
+
+
+@fails_on_user_error
+def task_report() -> Iterator[dict]:
+    """Re-print the last ptxas and verify tables (and bench's); see the help line for variables."""
+    fmt = var("format")
+    if fmt not in ("text", "json"):
+        raise UserError(f"format={fmt}: expected text or json")
+    cells = [(k, s, shape.name) for k, s, shape in verify_plan().cells]
+    yield {"name": "last", "actions": [(_report, [list(KERNELS), cells, fmt])], "uptodate": [False], "verbosity": 2,
+           "meta": {"quiet": True}}
+
+
+task_report.__doc__ = f"Re-print the last ptxas, verify (and bench) tables: {describe('shape', 'format')}"

@@ -23,8 +23,7 @@ from doit.exceptions import TaskFailed
 from kernels.registry import KERNELS
 from pipeline import config, gate
 from pipeline.artifacts import read_model, rel, sweep_temp_files
-from pipeline.config import ROOT
-from pipeline.cmdline import var
+from pipeline.cmdline import describe, var
 from pipeline.errors import UserError
 from pipeline.kernel_tests import run_kernel_tests
 from pipeline.ledger import bless_file
@@ -51,7 +50,7 @@ def _remove_folder(path) -> None:
 
 def task_kernel_tests() -> dict:
     """Run the kernel-marked tests, counting asserts (the counts seals and the ledger use)."""
-    deps = sorted(str(p) for folder in ("tests", "kernels", "pipeline") for p in (ROOT / folder).rglob("*.py")
+    deps = sorted(str(p) for folder in config.TEST_INPUT_DIRS for p in folder.rglob("*.py")
                   if "__pycache__" not in p.parts)
     return {"actions": [_kernel_tests], "file_dep": deps, "targets": [str(config.TESTS_JSON)], "verbosity": 2,
             "clean": [(_remove_folder, [config.TESTS_DIR])]}
@@ -100,8 +99,7 @@ def _gate(sets: list[str]) -> None:
 
 
 def task_gate() -> dict:
-    """CI's gate: brings emit, ptxas, verify (shape=, default the sealed sets) and the kernel
-    tests up to date, then judges them against ledger, seals and the duplicate-body rule."""
+    """CI: emit, ptxas, verify (shape=, backend=) and kernel tests up to date, then judge them vs ledger and seals."""
     try:
         cells = verify_plan().cells
     except UserError as exc:
@@ -111,3 +109,7 @@ def task_gate() -> dict:
     return {"actions": [(_gate, [sets])], "task_dep": deps + [cell_task(*c) for c in cells] + ["kernel_tests"],
             "uptodate": [False], "verbosity": 2,
             "clean": [(_remove_folder, [config.GATE_DIR]), (sweep_temp_files, [], {"everything": True})]}
+
+
+task_gate.__doc__ = f"CI: emit, ptxas, verify, kernel tests, then judged vs ledger and seals: {describe('shape', 'backend')}"
+task_bless.__doc__ = f"Write ledger/ledger.json from the last run: {describe('accept_new')}"

@@ -208,7 +208,7 @@ def _doit_bench(tmp_path, *args: str) -> subprocess.CompletedProcess:
     dodo = tmp_path / "bench_dodo.py"  # not "dodo": doit imports it by module name
     dodo.write_text(
         f"import sys\nsys.path.insert(0, {str(ROOT)!r})\n"
-        "from pipeline.tasks_build import DOIT_CONFIG, task_emit  # noqa\n"
+        "from pipeline.tasks_build import task_emit  # noqa\n"
         "from pipeline.tasks_bench import task_bench  # noqa\n")
     return subprocess.run([sys.executable, "-m", "doit", "-f", str(dodo), "-d", str(ROOT),
                            "--db-file", str(tmp_path / "db"), "bench", *args],

@@ -110,6 +110,8 @@ PLANTED = {
     "seal with a vacuous test": (lambda i: with_seal(i, tests={"vacuous": 1}), "BAD SEAL", gate.sealed_evidence),
     "seal with no passing test": (lambda i: with_seal(i, tests={"passed": 0, "skipped": 2}), "BAD SEAL",
                                   gate.sealed_evidence),
+    "schema drift": (lambda i: i._replace(run=i.run.model_copy(update={
+        "schema_drift": ["schemas/Seal.json: differs from pipeline.models.Seal"]})), "SCHEMA DRIFT", gate.schemas),
     "duplicate body": (lambda i: i._replace(run=i.run.model_copy(update={"duplicates": [ALLOWED_PAIR, COPY]})),
                        "DUPLICATE BODY", gate.duplicates),
     "stale allowance": (lambda i: i._replace(run=i.run.model_copy(update={"duplicates": []})), "STALE", gate.duplicates),

@@ -8,6 +8,7 @@ up to date for the next.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -40,7 +41,7 @@ class Run(NamedTuple):
 def project(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("project")
     skip = shutil.ignore_patterns("__pycache__", "*.pyc", ".*.tmp")
-    for name in ("kernels", "pipeline", "ledger", "tests"):
+    for name in ("kernels", "pipeline", "ledger", "tests", "schemas"):
         shutil.copytree(ROOT / name, root / name, ignore=skip)
     for name in ("dodo.py", "shapes.yaml", "pyproject.toml"):
         shutil.copy2(ROOT / name, root / name)
@@ -104,6 +105,10 @@ def test_list_shows_the_stages(project):
     docs = dict(line.split(None, 1) for line in run.out.splitlines())
     assert run.rc == 0 and {"emit", "ptxas", "verify"} <= set(docs)
     assert all(docs[t].strip() for t in ("emit", "ptxas", "verify"))
+    helped = doit(project, "help", "verify").out
+    for variable in ("shape=<set,...> (shapes.yaml) (default smoke,tails,hslm)",
+                     "backend=auto|gpu|emulator (default auto)", "force=0|1 (default 0)"):
+        assert variable in helped
 
 
 def test_second_ptxas_runs_nothing(project):
@@ -221,7 +226,7 @@ def test_user_errors_fail_only_the_tasks_that_read_them(project):
 def test_unknown_variable_is_refused(project):
     run = doit(project, "verify", "shap=smoke")
     assert (run.rc, run.out) == (3, "")
-    assert run.err == "error: unknown variable 'shap'; known: shape, backend, force, gpu, model, ceiling, accept_new\n"
+    assert run.err == "error: unknown variable 'shap'; known: shape, backend, force, gpu, model, ceiling, accept_new, format\n"
 
 
 def test_bad_shapes_yaml_blocks_only_what_reads_it(project):
@@ -299,6 +304,20 @@ def test_gate_then_verify_reruns_nothing(project):
                          "verify: 9 cells on emulator (all up to date): all exact\n")
 
 
+def test_gate_judges_a_failing_cell(project):
+    """A cell that mismatches is evidence: the gate still runs and names it against the ledger."""
+    source = project / "kernels" / "hslm_fwd_s8.py"
+    original = source.read_text()
+    edit(source, emits_a_trailer(original) +
+         "SPEC = _dc.replace(SPEC, reference=lambda d, i, _ref=SPEC.reference: _ref(d, i) + 1)\n")
+    gate = doit(project, "gate", "shape=smoke")
+    edit(source, original)
+    assert gate.rc == 1 and "gate" in gate.ran and "Traceback" not in gate.out + gate.err
+    failures = re.findall(r"^UNEXPECTED FAILURE  hslm_fwd_s8 verify smoke/(\w+): ledger pass, now fail: .* mismatches",
+                          gate.out, re.M)
+    assert sorted(failures) == sorted(SMOKE)
+
+
 def test_interrupted_verify_keeps_the_finished_cells(project):
     """SIGTERM in the middle of `doit verify`: one line, and the cells that finished are
     saved (doit writes its database when the run ends, also on an exception)."""
@@ -321,6 +340,17 @@ def test_interrupted_verify_keeps_the_finished_cells(project):
     again = doit(project, "verify", "shape=hslm", "backend=emulator")
     assert again.rc == 0 and again.ran  # the rest of the cells
     assert not {f"verify:{cell}" for cell in finished} & again.ran
+
+
+def test_report_reprints_the_last_tables(project):
+    assert doit(project, "verify", "shape=smoke").rc == 0
+    text = doit(project, "report", "shape=smoke")
+    assert text.rc == 0 and text.ran == set() and "spill st" in text.out and "mismatches" in text.out
+    data = json.loads(doit(project, "report", "shape=smoke", "format=json").out)
+    assert len(data["ptxas"]) == 3 and len(data["verify"]) == 9
+    assert {r["kernel"] for r in data["verify"]} == set(KERNELS) and all(r["mismatches"] == 0 for r in data["verify"])
+    bad = doit(project, "report", "format=xml")
+    assert bad.rc == 1 and "format=xml: expected text or json" in bad.out
 
 
 def test_clean_removes_everything_the_graph_wrote(project):
