@@ -3,7 +3,7 @@
     emit -> ptxas -> verify -> bench          (pipeline/tasks_build.py, tasks_bench.py)
                       \\-> kernel_tests -> seal, bless, gate   (pipeline/tasks_ratchet.py)
 
-`doit gate` (CI) depends on emit, ptxas, verify and kernel_tests and then judges their
+`doit gate` (CI) depends on emit, ptxas, sass, verify and kernel_tests and then judges their
 evidence against ledger/ledger.json and ledger/seals/; `doit verify` is the default.
 """
 from pipeline.cmdline import startup

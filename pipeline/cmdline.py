@@ -32,6 +32,8 @@ VARIABLES: dict[str, Variable] = {
                       "bench"),
     "ceiling": Variable("8192", "n of the n^3 cuBLAS int8 ceiling run, 0 to skip it", "bench"),
     "accept_new": Variable("0", "0|1 (1: raise the cap by the new not-passing entries)", "bless"),
+    "accept_slower": Variable("", "a reason from pipeline.ledger.REASONS (records a SASS per IMMA rise with it)",
+                              "bless"),
 }
 
 
