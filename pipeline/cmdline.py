@@ -33,6 +33,8 @@ VARIABLES: dict[str, Variable] = {
     "ceiling": Variable("8192", "n >= 0", "bench: n of the n^3 cuBLAS int8 ceiling run, 0 skips it"),
     "accept_new": Variable("0", "0|1", "bless: 1 raises the cap by the new not-passing entries"),
     "format": Variable("text", "text|json", "report"),
+    "accept_slower": Variable("", "a reason of pipeline.ledger.REASONS",
+                              "bless: records a SASS per IMMA rise with that reason"),
 }
 
 

@@ -55,6 +55,7 @@ DEFAULT_BACKEND = "auto"
 PTX_DIR = ARTIFACTS / "ptx"
 PTXAS_DIR = ARTIFACTS / "ptxas"
 VERIFY_DIR = ARTIFACTS / "verify"
+SASS_DIR = ARTIFACTS / "sass"
 TESTS_DIR = ARTIFACTS / "tests"
 TESTS_JSON = TESTS_DIR / "kernel_tests.json"
 TESTS_PYCACHE = TESTS_DIR / "pycache"
@@ -85,3 +86,7 @@ def ptxas_json(kernel: str) -> Path:
 
 def verify_json(kernel: str, shape_set: str, shape: str) -> Path:
     return VERIFY_DIR / kernel / shape_set / f"{shape}.json"
+
+
+def sass_json(kernel: str) -> Path:
+    return SASS_DIR / f"{kernel}.json"

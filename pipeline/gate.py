@@ -1,8 +1,8 @@
 """The gate CI runs: judge the evidence the graph produced against the ledger, the seals
 and the duplicate-body rule.
 
-``doit gate`` first brings emit, ptxas, verify (the sealed sets, config.VERIFY_SETS)
-and the kernel tests up to date through the same graph and database as every other
+``doit gate`` first brings emit, ptxas, the SASS counts, verify (the sealed sets,
+config.VERIFY_SETS) and the kernel tests up to date through the same graph and database as every other
 command (a failing cell is evidence, not an error: pipeline.tasks_build); then
 ``python -m pipeline.gate`` judges what is on disk and prints one line per finding::
 
@@ -37,6 +37,15 @@ Findings (all red but NOT RUN, which is informational):
 - DUPLICATE BODY: see pipeline.dupbody.
 - SCHEMA DRIFT: a committed schemas/<Record>.json that is not the export of its model
   (pipeline.schemas).
+- SLOWER: a kernel's SASS per IMMA or LSU per IMMA (fast or tail body, per arch) rose
+  above the ledger's level (pipeline.sass_ratchet). MISSING: a figure the ledger holds
+  that was not counted now, or one counted now that the ledger does not hold.
+- FASTER (informational): a figure fell below the ledger's level; ``doit seal && doit
+  bless`` records it as the new level.
+- ACCEPTED SLOWER (informational): a rise the ledger accepted with a reason from
+  pipeline.ledger.REASONS (``doit bless accept_slower=<reason>``), shown on every run
+  until the figures are back at the level before it. A ``rose_from`` without such a
+  reason, or a reason without ``rose_from``, is BAD REASON.
 - NOT RUN (informational): ledger cells this gate has no verdict for (the verify sets
   CI does not run, e.g. ``hslm``), one line per check and set, so a green gate never
   reads as more than it checked.
@@ -55,12 +64,13 @@ from pipeline.errors import ArtifactError, UserError
 from pipeline.ledger import RANK, REASONS, cell_name, read_ledger
 from pipeline.models import AllowedDuplicates, Ledger, RunSummary, Seal
 from pipeline.results import summarize
+from pipeline.sass_ratchet import changes, judge_sass, ledger_levels
 from pipeline.seal import read_seals, seal_path, stale
 
 Kind = Literal["UNEXPECTED FAILURE", "UNEXPECTED PASS", "UNLISTED", "STALE", "OVER CAP",
                "BAD REASON", "STALE SEAL", "UNSEALED", "BAD SEAL", "DUPLICATE BODY", "SCHEMA DRIFT",
-               "NOT RUN"]
-INFORMATIONAL: frozenset[str] = frozenset({"NOT RUN"})
+               "NOT RUN", "SLOWER", "FASTER", "MISSING", "ACCEPTED SLOWER"]
+INFORMATIONAL: frozenset[str] = frozenset({"NOT RUN", "FASTER", "ACCEPTED SLOWER"})
 
 
 class Finding(NamedTuple):
@@ -171,6 +181,7 @@ def seal_problems(seal: Seal, verify_targets: Iterable[str]) -> list[str]:
             problems.append(f"{arch} spills {a.spill_stores}/{a.spill_loads} bytes" + (f" ({'; '.join(a.problems)})" if a.problems else ""))
         elif a.registers > limit.max_registers or a.shared_bytes > limit.max_shared_bytes:
             problems.append(f"{arch} over budget: {a.registers} registers, {a.shared_bytes} bytes shared")
+    problems += [f"no SASS figures for {arch}" for arch in config.ARCHS if arch not in seal.sass]
     sealed = {f"{s.shape_set}/{s.shape}": s for s in seal.verify.shapes}
     for s in seal.verify.shapes:
         if s.mismatches or s.rows_checked != s.R:
@@ -212,6 +223,30 @@ def schemas(i: Inputs) -> Iterable[Finding]:
         yield Finding("SCHEMA DRIFT", subject, what, "python -m pipeline.schemas, then commit schemas/")
 
 
+SASS_FIX = {
+    "SLOWER": "find what the change added to the loop (doit sass:summary, artifacts/sass/), "
+              "or doit bless accept_slower=<reason>",
+    "FASTER": "doit seal && doit bless (records the new level)",
+    "MISSING": "doit sass, then doit seal && doit bless",
+}
+
+
+def sass_levels(i: Inputs) -> Iterable[Finding]:
+    """The SASS ratchet: the current figures against the ledger's levels, and the rises the
+    ledger accepted with a reason."""
+    for f in judge_sass(ledger_levels(i.ledger.sass), i.run.sass):
+        yield Finding(f.kind, f"{f.kernel} {f.arch}", f.what, SASS_FIX[f.kind])
+    for e in i.ledger.sass:
+        if e.reason in REASONS and e.rose_from is not None:
+            yield Finding("ACCEPTED SLOWER", f"{e.kernel} {e.arch}",
+                          f"{', '.join(changes(e.rose_from, e.level))} accepted: {e.reason}",
+                          "bring it back down, then doit seal && doit bless (clears the reason)")
+        elif e.reason is not None or e.rose_from is not None:
+            yield Finding("BAD REASON", f"sass {e.kernel} {e.arch}",
+                          f"reason {e.reason!r}, rose_from {'set' if e.rose_from else 'missing'}",
+                          f"edit {LEDGER}: both set (reason from {', '.join(REASONS)}) or both null")
+
+
 def not_run(i: Inputs) -> Iterable[Finding]:
     """Which existing cells this run gave no verdict for, grouped by check and set."""
     judged = {r.key for r in i.run.results}
@@ -227,7 +262,7 @@ def not_run(i: Inputs) -> Iterable[Finding]:
 
 
 RULES: tuple[Rule, ...] = (verdicts, unlisted, stale_entries, over_cap, bad_reasons, seals, sealed_evidence,
-                           duplicates, schemas, not_run)
+                           duplicates, schemas, sass_levels, not_run)
 
 
 def compare(run: RunSummary, ledger: Ledger, sealed: dict[str, Seal], allowed: AllowedDuplicates,

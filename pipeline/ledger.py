@@ -8,7 +8,9 @@ the ratchet's rules:
 - a cell the ledger says passes may not come back as ``fail`` (fix it instead);
 - the cap ``max_not_pass`` is never raised by bless alone: without ``accept_new`` the
   not-passing entries must fit the old cap, and the cap is tightened to their number;
-  with ``accept_new`` it is raised by exactly the not-passing entries new to the ledger.
+  with ``accept_new`` it is raised by exactly the not-passing entries new to the ledger;
+- the SASS levels (``sass``, per kernel x arch) follow drops and refuse a rise unless
+  ``accept_slower`` gives its reason (pipeline.sass_ratchet.bless_sass).
 
 ledger.json holds one entry per line (see :func:`dump_ledger`) so a diff is one line
 per cell that changed.
@@ -22,7 +24,8 @@ from typing import Iterable, get_args
 from pipeline.artifacts import read_committed, rel, write_atomic
 from pipeline.config import LEDGER_FILE
 from pipeline.errors import BlessRefused
-from pipeline.models import CellKey, CellResult, Ledger, Verdict
+from pipeline.models import CellKey, CellResult, Ledger, SassEntry, Verdict
+from pipeline.sass_ratchet import Levels, bless_sass
 
 # The fixed list of reasons a cell may be non-pass, and what each means.
 REASONS: dict[str, str] = {
@@ -48,19 +51,23 @@ def cell_name(key: CellKey) -> str:
 
 # --- the ledger file ---------------------------------------------------------------------
 
-def make_ledger(entries: Iterable[CellResult], max_not_pass: int) -> Ledger:
+def make_ledger(entries: Iterable[CellResult], max_not_pass: int, sass: Iterable[SassEntry] = ()) -> Ledger:
     """A ledger with sorted entries and their tally."""
     entries = sorted(entries, key=lambda e: e.key)
     counts = {v: sum(1 for e in entries if e.verdict == v) for v in get_args(Verdict)}
-    return Ledger(max_not_pass=max_not_pass, counts=counts, entries=entries)
+    return Ledger(max_not_pass=max_not_pass, counts=counts, entries=entries,
+                  sass=sorted(sass, key=lambda e: e.key))
 
 
 def dump_ledger(ledger: Ledger) -> str:
     """JSON with one compact entry per line, so a diff shows one line per changed cell."""
-    lines = [json.dumps(e.model_dump(mode="json"), separators=(", ", ": ")) for e in ledger.entries]
+    def rows(records) -> str:
+        lines = [f"    {json.dumps(r.model_dump(mode='json'), separators=(', ', ': '))}" for r in records]
+        return ",\n".join(lines) + ("\n" if lines else "")
+
     head = (f'{{\n  "schema_version": {ledger.schema_version},\n  "max_not_pass": {ledger.max_not_pass},\n'
             f'  "counts": {json.dumps(ledger.counts)},\n  "entries": [\n')
-    return head + ",\n".join(f"    {line}" for line in lines) + ("\n" if lines else "") + "  ]\n}\n"
+    return head + rows(ledger.entries) + '  ],\n  "sass": [\n' + rows(ledger.sass) + "  ]\n}\n"
 
 
 def read_ledger(path: Path = LEDGER_FILE) -> Ledger:
@@ -80,14 +87,21 @@ def listing(keys: list[CellKey], limit: int = 4) -> str:
 
 
 def bless(old: Ledger | None, universe: list[CellKey], results: list[CellResult],
-          accept_new: bool = False) -> tuple[Ledger, list[str]]:
+          accept_new: bool = False, sass: Levels | None = None,
+          accept_slower: str | None = None) -> tuple[Ledger, list[str]]:
     """The next ledger from a run, and the lines that account for it.
 
     ``universe`` is every cell that exists: old entries outside it are dropped (stale);
     cells of it without a result keep their old entry. Raises :class:`BlessRefused`
-    (and the caller writes nothing) on a fail where the ledger said pass, or when the
-    not-passing entries would not fit the cap this bless may set.
+    (and the caller writes nothing) on a fail where the ledger said pass, when the
+    not-passing entries would not fit the cap this bless may set, or on a SASS rise
+    (``sass``: the current levels) that ``accept_slower`` does not give a reason for.
     """
+    if accept_slower is not None and accept_slower not in REASONS:
+        raise BlessRefused(f"bless refused: accept_slower={accept_slower!r} is not a reason; "
+                           f"use one of {', '.join(REASONS)}")
+    archs = {(kernel, target) for kernel, check, target in universe if check == "ptxas"}
+    sass_entries, sass_notes = bless_sass(old.sass if old else [], sass or {}, archs, accept_slower)
     old_entries = {e.key: e for e in (old.entries if old else [])}
     old_cap = old.max_not_pass if old else 0
     exists = set(universe)
@@ -115,7 +129,7 @@ def bless(old: Ledger | None, universe: list[CellKey], results: list[CellResult]
                 else "; fix them")
         raise BlessRefused(f"bless refused: {len(not_pass)} entries not passing, over the cap {cap} "
                            f"(new: {listing(added) or 'none'}){hint}")
-    ledger = make_ledger(new.values(), cap if accept_new else len(not_pass))
+    ledger = make_ledger(new.values(), cap if accept_new else len(not_pass), sass_entries)
     notes = []
     if accept_new:
         notes.append(f"cap: old {old_cap} + {len(added)} new not-passing "
@@ -128,12 +142,14 @@ def bless(old: Ledger | None, universe: list[CellKey], results: list[CellResult]
     unreasoned = [e.key for e in ledger.entries if e.verdict != "pass" and e.reason not in REASONS]
     if unreasoned:
         notes.append(f"give a reason ({', '.join(REASONS)}) in {rel(LEDGER_FILE)} to: {listing(unreasoned, 20)}")
-    return ledger, notes
+    return ledger, notes + sass_notes
 
 
 def bless_file(universe: list[CellKey], results: list[CellResult], accept_new: bool = False,
-               path: Path = LEDGER_FILE) -> tuple[Ledger, list[str]]:
+               path: Path = LEDGER_FILE, sass: Levels | None = None,
+               accept_slower: str | None = None) -> tuple[Ledger, list[str]]:
     """:func:`bless` the ledger at ``path`` and write it; a refusal raises before any write."""
-    ledger, notes = bless(read_committed(path, Ledger) if path.exists() else None, universe, results, accept_new)
+    ledger, notes = bless(read_committed(path, Ledger) if path.exists() else None, universe, results, accept_new,
+                          sass, accept_slower)
     write_ledger(ledger, path)
     return ledger, notes

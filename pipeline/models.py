@@ -210,6 +210,38 @@ class SealedVerify(Record):
     shapes: list[SealedShape]
 
 
+class SassFigures(Record):
+    """One loop body's issue cost per warp per trip (pipeline.sass): SASS instructions and
+    LSU instructions per IMMA."""
+
+    sass_per_imma: float
+    lsu_per_imma: float
+
+
+class SassLevel(Record):
+    """A kernel's SASS figures on one arch: the steady-state (fast) body and the
+    predicated tail body, each absent when the loop has none."""
+
+    fast: SassFigures | None = None
+    tail: SassFigures | None = None
+
+
+class SassEntry(Record):
+    """The ledger's SASS level for one kernel x arch: what the gate holds the current
+    counts to (pipeline.sass_ratchet). A rise is recorded only with a reason from
+    pipeline.ledger.REASONS; ``rose_from`` then keeps the level before the rise."""
+
+    kernel: str
+    arch: str
+    level: SassLevel
+    reason: str | None = None
+    rose_from: SassLevel | None = None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.kernel, self.arch)
+
+
 class Seal(Document):
     """ledger/seals/<kernel>.json: what was verified, pinned by content.
 
@@ -225,6 +257,7 @@ class Seal(Document):
     ptxas: list[PtxasArch]
     verify: SealedVerify
     tests: TestCounts
+    sass: dict[str, SassLevel] = {}  # arch -> figures of the sealed PTX
     sealed_at: str
 
 
@@ -258,6 +291,7 @@ class Ledger(Document):
     max_not_pass: int = Field(ge=0)
     counts: dict[Verdict, int]
     entries: list[CellResult]
+    sass: list[SassEntry] = []  # sorted by (kernel, arch)
 
     @model_validator(mode="after")
     def _consistent(self) -> "Ledger":
@@ -270,6 +304,9 @@ class Ledger(Document):
         tally = {v: sum(1 for e in self.entries if e.verdict == v) for v in get_args(Verdict)}
         if dict(self.counts) != tally:
             raise ValueError(f"counts {dict(self.counts)} do not add up to the entries' {tally}")
+        sass = [e.key for e in self.sass]
+        if sass != sorted(set(sass)):
+            raise ValueError("sass entries are not unique and sorted by (kernel, arch)")
         return self
 
     @property
@@ -321,3 +358,4 @@ class RunSummary(Document):
     kernels: list[KernelState]
     duplicates: list[DuplicateGroup]
     schema_drift: list[str] = []  # schemas/ files that differ from the models (pipeline.schemas)
+    sass: dict[str, dict[str, SassLevel]] = {}  # kernel -> arch -> figures of the current PTX

@@ -1,6 +1,7 @@
 """A run's verdicts as the artifacts on disk tell them: one :class:`CellResult` per cell.
 
-Cells are ``ptxas`` per arch, ``verify`` per "set/shape" and ``tests`` per kernel.
+Cells are ``ptxas`` per arch, ``verify`` per "set/shape" and ``tests`` per kernel; beside
+them, each kernel's SASS figures per arch (pipeline.sass_ratchet) of the current PTX.
 Every stage records its evidence, a failure included (ptxas's error line per arch, a
 verify report with its mismatches or launch error, the kernel tests' counts), so
 collecting never runs a tool: it reads and classifies.
@@ -20,6 +21,8 @@ from pipeline.models import (
     CellKey, CellResult, EmitResult, KernelState, KernelTestRun, PtxasReport, RunSummary, Shape,
     Verdict, VerifyReport,
 )
+from pipeline.sass import SassReport
+from pipeline.sass_ratchet import current_figures
 from pipeline.shapes import select_sets
 from pipeline.sources import source_sha256
 from pipeline.verify import verdict as verify_line
@@ -152,11 +155,15 @@ def summarize(sets: tuple[str, ...]) -> RunSummary:
         raise ArtifactError(f"{rel(config.TESTS_JSON)}: the kernels' tests could not be collected: {tests.errors[0]}")
     universe = select_sets(tuple(dict.fromkeys((*config.VERIFY_SETS, *sets))))
     results = collect(sources, config.ARCHS, {s: universe[s] for s in sets}, tests)
-    states = []
+    states, counted = [], []
     for kernel, source in sources.items():
         emitted = read_present(config.emit_json(kernel), EmitResult)
         current = emitted is not None and emitted.source_sha256 == source
         states.append(KernelState(kernel=kernel, source_sha256=source,
                                   ptx_sha256=emitted.ptx_sha256 if current else "(not emitted)"))
+        report = read_present(config.sass_json(kernel), SassReport) if current else None
+        if report is not None and report.ptx_sha256 == emitted.ptx_sha256:
+            counted.append(report)
     return RunSummary(cells=cells(sources, config.ARCHS, universe), results=results,
-                      kernels=states, duplicates=find_duplicates(), schema_drift=drift())
+                      kernels=states, duplicates=find_duplicates(), schema_drift=drift(),
+                      sass=current_figures(counted))

@@ -2,12 +2,13 @@
 
 A seal records the kernel's source hash (its module and the kernels/ modules it
 imports: pipeline.sources), its PTX
-sha256 and size, ptxas figures per arch, the verify evidence of every shape of the
+sha256 and size, ptxas figures per arch, the SASS per IMMA and LSU per IMMA of its loop
+bodies per arch (pipeline.sass_ratchet), the verify evidence of every shape of the
 sealed sets, and the counts of the kernel's own tests. It is stale as soon as the
 current source or PTX hash differs, so nothing verified can change silently.
 
 Sealing refuses, and writes nothing, unless every shape of the sealed sets passed
-verify on the current PTX, the ptxas report is of the current PTX, and none of the
+verify on the current PTX, the ptxas and SASS reports are of the current PTX, and none of the
 kernel's tests failed. ``sealed_at`` is information: a re-seal of unchanged evidence
 leaves the file as it was.
 """
@@ -17,9 +18,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from pipeline.artifacts import check_artifact, read_committed, read_model, rel, write_model
-from pipeline.config import SEALS_DIR, emit_json, ptx_path, ptxas_json, verify_json
+from pipeline.config import SEALS_DIR, emit_json, ptx_path, ptxas_json, sass_json, verify_json
 from pipeline.errors import ArtifactError, SealRefused
 from pipeline.results import verify_results
+from pipeline.sass import SassReport
+from pipeline.sass_ratchet import current_figures
 from pipeline.models import (
     EmitResult, KernelState, KernelTestRun, PtxasReport, Seal, SealedShape, SealedVerify, Shape,
     TestCounts, VerifyReport,
@@ -40,6 +43,9 @@ def build_seal(kernel: str, source_sha256: str, sets: dict[str, tuple[Shape, ...
     ptxas = read_model(ptxas_json(kernel), PtxasReport)
     if ptxas.ptx_sha256 != emitted.ptx_sha256:
         raise SealRefused(f"seal {kernel}: {rel(ptxas_json(kernel))} is of other PTX; run doit ptxas")
+    counted = read_model(sass_json(kernel), SassReport)
+    if counted.ptx_sha256 != emitted.ptx_sha256:
+        raise SealRefused(f"seal {kernel}: {rel(sass_json(kernel))} is of other PTX; run doit sass")
     for cell in verify_results(kernel, sets, emitted):
         if cell.verdict != "pass":
             raise SealRefused(f"seal {kernel}: verify {cell.target} did not pass: {cell.blocker}")
@@ -65,6 +71,7 @@ def build_seal(kernel: str, source_sha256: str, sets: dict[str, tuple[Shape, ...
                                 mismatches=r.mismatches, rows_checked=r.rows_checked) for r in reports],
         ),
         tests=counts or TestCounts.model_validate(dict.fromkeys(TestCounts.model_fields, 0)),
+        sass=current_figures([counted]).get(kernel, {}),
         sealed_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
     )
 

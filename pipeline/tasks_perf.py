@@ -21,7 +21,7 @@ from kernels.spec import KernelSpec
 from pipeline import config, perf_model, sass
 from pipeline.bench_record import Prediction as BenchPrediction
 from pipeline.artifacts import read_model, rel, write_atomic, write_model
-from pipeline.config import ARTIFACTS
+from pipeline.config import ARTIFACTS, SASS_DIR, sass_json
 from pipeline.errors import UserError
 from pipeline.models import PtxasReport, Shape
 from pipeline.perf_model import MemoryRow
@@ -31,13 +31,6 @@ from pipeline.shapes import select_sets
 from pipeline.cmdline import var
 from pipeline.report import table
 from pipeline.tasks_build import fails_on_user_error, one_line_failure
-
-SASS_DIR = ARTIFACTS / "sass"
-
-
-def sass_json(kernel: str) -> Path:
-    return SASS_DIR / f"{kernel}.json"
-
 
 def _tool_versions() -> dict[str, Any]:
     """What a SASS record depends on besides the PTX; a missing tool is not an error here

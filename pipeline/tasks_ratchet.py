@@ -3,12 +3,13 @@
 - ``doit kernel_tests``: the kernel-marked tests under the assertcount plugin ->
   artifacts/tests/kernel_tests.json (re-runs when a .py under tests/, kernels/ or
   pipeline/ changes). A failing test is evidence; only a run that wrote no counts fails.
-- ``doit seal`` (``seal:<kernel>``): verify of the sealed sets (config.VERIFY_SETS) and
-  the kernel tests first, then ledger/seals/<kernel>.json; refuses, writing nothing,
-  when a sealed shape did not pass (pipeline.seal).
-- ``doit bless`` / ``doit bless accept_new=1``: ledger/ledger.json from the last run's
-  artifacts, under the ratchet's rules (pipeline.ledger.bless); runs nothing itself.
-- ``doit gate``: depends on the emit, ptxas and verify cells of the chosen sets and on
+- ``doit seal`` (``seal:<kernel>``): verify of the sealed sets (config.VERIFY_SETS), the
+  SASS counts and the kernel tests first, then ledger/seals/<kernel>.json; refuses,
+  writing nothing, when a sealed shape did not pass (pipeline.seal).
+- ``doit bless`` / ``doit bless accept_new=1`` / ``doit bless accept_slower=<reason>``:
+  ledger/ledger.json from the last run's artifacts, under the ratchet's rules
+  (pipeline.ledger.bless); runs nothing itself.
+- ``doit gate``: depends on the emit, ptxas, sass and verify cells of the chosen sets and on
   kernel_tests (the same tasks and database as ``doit verify``: what the gate ran is up
   to date afterwards), then judges (pipeline.gate.main); its exit status (0 green,
   1 red, 2 unreadable input) is doit's, through SystemExit.
@@ -63,7 +64,8 @@ def _seal(kernel: str) -> None:
     written = write_seal(seal)
     print(f"{kernel}: {'sealed' if written else 'seal unchanged'} in {rel(seal_path(kernel))} "
           f"({len(seal.verify.shapes)} shapes on {seal.verify.backend}, tests {seal.tests.passed}/"
-          f"{seal.tests.total} passed, {seal.tests.vacuous} vacuous, {seal.tests.invariants} invariants)")
+          f"{seal.tests.total} passed, {seal.tests.vacuous} vacuous, {seal.tests.invariants} invariants, "
+          f"SASS per IMMA on {len(seal.sass)} archs)")
 
 
 @fails_on_user_error
@@ -73,14 +75,16 @@ def task_seal() -> Iterator[dict]:
     cells = [c for c in verify_plan().cells if c[1] in config.VERIFY_SETS]
     for kernel in KERNELS:
         verify = [cell_task(*c) for c in cells if c[0] == kernel]
-        yield {"name": kernel, "actions": [(_seal, [kernel])], "task_dep": [*verify, f"ptxas:{kernel}", "kernel_tests"],
+        yield {"name": kernel, "actions": [(_seal, [kernel])],
+               "task_dep": [*verify, f"ptxas:{kernel}", f"sass:{kernel}", "kernel_tests"],
                "uptodate": [False], "verbosity": 2}
 
 
 @one_line_failure
 def _bless() -> None:
     run = summarize(config.VERIFY_SETS)
-    ledger, notes = bless_file(run.cells, run.results, var("accept_new") == "1")
+    ledger, notes = bless_file(run.cells, run.results, var("accept_new") == "1", sass=run.sass,
+                               accept_slower=var("accept_slower") or None)
     print(f"blessed {rel(config.LEDGER_FILE)}: {len(ledger.entries)} entries {dict(ledger.counts)}, "
           f"max_not_pass {ledger.max_not_pass}")
     for note in notes:
@@ -88,7 +92,8 @@ def _bless() -> None:
 
 
 def task_bless() -> dict:
-    """Write ledger/ledger.json from the last run (accept_new=1 raises the cap by the new entries)."""
+    """Write ledger/ledger.json from the last run (accept_new=1 raises the cap by the new entries;
+    accept_slower=<reason> records a SASS per IMMA rise with that reason)."""
     return {"actions": [_bless], "uptodate": [False], "verbosity": 2}
 
 
@@ -99,12 +104,13 @@ def _gate(sets: list[str]) -> None:
 
 
 def task_gate() -> dict:
-    """CI: emit, ptxas, verify (shape=, backend=) and kernel tests up to date, then judge them vs ledger and seals."""
+    """CI's gate: brings emit, ptxas, sass, verify (shape=, default the sealed sets) and the kernel
+    tests up to date, then judges them against ledger, seals and the duplicate-body rule."""
     try:
         cells = verify_plan().cells
     except UserError as exc:
         return failing_task(str(exc))
-    deps = [f"emit:{k}" for k in KERNELS] + [f"ptxas:{k}" for k in KERNELS]
+    deps = [f"{task}:{k}" for task in ("emit", "ptxas", "sass") for k in KERNELS]
     sets = list(dict.fromkeys(shape_set for _, shape_set, _ in cells))
     return {"actions": [(_gate, [sets])], "task_dep": deps + [cell_task(*c) for c in cells] + ["kernel_tests"],
             "uptodate": [False], "verbosity": 2,

@@ -4,7 +4,7 @@
   ``--test-counts=PATH`` (and enable_assertion_pass_hook), counts each kernel's tests
   for seals and the ledger.
 - pytester: tests/test_assertcount.py runs small pytest sessions through it.
-- ``fake_artifacts``: emit/ptxas/verify results written into a tmp artifacts tree,
+- ``fake_artifacts``: emit/ptxas/verify/sass results written into a tmp artifacts tree,
   so ledger, seal and gate logic is tested without emitting or running a kernel.
 - ``tmp_doit``: runs ``python -m doit`` on a small dodo written in a tmp folder
   (the ratchet's tasks with their inputs swapped for fixtures).
@@ -23,6 +23,7 @@ from pipeline import config
 from pipeline.artifacts import sha256_bytes, write_atomic, write_model
 from pipeline.config import ROOT
 from pipeline.models import EmitResult, Mismatch, PtxasArch, PtxasReport, Shape, VerifyReport
+from pipeline.sass import Body, SassArch, SassReport
 
 pytest_plugins = ["pipeline.assertcount", "pytester"]
 
@@ -66,9 +67,25 @@ class FakeArtifacts:
         write_model(config.verify_json(emitted.kernel, shape_set, shape.name), report)
         return report
 
+    def sass(self, emitted: EmitResult, instructions: int = 84, lsu: int = 16, archs: tuple[str, ...] = ("sm_80", "sm_90"),
+             ptx_sha256: str | None = None) -> SassReport:
+        """A SASS report whose fast and tail bodies issue ``instructions`` and ``lsu`` (tail:
+        twice as many) per 8 IMMA."""
+        def body(scale: int) -> Body:
+            n, m = instructions * scale, lsu * scale
+            return Body(runs=["0x100-0x400"], instructions=n, nops=0, imma=8, lsu=m, classes={"tensor": 8},
+                        per_imma=n / 8, lsu_per_imma=m / 8, guarded_global_loads=scale - 1)
+
+        report = SassReport(kernel=emitted.kernel, ptx_sha256=ptx_sha256 or emitted.ptx_sha256, ptxas_version="12.9",
+                            nvdisasm_version="13.0", archs=[SassArch(arch=a, instructions=300, loops=[], steady_loop="0x100",
+                                                                     fast=body(1), tail=body(2)) for a in archs])
+        write_model(config.sass_json(emitted.kernel), report)
+        return report
+
     def all_pass(self, kernel: str, source: str = "src") -> EmitResult:
         emitted = self.emit(kernel, source)
         self.ptxas(emitted)
+        self.sass(emitted)
         for shape_set, shapes in SHAPES.items():
             for shape in shapes:
                 self.verify(emitted, shape_set, shape)
@@ -77,7 +94,7 @@ class FakeArtifacts:
 
 @pytest.fixture
 def fake_artifacts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeArtifacts:
-    for name in ("PTX_DIR", "PTXAS_DIR", "VERIFY_DIR"):
+    for name in ("PTX_DIR", "PTXAS_DIR", "VERIFY_DIR", "SASS_DIR"):
         monkeypatch.setattr(config, name, tmp_path / "artifacts" / name.lower())
     return FakeArtifacts(tmp_path)
 

@@ -12,13 +12,18 @@ from pipeline.ledger import dump_ledger, make_ledger
 from pipeline.results import cells
 from pipeline.models import (
     AllowedDuplicate, AllowedDuplicates, CellResult, DuplicateGroup, FunctionRef, KernelState,
-    PtxasArch, RunSummary, Seal, SealedShape, SealedVerify, Shape, TestCounts,
+    PtxasArch, RunSummary, SassEntry, SassFigures, SassLevel, Seal, SealedShape, SealedVerify, Shape, TestCounts,
 )
 
 KERNELS = ("kern_a", "kern_b")
 UNIVERSE = cells(KERNELS, ("sm_80", "sm_90"), {"smoke": (Shape(name="tiny", R=1, K=1, N=1),)})
 BLOCKED = ("kern_b", "ptxas", "sm_90")
 TINY = ("kern_a", "verify", "smoke/tiny")
+ARCHS = ("sm_80", "sm_90")
+LEVEL = SassLevel(fast=SassFigures(sass_per_imma=10.0, lsu_per_imma=2.0),
+                  tail=SassFigures(sass_per_imma=21.5, lsu_per_imma=4.75))
+SLOWER = LEVEL.model_copy(update={"fast": SassFigures(sass_per_imma=11.0, lsu_per_imma=2.0)})
+FASTER = LEVEL.model_copy(update={"tail": SassFigures(sass_per_imma=21.5, lsu_per_imma=4.5)})
 
 
 def ref(path: str, qualname: str, line: int = 1) -> FunctionRef:
@@ -43,16 +48,20 @@ def seal(kernel: str, ptx: str = "p") -> Seal:
                for a in config.ARCHS],
         verify=SealedVerify(backend="emulator", device="cpu-emulator", shapes=[
             SealedShape(shape_set="smoke", shape="tiny", R=1, K=1, N=1, mismatches=0, rows_checked=1)]),
-        tests=TestCounts(passed=2, failed=0, skipped=0, total=2, vacuous=0, invariants=1), sealed_at="2025-01-01")
+        tests=TestCounts(passed=2, failed=0, skipped=0, total=2, vacuous=0, invariants=1),
+        sass={a: LEVEL for a in config.ARCHS}, sealed_at="2025-01-01")
 
 
 def green() -> gate.Inputs:
     """A consistent world: every cell as the ledger says (one blocked, inside the cap),
-    every kernel sealed at its current hashes, the one duplicate allowed."""
+    every kernel sealed at its current hashes, the SASS figures at the ledger's levels,
+    the one duplicate allowed."""
     results = [result(k, "blocked" if k == BLOCKED else "pass") for k in UNIVERSE]
     run = RunSummary(cells=UNIVERSE, results=results, duplicates=[ALLOWED_PAIR],
-                     kernels=[KernelState(kernel=k, source_sha256=f"s-{k}", ptx_sha256=f"p-{k}") for k in KERNELS])
-    ledger = make_ledger(results, max_not_pass=1)
+                     kernels=[KernelState(kernel=k, source_sha256=f"s-{k}", ptx_sha256=f"p-{k}") for k in KERNELS],
+                     sass={k: dict.fromkeys(ARCHS, LEVEL) for k in KERNELS})
+    ledger = make_ledger(results, max_not_pass=1,
+                         sass=[SassEntry(kernel=k, arch=a, level=LEVEL) for k in KERNELS for a in ARCHS])
     allowed = AllowedDuplicates(allowed=[AllowedDuplicate(functions=[m.name for m in ALLOWED_PAIR.members],
                                                           reason="kept apart on purpose")])
     return gate.Inputs(run, ledger, {k: seal(k) for k in KERNELS}, allowed)
@@ -74,7 +83,25 @@ def with_result(i: gate.Inputs, key, verdict: str) -> gate.Inputs:
 
 
 def with_entries(i: gate.Inputs, entries, cap=None) -> gate.Inputs:
-    return i._replace(ledger=make_ledger(entries, i.ledger.max_not_pass if cap is None else cap))
+    return i._replace(ledger=make_ledger(entries, i.ledger.max_not_pass if cap is None else cap, i.ledger.sass))
+
+
+def with_counted(i: gate.Inputs, level: SassLevel | None, kernel="kern_a", arch="sm_90") -> gate.Inputs:
+    """The world with one kernel x arch counted at ``level`` now (None: not counted)."""
+    archs = {a: v for a, v in i.run.sass[kernel].items() if a != arch} | ({arch: level} if level else {})
+    return i._replace(run=i.run.model_copy(update={"sass": {**i.run.sass, kernel: archs}}))
+
+
+def with_sass_entry(i: gate.Inputs, entry: SassEntry | None, kernel="kern_a", arch="sm_90") -> gate.Inputs:
+    """The world with the ledger's SASS entry for one kernel x arch replaced (None: removed)."""
+    entries = [e for e in i.ledger.sass if e.key != (kernel, arch)] + ([entry] if entry else [])
+    return i._replace(ledger=make_ledger(i.ledger.entries, i.ledger.max_not_pass, entries))
+
+
+def accepted(i: gate.Inputs, reason="known-bug") -> gate.Inputs:
+    """A rise to SLOWER on kern_a sm_90 that the ledger accepted with ``reason``."""
+    entry = SassEntry(kernel="kern_a", arch="sm_90", level=SLOWER, reason=reason, rose_from=LEVEL)
+    return with_counted(with_sass_entry(i, entry), SLOWER)
 
 
 def replace_entry(i: gate.Inputs, key, **update) -> gate.Inputs:
@@ -115,6 +142,16 @@ PLANTED = {
     "duplicate body": (lambda i: i._replace(run=i.run.model_copy(update={"duplicates": [ALLOWED_PAIR, COPY]})),
                        "DUPLICATE BODY", gate.duplicates),
     "stale allowance": (lambda i: i._replace(run=i.run.model_copy(update={"duplicates": []})), "STALE", gate.duplicates),
+    "seal lacks SASS figures": (lambda i: i._replace(seals={**i.seals, "kern_a": i.seals["kern_a"].model_copy(
+        update={"sass": {}})}), "BAD SEAL", gate.sealed_evidence),
+    "sass slower": (lambda i: with_counted(i, SLOWER), "SLOWER", gate.sass_levels),
+    "sass faster": (lambda i: with_counted(i, FASTER), "FASTER", gate.sass_levels),
+    "sass not counted": (lambda i: with_counted(i, None), "MISSING", gate.sass_levels),
+    "sass not in the ledger": (lambda i: with_sass_entry(i, None), "MISSING", gate.sass_levels),
+    "sass rise accepted with a reason": (accepted, "ACCEPTED SLOWER", gate.sass_levels),
+    "sass rise with a bad reason": (lambda i: accepted(i, reason="flaky"), "BAD REASON", gate.sass_levels),
+    "sass reason without rose_from": (lambda i: with_sass_entry(i, SassEntry(
+        kernel="kern_a", arch="sm_90", level=LEVEL, reason="known-bug")), "BAD REASON", gate.sass_levels),
 }
 
 
@@ -144,8 +181,9 @@ def test_a_gate_without_one_rule_misses_its_planted_cases(rule):
         assert findings(planted, tuple(r for r in gate.RULES if r is not rule)) == []
 
 
-def test_only_not_run_is_informational():
-    assert {k for k in gate.Kind.__args__ if not gate.Finding(k, "", "", "").red} == {"NOT RUN"}
+def test_only_not_run_faster_and_accepted_slower_are_informational():
+    assert {k for k in gate.Kind.__args__ if not gate.Finding(k, "", "", "").red} == {
+        "NOT RUN", "FASTER", "ACCEPTED SLOWER"}
     line = str(findings(PLANTED["unexpected pass"][0](green()))[0])
     assert line.startswith("UNEXPECTED PASS  kern_b ptxas sm_90: ledger blocked, now pass  -> doit bless")
 
@@ -167,6 +205,30 @@ def test_finding_lines_name_the_cell_or_file_and_the_fix():
                         "Unsupported .version 9.0  -> fix it (doit verify shape=smoke backend=emulator)")
     assert lines[1].startswith("STALE SEAL  ledger/seals/kern_a.json: PTX changed (old-kern_a -> p-kern_a)  -> doit seal:kern_a")
     assert lines[2].startswith("DUPLICATE BODY  kernels/ops.py::scale:10: same body as pipeline/bench.py::scale:20  -> import")
+
+
+def test_sass_lines_name_kernel_arch_ledger_vs_now_and_the_command():
+    lines = [str(f) for name in ("sass slower", "sass faster", "sass not counted", "sass not in the ledger",
+                                 "sass rise accepted with a reason")
+             for f in findings(PLANTED[name][0](green()))]
+    assert lines == [
+        "SLOWER  kern_a sm_90: fast SASS/IMMA 10 in the ledger -> 11 now  -> find what the change added to the "
+        "loop (doit sass:summary, artifacts/sass/), or doit bless accept_slower=<reason>",
+        "INFO FASTER  kern_a sm_90: tail LSU/IMMA 4.75 in the ledger -> 4.5 now  -> doit seal && doit bless "
+        "(records the new level)",
+        "MISSING  kern_a sm_90: fast+tail SASS/IMMA, LSU/IMMA in the ledger, not counted now"
+        "  -> doit sass, then doit seal && doit bless",
+        "MISSING  kern_a sm_90: fast+tail SASS/IMMA, LSU/IMMA counted now, "
+        "not in the ledger  -> doit sass, then doit seal && doit bless",
+        "INFO ACCEPTED SLOWER  kern_a sm_90: fast SASS/IMMA 10 -> 11 accepted: known-bug  -> bring it back down, "
+        "then doit seal && doit bless (clears the reason)",
+    ]
+
+
+def test_a_further_rise_past_an_accepted_one_is_red():
+    further = SLOWER.model_copy(update={"fast": SassFigures(sass_per_imma=12.0, lsu_per_imma=2.0)})
+    found = findings(with_counted(accepted(green()), further))
+    assert [(f.kind, f.red) for f in found] == [("SLOWER", True), ("ACCEPTED SLOWER", False)]
 
 
 # --- main: exit status ---------------------------------------------------------------------
@@ -196,13 +258,25 @@ def test_main_green_red_and_informational(world, capsys):
     assert out.splitlines()[0].startswith("STALE SEAL  ledger/seals/kern_a.json") and "gate: RED" in out
 
 
+@pytest.mark.parametrize("plant, code", [("sass slower", 1), ("sass rise accepted with a reason", 0),
+                                         ("sass faster", 0)])
+def test_main_reads_the_ledgers_sass_levels(world, monkeypatch, capsys, plant, code):
+    """The levels go through ledger.json and back: a rise is red, an accepted one or a drop is not."""
+    planted = PLANTED[plant][0](green())
+    world["ledger"].write_text(dump_ledger(planted.ledger))
+    monkeypatch.setattr(gate, "summarize", lambda sets: planted.run)
+    assert gate.main([]) == code
+    assert PLANTED[plant][1] in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("damage", [
     lambda p: p["ledger"].write_text("{ not json"),
     lambda p: p["ledger"].unlink(),
     lambda p: p["ledger"].write_text(p["ledger"].read_text().replace('"blocked": 1', '"blocked": 0')),
     lambda p: (p["seals"] / "kern_a.json").write_text('{"kernel": "kern_a"}'),
     lambda p: p["allowed"].write_text("allowed: [{functions: [a, b]}]\n"),
-], ids=["ledger-json", "ledger-missing", "ledger-counts", "seal", "allowed"])
+    lambda p: p["ledger"].write_text(p["ledger"].read_text().replace('"arch": "sm_80"', '"arch": "sm_90"')),
+], ids=["ledger-json", "ledger-missing", "ledger-counts", "seal", "allowed", "ledger-sass-twice"])
 def test_unreadable_input_exits_2_with_no_verdict(world, capsys, damage):
     damage(world)
     assert gate.main([]) == 2

@@ -25,9 +25,14 @@ from kernels.registry import KERNELS
 from pipeline.artifacts import sha256_file
 from pipeline.checker import ContentChecker, targets_intact
 from pipeline.config import ROOT
+from pipeline.ledger import dump_ledger, make_ledger, read_ledger
+from pipeline.models import SassEntry
+from pipeline.sass import SassReport
+from pipeline.sass_ratchet import current_figures
 
 EMIT = {f"emit:{k}" for k in KERNELS}
 PTXAS = {f"ptxas:{k}" for k in KERNELS}
+SASS = {f"sass:{k}" for k in KERNELS}
 
 
 class Run(NamedTuple):
@@ -226,7 +231,7 @@ def test_user_errors_fail_only_the_tasks_that_read_them(project):
 def test_unknown_variable_is_refused(project):
     run = doit(project, "verify", "shap=smoke")
     assert (run.rc, run.out) == (3, "")
-    assert run.err == "error: unknown variable 'shap'; known: shape, backend, force, gpu, model, ceiling, accept_new, format\n"
+    assert run.err == "error: unknown variable 'shap'; known: shape, backend, force, gpu, model, ceiling, accept_new, format, accept_slower\n"
 
 
 def test_bad_shapes_yaml_blocks_only_what_reads_it(project):
@@ -296,8 +301,9 @@ def test_gate_then_verify_reruns_nothing(project):
     what it ran is up to date afterwards (a gate on its own database re-ran 55 tasks here)."""
     (project / "artifacts" / "verify").exists() and shutil.rmtree(project / "artifacts" / "verify")
     gate = doit(project, "gate", "shape=smoke")
-    assert CELLS | {"kernel_tests", "gate"} <= gate.ran, gate.out + gate.err
+    assert CELLS | SASS | {"kernel_tests", "gate"} <= gate.ran, gate.out + gate.err
     assert "gate: " in gate.out and "Traceback" not in gate.out + gate.err
+    assert doit(project, "sass").ran == {"sass:summary"}  # the counts the gate judged are up to date
     after = doit(project, "verify", "shape=smoke")
     assert after.rc == 0 and after.ran == set()
     assert after.out == ("ptxas: 3 kernels (all up to date): all within budget on sm_80, sm_86, sm_89, sm_90\n"
@@ -316,6 +322,36 @@ def test_gate_judges_a_failing_cell(project):
     failures = re.findall(r"^UNEXPECTED FAILURE  hslm_fwd_s8 verify smoke/(\w+): ledger pass, now fail: .* mismatches",
                           gate.out, re.M)
     assert sorted(failures) == sorted(SMOKE)
+
+
+@pytest.mark.parametrize("accepted", [False, True], ids=["slower", "accepted-with-reason"])
+def test_gate_judges_the_sass_counts_against_the_ledger(project, accepted):
+    """A ledger level below the current count: SLOWER, red; the same rise accepted with a
+    reason: informational. The counts come from the graph's own up-to-date sass task."""
+    ledger_file = project / "ledger" / "ledger.json"
+    original = ledger_file.read_text()
+    assert doit(project, "sass").rc == 0  # up to date first (an earlier test may have edited a kernel)
+    reports = [SassReport.model_validate_json((project / f"artifacts/sass/{k}.json").read_text()) for k in KERNELS]
+    now = current_figures(reports)
+    best = now["hslm_fwd_s8"]["sm_80"].fast.model_copy(update={"sass_per_imma": 1.0})
+    lower = now["hslm_fwd_s8"]["sm_80"].model_copy(update={"fast": best})
+    entries = [SassEntry(kernel=k, arch=a, level=v) for k, archs in now.items() for a, v in archs.items()]
+    planted = [e.model_copy(update={"reason": "known-bug", "rose_from": lower} if accepted else {"level": lower})
+               if e.key == ("hslm_fwd_s8", "sm_80") else e for e in entries]
+    ledger = read_ledger(ledger_file)
+    try:
+        ledger_file.write_text(dump_ledger(make_ledger(ledger.entries, ledger.max_not_pass, planted)))
+        run = doit(project, "gate", "shape=smoke")
+    finally:
+        ledger_file.write_text(original)
+    assert not SASS & run.ran and "Traceback" not in run.out + run.err
+    current = now["hslm_fwd_s8"]["sm_80"].fast.sass_per_imma
+    if accepted:
+        assert f"INFO ACCEPTED SLOWER  hslm_fwd_s8 sm_80: fast SASS/IMMA 1 -> {current:g} accepted: known-bug" in run.out
+        assert "\nSLOWER" not in run.out
+    else:
+        assert run.rc == 1
+        assert f"\nSLOWER  hslm_fwd_s8 sm_80: fast SASS/IMMA 1 in the ledger -> {current:g} now  -> " in run.out
 
 
 def test_interrupted_verify_keeps_the_finished_cells(project):

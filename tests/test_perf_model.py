@@ -1,6 +1,5 @@
 """The performance model (pipeline.perf_model): its assumptions file, each bound worked by
-hand on a small invented loop, occupancy, the emulator memory rows it reads, and the
-SASS ratchet's judging (pipeline.sass_ratchet)."""
+hand on a small invented loop, occupancy, and the emulator memory rows it reads."""
 from __future__ import annotations
 
 import dataclasses
@@ -15,7 +14,6 @@ from kernels.spec import Dims, Launch
 from pipeline import config, perf_model, sass
 from pipeline.errors import UserError
 from pipeline.models import PtxasArch, Shape
-from pipeline.sass_ratchet import current_figures, judge_sass
 
 ASSUMPTIONS = perf_model.load_assumptions()
 H200 = ASSUMPTIONS.gpus["h200"]
@@ -168,36 +166,6 @@ def test_malformed_memory_rows_are_one_line(tmp_path):
     report.write_text(json.dumps({"launch_stats": {"memory": [dict(ROW, wavefronts="many")]}}))
     with pytest.raises(UserError, match=r"launch_stats.memory unreadable.*re-run `doit verify`"):
         perf_model.memory_rows_from_report(report)
-
-
-# ---- the SASS ratchet's judging --------------------------------------------------------
-
-def report(fast: sass.Body | None, arch: str = "sm_90") -> sass.SassReport:
-    entry = SASS.model_copy(update={"arch": arch, "fast": fast})
-    return sass.SassReport(kernel="k", ptx_sha256="0" * 64, ptxas_version="12.9.86", nvdisasm_version="13.5.37",
-                           archs=[entry])
-
-
-def test_ratchet_unchanged_is_silent_and_the_seal_record_round_trips():
-    sealed = current_figures([report(FAST)])
-    assert sealed == {"k": {"sm_90": (10.0, 0.875)}}
-    assert judge_sass(sealed, [report(FAST)]) == []
-
-
-def test_ratchet_catches_a_planted_regression():
-    worse = body(88, 8, {"ldg32": 3, "sts128": 1, "lds128": 4})  # one more load per trip
-    findings = judge_sass({"k": {"sm_90": (10.0, 0.875)}}, [report(worse)])
-    assert [(f.kind, f.figure, f.sealed, f.current) for f in findings] == [
-        ("SLOWER", "SASS/IMMA", 10.0, 11.0), ("SLOWER", "LSU/IMMA", 0.875, 1.0)]
-    assert findings[0].line.startswith("SLOWER k sm_90: SASS/IMMA 10 sealed -> 11 now")
-
-
-def test_ratchet_reports_faster_and_missing():
-    better = body(72, 8, FAST.classes)
-    findings = judge_sass({"k": {"sm_90": (10.0, 0.875), "sm_80": (10.0, 0.875)}}, [report(better)])
-    assert [(f.kind, f.arch, f.figure) for f in findings] == [("FASTER", "sm_90", "SASS/IMMA"),
-                                                              ("MISSING", "sm_80", "-")]
-    assert "doit bless" in findings[0].line
 
 
 def test_emulator_memory_rows_when_the_emulator_counts_them(monkeypatch):

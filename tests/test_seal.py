@@ -21,6 +21,8 @@ def test_seal_pins_hashes_ptxas_verify_and_test_counts(fake_artifacts, tmp_path)
     assert [(s.shape_set, s.shape, s.mismatches, s.rows_checked) for s in seal.verify.shapes] == [
         ("smoke", "tiny", 0, 4), ("smoke", "tail", 0, 3)]
     assert seal.tests == COUNTS
+    assert {a: (l.fast.sass_per_imma, l.fast.lsu_per_imma, l.tail.sass_per_imma, l.tail.lsu_per_imma)
+            for a, l in seal.sass.items()} == {"sm_80": (10.5, 2.0, 21.0, 4.0), "sm_90": (10.5, 2.0, 21.0, 4.0)}
     folder = tmp_path / "seals"
     assert write_seal(seal, folder) is True
     again = build_seal("k", "src", SHAPES, TESTS).model_copy(update={"sealed_at": "later"})
@@ -33,6 +35,7 @@ def test_seal_pins_hashes_ptxas_verify_and_test_counts(fake_artifacts, tmp_path)
     (lambda fa, e: fa.verify(e, "smoke", SHAPES["smoke"][0], error="EmulatorError: race"), "verify smoke/tiny did not pass: .*race"),
     (lambda fa, e: fa.verify(e, "smoke", SHAPES["smoke"][0], ptx_sha256="0" * 64), "smoke/tiny did not pass: no verify report for the current PTX"),
     (lambda fa, e: fa.ptxas(e.model_copy(update={"ptx_sha256": "0" * 64})), "is of other PTX; run doit ptxas"),
+    (lambda fa, e: fa.sass(e, ptx_sha256="0" * 64), "k.json is of other PTX; run doit sass"),
     (lambda fa, e: fa.emit("k", source="older"), "older than the source; run doit emit"),
     (lambda fa, e: fa.verify(e, "smoke", SHAPES["smoke"][0], backend="gpu"), "mix backends"),
 ])
