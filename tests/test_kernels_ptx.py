@@ -52,6 +52,19 @@ def test_output_is_stored_or_added_once_per_accumulator(name):
 
 
 @pytest.mark.parametrize("name", per_kernel())
+def test_output_is_staged_through_shared_memory_in_four_passes(name):
+    ptx = KERNELS[name].emit()
+    after = ptx.split("bra.uni chunk;", 1)[1]
+    assert after.index("cp.async.wait_all") < after.index("bar.sync 0;") < after.index("st.shared")
+    stores, adds = after.split("bra.uni add_out;", 1)[1].split("add_out:\n", 1)
+    for path in (stores, adds):
+        # a lane's fragment row holds four consecutive columns per n tile pair: 16 v4 per path
+        assert len(re.findall(r"st\.shared\.v4\.b32 \[", path)) == path.count("st.shared") == 16
+        assert path.count("ld.shared.b32") == 64  # read back as words, one per output element
+        assert path.count("bar.sync 0;") == 2 * 4 - 1  # written / read back, per pass
+
+
+@pytest.mark.parametrize("name", per_kernel())
 def test_staged_loop_copies_ahead_and_reads_fragments_with_ldmatrix(name):
     ptx = KERNELS[name].emit()
     body = loop(ptx)

@@ -206,6 +206,46 @@ def test_an_unswizzled_layout_is_exact_but_conflicted(name):
     assert any(op == "ldmatrix" for op, _, _ in conflicted(name, ptx))
 
 
+def epilogue_traffic(name: str, ptx: str | None = None) -> list:
+    """The memory rows after the chunk loop (the staged output) of a 256-row launch whose
+    output rows are whole 128-byte lines (widths 192 and 256)."""
+    spec = get_kernel(name)
+    fn = Module(code=ptx or spec.emit()).get_function(name)
+    dims = Dims(256, 192, 256)
+    launch(spec, fn, dims, spec.make_inputs(dims, np.random.default_rng(1)))
+    return [a for a in fn.stats.memory if not a.in_loop and a.opcode in OUTPUT_OPCODES]
+
+
+OUTPUT_OPCODES = ("st.shared", "ld.shared", "st.global", "red.global")
+
+
+@pytest.mark.parametrize("name", per_kernel())
+def test_staged_output_is_conflict_free_and_one_line_per_request(name):
+    rows = epilogue_traffic(name)
+    assert {a.opcode for a in rows} >= {"st.shared", "ld.shared"}
+    assert all(a.wavefronts == a.ideal_wavefronts for a in rows if a.space == "shared")
+    written = [a for a in rows if a.space == "global"]
+    assert written and all(a.lines == a.requests and a.bytes_used == 128 * a.requests for a in written)
+
+
+@pytest.mark.parametrize("name", per_kernel())
+def test_unpadded_output_staging_is_caught_conflicted(name, monkeypatch):
+    monkeypatch.setattr(staged_tile, "staging_row_words", lambda run: staged_tile.TILE_N)
+    rows = epilogue_traffic(name)
+    assert any(a.wavefronts > a.ideal_wavefronts for a in rows if a.opcode == "st.shared")
+
+
+@pytest.mark.parametrize("name", per_kernel())
+def test_lanes_off_consecutive_columns_are_caught_uncoalesced(name):
+    """Plant: the read-back lane's global column is 4 lane, not lane."""
+    ptx = get_kernel(name).emit()
+    lane = re.search(r"and\.b32 (%r\d+), %r\d+, 31;", ptx).group(1)
+    ptx, count = re.subn(rf"add\.u32 (%r\d+), (%r\d+), {lane};", rf"mad.lo.u32 \1, {lane}, 4, \2;", ptx)
+    assert count == 1
+    written = [a for a in epilogue_traffic(name, ptx) if a.space == "global"]
+    assert any(a.lines > a.requests for a in written)
+
+
 LOGICAL = {"hslm_fwd_s8": ("x", "w"), "hslm_dx_s8": ("dy", "w"), "hslm_dw_s8": ("x", "dy")}
 
 
