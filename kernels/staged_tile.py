@@ -57,7 +57,7 @@ COPIES = STAGE_BYTES // PIECE // THREADS  # 16-byte copies per thread per chunk
 WORDS = B_BYTES // PIECE // THREADS  # packed W words per thread per chunk
 ROWS_PER_PASS = THREADS // PIECES  # rows one pass of all threads' 16-byte pieces covers
 SHARED_ALIGN = 128  # swizzled addresses flip bit 5 with xor: the base keeps bits 0-6 clear
-TARGET_CTAS = 264  # split-K aims at two CTAs per SM of a 132-SM GPU (H100/H200)
+TARGET_CTAS = 132  # split-K fills at most one CTA per SM of a 132-SM GPU (H100/H200)
 MIN_SPLIT_CHUNKS = 2  # a split runs at least this many chunks (its copy-ahead prologue amortised)
 
 
@@ -70,13 +70,15 @@ class Plan(NamedTuple):
 
 
 def split_k(rows: int, cols: int, contraction: int) -> Plan:
-    """The one split-K rule: split the contraction while the output tiles alone fill
-    fewer than TARGET_CTAS CTAs, keeping at least MIN_SPLIT_CHUNKS chunks per split.
-    Splits add their partial sums into a zeroed output with red.global.add.s32 (exact:
-    int32 addition wraps, so any order gives the same, in-range, total)."""
+    """The one split-K rule: split the contraction into as many parts as keep the
+    launch within TARGET_CTAS CTAs (one per SM), keeping at least MIN_SPLIT_CHUNKS
+    chunks per split. A split beyond one CTA per SM shortens no SM's chunk loop (two
+    CTAs on one SM share its issue and L1) but adds a red.global epilogue, so it stops
+    there. Splits add their partial sums into a zeroed output with red.global.add.s32
+    (exact: int32 addition wraps, so any order gives the same, in-range, total)."""
     tiles = -(-rows // TILE_M) * -(-cols // TILE_N)
     chunks = -(-contraction // CHUNK_K)
-    wanted = min(-(-TARGET_CTAS // tiles), chunks // MIN_SPLIT_CHUNKS)
+    wanted = min(TARGET_CTAS // tiles, chunks // MIN_SPLIT_CHUNKS)
     per_split = -(-chunks // max(1, wanted))
     return Plan(splits=-(-chunks // per_split), span=per_split * CHUNK_K)
 

@@ -277,7 +277,7 @@ def test_split_k_with_plain_stores_is_caught(name):
 
 
 @pytest.mark.parametrize("name", per_kernel())
-def test_the_split_rule_fills_the_target_and_keeps_two_chunks_per_split(name):
+def test_the_split_rule_stays_within_one_cta_per_sm_and_keeps_two_chunks_per_split(name):
     module = importlib.import_module(f"kernels.{name}")
     for dims in (Dims(27, 243, 243), Dims(1782, 729, 243), Dims(4096, 4096, 4096), Dims(1, 1, 1)):
         plan = module.plan(dims)
@@ -286,4 +286,13 @@ def test_the_split_rule_fills_the_target_and_keeps_two_chunks_per_split(name):
         assert geo.grid[2] == plan.splits == -(-contraction // plan.span) and plan.span % 64 == 0
         assert plan.splits == 1 or plan.span >= 128  # at least two chunks per split
         tiles = geo.grid[0] * geo.grid[1]
-        assert plan.splits == 1 or tiles * (plan.splits - 1) < 264  # no split beyond the target
+        assert plan.splits == 1 or tiles * plan.splits <= 132  # no split beyond one CTA per SM
+
+
+@pytest.mark.kernel("hslm_fwd_s8")
+def test_the_split_rule_leaves_84_tiles_unsplit_and_splits_28_four_ways():
+    """ffn_up at 1782 rows: 84 tiles, a split would put 168 CTAs on 132 SMs; ffn_down:
+    28 tiles x 12 chunks, 4 splits of 3 chunks fill 112 SMs (6 of 2 would be 168)."""
+    module = importlib.import_module("kernels.hslm_fwd_s8")
+    assert module.plan(Dims(1782, 243, 729)).splits == 1
+    assert module.plan(Dims(1782, 729, 243)) == staged_tile.Plan(splits=4, span=192)
