@@ -441,10 +441,10 @@ def emit_staged(ptx: Ptx, at: Coords, a: StagedRows, b: Source, k_limit: str, ou
     ptx.barrier()  # every warp's last fragments are read: the A ring is free for the output
     out = Epilogue(ptx, at, acc, a.ring, b, out, rows, cols, stages * STAGE_BYTES)
     ptx.branch("add_out", guard=ptx.setp("gt", ptx.special("%nctaid.z"), 1, "u32"))
-    out.emit(lambda ptr, value, offset, ok: ptx.store("global", "s32", ptr, value, offset, guard=ok))
+    out.emit(lambda ptr, value, offset, ok: ptx.store("global", "s32", ptr, value, offset, guard=ok), "store")
     ptx.branch("out_done")
     ptx.label("add_out")
-    out.emit(lambda ptr, value, offset, ok: ptx.red_add(ptr, value, offset, guard=ok))
+    out.emit(lambda ptr, value, offset, ok: ptx.red_add(ptr, value, offset, guard=ok), "add")
     ptx.label("out_done")
 
 
@@ -507,8 +507,10 @@ class Epilogue:
         read_row = 8 * j
         return (read_row // 16) * WARP_M + read_row % 16
 
-    def emit(self, put) -> None:
-        """All passes, each output word given to ``put(ptr, value, byte offset, ok)``."""
+    def emit(self, put, path: str) -> None:
+        """All passes, each output word given to ``put(ptr, value, byte offset, ok)``;
+        ``path`` names this copy's labels. A warp skips reading back and storing a row
+        past the last (the row is the same for all its lanes)."""
         ptx = self.ptx
         for mi in range(self.PASSES):
             if mi:
@@ -520,10 +522,12 @@ class Epilogue:
                               8 * half * self.row_bytes + 4 * first)
             ptx.barrier()  # the pass is written
             for j in range(self.READ_ROWS):
+                skip = f"{path}_written_{mi}_{j}"
                 step = 16 * mi + self.tile_row(j)
                 row = ptx.add(self.first_row, step) if step else self.first_row
-                left = ptx.selp(self.cols_left, 0, ptx.setp("lt", row, self.rows, "u32"))
+                ptx.branch(skip, guard=ptx.setp("ge", row, self.rows, "u32"))
                 ptr = ptx.byte_offset(self.out, ptx.mad(row, self.cols, self.col), 4)
                 for c in range(self.COLUMN_GROUPS):
                     value = ptx.load("shared", "b32", self.read_at, 8 * j * self.row_bytes + 128 * c)
-                    put(ptr, value, 128 * c, ptx.setp("gt", left, 32 * c))
+                    put(ptr, value, 128 * c, ptx.setp("gt", self.cols_left, 32 * c))
+                ptx.label(skip)

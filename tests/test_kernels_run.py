@@ -246,6 +246,38 @@ def test_lanes_off_consecutive_columns_are_caught_uncoalesced(name):
     assert any(a.lines > a.requests for a in written)
 
 
+SHORT = {"hslm_fwd_s8": Dims(27, 128, 128), "hslm_dx_s8": Dims(27, 128, 128), "hslm_dw_s8": Dims(128, 128, 27)}
+
+
+def staged_requests(name: str, ptx: str | None = None) -> dict[str, int]:
+    """Requests of the output's memory lines for an output of 27 rows x 128 columns (one split)."""
+    spec = get_kernel(name)
+    fn = Module(code=ptx or spec.emit()).get_function(name)
+    dims = SHORT[name]
+    assert spec.geometry(dims).grid == (1, 1, 1)
+    inputs = spec.make_inputs(dims, np.random.default_rng(3))
+    assert np.array_equal(launch(spec, fn, dims, inputs), spec.reference(dims, inputs))
+    return {op: sum(a.requests for a in fn.stats.memory if not a.in_loop and a.opcode == op)
+            for op in ("st.shared", "ld.shared", "st.global")}
+
+
+@pytest.mark.parametrize("name", per_kernel())
+def test_rows_past_the_last_are_not_read_back(name):
+    got = staged_requests(name)
+    # all fragments staged (4 passes x 2 halves x 8 warps x two v4); 27 rows read back and
+    # stored, each in 4 column groups
+    assert got == {"st.shared": 4 * 2 * 8 * 2, "ld.shared": 27 * 4, "st.global": 27 * 4}
+
+
+@pytest.mark.parametrize("name", per_kernel())
+def test_reading_back_every_row_is_caught_out_of_bounds(name):
+    ptx, count = re.subn(r"\t@%p\d+ bra\.uni (store|add)_written_\d_\d;\n", "", get_kernel(name).emit())
+    assert count == 2 * 4 * 4
+    with pytest.raises(EmulatorError) as info:
+        staged_requests(name, ptx)
+    assert info.value.kind == "out_of_bounds" and "st.global" in info.value.text
+
+
 LOGICAL = {"hslm_fwd_s8": ("x", "w"), "hslm_dx_s8": ("dy", "w"), "hslm_dw_s8": ("x", "dy")}
 
 
