@@ -205,7 +205,8 @@ class Ptx:
 
     # -- control -------------------------------------------------------------------------
     def branch(self, target: str, guard: str | None = None) -> None:
-        """A uniform branch: every thread of the launch takes the same way."""
+        """A non-divergent branch: every active thread of a warp takes the same way (PTX ISA
+        bra.uni); the kernels' branches are uniform over the launch or over a warp."""
         self.ins("bra.uni", target, guard=guard)
 
     # -- tensor core ------------------------------------------------------------------

@@ -29,6 +29,9 @@ Layout of the work:
   so the next copies may go there.
 
 The loop is uniform: every thread runs ceil(K / 64) chunks, only the copy sizes differ.
+After it the A ring is reused to stage the output (``Epilogue``): fragments go to
+shared memory, whole rows come back, and each global request is 32 consecutive words
+instead of 8 rows of 4 words (8 to 10 lines for 128 useful bytes).
 """
 from __future__ import annotations
 
@@ -54,7 +57,7 @@ COPIES = STAGE_BYTES // PIECE // THREADS  # 16-byte copies per thread per chunk
 WORDS = B_BYTES // PIECE // THREADS  # packed W words per thread per chunk
 ROWS_PER_PASS = THREADS // PIECES  # rows one pass of all threads' 16-byte pieces covers
 SHARED_ALIGN = 128  # swizzled addresses flip bit 5 with xor: the base keeps bits 0-6 clear
-TARGET_CTAS = 264  # split-K aims at two CTAs per SM of a 132-SM GPU (H100/H200)
+TARGET_CTAS = 132  # split-K fills at most one CTA per SM of a 132-SM GPU (H100/H200)
 MIN_SPLIT_CHUNKS = 2  # a split runs at least this many chunks (its copy-ahead prologue amortised)
 
 
@@ -67,13 +70,15 @@ class Plan(NamedTuple):
 
 
 def split_k(rows: int, cols: int, contraction: int) -> Plan:
-    """The one split-K rule: split the contraction while the output tiles alone fill
-    fewer than TARGET_CTAS CTAs, keeping at least MIN_SPLIT_CHUNKS chunks per split.
-    Splits add their partial sums into a zeroed output with red.global.add.s32 (exact:
-    int32 addition wraps, so any order gives the same, in-range, total)."""
+    """The one split-K rule: split the contraction into as many parts as keep the
+    launch within TARGET_CTAS CTAs (one per SM), keeping at least MIN_SPLIT_CHUNKS
+    chunks per split. A split beyond one CTA per SM shortens no SM's chunk loop (two
+    CTAs on one SM share its issue and L1) but adds a red.global epilogue, so it stops
+    there. Splits add their partial sums into a zeroed output with red.global.add.s32
+    (exact: int32 addition wraps, so any order gives the same, in-range, total)."""
     tiles = -(-rows // TILE_M) * -(-cols // TILE_N)
     chunks = -(-contraction // CHUNK_K)
-    wanted = min(-(-TARGET_CTAS // tiles), chunks // MIN_SPLIT_CHUNKS)
+    wanted = min(TARGET_CTAS // tiles, chunks // MIN_SPLIT_CHUNKS)
     per_split = -(-chunks // max(1, wanted))
     return Plan(splits=-(-chunks // per_split), span=per_split * CHUNK_K)
 
@@ -141,15 +146,27 @@ def nk_read_offset(ptx: Ptx, at: Coords) -> str:
     return swizzled(ptx, ptx.mad(at.warp_n, WARP_N, ptx.band(at.lane, 7)), ptx.shr(at.lane, 3))
 
 
-def natural_columns(ptx: Ptx, at: Coords) -> str:
-    """D column of this lane's c0 with B's n tiles in natural order (tile nt: 8nt..8nt+7)."""
-    return ptx.add(ptx.mad(at.warp_n, WARP_N, ptx.shl(ptx.band(at.lane, 3), 1)), at.n_base)
+def paired_columns(ptx: Ptx, at: Coords) -> str:
+    """D column of this lane's c0 when n tiles 2p and 2p + 1 interleave in pairs of
+    columns: lane (g, t) holds columns 16p + 4t .. 16p + 4t + 3 of its row, one
+    st.shared.v4 when the output is staged (``Epilogue``)."""
+    return ptx.add(ptx.mad(at.warp_n, WARP_N, ptx.shl(ptx.band(at.lane, 3), 2)), at.n_base)
+
+
+def paired_column_of_row(ptx: Ptx, row: str) -> str:
+    """The D column (past n_base) that [n][k] B row ``row`` holds so that its fragments
+    land as ``paired_columns`` says: row 8 tile + n of a warp's 32 is column
+    16 (tile >> 1) + 4 (n >> 1) + 2 (tile & 1) + (n & 1), i.e. bits 3, 2, 1 of the row
+    move to bits 1, 3, 2."""
+    kept = ptx.band(row, ~0b1110 & 0xFFFFFFFF)
+    return ptx.binop("or", ptx.binop("or", kept, ptx.shl(ptx.band(row, 0b0110), 1), "b32"),
+                     ptx.band(ptx.shr(row, 2), 0b0010), "b32")
 
 
 class StagedRows(Source):
     """int8 rows [m][k] (``pitch`` bytes apart) copied into a ring of ``stages`` stages,
     as A (``b=False``: rows are D's rows) or as B stored [n][k] (``b=True``: rows are
-    D's columns).
+    D's columns, B row r holding column ``paired_column_of_row(r)``).
 
     Thread ``tid`` copies piece ``tid & 3`` of rows ``tid >> 2`` + 64 j (j < COPIES):
     the 64 rows of one j are 4 KiB of the stage, an immediate apart. Rows past the last
@@ -165,9 +182,9 @@ class StagedRows(Source):
                  b: bool = False, stages: int = 4, exact_tail: bool = False):
         self.ptx, self.b, self.exact_tail = ptx, b, exact_tail
         row, piece = ptx.shr(at.tid, 2), ptx.band(at.tid, PIECES - 1)
-        ring = ptx.shared_array("b_ring" if b else "a_ring", stages * STAGE_BYTES, SHARED_ALIGN)
+        self.ring = ring = ptx.shared_array("b_ring" if b else "a_ring", stages * STAGE_BYTES, SHARED_ALIGN)
         self.copy_at = ptx.add(ring, swizzled(ptx, row, piece))
-        first = ptx.add(at.n_base if b else at.m_base, row)
+        first = ptx.add(at.n_base, paired_column_of_row(ptx, row)) if b else ptx.add(at.m_base, row)
         rows_j = [ptx.add(first, ROWS_PER_PASS * j) for j in range(COPIES)]
         piece_at = ptx.byte_offset(ptr, ptx.mad(piece, PIECE, at.k_first), 1)
         self.src = [ptx.byte_offset(piece_at, r, pitch) for r in rows_j]
@@ -176,15 +193,16 @@ class StagedRows(Source):
         self.k_left = ptx.sub(ptx.sub(k_limit, at.k_first), ptx.shl(piece, 4))  # row bytes from this piece on
         if b:
             self.read_at = ptx.add(ring, nk_read_offset(ptx, at))
-            self.col_first = natural_columns(ptx, at)
+            self.col_first = paired_columns(ptx, at)
         else:  # ldmatrix rows (l & 7) + 8 ((l >> 3) & 1) = l & 15 of each m16 tile, piece l >> 4
             read_row = ptx.mad(at.warp_m, WARP_M, ptx.band(at.lane, 15))
             self.read_at = ptx.add(ring, swizzled(ptx, read_row, ptx.shr(at.lane, 4)))
 
     @staticmethod
     def col_offset(tile: int, e: int) -> int:
-        """As B: D column of fragment element (tile, c_e) past ``col_first`` (natural n order)."""
-        return 8 * tile + e
+        """As B: D column of fragment element (tile, c_e) past ``col_first`` (4t), B's rows
+        in ``paired_column_of_row`` order: 16 (tile >> 1) + 2 (tile & 1) + e."""
+        return 16 * (tile >> 1) + 2 * (tile & 1) + e
 
     def issue(self, stage_offset: str | int) -> None:
         """Copy the next chunk into the stage at ``stage_offset``; step to the one after."""
@@ -257,8 +275,8 @@ class DecodedTernary(TernaryTiles):
     """B[k][n] = ternary W, packed column n = D's column, decoded into shared as [n][k]
     (forward: the packed order runs along k, so a word is a piece of one row).
 
-    Thread ``tid`` owns word ``tid & 3`` of the chunk in columns ``tid >> 2`` + 64 j
-    (j < WORDS). Columns past N read column N - 1 and words past the column's last read
+    Thread ``tid`` owns word ``tid & 3`` of the chunk in B rows ``tid >> 2`` + 64 j
+    (j < WORDS), which hold the columns ``paired_column_of_row`` names. Columns past N read column N - 1 and words past the column's last read
     its last: those B values meet only zero-filled A pieces (k >= Kp) or are never
     stored (n >= N). Lane l reads row l & 7 of each n8 tile at piece l >> 3 with one
     ``ldmatrix.x4``: the tile's B registers for both k steps.
@@ -269,14 +287,14 @@ class DecodedTernary(TernaryTiles):
         words_per_col = ptx.shr(ptx.add(in_features, CODES_PER_WORD - 1), 4)  # Kp / 16
         self.last_word = ptx.sub(words_per_col, 1)
         last_col = ptx.sub(cols, 1)
-        first = ptx.add(at.n_base, col)
+        first = ptx.add(at.n_base, paired_column_of_row(ptx, col))
         columns = [ptx.binop("min", ptx.add(first, ROWS_PER_PASS * j), last_col, "u32")
                    for j in range(WORDS)]
         self.col_ptr = [ptx.byte_offset(w_ptr, ptx.mul(c, words_per_col), 4) for c in columns]
         self.word = ptx.add(word, ptx.shr(at.k_first, 4))  # advances by PIECES per chunk
         super().__init__(ptx, swizzled(ptx, col, word), nk_read_offset(ptx, at),
                          ptx.shared_array("b_tiles", 2 * B_BYTES, SHARED_ALIGN))
-        self.col_first = natural_columns(ptx, at)
+        self.col_first = paired_columns(ptx, at)
 
     def fetch(self) -> list[str]:
         """The packed words of the next chunk (clamped inside the column); steps on."""
@@ -330,7 +348,7 @@ class DecodedTernaryKMajor(TernaryTiles):
         super().__init__(ptx, swizzled_k_major(ptx, row, word),
                          swizzled_k_major(ptx, read_row, ptx.shl(at.warp_n, 1)),
                          ptx.shared_array("b_tiles", 2 * B_BYTES, SHARED_ALIGN))
-        self.col_first = ptx.add(ptx.mad(at.warp_n, WARP_N, ptx.shl(ptx.band(lane, 3), 2)), at.n_base)
+        self.col_first = paired_columns(ptx, at)
 
     def fetch(self) -> list[str]:
         """The packed words of the next chunk's rows, zero past the last row; steps on."""
@@ -383,9 +401,10 @@ def ring_step(ptx: Ptx, offset: str, stages: int, steps: int, into: str | None =
 
 def emit_staged(ptx: Ptx, at: Coords, a: StagedRows, b: Source, k_limit: str, out: str,
                 rows: str, cols: str, stages: int = STAGES) -> None:
-    """The staged chunk loop over this CTA's split of k and the int32 output: stored
-    when the launch has one split, added with red.global.add.s32 (into a zeroed output)
-    when it has several. Elements outside rows x cols are neither."""
+    """The staged chunk loop over this CTA's split of k and the int32 output, staged
+    through the A ring (``Epilogue``): stored when the launch has one split, added with
+    red.global.add.s32 (into a zeroed output) when it has several. Elements outside
+    rows x cols are neither."""
     acc = [[[ptx.mov(0) for _ in range(4)] for _ in range(N_TILES)] for _ in range(M_TILES)]
     sources = (a, b)
     for stage in range(stages - 1):
@@ -417,28 +436,98 @@ def emit_staged(ptx: Ptx, at: Coords, a: StagedRows, b: Source, k_limit: str, ou
     ring_step(ptx, read_stage, stages, 1, into=read_stage)
     ptx.increment(k_done, CHUNK_K)
     ptx.branch("chunk", guard=ptx.setp("lt", k_done, k_end, "u32"))
-    ptx.cp_async_wait(None)  # no copy outlives the CTA
+    ptx.cp_async_wait(None)  # no copy outlives the CTA or lands in the ring the output reuses
 
-    ptx.comment("D fragment: c0 (g, 2t), c1 (g, 2t+1), c2 (g+8, 2t), c3 (g+8, 2t+1), columns in B's order")
-    g = ptx.shr(at.lane, 2)
-    col = b.col_first
-    cols_left = ptx.sub(cols, col)
-    row0 = ptx.add(ptx.mad(at.warp_m, WARP_M, g), at.m_base)
-    places = []  # (address, byte offset, value, in bounds)
-    for mi in range(M_TILES):
-        for half in (0, 1):
-            row = ptx.add(row0, 16 * mi + 8 * half)
-            left = ptx.selp(cols_left, 0, ptx.setp("lt", row, rows, "u32"))
-            ptr = ptx.byte_offset(out, ptx.mad(row, cols, col), 4)
-            for ni in range(N_TILES):
-                for e in (0, 1):
-                    offset = b.col_offset(ni, e)
-                    places.append((ptr, 4 * offset, acc[mi][ni][2 * half + e], ptx.setp("gt", left, offset)))
+    ptx.barrier()  # every warp's last fragments are read: the A ring is free for the output
+    out = Epilogue(ptx, at, acc, a.ring, b, out, rows, cols, stages * STAGE_BYTES)
     ptx.branch("add_out", guard=ptx.setp("gt", ptx.special("%nctaid.z"), 1, "u32"))
-    for ptr, offset, value, ok in places:
-        ptx.store("global", "s32", ptr, value, offset, guard=ok)
+    out.emit(lambda ptr, value, offset, ok: ptx.store("global", "s32", ptr, value, offset, guard=ok), "store")
     ptx.branch("out_done")
     ptx.label("add_out")
-    for ptr, offset, value, ok in places:
-        ptx.red_add(ptr, value, offset, guard=ok)
+    out.emit(lambda ptr, value, offset, ok: ptx.red_add(ptr, value, offset, guard=ok), "add")
     ptx.label("out_done")
+
+
+def runs(b: Source) -> list[tuple[int, list[tuple[int, int]]]]:
+    """A lane's D fragment elements (n tile, e) of one row grouped into runs of
+    consecutive columns, each run aligned to its length (one st.shared.v2/.v4):
+    [(first column past ``b.col_first``, [(n tile, e), ...])]."""
+    groups: list[list[tuple[int, tuple[int, int]]]] = []
+    for col, element in sorted((b.col_offset(ni, e), (ni, e)) for ni in range(N_TILES) for e in (0, 1)):
+        if groups and groups[-1][-1][0] == col - 1:
+            groups[-1].append((col, element))
+        else:
+            groups.append([(col, element)])
+    length = len(groups[0])
+    assert length in (2, 4) and all(len(g) == length and g[0][0] % length == 0 for g in groups)
+    return [(g[0][0], [element for _, element in g]) for g in groups]
+
+
+def staging_row_words(run: int) -> int:
+    """Words between rows of the staged output: TILE_N plus the words one row's lanes
+    write in one bank phase (4 lanes x ``run``), so the rows of a phase (4 rows of v2,
+    2 rows of v4) start in different banks and fill all 32 once."""
+    return TILE_N + 4 * run
+
+
+class Epilogue:
+    """The CTA's 128 x 128 int32 result, staged through shared memory so that global
+    requests are whole rows: in PASSES passes of PASS_ROWS rows (m tile ``mi`` of both
+    warp rows), each warp writes its fragments of the pass with vector st.shared (one
+    per run of consecutive columns), a barrier, then warp w reads back rows w + 8 j and
+    writes them with consecutive lanes on consecutive columns (32 words = one 128-byte
+    request per row and column group). The output's rows are only 4-byte aligned (odd
+    widths), so the global side is scalar. Rows are padded (``staging_row_words``): the
+    fragment writes are free of bank conflicts, and row reads are conflict-free anyway."""
+
+    PASSES = M_TILES
+    PASS_ROWS = TILE_M // PASSES  # 32: m tile mi of warp rows 0 and 1
+    READ_ROWS = PASS_ROWS // WARPS  # rows each warp reads back per pass
+    COLUMN_GROUPS = TILE_N // 32
+
+    def __init__(self, ptx: Ptx, at: Coords, acc: list[list[list[str]]], buffer: str, b: Source,
+                 out: str, rows: str, cols: str, buffer_bytes: int):
+        self.ptx, self.acc, self.out, self.rows, self.cols = ptx, acc, out, rows, cols
+        self.runs = runs(b)
+        self.row_bytes = 4 * staging_row_words(len(self.runs[0][1]))
+        assert self.PASS_ROWS * self.row_bytes <= buffer_bytes
+        g = ptx.shr(at.lane, 2)
+        fragment_row = ptx.mad(at.warp_m, 16, g)  # row of c0 within the pass
+        tile_col = ptx.sub(b.col_first, at.n_base)
+        self.write_at = ptx.add(buffer, ptx.shl(ptx.mad(fragment_row, self.row_bytes // 4, tile_col), 2))
+        warp = ptx.shr(at.tid, 5)
+        self.read_at = ptx.add(buffer, ptx.mad(warp, self.row_bytes, ptx.shl(at.lane, 2)))
+        self.first_row = ptx.add(at.m_base, warp)
+        self.col = ptx.add(at.n_base, at.lane)
+        self.cols_left = ptx.sub(cols, self.col)
+
+    @staticmethod
+    def tile_row(j: int) -> int:
+        """Row of the CTA tile (less the pass's 16 mi) that read row ``warp + 8 j`` is."""
+        read_row = 8 * j
+        return (read_row // 16) * WARP_M + read_row % 16
+
+    def emit(self, put, path: str) -> None:
+        """All passes, each output word given to ``put(ptr, value, byte offset, ok)``;
+        ``path`` names this copy's labels. A warp skips reading back and storing a row
+        past the last (the row is the same for all its lanes)."""
+        ptx = self.ptx
+        for mi in range(self.PASSES):
+            if mi:
+                ptx.barrier()  # the previous pass is read back
+            for half in (0, 1):
+                for first, run in self.runs:
+                    values = [self.acc[mi][ni][2 * half + e] for ni, e in run]
+                    ptx.store("shared", f"v{len(values)}.b32", self.write_at, values,
+                              8 * half * self.row_bytes + 4 * first)
+            ptx.barrier()  # the pass is written
+            for j in range(self.READ_ROWS):
+                skip = f"{path}_written_{mi}_{j}"
+                step = 16 * mi + self.tile_row(j)
+                row = ptx.add(self.first_row, step) if step else self.first_row
+                ptx.branch(skip, guard=ptx.setp("ge", row, self.rows, "u32"))
+                ptr = ptx.byte_offset(self.out, ptx.mad(row, self.cols, self.col), 4)
+                for c in range(self.COLUMN_GROUPS):
+                    value = ptx.load("shared", "b32", self.read_at, 8 * j * self.row_bytes + 128 * c)
+                    put(ptr, value, 128 * c, ptx.setp("gt", self.cols_left, 32 * c))
+                ptx.label(skip)

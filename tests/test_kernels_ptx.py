@@ -36,9 +36,13 @@ def test_staged_loop_is_one_uniform_body_of_32_mma(name):
     ptx = KERNELS[name].emit()
     body = loop(ptx)
     assert body.count(MMA) == ptx.count(MMA) == 32  # 4 m16 x 4 n8 tiles x 2 k steps per warp
-    # the back edge (no tail body), then the output: stored with one split, added with several
-    assert re.findall(r"\bbra\.uni (\w+);", ptx) == ["chunk", "add_out", "out_done"]
-    assert len(re.findall(r"\bbra\b", ptx)) == 3
+    # the back edge (no tail body), then the output: stored with one split, added with several;
+    # in each, a warp skips reading back rows past the last: 4 passes x 4 rows
+    targets = re.findall(r"\bbra\.uni (\w+);", ptx)
+    skips = [t for t in targets if re.fullmatch(r"(store|add)_written_\d_\d", t)]
+    assert [t for t in targets if t not in skips] == ["chunk", "add_out", "out_done"]
+    assert len(skips) == len(set(skips)) == 2 * 4 * 4
+    assert len(re.findall(r"\bbra\b", ptx)) == len(targets)
     assert body.count("bar.sync 0;") == 1  # one barrier per chunk
 
 
@@ -49,6 +53,19 @@ def test_output_is_stored_or_added_once_per_accumulator(name):
     assert len(re.findall(r"@%p\d+ st\.global\.s32", stores)) == 64  # 4 m16 x 4 n8 x 4 per lane
     assert len(re.findall(r"@%p\d+ red\.global\.add\.s32", adds)) == 64
     assert "red.global.add" not in stores and " st.global" not in adds
+
+
+@pytest.mark.parametrize("name", per_kernel())
+def test_output_is_staged_through_shared_memory_in_four_passes(name):
+    ptx = KERNELS[name].emit()
+    after = ptx.split("bra.uni chunk;", 1)[1]
+    assert after.index("cp.async.wait_all") < after.index("bar.sync 0;") < after.index("st.shared")
+    stores, adds = after.split("bra.uni add_out;", 1)[1].split("add_out:\n", 1)
+    for path in (stores, adds):
+        # a lane's fragment row holds four consecutive columns per n tile pair: 16 v4 per path
+        assert len(re.findall(r"st\.shared\.v4\.b32 \[", path)) == path.count("st.shared") == 16
+        assert path.count("ld.shared.b32") == 64  # read back as words, one per output element
+        assert path.count("bar.sync 0;") == 2 * 4 - 1  # written / read back, per pass
 
 
 @pytest.mark.parametrize("name", per_kernel())

@@ -206,6 +206,78 @@ def test_an_unswizzled_layout_is_exact_but_conflicted(name):
     assert any(op == "ldmatrix" for op, _, _ in conflicted(name, ptx))
 
 
+def epilogue_traffic(name: str, ptx: str | None = None) -> list:
+    """The memory rows after the chunk loop (the staged output) of a 256-row launch whose
+    output rows are whole 128-byte lines (widths 192 and 256)."""
+    spec = get_kernel(name)
+    fn = Module(code=ptx or spec.emit()).get_function(name)
+    dims = Dims(256, 192, 256)
+    launch(spec, fn, dims, spec.make_inputs(dims, np.random.default_rng(1)))
+    return [a for a in fn.stats.memory if not a.in_loop and a.opcode in OUTPUT_OPCODES]
+
+
+OUTPUT_OPCODES = ("st.shared", "ld.shared", "st.global", "red.global")
+
+
+@pytest.mark.parametrize("name", per_kernel())
+def test_staged_output_is_conflict_free_and_one_line_per_request(name):
+    rows = epilogue_traffic(name)
+    assert {a.opcode for a in rows} >= {"st.shared", "ld.shared"}
+    assert all(a.wavefronts == a.ideal_wavefronts for a in rows if a.space == "shared")
+    written = [a for a in rows if a.space == "global"]
+    assert written and all(a.lines == a.requests and a.bytes_used == 128 * a.requests for a in written)
+
+
+@pytest.mark.parametrize("name", per_kernel())
+def test_unpadded_output_staging_is_caught_conflicted(name, monkeypatch):
+    monkeypatch.setattr(staged_tile, "staging_row_words", lambda run: staged_tile.TILE_N)
+    rows = epilogue_traffic(name)
+    assert any(a.wavefronts > a.ideal_wavefronts for a in rows if a.opcode == "st.shared")
+
+
+@pytest.mark.parametrize("name", per_kernel())
+def test_lanes_off_consecutive_columns_are_caught_uncoalesced(name):
+    """Plant: the read-back lane's global column is 4 lane, not lane."""
+    ptx = get_kernel(name).emit()
+    lane = re.search(r"and\.b32 (%r\d+), %r\d+, 31;", ptx).group(1)
+    ptx, count = re.subn(rf"add\.u32 (%r\d+), (%r\d+), {lane};", rf"mad.lo.u32 \1, {lane}, 4, \2;", ptx)
+    assert count == 1
+    written = [a for a in epilogue_traffic(name, ptx) if a.space == "global"]
+    assert any(a.lines > a.requests for a in written)
+
+
+SHORT = {"hslm_fwd_s8": Dims(27, 128, 128), "hslm_dx_s8": Dims(27, 128, 128), "hslm_dw_s8": Dims(128, 128, 27)}
+
+
+def staged_requests(name: str, ptx: str | None = None) -> dict[str, int]:
+    """Requests of the output's memory lines for an output of 27 rows x 128 columns (one split)."""
+    spec = get_kernel(name)
+    fn = Module(code=ptx or spec.emit()).get_function(name)
+    dims = SHORT[name]
+    assert spec.geometry(dims).grid == (1, 1, 1)
+    inputs = spec.make_inputs(dims, np.random.default_rng(3))
+    assert np.array_equal(launch(spec, fn, dims, inputs), spec.reference(dims, inputs))
+    return {op: sum(a.requests for a in fn.stats.memory if not a.in_loop and a.opcode == op)
+            for op in ("st.shared", "ld.shared", "st.global")}
+
+
+@pytest.mark.parametrize("name", per_kernel())
+def test_rows_past_the_last_are_not_read_back(name):
+    got = staged_requests(name)
+    # all fragments staged (4 passes x 2 halves x 8 warps x two v4); 27 rows read back and
+    # stored, each in 4 column groups
+    assert got == {"st.shared": 4 * 2 * 8 * 2, "ld.shared": 27 * 4, "st.global": 27 * 4}
+
+
+@pytest.mark.parametrize("name", per_kernel())
+def test_reading_back_every_row_is_caught_out_of_bounds(name):
+    ptx, count = re.subn(r"\t@%p\d+ bra\.uni (store|add)_written_\d_\d;\n", "", get_kernel(name).emit())
+    assert count == 2 * 4 * 4
+    with pytest.raises(EmulatorError) as info:
+        staged_requests(name, ptx)
+    assert info.value.kind == "out_of_bounds" and "st.global" in info.value.text
+
+
 LOGICAL = {"hslm_fwd_s8": ("x", "w"), "hslm_dx_s8": ("dy", "w"), "hslm_dw_s8": ("x", "dy")}
 
 
@@ -237,7 +309,7 @@ def test_split_k_with_plain_stores_is_caught(name):
 
 
 @pytest.mark.parametrize("name", per_kernel())
-def test_the_split_rule_fills_the_target_and_keeps_two_chunks_per_split(name):
+def test_the_split_rule_stays_within_one_cta_per_sm_and_keeps_two_chunks_per_split(name):
     module = importlib.import_module(f"kernels.{name}")
     for dims in (Dims(27, 243, 243), Dims(1782, 729, 243), Dims(4096, 4096, 4096), Dims(1, 1, 1)):
         plan = module.plan(dims)
@@ -246,4 +318,13 @@ def test_the_split_rule_fills_the_target_and_keeps_two_chunks_per_split(name):
         assert geo.grid[2] == plan.splits == -(-contraction // plan.span) and plan.span % 64 == 0
         assert plan.splits == 1 or plan.span >= 128  # at least two chunks per split
         tiles = geo.grid[0] * geo.grid[1]
-        assert plan.splits == 1 or tiles * (plan.splits - 1) < 264  # no split beyond the target
+        assert plan.splits == 1 or tiles * plan.splits <= 132  # no split beyond one CTA per SM
+
+
+@pytest.mark.kernel("hslm_fwd_s8")
+def test_the_split_rule_leaves_84_tiles_unsplit_and_splits_28_four_ways():
+    """ffn_up at 1782 rows: 84 tiles, a split would put 168 CTAs on 132 SMs; ffn_down:
+    28 tiles x 12 chunks, 4 splits of 3 chunks fill 112 SMs (6 of 2 would be 168)."""
+    module = importlib.import_module("kernels.hslm_fwd_s8")
+    assert module.plan(Dims(1782, 243, 729)).splits == 1
+    assert module.plan(Dims(1782, 729, 243)) == staged_tile.Plan(splits=4, span=192)
