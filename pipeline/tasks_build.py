@@ -35,6 +35,7 @@ from doit.exceptions import TaskFailed
 from doit.tools import config_changed
 
 from kernels.registry import KERNELS
+from kernels.spec import Dims, KernelSpec
 from pipeline import config, report
 from pipeline.artifacts import read_present, rel, write_model
 from pipeline.checker import targets_intact
@@ -244,6 +245,15 @@ def verify_plan() -> VerifyPlan:
     return VerifyPlan(cells, resolve_backend(var("backend")), var("force") == "1")
 
 
+def launch_config(spec: KernelSpec, shape: Shape) -> str:
+    """The cell's launch as data: grid, block, shared bytes and the scalar arguments. A
+    change to a tile or split-K rule that leaves the PTX bytes alone still changes how
+    the cell runs, so the cell re-runs; a comment edit changes none of it."""
+    dims = Dims(shape.R, shape.K, shape.N)
+    scalars = [p.value(dims) if p.value else getattr(dims, p.name) for p in spec.params if p.shape is None]
+    return repr((tuple(spec.geometry(dims)), scalars))
+
+
 def cell_task(kernel: str, shape_set: str, shape: Shape) -> str:
     return f"verify:{kernel}/{shape_set}/{shape.name}"
 
@@ -256,7 +266,8 @@ def task_verify() -> Iterator[dict]:
     checked_by = {k: check_hash(KERNELS[k]) for k in dict.fromkeys(k for k, _, _ in chosen)}
     for kernel, shape_set, shape in chosen:
         params = {"R": shape.R, "K": shape.K, "N": shape.N, "backend": backend,
-                  "seed": seed(kernel, shape), "reference": checked_by[kernel], "emulator": emulator}
+                  "seed": seed(kernel, shape), "reference": checked_by[kernel], "emulator": emulator,
+                  "launch": launch_config(KERNELS[kernel], shape)}
         yield {
             "name": cell_task(kernel, shape_set, shape).split(":", 1)[1],
             "actions": [(_verify, [kernel, shape_set, shape, backend, force])],
