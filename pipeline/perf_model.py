@@ -187,9 +187,10 @@ def wavefronts(classes: dict[str, int]) -> float:
 
 
 def global_bytes(classes: dict[str, int]) -> float:
-    """Bytes a warp's global loads request, at least one 32-B sector each."""
-    return sum(n * max(32.0, class_width(cls) / 8 * 32) for cls, n in classes.items()
-               if cls.startswith("ldg") and class_width(cls))
+    """Bytes a warp's global loads and global->shared copies (LDGSTS) request, at least one
+    32-B sector each."""
+    return sum(n * max(32.0, (class_width(cls) or UNSIZED_LSU_BITS) / 8 * 32) for cls, n in classes.items()
+               if cls.startswith("ldg"))
 
 
 def work(spec: KernelSpec, dims: Dims, sass: SassArch) -> Work:
