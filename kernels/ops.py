@@ -1,6 +1,6 @@
 """The float ops a trainer calls: forward, dX and dW around the int8 kernels.
 
-Each op quantizes its float operands with the DESIGN scales (kernels/quant.py), launches
+Each op quantizes its float operands with symmetric int8 scales (kernels/quant.py), launches
 the integer kernel through :func:`kernels.launch.launch`, and rescales the int32 result:
 
 - forward  Y[r, j]  = s_r beta  * sum_i Xq[r, i] W[i, j]     (s_r: one scale per row of X)

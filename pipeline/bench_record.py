@@ -43,7 +43,7 @@ PEAKS: tuple[tuple[str, float, str], ...] = (
 
 # Relative-error tolerances (||out - ref|| / ||ref||) for the float baselines. Their
 # operands are int8 values / 128, exact in f16, bf16 and f32, so only accumulation and
-# output rounding count: f16 output rounding is 2^-11, bf16 2^-8 (METHOD.md ranges).
+# output rounding count: f16 output rounding is 2^-11, bf16 2^-8 (the unit roundoff of each format).
 # f16 gets the bf16 margin in case cuBLAS accumulates in f16; a wrong layout or a
 # missing scale is off by O(1), far above any of these.
 TOLERANCE: dict[str, float] = {"cublas_f32": 1e-4, "cublas_f16": 1e-2, "torch_bf16": 1e-2}

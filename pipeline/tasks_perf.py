@@ -76,7 +76,7 @@ def _sass(kernel: str) -> None:
 def _sass_summary(kernels: list[str]) -> None:
     rows = [row for k in kernels for row in sass_rows(read_model(sass_json(k), SassReport))]
     print(table(SASS_COLUMNS, rows))
-    print("per warp per loop trip; NOPs left out; fast = predicate-free body, tail = predicated body")
+    print("per warp per loop trip; NOPs left out; fast = steady-state body, tail = predicated tail body (- : the loop has one body)")
 
 
 def task_sass() -> Iterator[dict]:

@@ -2,8 +2,8 @@
 and the shape of the one staged chunk loop (copies ahead, wait, barrier, ldmatrix).
 
 The numbers that matter (exact results) come from running this PTX on the emulator
-(tests/test_kernels_run.py) and on a GPU; these tests pin the structural contract of
-DESIGN.md so a refactor of the emitters cannot drop it silently.
+(tests/test_kernels_run.py) and on a GPU; these tests pin the structural contract the
+README describes so a refactor of the emitters cannot drop it silently.
 """
 import re
 

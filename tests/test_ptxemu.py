@@ -1,7 +1,7 @@
 """The CPU PTX emulator against hand-written PTX whose answer is known.
 
 Each instruction group is checked against a plain-Python model of the PTX ISA text
-(shared/reference/ptx-facts.md), over many threads at once: every thread gets its own
+(the PTX ISA's instruction sections), over many threads at once: every thread gets its own
 operands from global memory, so one launch checks hundreds of cases.
 """
 from __future__ import annotations
@@ -204,7 +204,7 @@ def prmt_model(a: int, b: int, c: int) -> int:
 
 
 @pytest.mark.parametrize("a, b, c, want", [
-    (0x03020100, 0x07060504, 0x7531, 0x07050301),       # ptx-facts 2
+    (0x03020100, 0x07060504, 0x7531, 0x07050301),       # the PTX ISA's prmt example
     (0x00FF0100, 0, 0x3210, 0x00FF0100),
     (0x00FF0100, 0, 0x0123, 0x0001FF00),
     (0x00FF0100, 0, 0x2222, 0xFFFFFFFF),

@@ -1,7 +1,7 @@
 """mma.sync integer fragments: the emulator against the PTX ISA fragment layout.
 
 The fragments are packed here straight from the ISA's per-element formulas
-(ptx-facts.md 1: g = lane >> 2, t = lane % 4), written independently of the
+(PTX ISA, "Matrix Fragments for mma.m16n8k32": g = lane >> 2, t = lane % 4), written independently of the
 emulator's reshapes, then the emulator's D must equal A @ B + C exactly.
 """
 from __future__ import annotations

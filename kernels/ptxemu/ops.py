@@ -530,7 +530,8 @@ def _bar(cx):
 @form(r"mma\.sync\.aligned\.m16n8k(?P<k>16|32)\.row\.col(?P<sat>\.satfinite)?"
       r"\.s32\.(?P<ta>[su]8)\.(?P<tb>[su]8)\.s32")
 def _mma(cx, k, sat, ta, tb):
-    """D(16x8) = A(16xK) B(Kx8) + C per warp, fragments as in the PTX ISA (ptx-facts.md 1):
+    """D(16x8) = A(16xK) B(Kx8) + C per warp, fragments as in the PTX ISA ("Matrix Fragments
+    for mma.m16n8k32"):
     lane l, g = l >> 2, t = l & 3; A reg r byte i holds A[g + 8(r&1)][16(r>>1) + 4t + i],
     B reg r byte i holds B[16r + 4t + i][g], C/D reg r holds C[g + 8(r>>1)][2t + (r&1)].
     The sum is exact (int64), then wraps to int32, or clamps with .satfinite."""
