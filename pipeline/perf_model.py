@@ -40,7 +40,7 @@ from kernels.ptxemu import LaunchStats
 from kernels.spec import Dims, KernelSpec
 from pipeline.artifacts import rel, sha256_file
 from pipeline.errors import UserError
-from pipeline.models import PtxasArch, Record, Shape
+from pipeline.models import MemoryAccess, PtxasArch, Record, Shape
 from pipeline.sass import Body, SassArch, class_width, is_lsu
 
 GPUS_FILE = Path(__file__).with_name("gpus.yaml")
@@ -134,21 +134,6 @@ def gpu(assumptions: Assumptions, name: str) -> GpuModel:
 # ---- the kernel's work, from its spec, SASS and ptxas records ------------------------
 
 
-class MemoryRow(Record):
-    """One memory instruction of an emulator launch (its launch statistics)."""
-
-    line: int
-    opcode: str
-    space: str
-    in_loop: bool
-    requests: int
-    bytes_used: int
-    sectors: int
-    lines: int
-    wavefronts: int
-    ideal_wavefronts: int
-
-
 class Work(Record):
     """What one launch of a kernel on one shape does, per the records."""
 
@@ -232,13 +217,13 @@ def ctas_per_sm(g: GpuModel, warps_per_cta: int, ptxas: PtxasArch) -> int:
 # ---- emulator memory counts ----------------------------------------------------------
 
 
-def memory_rows_from_report(path: Path) -> list[MemoryRow] | None:
+def memory_rows_from_report(path: Path) -> list[MemoryAccess] | None:
     """The ``launch_stats.memory`` rows of a verify report, when it has them."""
     if not Path(path).is_file():
         return None
     try:
         rows = (json.loads(Path(path).read_text()).get("launch_stats") or {}).get("memory")
-        return None if rows is None else [MemoryRow.model_validate(r) for r in rows]
+        return None if rows is None else [MemoryAccess.model_validate(r) for r in rows]
     except (json.JSONDecodeError, ValidationError, AttributeError) as exc:
         raise UserError(f"{rel(path)}: launch_stats.memory unreadable ({str(exc).splitlines()[0]}); "
                         "delete the report and re-run `doit verify`") from None
@@ -252,7 +237,7 @@ def emulator_counts_memory() -> bool:
     return "memory" in LaunchStats._fields
 
 
-def memory_rows_from_emulator(spec: KernelSpec, shape: Shape, ptx: str) -> list[MemoryRow] | None:
+def memory_rows_from_emulator(spec: KernelSpec, shape: Shape, ptx: str) -> list[MemoryAccess] | None:
     """Run the kernel once on the emulator and take its memory rows (None when the
     emulator does not count memory)."""
     if not emulator_counts_memory():
@@ -260,7 +245,7 @@ def memory_rows_from_emulator(spec: KernelSpec, shape: Shape, ptx: str) -> list[
     dims = Dims(shape.R, shape.K, shape.N)
     fn = load_ptx("emulator", ptx, spec.name)
     launch(spec, fn, dims, spec.make_inputs(dims, np.random.default_rng(0)))
-    return [MemoryRow.model_validate(r if isinstance(r, dict) else r._asdict()) for r in fn.stats.memory]
+    return [MemoryAccess.model_validate(r if isinstance(r, dict) else r._asdict()) for r in fn.stats.memory]
 
 
 # ---- bounds --------------------------------------------------------------------------
@@ -366,21 +351,21 @@ def reference_bounds(g: GpuModel, ref: ReferenceClass, rows: int, cols: int, con
     }
 
 
-def l1_wavefronts(row: MemoryRow) -> int:
+def l1_wavefronts(row: MemoryAccess) -> int:
     """L1 data wavefronts of one traced line: shared accesses as the emulator counts their
     bank wavefronts; a global access takes one per distinct 128-byte line a request touches
     (first order: L1TEX returns at most one 128-byte line per wavefront)."""
     return row.wavefronts if row.space == "shared" else row.lines
 
 
-def l1_per_cta(w: Work, memory: list[MemoryRow] | None, source: str) -> tuple[float, str]:
+def l1_per_cta(w: Work, memory: list[MemoryAccess] | None, source: str) -> tuple[float, str]:
     """Wavefronts per CTA: the emulator's when known (``source`` says whence), else SASS ideal."""
     if memory:
         return sum(l1_wavefronts(r) for r in memory if r.space in MEMORY_SPACES) / w.ctas, source
     return w.lsu_wavefronts_per_warp * w.warps_per_cta, "SASS ideal (no emulator memory counts)"
 
 
-def l2_bytes(w: Work, memory: list[MemoryRow] | None) -> float:
+def l2_bytes(w: Work, memory: list[MemoryAccess] | None) -> float:
     """Bytes through L2: the emulator's global sectors x 32 B when known, else what the
     SASS global loads request (one sector at least each)."""
     if memory:
@@ -389,7 +374,7 @@ def l2_bytes(w: Work, memory: list[MemoryRow] | None) -> float:
 
 
 def model_row(spec: KernelSpec, shape: Shape, g: GpuModel, ref: ReferenceClass, sass: SassArch,
-              ptxas: PtxasArch, memory: list[MemoryRow] | None, memory_source: str) -> ModelRow:
+              ptxas: PtxasArch, memory: list[MemoryAccess] | None, memory_source: str) -> ModelRow:
     dims = Dims(shape.R, shape.K, shape.N)
     w = work(spec, dims, sass)
     resident = ctas_per_sm(g, w.warps_per_cta, ptxas)

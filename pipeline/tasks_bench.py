@@ -17,7 +17,6 @@ from doit.tools import config_changed
 
 from kernels.registry import KERNELS
 from pipeline import config
-from pipeline.errors import UserError
 from pipeline.bench import BENCH_DIR, CEILING_N, run_bench
 from pipeline.bench_report import output_paths
 from pipeline.cmdline import var

@@ -24,14 +24,14 @@ from pipeline.bench_record import Prediction as BenchPrediction
 from pipeline.cmdline import var
 from pipeline.config import ARTIFACTS, SASS_DIR, sass_json
 from pipeline.errors import UserError
-from pipeline.models import PtxasReport, Shape
-from pipeline.perf_model import MemoryRow
+from pipeline.models import MemoryAccess, PtxasReport, Shape
 from pipeline.ptxas import PtxasError, find_ptxas, ptxas_version
 from pipeline.report import table
 from pipeline.sass import SassReport, disassembler_version, find_nvdisasm, sass_report
 from pipeline.shapes import select_sets
 from pipeline.tasks_build import fails_on_user_error, one_line_failure
 from pipeline.verify import work
+
 
 def _tool_versions() -> dict[str, Any]:
     """What a SASS record depends on besides the PTX; a missing tool is not an error here
@@ -115,7 +115,7 @@ def model_paths(shape_set: str, gpu_name: str) -> tuple[Path, Path]:
     return stem.with_suffix(".json"), stem.with_name(stem.name + ".predictions.json")
 
 
-def memory_counts(spec: KernelSpec, shape_set: str, shape: Shape, ptx: str) -> tuple[list[MemoryRow] | None, str]:
+def memory_counts(spec: KernelSpec, shape_set: str, shape: Shape, ptx: str) -> tuple[list[MemoryAccess] | None, str]:
     """Emulator memory rows for one cell: the verify report's, else a fresh emulator run's,
     unless the shape is over the emulator's work budget (then none: the SASS ideal stands in)."""
     report = config.verify_json(spec.name, shape_set, shape.name)

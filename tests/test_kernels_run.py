@@ -10,7 +10,6 @@ from kernelcases import per_kernel
 
 from kernels import staged_tile
 from kernels.launch import LaunchError, launch
-from kernels.pitch import pitch
 from kernels.registry import KERNELS, get_kernel
 from kernels.spec import Dims
 from kernels.ptxemu import EmulatorError, Module

@@ -180,6 +180,6 @@ def test_emulator_memory_rows_when_the_emulator_counts_them(monkeypatch):
     monkeypatch.setattr(perf_model, "load_ptx", lambda backend, ptx, entry: Fn())
     monkeypatch.setattr(perf_model, "launch", lambda spec, fn, dims, inputs: launched.append((spec.name, dims)))
     rows = perf_model.memory_rows_from_emulator(FWD, Shape(name="s", R=5, K=7, N=3), "// ptx")
-    assert rows == [perf_model.MemoryRow(**ROW)] and launched == [("hslm_fwd_s8", Dims(5, 7, 3))]
+    assert rows == [perf_model.MemoryAccess(**ROW)] and launched == [("hslm_fwd_s8", Dims(5, 7, 3))]
     monkeypatch.setattr(perf_model, "emulator_counts_memory", lambda: False)
     assert perf_model.memory_rows_from_emulator(FWD, Shape(name="s", R=5, K=7, N=3), "// ptx") is None

@@ -70,7 +70,7 @@ OTHER:
 def test_lanes_that_work_elsewhere_then_reach_the_same_barrier_pass():
     """A block placed after the barrier that jumps back to it: the warp meets at the
     same barrier, so the lanes waiting first are not left behind."""
-    got = launch(f"""
+    got = launch("""
   and.b32 %r8, %r1, 31;
   setp.ge.u32 %p1, %r8, 16;
   mov.u32 %r9, 0;
