@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import stat
 from pathlib import Path
 from typing import Iterable, TypeVar
@@ -158,3 +159,9 @@ def rel(path: Path) -> str:
         return str(Path(path).resolve().relative_to(ROOT))
     except ValueError:
         return str(path)
+
+
+def remove_folder(path: Path) -> None:
+    """A `doit clean` action: the folder and everything in it (what a task wrote for any
+    of its variables, not only the current ones)."""
+    shutil.rmtree(path, ignore_errors=True)

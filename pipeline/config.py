@@ -63,6 +63,7 @@ TESTS_PYCACHE = TESTS_DIR / "pycache"
 TEST_INPUT_DIRS: tuple[Path, ...] = (ROOT / "tests", ROOT / "kernels", ROOT / "pipeline")
 GATE_DIR = ARTIFACTS / "gate"
 BENCH_DIR = ARTIFACTS / "bench"
+MODEL_DIR = ARTIFACTS / "model"
 LEDGER_DIR = ROOT / "ledger"
 LEDGER_FILE = LEDGER_DIR / "ledger.json"
 SEALS_DIR = LEDGER_DIR / "seals"

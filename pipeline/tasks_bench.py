@@ -17,6 +17,7 @@ from doit.tools import config_changed
 
 from kernels.registry import KERNELS
 from pipeline import config
+from pipeline.artifacts import remove_folder
 from pipeline.bench import BENCH_DIR, CEILING_N, run_bench
 from pipeline.bench_report import output_paths
 from pipeline.cmdline import var
@@ -45,6 +46,7 @@ def task_bench() -> dict:
         "file_dep": [str(config.ptx_path(k)) for k in KERNELS]
         + [str(config.SHAPES_FILE)] + [str(p) for p in BENCH_SOURCES] + ([model] if model else []),
         "targets": [str(p) for p in output_paths(BENCH_DIR, shape_set)],
+        "clean": [(remove_folder, [BENCH_DIR])],
         "uptodate": [config_changed({"shape": shape_set, "ceiling": ceiling, "model": model})],
         "verbosity": 2,
     }

@@ -19,10 +19,10 @@ from doit.tools import config_changed
 from kernels.registry import KERNELS
 from kernels.spec import KernelSpec
 from pipeline import config, perf_model, sass
-from pipeline.artifacts import read_model, rel, write_atomic, write_model
+from pipeline.artifacts import read_model, rel, remove_folder, write_atomic, write_model
 from pipeline.bench_record import Prediction as BenchPrediction
 from pipeline.cmdline import var
-from pipeline.config import ARTIFACTS, SASS_DIR, sass_json
+from pipeline.config import MODEL_DIR, SASS_DIR, sass_json
 from pipeline.errors import UserError
 from pipeline.models import MemoryAccess, PtxasReport, Shape
 from pipeline.ptxas import PtxasError, find_ptxas, ptxas_version
@@ -102,7 +102,6 @@ def task_sass() -> Iterator[dict]:
 
 # ---- model ---------------------------------------------------------------------------
 
-MODEL_DIR = ARTIFACTS / "model"
 DEFAULT_MODEL_SET = "hslm"
 MODEL_COLUMNS = ("", "kernel", "shape", "CTAs", "waves", "issue", "tensor", "L1", "latency", "L2", "DRAM",
                  "device us", "per call us", "limiter", "% int8 peak", "ref device us", "ref limiter",
@@ -189,6 +188,7 @@ def task_model() -> Iterator[dict]:
         + [str(perf_model.GPUS_FILE), str(config.SHAPES_FILE), perf_model.__file__]
         + [str(p) for p in reports if p.is_file()],
         "targets": [str(p) for p in model_paths(shape_set, gpu_name)],
+        "clean": [(remove_folder, [MODEL_DIR])],
         "uptodate": [config_changed({"shape": shape_set, "gpu": gpu_name,
                                      "emulator_memory": perf_model.emulator_counts_memory()})],
         "verbosity": 2,

@@ -16,14 +16,13 @@
 """
 from __future__ import annotations
 
-import shutil
 from typing import Iterator
 
 from doit.exceptions import TaskFailed
 
 from kernels.registry import KERNELS
 from pipeline import config, gate
-from pipeline.artifacts import read_model, rel, sweep_temp_files
+from pipeline.artifacts import read_model, rel, remove_folder, sweep_temp_files
 from pipeline.cmdline import describe, var
 from pipeline.errors import UserError
 from pipeline.kernel_tests import run_kernel_tests
@@ -45,8 +44,9 @@ def _kernel_tests() -> TaskFailed | None:
     return TaskFailed(f"kernel tests could not be collected: {run.errors[0]}") if run.errors else None
 
 
-def _remove_folder(path) -> None:
-    shutil.rmtree(path, ignore_errors=True)
+def _sweep_all_temp_files() -> None:
+    """A `doit clean` action (doit wants None or a bool back, not the list swept)."""
+    sweep_temp_files(everything=True)
 
 
 def task_kernel_tests() -> dict:
@@ -54,7 +54,7 @@ def task_kernel_tests() -> dict:
     deps = sorted(str(p) for folder in config.TEST_INPUT_DIRS for p in folder.rglob("*.py")
                   if "__pycache__" not in p.parts)
     return {"actions": [_kernel_tests], "file_dep": deps, "targets": [str(config.TESTS_JSON)], "verbosity": 2,
-            "clean": [(_remove_folder, [config.TESTS_DIR])]}
+            "clean": [(remove_folder, [config.TESTS_DIR])]}
 
 
 @one_line_failure
@@ -114,7 +114,7 @@ def task_gate() -> dict:
     sets = list(dict.fromkeys(shape_set for _, shape_set, _ in cells))
     return {"actions": [(_gate, [sets])], "task_dep": deps + [cell_task(*c) for c in cells] + ["kernel_tests"],
             "uptodate": [False], "verbosity": 2,
-            "clean": [(_remove_folder, [config.GATE_DIR]), (sweep_temp_files, [], {"everything": True})]}
+            "clean": [(remove_folder, [config.GATE_DIR]), (_sweep_all_temp_files, [])]}
 
 
 task_gate.__doc__ = f"CI: emit, ptxas, verify, kernel tests, then judged vs ledger and seals: {describe('shape', 'backend')}"
