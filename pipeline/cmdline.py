@@ -28,12 +28,12 @@ VARIABLES: dict[str, Variable] = {
     "backend": Variable(config.DEFAULT_BACKEND, "|".join(config.BACKENDS), "verify, seal, gate"),
     "force": Variable("0", "0|1", "verify: 1 runs emulator cells over the work budget"),
     "gpu": Variable("h200", "h200|rtx4090|a100 (pipeline/gpus.yaml)", "model"),
-    "model": Variable("", "a predictions file of `doit model` (artifacts/model/<set>-<gpu>.predictions.json)",
-                      "bench: fills the model column"),
-    "ceiling": Variable("8192", "n >= 0", "bench: n of the n^3 cuBLAS int8 ceiling run, 0 skips it"),
+    "model": Variable("", "<artifacts/model/SET-GPU.predictions.json>",
+                      "bench: the model's prediction beside each row (`doit model` writes the file)"),
+    "ceiling": Variable("8192", "<n>", "bench: n of the n^3 cuBLAS int8 ceiling run, 0 skips it"),
     "accept_new": Variable("0", "0|1", "bless: 1 raises the cap by the new not-passing entries"),
     "format": Variable("text", "text|json", "report"),
-    "accept_slower": Variable("", "a reason of pipeline.ledger.REASONS",
+    "accept_slower": Variable("", "<reason> (pipeline.ledger.REASONS)",
                               "bless: records a SASS per IMMA rise with that reason"),
 }
 
@@ -46,7 +46,7 @@ def var(name: str, default: str | None = None) -> str:
 
 def describe(*names: str) -> str:
     """'shape=<...> (default ...), ...' for a task's help line (doit shows one line)."""
-    return ", ".join(f"{n}={VARIABLES[n].values} (default {VARIABLES[n].default})" for n in names)
+    return ", ".join(f"{n}={VARIABLES[n].values} (default {VARIABLES[n].default or 'none'})" for n in names)
 
 
 def unknown_variables() -> list[str]:

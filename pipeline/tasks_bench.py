@@ -20,7 +20,7 @@ from pipeline import config
 from pipeline.artifacts import remove_folder
 from pipeline.bench import BENCH_DIR, CEILING_N, run_bench
 from pipeline.bench_report import output_paths
-from pipeline.cmdline import var
+from pipeline.cmdline import describe, var
 from pipeline.tasks_build import failing_task, one_line_failure
 
 DEFAULT_SET = "hslm"
@@ -50,3 +50,7 @@ def task_bench() -> dict:
         "uptodate": [config_changed({"shape": shape_set, "ceiling": ceiling, "model": model})],
         "verbosity": 2,
     }
+
+
+task_bench.__doc__ = (f"Time every kernel against cuBLAS and torch, GPU only: shape=<set> (default hslm), "
+                      f"{describe('model', 'ceiling')}")

@@ -117,5 +117,6 @@ def task_gate() -> dict:
             "clean": [(remove_folder, [config.GATE_DIR]), (_sweep_all_temp_files, [])]}
 
 
-task_gate.__doc__ = f"CI: emit, ptxas, verify, kernel tests, then judged vs ledger and seals: {describe('shape', 'backend')}"
-task_bless.__doc__ = f"Write ledger/ledger.json from the last run: {describe('accept_new')}"
+task_gate.__doc__ = (f"CI: emit, ptxas, sass, verify, kernel tests, then judged vs ledger and seals: "
+                     f"{describe('shape', 'backend')}")
+task_bless.__doc__ = f"Write ledger/ledger.json from the last run: {describe('accept_new', 'accept_slower')}"
