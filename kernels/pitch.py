@@ -3,8 +3,10 @@
 A 16-byte copy needs a 16-byte aligned source (PTX ISA 9.7.9.25), so every row of a
 staged operand must start on a 16-byte boundary: the row pitch (leading dimension, in
 bytes of int8) is a multiple of ``PITCH_ALIGN`` and at least the row's logical width.
-Bytes between the width and the pitch are never read (the copy's src-size stops at
-the width), so they may hold anything.
+Bytes between the width and the pitch may hold anything: forward and dX copy whole
+16-byte pieces, so the last piece of a row brings some of them along, but they meet W's
+padding codes, which are 0 (``kernels.ternary`` refuses anything else); dW's copies stop
+at R exactly (src-size) and never read them.
 
 A buffer handed over at its logical width (rows packed back to back), or not
 transposed where the kernel reads it transposed, is copied into the kernel's layout by
