@@ -1,6 +1,7 @@
 """hslm_dw_s8: dW[j, i] = sum_r dYq[r, j] Xq[r, i]  (the weight gradient, X^T x dY).
 
-A plain TN GEMM on the staged tile (``kernels/staged_tile.py``): D = dW (N x K, W's
+A plain TN GEMM on the staged tile (``kernels/staged_tile.py``), one PTX entry per CTA
+tile in ``TILES``: D = dW (N x K, W's
 [column][in-feature] order), contraction over rows r. The kernel reads transposed
 copies with r contiguous, rows ``ldr`` = pitch(R) bytes apart: A[m=j][k=r] = dYq^T
 and B[k=r][n=i] = Xq^T stored [i][r]. Both go global -> shared by 16-byte cp.async
@@ -22,42 +23,51 @@ from kernels.reference import exact_matmul
 from kernels.spec import BufferSpec, Dims, GemmForm, KernelSpec, Launch, Operand
 from kernels.testdata import saturating_int8
 
-NAME = "hslm_dw_s8"
+FAMILY = "hslm_dw_s8"
 MAX_ROWS = 131071  # 127 * 127 * 131071 < 2^31 <= 127 * 127 * 131072 + ...
-PARAMS = (
-    BufferSpec("dw", "int32", lambda d: (d.N, d.K)),
-    pitched_transpose("x", lambda d: d.R, lambda d: d.K),  # kernel layout: Xq^T, K x pitch(R)
-    pitched_transpose("dy", lambda d: d.R, lambda d: d.N),  # dYq^T, N x pitch(R)
-    BufferSpec("R", "uint32", None),
-    BufferSpec("K", "uint32", None),
-    BufferSpec("N", "uint32", None),
-    pitch_param("ldr", lambda d: d.R),
-    BufferSpec("kspan", "uint32", None, value=lambda d: plan(d).span),  # k bytes per split
-)
 STAGES = 3  # two rings of 3 x 8 KiB: the 48 KiB of static shared memory
+TILES = (staged_tile.LARGE._replace(stages=STAGES), staged_tile.SMALL._replace(stages=STAGES))
 
 
-def emit() -> str:
-    ptx, p = staged_tile.begin(NAME, PARAMS)
-    at = staged_tile.Coords(ptx, p["kspan"])
-    # A[m=j][k=r] = dYq^T[j, r]: copies stop at R, so B's padding meets zeros
-    a = staged_tile.StagedRows(ptx, at, p["dy"], p["ldr"], rows=p["N"], k_limit=p["R"],
-                               stages=STAGES, exact_tail=True)
-    # B[k=r][n=i] = Xq[r, i], stored [i][r]
-    b = staged_tile.StagedRows(ptx, at, p["x"], p["ldr"], rows=p["K"], k_limit=p["R"], b=True,
-                               stages=STAGES)
-    staged_tile.emit_staged(ptx, at, a, b, k_limit=p["R"], out=p["dw"], rows=p["N"], cols=p["K"],
-                            stages=STAGES)
-    return ptx.render()
+def configuration(tile: staged_tile.Tile) -> KernelSpec:
+    """dW on ``tile``: its parameters, PTX entry, launch and rule score."""
+    name = staged_tile.entry_name(FAMILY, tile)
 
+    def plan(d: Dims) -> staged_tile.Plan:
+        """Split-K for this shape (staged_tile.split_k over D = N x K, contraction R)."""
+        return staged_tile.split_k(rows=d.N, cols=d.K, contraction=d.R, tile=tile)
 
-def geometry(d: Dims) -> Launch:
-    return staged_tile.geometry(rows=d.N, cols=d.K, plan=plan(d))
+    params = (
+        BufferSpec("dw", "int32", lambda d: (d.N, d.K)),
+        pitched_transpose("x", lambda d: d.R, lambda d: d.K),  # kernel layout: Xq^T, K x pitch(R)
+        pitched_transpose("dy", lambda d: d.R, lambda d: d.N),  # dYq^T, N x pitch(R)
+        BufferSpec("R", "uint32", None),
+        BufferSpec("K", "uint32", None),
+        BufferSpec("N", "uint32", None),
+        pitch_param("ldr", lambda d: d.R),
+        BufferSpec("kspan", "uint32", None, value=lambda d: plan(d).span),  # k bytes per split
+    )
 
+    def emit() -> str:
+        ptx, p = staged_tile.begin(name, params, tile)
+        at = staged_tile.Coords(ptx, p["kspan"], tile)
+        # A[m=j][k=r] = dYq^T[j, r]: copies stop at R, so B's padding meets zeros
+        a = staged_tile.StagedRows(ptx, at, p["dy"], p["ldr"], rows=p["N"], k_limit=p["R"], exact_tail=True)
+        # B[k=r][n=i] = Xq[r, i], stored [i][r]
+        b = staged_tile.StagedRows(ptx, at, p["x"], p["ldr"], rows=p["K"], k_limit=p["R"], b=True)
+        staged_tile.emit_staged(ptx, at, a, b, k_limit=p["R"], out=p["dw"], rows=p["N"], cols=p["K"])
+        return ptx.render()
 
-def plan(d: Dims) -> staged_tile.Plan:
-    """Split-K for this shape (staged_tile.split_k over D = N x K, contraction R)."""
-    return staged_tile.split_k(rows=d.N, cols=d.K, contraction=d.R)
+    def geometry(d: Dims) -> Launch:
+        return staged_tile.geometry(rows=d.N, cols=d.K, plan=plan(d), tile=tile)
+
+    return KernelSpec(
+        name=name, emit=emit, geometry=geometry, params=params, make_inputs=make_inputs,
+        reference=reference, stages=tile.stages, max_rows=MAX_ROWS, family=FAMILY, tile=tile.label,
+        cost=lambda d: staged_tile.rule_cost(d.N, d.K, d.R, tile),
+        # dW = dY^T X
+        gemm_form=GemmForm(a=Operand("dy", transposed=True), bt=Operand("x", transposed=True)),
+    )
 
 
 def make_inputs(d: Dims, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -68,9 +78,4 @@ def reference(d: Dims, inputs: dict[str, np.ndarray]) -> np.ndarray:
     return exact_matmul(inputs["dy"].T, inputs["x"]).astype(np.int32)
 
 
-SPEC = KernelSpec(
-    name=NAME, emit=emit, geometry=geometry, params=PARAMS, make_inputs=make_inputs,
-    reference=reference, stages=STAGES, max_rows=MAX_ROWS,
-    # dW = dY^T X
-    gemm_form=GemmForm(a=Operand("dy", transposed=True), bt=Operand("x", transposed=True)),
-)
+SPECS = tuple(configuration(tile) for tile in TILES)

@@ -34,7 +34,7 @@ import numpy as np
 
 from kernels.launch import launch
 from kernels.quant import codes_for, scale_of
-from kernels.registry import get_kernel
+from kernels.registry import choose, get_kernel
 from kernels.spec import Dims
 from kernels.validate import LaunchError, finite_scales, float_matrix, module_of
 
@@ -52,9 +52,10 @@ def kernel_function(name: str, xp: Any) -> Callable[..., Any]:
     return _FUNCTIONS[key]
 
 
-def _run(name: str, dims: Dims, inputs: dict[str, Any], xp: Any, fn: Callable | None) -> Any:
-    spec = get_kernel(name)
-    return launch(spec, fn or kernel_function(name, xp), dims, inputs, xp=xp)
+def _run(family: str, dims: Dims, inputs: dict[str, Any], xp: Any, fn: Callable | None) -> Any:
+    """``family`` on ``dims`` in the configuration the tile rule picks (kernels.registry)."""
+    spec = choose(family, dims)
+    return launch(spec, fn or kernel_function(spec.name, xp), dims, inputs, xp=xp)
 
 
 def _quantized(op: str, name: str, a: Any, axis: int) -> tuple[Any, Any]:
@@ -134,5 +135,5 @@ def grad_weight(x: Any, dy: Any, *, chunk_rows: int | None = None,
     total = xp.zeros((N, K), dtype=xp.int64)
     for r0 in range(0, R, chunk):
         r1 = min(R, r0 + chunk)
-        total += _run(spec.name, Dims(r1 - r0, K, N), {"x": xq[r0:r1], "dy": yq[r0:r1]}, xp, fn)
+        total += _run(spec.family_name, Dims(r1 - r0, K, N), {"x": xq[r0:r1], "dy": yq[r0:r1]}, xp, fn)
     return (total * (v.reshape(N, 1) * u)).astype(_float_dtype(xp, x, dy), copy=False).T

@@ -1,10 +1,21 @@
-"""All kernels by name, in the order tables and reports list them."""
+"""All kernels by name, in the order tables and reports list them, and the rule that
+picks a family's configuration for a shape.
+
+A family (``hslm_fwd_s8``, ``hslm_dx_s8``, ``hslm_dw_s8``) is one product built on
+several CTA tiles; each configuration is its own PTX entry and KernelSpec, so emit,
+ptxas, verify, seals and the ledger treat it as a kernel of its own. Callers name the
+family; :func:`choose` applies the family's one rule (``KernelSpec.cost``) per shape,
+as a library's heuristics would.
+"""
 from __future__ import annotations
 
 from kernels import hslm_dw_s8, hslm_dx_s8, hslm_fwd_s8
-from kernels.spec import KernelSpec
+from kernels.spec import Dims, KernelSpec
 
-KERNELS: dict[str, KernelSpec] = {m.SPEC.name: m.SPEC for m in (hslm_fwd_s8, hslm_dx_s8, hslm_dw_s8)}
+KERNELS: dict[str, KernelSpec] = {s.name: s for m in (hslm_fwd_s8, hslm_dx_s8, hslm_dw_s8) for s in m.SPECS}
+FAMILIES: dict[str, tuple[KernelSpec, ...]] = {}
+for _spec in KERNELS.values():
+    FAMILIES[_spec.family_name] = FAMILIES.get(_spec.family_name, ()) + (_spec,)
 
 
 def get_kernel(name: str) -> KernelSpec:
@@ -13,3 +24,12 @@ def get_kernel(name: str) -> KernelSpec:
         return KERNELS[name]
     except KeyError:
         raise KeyError(f"unknown kernel '{name}'; known: {', '.join(KERNELS)}") from None
+
+
+def choose(family: str, dims: Dims) -> KernelSpec:
+    """The configuration of ``family`` the rule picks for ``dims``: the lowest
+    ``cost(dims)``, the first listed (the large tile) on a tie."""
+    if family not in FAMILIES:
+        raise KeyError(f"unknown kernel family '{family}'; known: {', '.join(FAMILIES)}")
+    configs = FAMILIES[family]
+    return min(configs, key=lambda s: s.cost(dims) if s.cost else ())

@@ -80,10 +80,20 @@ class KernelSpec:
     gemm_form: GemmForm
     max_rows: int | None = None  # R bound the kernel is exact for (dW: int32 overflow)
     stages: int = 1  # chunks in its copy ring (stages - 1 in flight ahead); 1: nothing prefetched
+    # A family is one product (forward, dX, dW) built in several configurations (CTA
+    # tiles), each its own PTX entry and KernelSpec; ``cost`` is the family's one rule
+    # scoring this configuration on a shape (lower wins, kernels.registry.choose).
+    family: str = ""  # "" : the kernel is a family of one, named ``name``
+    tile: str = ""  # the configuration's CTA tile, "128x128"
+    cost: Callable[[Dims], tuple[int, ...]] | None = None
 
     @property
     def output(self) -> BufferSpec:
         return self.params[0]
+
+    @property
+    def family_name(self) -> str:
+        return self.family or self.name
 
     @property
     def module(self) -> str:

@@ -2,9 +2,10 @@
 
 Layout of the work:
 
-- a CTA of 8 warps (2 along M x 4 along N) computes a 128 x 128 tile of D; each warp a
-  64 x 32 block: four m16 x four n8 ``mma.m16n8k32`` accumulators (the W decode per
-  chunk is shared by 128 rows, the fragment loads by 16 mma per k step);
+- a CTA of ``warps_m`` x 4 warps computes a (16 warps_m m_tiles) x 128 tile of D
+  (:class:`Tile`; the large one: 8 warps, 128 x 128, each warp a 64 x 32 block of four
+  m16 x four n8 ``mma.m16n8k32`` accumulators, so the W decode per chunk is shared by
+  128 rows and the fragment loads by 16 mma per k step);
 - the contraction runs in chunks of 64 bytes of k. Both operands sit in shared memory as
   rows of one chunk (64 bytes = four 16-byte pieces), piece p of row r stored at piece
   ``p ^ ((r >> 1) & 3)``: the 8 rows one ``ldmatrix`` phase reads (and the 8 pieces one
@@ -16,15 +17,15 @@ Layout of the work:
   exactly the m16n8k32 A fragment of k step s; for B stored [n][k] lane l addresses
   row l & 7 at piece l >> 3, which gives the B fragments of one n8 tile for both k steps;
 - A (activations, int8 rows with a 16-byte aligned pitch, ``kernels/pitch.py``) is
-  copied global -> shared with 16-byte ``cp.async.cg`` into a ring of ``STAGES`` chunks,
-  ``STAGES - 1`` chunks ahead of the one being multiplied. Tails need no separate code:
+  copied global -> shared with 16-byte ``cp.async.cg`` into a ring of ``stages`` chunks,
+  ``stages - 1`` chunks ahead of the one being multiplied. Tails need no separate code:
   a copy's src-size is the bytes left in its row (0 past the last row or past K), the
   rest of the 16 bytes is zero-filled by the copy and never read;
 - B (packed ternary W) is fetched one u32 per thread per chunk a chunk ahead, decoded
   with ``prmt`` on 0x00FF0100 and stored with one 16-byte ``st.shared.v4`` into one of
   two B buffers;
 - one ``bar.sync`` per chunk: after this thread's copies of the chunk have landed
-  (``cp.async.wait_group STAGES - 2``) and its decoded W is stored, it publishes both
+  (``cp.async.wait_group stages - 2``) and its decoded W is stored, it publishes both
   to the CTA and tells every thread that the stage read in the previous chunk is free,
   so the next copies may go there.
 
@@ -41,24 +42,71 @@ from kernels.ptx_emit import TERNARY_PRMT_TABLE, Ptx, decode_ternary
 from kernels.spec import BufferSpec, Launch
 from kernels.ternary import CODES_PER_WORD
 
-WARPS_M, WARPS_N = 2, 4
-WARPS = WARPS_M * WARPS_N
-THREADS = 32 * WARPS
-WARP_M, WARP_N = 64, 32
-TILE_M, TILE_N = WARPS_M * WARP_M, WARPS_N * WARP_N  # 128 x 128
-M_TILES, N_TILES = WARP_M // 16, WARP_N // 8
+WARPS_N = 4  # warps along N; every configuration is TILE_N = 128 columns wide
+WARP_N = 32
+TILE_N = WARPS_N * WARP_N
+N_TILES = WARP_N // 8
 CHUNK_K = 64  # bytes of k per chunk: two k32 mma steps
 PIECE = 16  # bytes per cp.async and per ldmatrix row
 PIECES = CHUNK_K // PIECE
-STAGES = 4  # chunks in the ring; a power of two wraps with an and
-STAGE_BYTES = TILE_M * CHUNK_K
+STAGE_BYTES = TILE_N * CHUNK_K  # stride of a ring stage: room for the widest operand (TILE_N rows)
 B_BYTES = TILE_N * CHUNK_K
-COPIES = STAGE_BYTES // PIECE // THREADS  # 16-byte copies per thread per chunk
-WORDS = B_BYTES // PIECE // THREADS  # packed W words per thread per chunk
-ROWS_PER_PASS = THREADS // PIECES  # rows one pass of all threads' 16-byte pieces covers
 SHARED_ALIGN = 128  # swizzled addresses flip bit 5 with xor: the base keeps bits 0-6 clear
 TARGET_CTAS = 132  # split-K fills at most one CTA per SM of a 132-SM GPU (H100/H200)
 MIN_SPLIT_CHUNKS = 2  # a split runs at least this many chunks (its copy-ahead prologue amortised)
+# The tile rule's two rates, for the same 132-SM GPU (H100/H200 SXM, 1.83 GHz tensor clock):
+MACS_PER_SM_CLOCK = 2867  # int8 dense 1978.9 TOPS x 0.70 reached by mma.sync / (132 SMs x 1.83 GHz x 2)
+L2_BYTES_PER_CLOCK = 6557  # about 12 TB/s of L2 bandwidth / 1.83 GHz
+
+
+class Tile(NamedTuple):
+    """One CTA configuration: ``warps_m`` x WARPS_N warps, each ``m_tiles`` m16 tiles by
+    N_TILES n8 tiles, so the CTA computes (16 warps_m m_tiles) x TILE_N of D, with a copy
+    ring of ``stages`` chunks. Only M varies: a small M wastes fewer rows of a short
+    batch (R = 27) and gives the grid more CTAs; a large M reuses each decoded B chunk
+    and each B fragment across more rows."""
+
+    warps_m: int
+    m_tiles: int
+    stages: int = 4  # chunks in the ring; a power of two wraps with an and
+
+    @property
+    def warps(self) -> int:
+        return self.warps_m * WARPS_N
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps
+
+    @property
+    def warp_m(self) -> int:
+        return 16 * self.m_tiles
+
+    @property
+    def m(self) -> int:
+        return self.warps_m * self.warp_m
+
+    @property
+    def words(self) -> int:
+        """Packed W words per thread per chunk (a B chunk is B_BYTES / PIECE words)."""
+        return B_BYTES // PIECE // self.threads
+
+    @property
+    def rows_per_pass(self) -> int:
+        """Rows one pass of all threads' 16-byte pieces covers."""
+        return self.threads // PIECES
+
+    def copies(self, rows: int) -> int:
+        """16-byte copies per thread per chunk for an operand of ``rows`` tile rows."""
+        return rows * PIECES // self.threads
+
+    @property
+    def label(self) -> str:
+        return f"{self.m}x{TILE_N}"
+
+
+LARGE = Tile(warps_m=2, m_tiles=4)  # 128 x 128, 8 warps of 64 x 32
+SMALL = Tile(warps_m=1, m_tiles=2)  # 32 x 128, 4 warps of 32 x 32
 
 
 class Plan(NamedTuple):
@@ -69,31 +117,53 @@ class Plan(NamedTuple):
     span: int
 
 
-def split_k(rows: int, cols: int, contraction: int) -> Plan:
+def split_k(rows: int, cols: int, contraction: int, tile: Tile) -> Plan:
     """The one split-K rule: split the contraction into as many parts as keep the
     launch within TARGET_CTAS CTAs (one per SM), keeping at least MIN_SPLIT_CHUNKS
     chunks per split. A split beyond one CTA per SM shortens no SM's chunk loop (two
     CTAs on one SM share its issue and L1) but adds a red.global epilogue, so it stops
     there. Splits add their partial sums into a zeroed output with red.global.add.s32
     (exact: int32 addition wraps, so any order gives the same, in-range, total)."""
-    tiles = -(-rows // TILE_M) * -(-cols // TILE_N)
+    tiles = -(-rows // tile.m) * -(-cols // TILE_N)
     chunks = -(-contraction // CHUNK_K)
     wanted = min(TARGET_CTAS // tiles, chunks // MIN_SPLIT_CHUNKS)
     per_split = -(-chunks // max(1, wanted))
     return Plan(splits=-(-chunks // per_split), span=per_split * CHUNK_K)
 
 
-def begin(name: str, params: tuple[BufferSpec, ...]) -> tuple[Ptx, dict[str, str]]:
-    """A kernel entry of THREADS per CTA with its parameters loaded (buffers as global
+def rule_cost(rows: int, cols: int, contraction: int, tile: Tile) -> tuple[int, int]:
+    """The one tile rule's score of ``tile`` on a rows x cols output over ``contraction``
+    (lower is better; ``kernels.registry.choose`` takes the lowest): the clocks of the
+    larger of two costs, the tensor work of the busiest SM (padded multiply-adds of the
+    launch after split-K, CTAs spread over TARGET_CTAS SMs) and the bytes all CTAs stage
+    from L2; then, on a tie, the staged bytes. A short batch (R = 27) wastes most of a
+    128-row tile, so the small tile wins there; a large problem fills every SM with
+    either, and the small tile's 2.5x bytes per multiply-add make it L2-bound."""
+    plan = split_k(rows, cols, contraction, tile)
+    ctas = -(-rows // tile.m) * -(-cols // TILE_N) * plan.splits
+    per_sm = -(-ctas // TARGET_CTAS)
+    staged = ctas * (tile.m + TILE_N) * plan.span
+    tensor = per_sm * tile.m * TILE_N * plan.span // MACS_PER_SM_CLOCK
+    return max(tensor, staged // L2_BYTES_PER_CLOCK), staged
+
+
+def entry_name(family: str, tile: Tile) -> str:
+    """The PTX entry of ``family`` on ``tile``: the family's name for the large tile, a
+    suffix with the tile's M otherwise (hslm_fwd_s8_m32)."""
+    return family if tile.m == LARGE.m else f"{family}_m{tile.m}"
+
+
+def begin(name: str, params: tuple[BufferSpec, ...], tile: Tile) -> tuple[Ptx, dict[str, str]]:
+    """A kernel entry of ``tile.threads`` per CTA with its parameters loaded (buffers as global
     pointers, sizes and pitches as u32)."""
-    ptx = Ptx(name, [(p.name, "u64" if p.shape else "u32") for p in params], THREADS)
+    ptx = Ptx(name, [(p.name, "u64" if p.shape else "u32") for p in params], tile.threads)
     return ptx, {p.name: ptx.param_ptr(p.name) if p.shape else ptx.param_u32(p.name) for p in params}
 
 
-def geometry(rows: int, cols: int, plan: Plan) -> Launch:
-    """Grid over a rows x cols output: x walks columns (TILE_N), y walks rows (TILE_M),
+def geometry(rows: int, cols: int, plan: Plan, tile: Tile) -> Launch:
+    """Grid over a rows x cols output: x walks columns (TILE_N), y walks rows (tile.m),
     z the contraction's splits."""
-    return Launch(grid=(-(-cols // TILE_N), -(-rows // TILE_M), plan.splits), block=(THREADS, 1, 1))
+    return Launch(grid=(-(-cols // TILE_N), -(-rows // tile.m), plan.splits), block=(tile.threads, 1, 1))
 
 
 def swizzled(ptx: Ptx, row: str, piece: str) -> str:
@@ -103,16 +173,17 @@ def swizzled(ptx: Ptx, row: str, piece: str) -> str:
 
 
 class Coords:
-    """This thread's place in the CTA and the launch (b32 registers); ``span`` is the
-    kernel's parameter of k bytes per split (Plan.span)."""
+    """This thread's place in the CTA and the launch (b32 registers) for ``tile``;
+    ``span`` is the kernel's parameter of k bytes per split (Plan.span)."""
 
-    def __init__(self, ptx: Ptx, span: str):
+    def __init__(self, ptx: Ptx, span: str, tile: Tile):
+        self.tile = tile
         self.tid = ptx.special("%tid.x")
         self.lane = ptx.band(self.tid, 31)
         warp = ptx.shr(self.tid, 5)
-        self.warp_m = ptx.band(warp, WARPS_M - 1)
-        self.warp_n = ptx.shr(warp, WARPS_M.bit_length() - 1)
-        self.m_base = ptx.mul(ptx.special("%ctaid.y"), TILE_M)  # first D row of the CTA
+        self.warp_m = ptx.band(warp, tile.warps_m - 1)
+        self.warp_n = ptx.shr(warp, tile.warps_m.bit_length() - 1)
+        self.m_base = ptx.mul(ptx.special("%ctaid.y"), tile.m)  # first D row of the CTA
         self.n_base = ptx.mul(ptx.special("%ctaid.x"), TILE_N)  # first D column of the CTA
         self.span = span
         self.k_first = ptx.mul(ptx.special("%ctaid.z"), span)  # first k of this CTA's split
@@ -164,12 +235,13 @@ def paired_column_of_row(ptx: Ptx, row: str) -> str:
 
 
 class StagedRows(Source):
-    """int8 rows [m][k] (``pitch`` bytes apart) copied into a ring of ``stages`` stages,
+    """int8 rows [m][k] (``pitch`` bytes apart) copied into a ring of ``tile.stages`` stages,
     as A (``b=False``: rows are D's rows) or as B stored [n][k] (``b=True``: rows are
     D's columns, B row r holding column ``paired_column_of_row(r)``).
 
-    Thread ``tid`` copies piece ``tid & 3`` of rows ``tid >> 2`` + 64 j (j < COPIES):
-    the 64 rows of one j are 4 KiB of the stage, an immediate apart. Rows past the last
+    Thread ``tid`` copies piece ``tid & 3`` of rows ``tid >> 2`` + P j, P = threads / 4
+    (``tile.rows_per_pass``), for j < ``tile.copies(rows)``: the P rows of one j are
+    64 P bytes of the stage, an immediate apart. Rows past the last
     are zero-filled. Along k, by default a piece is copied whole while it starts inside
     the row (k < K) and zero-filled after (ignore-src): bytes from K to the end of the
     row's last piece are the caller's padding, read as they are, so the other operand
@@ -179,13 +251,15 @@ class StagedRows(Source):
     """
 
     def __init__(self, ptx: Ptx, at: Coords, ptr: str, pitch: str, rows: str, k_limit: str,
-                 b: bool = False, stages: int = 4, exact_tail: bool = False):
+                 b: bool = False, exact_tail: bool = False):
         self.ptx, self.b, self.exact_tail = ptx, b, exact_tail
+        tile = at.tile
+        self.m_tiles, self.step_rows = tile.m_tiles, tile.rows_per_pass
         row, piece = ptx.shr(at.tid, 2), ptx.band(at.tid, PIECES - 1)
-        self.ring = ring = ptx.shared_array("b_ring" if b else "a_ring", stages * STAGE_BYTES, SHARED_ALIGN)
+        self.ring = ring = ptx.shared_array("b_ring" if b else "a_ring", tile.stages * STAGE_BYTES, SHARED_ALIGN)
         self.copy_at = ptx.add(ring, swizzled(ptx, row, piece))
         first = ptx.add(at.n_base, paired_column_of_row(ptx, row)) if b else ptx.add(at.m_base, row)
-        rows_j = [ptx.add(first, ROWS_PER_PASS * j) for j in range(COPIES)]
+        rows_j = [ptx.add(first, self.step_rows * j) for j in range(tile.copies(TILE_N if b else tile.m))]
         piece_at = ptx.byte_offset(ptr, ptx.mad(piece, PIECE, at.k_first), 1)
         self.src = [ptx.byte_offset(piece_at, r, pitch) for r in rows_j]
         # exact tail: src-size = bytes left while the row exists; else ignore-src past it
@@ -195,7 +269,7 @@ class StagedRows(Source):
             self.read_at = ptx.add(ring, nk_read_offset(ptx, at))
             self.col_first = paired_columns(ptx, at)
         else:  # ldmatrix rows (l & 7) + 8 ((l >> 3) & 1) = l & 15 of each m16 tile, piece l >> 4
-            read_row = ptx.mad(at.warp_m, WARP_M, ptx.band(at.lane, 15))
+            read_row = ptx.mad(at.warp_m, tile.warp_m, ptx.band(at.lane, 15))
             self.read_at = ptx.add(ring, swizzled(ptx, read_row, ptx.shr(at.lane, 4)))
 
     @staticmethod
@@ -215,7 +289,7 @@ class StagedRows(Source):
             past_k = ptx.setp("le", self.k_left, 0)
             fills = [ptx.fresh("pred", "or.pred", past_k, out) for out in self.row_test]
         for j, fill in enumerate(fills):
-            ptx.cp_async(dst, self.src[j], fill, dst_offset=j * ROWS_PER_PASS * CHUNK_K)
+            ptx.cp_async(dst, self.src[j], fill, dst_offset=j * self.step_rows * CHUNK_K)
         ptx.increment(self.k_left, -CHUNK_K, "s32")
         for src in self.src:
             ptx.increment(src, CHUNK_K, "s64")
@@ -226,7 +300,7 @@ class StagedRows(Source):
         low = ptx.add(self.read_at, stage_offset)
         high = ptx.binop("xor", low, 2 * PIECE, "b32")  # piece 2 + (l >> 4): bit 5 flips
         for base in (low, high):
-            yield [ptx.ldmatrix_x4(base, mi * 16 * CHUNK_K) for mi in range(M_TILES)]
+            yield [ptx.ldmatrix_x4(base, mi * 16 * CHUNK_K) for mi in range(self.m_tiles)]
 
     def b_fragments(self, stage_offset: str) -> list[list[list[str]]]:
         return nk_fragments(self.ptx, self.ptx.add(self.read_at, stage_offset))
@@ -256,7 +330,7 @@ class TernaryTiles(Source):
         ptx = self.ptx
         for j, packed in enumerate(self.packed):
             ptx.store("shared", "v4.b32", self.store_at, decode_ternary(ptx, packed, self.table),
-                      j * B_BYTES // WORDS)
+                      j * B_BYTES // len(self.packed))
 
     def after_issue(self) -> None:
         """Fetch the next chunk's words into the registers the decode reads."""
@@ -275,9 +349,10 @@ class DecodedTernary(TernaryTiles):
     """B[k][n] = ternary W, packed column n = D's column, decoded into shared as [n][k]
     (forward: the packed order runs along k, so a word is a piece of one row).
 
-    Thread ``tid`` owns word ``tid & 3`` of the chunk in B rows ``tid >> 2`` + 64 j
-    (j < WORDS), which hold the columns ``paired_column_of_row`` names. Columns past N read column N - 1 and words past the column's last read
-    its last: those B values meet only zero-filled A pieces (k >= Kp) or are never
+    Thread ``tid`` owns word ``tid & 3`` of the chunk in B rows ``tid >> 2`` + P j
+    (P = ``tile.rows_per_pass``, j < ``tile.words``), which hold the columns
+    ``paired_column_of_row`` names. Columns past N read column N - 1 and words past the
+    column's last read its last: those B values meet only zero-filled A pieces (k >= Kp) or are never
     stored (n >= N). Lane l reads row l & 7 of each n8 tile at piece l >> 3 with one
     ``ldmatrix.x4``: the tile's B registers for both k steps.
     """
@@ -288,8 +363,8 @@ class DecodedTernary(TernaryTiles):
         self.last_word = ptx.sub(words_per_col, 1)
         last_col = ptx.sub(cols, 1)
         first = ptx.add(at.n_base, paired_column_of_row(ptx, col))
-        columns = [ptx.binop("min", ptx.add(first, ROWS_PER_PASS * j), last_col, "u32")
-                   for j in range(WORDS)]
+        columns = [ptx.binop("min", ptx.add(first, at.tile.rows_per_pass * j), last_col, "u32")
+                   for j in range(at.tile.words)]
         self.col_ptr = [ptx.byte_offset(w_ptr, ptx.mul(c, words_per_col), 4) for c in columns]
         self.word = ptx.add(word, ptx.shr(at.k_first, 4))  # advances by PIECES per chunk
         super().__init__(ptx, swizzled(ptx, col, word), nk_read_offset(ptx, at),
@@ -324,8 +399,8 @@ class DecodedTernaryKMajor(TernaryTiles):
     columns i = 2g and 2g+1 (the n order interleaves: tile 2p+e column g is i = 16p + 2g
     + e). Those 8 rows fall into 8 different swizzled pieces: no bank conflicts.
 
-    Thread ``tid`` owns word ``tid & 7`` (16 i) of rows j = ``tid >> 3`` + 32 w of the
-    chunk. Rows past N load zeros (they meet the junk between N and dY's pitch); words
+    Thread ``tid`` owns word ``tid & 7`` (16 i) of rows j = ``tid >> 3`` + (threads / 8) w
+    of the chunk (w < ``tile.words``). Rows past N load zeros (they meet the junk between N and dY's pitch); words
     past the row's last read its last (columns never stored).
     """
 
@@ -337,7 +412,8 @@ class DecodedTernaryKMajor(TernaryTiles):
         words_per_col = ptx.shr(ptx.add(in_features, CODES_PER_WORD - 1), 4)  # Kp / 16
         column_word = ptx.binop("min", ptx.add(ptx.shr(at.n_base, 4), word),
                                 ptx.sub(words_per_col, 1), "u32")
-        self.rows = [ptx.add(first_row, (B_BYTES // WORDS // self.ROW) * j) for j in range(WORDS)]
+        words = at.tile.words
+        self.rows = [ptx.add(first_row, (B_BYTES // words // self.ROW) * j) for j in range(words)]
         self.k_limit = k_limit
         self.word_ptr = [ptx.byte_offset(w_ptr, ptx.mad(r, words_per_col, column_word), 4) for r in self.rows]
         self.step = ptx.wide_mul(words_per_col, 4 * CHUNK_K)
@@ -400,12 +476,13 @@ def ring_step(ptx: Ptx, offset: str, stages: int, steps: int, into: str | None =
 
 
 def emit_staged(ptx: Ptx, at: Coords, a: StagedRows, b: Source, k_limit: str, out: str,
-                rows: str, cols: str, stages: int = STAGES) -> None:
+                rows: str, cols: str) -> None:
     """The staged chunk loop over this CTA's split of k and the int32 output, staged
     through the A ring (``Epilogue``): stored when the launch has one split, added with
     red.global.add.s32 (into a zeroed output) when it has several. Elements outside
     rows x cols are neither."""
-    acc = [[[ptx.mov(0) for _ in range(4)] for _ in range(N_TILES)] for _ in range(M_TILES)]
+    stages = at.tile.stages
+    acc = [[[ptx.mov(0) for _ in range(4)] for _ in range(N_TILES)] for _ in range(at.tile.m_tiles)]
     sources = (a, b)
     for stage in range(stages - 1):
         for src in sources:
@@ -428,7 +505,7 @@ def emit_staged(ptx: Ptx, at: Coords, a: StagedRows, b: Source, k_limit: str, ou
         src.after_issue()
     frag_b = b.b_fragments(read_stage)
     for step, frag_a in enumerate(a.a_fragments(read_stage)):
-        for mi in range(M_TILES):
+        for mi in range(at.tile.m_tiles):
             for ni in range(N_TILES):
                 ptx.mma_s8(acc[mi][ni], frag_a[mi], frag_b[step][ni])
     for src in sources:
@@ -471,26 +548,26 @@ def staging_row_words(run: int) -> int:
 
 
 class Epilogue:
-    """The CTA's 128 x 128 int32 result, staged through shared memory so that global
-    requests are whole rows: in PASSES passes of PASS_ROWS rows (m tile ``mi`` of both
-    warp rows), each warp writes its fragments of the pass with vector st.shared (one
-    per run of consecutive columns), a barrier, then warp w reads back rows w + 8 j and
-    writes them with consecutive lanes on consecutive columns (32 words = one 128-byte
+    """The CTA's tile.m x 128 int32 result, staged through shared memory so that global
+    requests are whole rows: in ``m_tiles`` passes of 16 ``warps_m`` rows (m tile ``mi``
+    of every warp row), each warp writes its fragments of the pass with vector st.shared
+    (one per run of consecutive columns), a barrier, then warp w of W reads back rows
+    w + W j and writes them with consecutive lanes on consecutive columns (32 words = one 128-byte
     request per row and column group). The output's rows are only 4-byte aligned (odd
     widths), so the global side is scalar. Rows are padded (``staging_row_words``): the
     fragment writes are free of bank conflicts, and row reads are conflict-free anyway."""
 
-    PASSES = M_TILES
-    PASS_ROWS = TILE_M // PASSES  # 32: m tile mi of warp rows 0 and 1
-    READ_ROWS = PASS_ROWS // WARPS  # rows each warp reads back per pass
     COLUMN_GROUPS = TILE_N // 32
 
     def __init__(self, ptx: Ptx, at: Coords, acc: list[list[list[str]]], buffer: str, b: Source,
                  out: str, rows: str, cols: str, buffer_bytes: int):
         self.ptx, self.acc, self.out, self.rows, self.cols = ptx, acc, out, rows, cols
+        self.tile = tile = at.tile
         self.runs = runs(b)
         self.row_bytes = 4 * staging_row_words(len(self.runs[0][1]))
-        assert self.PASS_ROWS * self.row_bytes <= buffer_bytes
+        pass_rows = 16 * tile.warps_m
+        self.read_rows = pass_rows // tile.warps  # rows each warp reads back per pass
+        assert pass_rows * self.row_bytes <= buffer_bytes and pass_rows % tile.warps == 0
         g = ptx.shr(at.lane, 2)
         fragment_row = ptx.mad(at.warp_m, 16, g)  # row of c0 within the pass
         tile_col = ptx.sub(b.col_first, at.n_base)
@@ -501,18 +578,18 @@ class Epilogue:
         self.col = ptx.add(at.n_base, at.lane)
         self.cols_left = ptx.sub(cols, self.col)
 
-    @staticmethod
-    def tile_row(j: int) -> int:
-        """Row of the CTA tile (less the pass's 16 mi) that read row ``warp + 8 j`` is."""
-        read_row = 8 * j
-        return (read_row // 16) * WARP_M + read_row % 16
+    def tile_row(self, j: int) -> int:
+        """Row of the CTA tile (less the pass's 16 mi) that read row ``warp + W j`` is
+        (pass row p = 16 warp_m + r: warp row p >> 4, row r of its m tile)."""
+        read_row = self.tile.warps * j
+        return (read_row // 16) * self.tile.warp_m + read_row % 16
 
     def emit(self, put, path: str) -> None:
         """All passes, each output word given to ``put(ptr, value, byte offset, ok)``;
         ``path`` names this copy's labels. A warp skips reading back and storing a row
         past the last (the row is the same for all its lanes)."""
         ptx = self.ptx
-        for mi in range(self.PASSES):
+        for mi in range(self.tile.m_tiles):
             if mi:
                 ptx.barrier()  # the previous pass is read back
             for half in (0, 1):
@@ -521,13 +598,13 @@ class Epilogue:
                     ptx.store("shared", f"v{len(values)}.b32", self.write_at, values,
                               8 * half * self.row_bytes + 4 * first)
             ptx.barrier()  # the pass is written
-            for j in range(self.READ_ROWS):
+            for j in range(self.read_rows):
                 skip = f"{path}_written_{mi}_{j}"
                 step = 16 * mi + self.tile_row(j)
                 row = ptx.add(self.first_row, step) if step else self.first_row
                 ptx.branch(skip, guard=ptx.setp("ge", row, self.rows, "u32"))
                 ptr = ptx.byte_offset(self.out, ptx.mad(row, self.cols, self.col), 4)
                 for c in range(self.COLUMN_GROUPS):
-                    value = ptx.load("shared", "b32", self.read_at, 8 * j * self.row_bytes + 128 * c)
+                    value = ptx.load("shared", "b32", self.read_at, self.tile.warps * j * self.row_bytes + 128 * c)
                     put(ptr, value, 128 * c, ptx.setp("gt", self.cols_left, 32 * c))
                 ptx.label(skip)

@@ -12,6 +12,8 @@ import io
 import sys
 from pathlib import Path
 
+from kernels.registry import KERNELS, choose
+from kernels.spec import Dims
 from pipeline.artifacts import read_model, rel, write_atomic, write_model
 from pipeline.bench_cli import run_cli
 from pipeline.bench_record import (IMPLS, BenchReport, Row, Timing, load_predictions,
@@ -95,6 +97,7 @@ def markdown(report: BenchReport) -> str:
                 f"{_num(rate, '.0f')} | "
                 f"{_num(frac and frac * 100, '.2f')} | {_check(r)} | {r.buffer_sets} | {note} |")
         lines.append("")
+    lines += race_lines(report)
     lines += ["## summary: ours / best baseline", "",
               "| kernel | shape | ours us | model us | best baseline | its us | ratio "
               "| ours graph us | best graph | its us | graph ratio | GOP/s | % int8 peak |",
@@ -108,6 +111,49 @@ def markdown(report: BenchReport) -> str:
             f"{_num(s.graph_ratio, '.2f')} | {_num(s.gops, '.0f')} | "
             f"{_num(s.peak_fraction and s.peak_fraction * 100, '.2f')} |")
     return "\n".join(lines) + "\n"
+
+
+class ConfigurationRace(Record):
+    """One family on one shape: its configurations' measured times, the fastest, and the one
+    the tile rule picks (kernels.registry.choose), so a GPU run shows whether the rule is right."""
+
+    family: str
+    shape: str
+    times_us: dict[str, float]  # configuration -> median us, correct runs only
+    fastest: str
+    chosen: str
+
+
+def configuration_races(report: BenchReport) -> list[ConfigurationRace]:
+    """Per family and shape with two or more correct configurations timed."""
+    races = []
+    families = {name: spec.family_name for name, spec in KERNELS.items()}
+    for family in dict.fromkeys(families.values()):
+        for shape in dict.fromkeys(r.shape for r in report.rows):
+            rows = [r for r in report.rows if r.impl == "ours" and r.shape == shape and r.ok
+                    and families.get(r.kernel) == family]
+            if len(rows) < 2:
+                continue
+            times = {r.kernel: r.stream.median_us for r in rows}
+            races.append(ConfigurationRace(family=family, shape=shape, times_us=times,
+                                           fastest=min(times, key=times.get),
+                                           chosen=choose(family, Dims(rows[0].R, rows[0].K, rows[0].N)).name))
+    return races
+
+
+def race_lines(report: BenchReport) -> list[str]:
+    """The markdown section of :func:`configuration_races` (nothing when no family raced)."""
+    races = configuration_races(report)
+    if not races:
+        return []
+    lines = ["## configurations: the fastest measured and the rule's pick", "",
+             "| family | shape | times us | fastest | rule picks | rule right |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for r in races:
+        times = ", ".join(f"{k} {v:.2f}" for k, v in r.times_us.items())
+        lines.append(f"| {r.family} | {r.shape} | {times} | {r.fastest} | {r.chosen} | "
+                     f"{'yes' if r.fastest == r.chosen else 'no'} |")
+    return lines + [""]
 
 
 CSV_COLUMNS = ("kernel", "shape", "R", "K", "N", "impl", "gemm", "disposition", "us", "p10_us",

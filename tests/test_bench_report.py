@@ -26,7 +26,7 @@ from pipeline.errors import UserError
 from pipeline.bench_record import (PEAKS, BenchReport, Check, Row, Timing, gops,
                                    load_predictions, peak_for, percentiles, summarize,
                                    with_predictions)
-from pipeline.bench_report import (CSV_COLUMNS, SYNTHETIC_BANNER, bars, csv_text, main, markdown,
+from pipeline.bench_report import (CSV_COLUMNS, SYNTHETIC_BANNER, bars, configuration_races, csv_text, main, markdown,
                                    plot_png, write_outputs)
 
 SAMPLE = Path(__file__).parent / "data" / "bench" / "sample_hslm.json"
@@ -313,3 +313,22 @@ def test_cli_bad_file_is_one_line_exit_2(tmp_path, content):
 
 def test_cli_usage_exit_2(capsys):
     assert main([]) == 2 and "usage" in capsys.readouterr().err
+
+
+def _raced(sample: BenchReport, small_us: float) -> BenchReport:
+    """The sample with a second configuration of hslm_fwd_s8 timed on attn_r27."""
+    ours = next(r for r in sample.rows if r.kernel == "hslm_fwd_s8" and r.shape == "attn_r27" and r.impl == "ours")
+    stream = Timing.of([small_us] * 5, ours.stream.calls_per_sample)
+    small = ours.model_copy(update={"kernel": "hslm_fwd_s8_m32", "stream": stream})
+    return sample.model_copy(update={"rows": [*sample.rows, small]})
+
+
+def test_configuration_race_names_the_fastest_and_the_rules_pick(sample):
+    ours = next(r for r in sample.rows if r.kernel == "hslm_fwd_s8" and r.shape == "attn_r27" and r.impl == "ours")
+    slower, faster = (_raced(sample, ours.stream.median_us * f) for f in (2.0, 0.5))
+    assert configuration_races(sample) == []  # one configuration timed: no race
+    (race,) = configuration_races(slower)
+    assert race.chosen == "hslm_fwd_s8_m32" and race.fastest == "hslm_fwd_s8"  # the rule was wrong here
+    assert "| hslm_fwd_s8 | attn_r27 |" in markdown(slower) and "| hslm_fwd_s8 | hslm_fwd_s8_m32 | no |" in markdown(slower)
+    assert configuration_races(faster)[0].fastest == "hslm_fwd_s8_m32"
+    assert "| hslm_fwd_s8_m32 | hslm_fwd_s8_m32 | yes |" in markdown(faster)

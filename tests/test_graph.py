@@ -21,6 +21,8 @@ from typing import NamedTuple
 import pytest
 from doit.task import Task
 
+from kernelcases import family_configs
+
 from kernels.registry import KERNELS
 from pipeline.artifacts import sha256_file
 from pipeline.checker import ContentChecker, targets_intact
@@ -119,7 +121,7 @@ def test_list_shows_the_stages(project):
 def test_second_ptxas_runs_nothing(project):
     second = doit(project, "ptxas")  # the fixture ran the first
     assert second.rc == 0 and second.ran == set()
-    assert second.out == "ptxas: 3 kernels (all up to date): all within budget on sm_80, sm_86, sm_89, sm_90\n"
+    assert second.out == f"ptxas: {len(KERNELS)} kernels (all up to date): all within budget on sm_80, sm_86, sm_89, sm_90\n"
 
 
 def test_comment_only_edit_reruns_emit_not_ptxas(project):
@@ -129,16 +131,17 @@ def test_comment_only_edit_reruns_emit_not_ptxas(project):
     before = sha256_file(ptx)
     edit(source, original + "# a comment: the PTX does not change\n")
     run = doit(project, "ptxas")
-    assert run.rc == 0 and run.ran == {"emit:hslm_dx_s8"}
+    assert run.rc == 0 and run.ran == family_emits("hslm_dx_s8")  # its configurations share the module
     assert sha256_file(ptx) == before
     edit(source, original)
-    assert doit(project, "ptxas").ran == {"emit:hslm_dx_s8"}
+    assert doit(project, "ptxas").ran == family_emits("hslm_dx_s8")
 
 
 def emits_a_trailer(text: str) -> str:
     """The kernel module, edited so its PTX gains a trailing comment line."""
     return text + ("\nimport dataclasses as _dc\n"
-                   "SPEC = _dc.replace(SPEC, emit=lambda _emit=SPEC.emit: _emit() + '// edited\\n')\n")
+                   "SPECS = (_dc.replace(SPECS[0], emit=lambda _emit=SPECS[0].emit: _emit() + '// edited\\n'),"
+                   " *SPECS[1:])\n")
 
 
 def test_edit_that_keeps_the_mtime_is_caught(project):
@@ -147,10 +150,10 @@ def test_edit_that_keeps_the_mtime_is_caught(project):
     ptx = project / "artifacts/ptx/hslm_fwd_s8.ptx"
     edit(source, emits_a_trailer(original), keep_mtime=True)
     run = doit(project, "ptxas")
-    assert run.rc == 0 and run.ran == {"emit:hslm_fwd_s8", "ptxas:hslm_fwd_s8"}
+    assert run.rc == 0 and run.ran == family_emits("hslm_fwd_s8") | {"ptxas:hslm_fwd_s8"}
     assert ptx.read_text().endswith("// edited\n")
     edit(source, original, keep_mtime=True)
-    assert doit(project, "ptxas").ran == {"emit:hslm_fwd_s8", "ptxas:hslm_fwd_s8"}
+    assert doit(project, "ptxas").ran == family_emits("hslm_fwd_s8") | {"ptxas:hslm_fwd_s8"}
     assert not ptx.read_text().endswith("// edited\n")
 
 
@@ -167,7 +170,7 @@ def test_doit_md5_checker_would_miss_that_edit(project):
     assert "emit:hslm_fwd_s8" in caught.ran
     assert (project / "artifacts/ptx/hslm_fwd_s8.ptx").read_text().endswith("// edited\n")
     edit(source, original, keep_mtime=True)
-    assert doit(project, "ptxas").ran == {"emit:hslm_fwd_s8", "ptxas:hslm_fwd_s8"}
+    assert doit(project, "ptxas").ran == family_emits("hslm_fwd_s8") | {"ptxas:hslm_fwd_s8"}
 
 
 def test_damaged_targets_are_rebuilt(project):
@@ -194,7 +197,7 @@ def test_over_budget_fails_with_one_line(project):
     row = re.search(r"^hslm_fwd_s8 +sm_80 +(\d+) .* (\d+) registers > budget 24$", run.out, re.M)
     assert row and row.group(1) == row.group(2)
     failure = run.out.split("TaskFailed - taskid:ptxas:check\n", 1)[1].split("\n")
-    assert re.fullmatch(r"hslm_fwd_s8 sm_80: \d+ registers > budget 24 \(\+11 more\)", failure[0])
+    assert re.fullmatch(rf"hslm_fwd_s8 sm_80: \d+ registers > budget 24 \(\+{4 * len(KERNELS) - 1} more\)", failure[0])
     edit(cfg, original)
     run = doit(project, "ptxas")  # the config changed back: the cells re-run, and pass
     assert run.rc == 0 and run.ran == PTXAS
@@ -254,20 +257,25 @@ SMOKE = ("tiny", "small", "k_tail")
 CELLS = {f"verify:{k}/smoke/{s}" for k in KERNELS for s in SMOKE}
 
 
+def family_emits(family: str) -> set[str]:
+    """The emit tasks an edit of a family's module re-runs: one per configuration."""
+    return {f"emit:{k}" for k in family_configs(family)}
+
+
 def test_verify_runs_only_stale_cells(project):
     args = ("verify", "shape=smoke", "backend=emulator")
     first = doit(project, *args)
     assert first.rc == 0, first.out + first.err
     assert first.ran == CELLS  # verify:check is up to date: every report is exact
-    assert "verify: 9 cells on emulator (9 ran): all exact" in first.out
+    assert f"verify: {len(CELLS)} cells on emulator ({len(CELLS)} ran): all exact" in first.out
     again = doit(project, *args)
-    assert again.ran == set() and again.out.endswith("verify: 9 cells on emulator (all up to date): all exact\n")
+    assert again.ran == set() and again.out.endswith(f"verify: {len(CELLS)} cells on emulator (all up to date): all exact\n")
     source = project / "kernels" / "hslm_dw_s8.py"
     original = source.read_text()
     edit(source, original + "# comment only\n")
-    assert doit(project, *args).ran == {"emit:hslm_dw_s8"}  # same PTX: no ptxas, no verify
+    assert doit(project, *args).ran == family_emits("hslm_dw_s8")  # same PTX: no ptxas, no verify
     edit(source, original)
-    assert doit(project, *args).ran == {"emit:hslm_dw_s8"}
+    assert doit(project, *args).ran == family_emits("hslm_dw_s8")
     report = project / "artifacts/verify/hslm_dx_s8/smoke/small.json"
     good = report.read_text()
     report.write_text(good.replace('"mismatches": 0', '"mismatches": 7'))
@@ -283,8 +291,8 @@ def test_a_launch_change_with_the_same_ptx_reruns_its_cells(project):
     assert doit(project, "verify", "shape=smoke", "backend=emulator").rc == 0
     # one more column of CTAs: they find no columns to store, so the answer stays exact
     edit(source, original + "\nimport dataclasses as _dc\n"
-         "SPEC = _dc.replace(SPEC, geometry=lambda d, _g=SPEC.geometry: _g(d)._replace(\n"
-         "    grid=(_g(d).grid[0] + 1,) + tuple(_g(d).grid[1:])))\n")
+         "SPECS = (_dc.replace(SPECS[0], geometry=lambda d, _g=SPECS[0].geometry: _g(d)._replace(\n"
+         "    grid=(_g(d).grid[0] + 1,) + tuple(_g(d).grid[1:]))), *SPECS[1:])\n")
     run = doit(project, "verify", "shape=smoke", "backend=emulator")
     edit(source, original)
     back = doit(project, "verify", "shape=smoke", "backend=emulator")  # the original launch again
@@ -299,7 +307,8 @@ def test_verify_mismatch_fails_with_the_first_one(project):
     source = project / "kernels" / "hslm_fwd_s8.py"
     original = source.read_text()
     edit(source, emits_a_trailer(original) +
-         "SPEC = _dc.replace(SPEC, reference=lambda d, i, _ref=SPEC.reference: _ref(d, i) + 1)\n")
+         "SPECS = (_dc.replace(SPECS[0], reference=lambda d, i, _ref=SPECS[0].reference: _ref(d, i) + 1),"
+         " *SPECS[1:])\n")
     run = doit(project, "verify", "shape=smoke", "backend=emulator")
     edit(source, original)
     assert run.rc == 1 and "Traceback" not in run.out + run.err
@@ -324,8 +333,8 @@ def test_gate_then_verify_reruns_nothing(project):
     assert doit(project, "sass").ran == {"sass:summary"}  # the counts the gate judged are up to date
     after = doit(project, "verify", "shape=smoke")
     assert after.rc == 0 and after.ran == set()
-    assert after.out == ("ptxas: 3 kernels (all up to date): all within budget on sm_80, sm_86, sm_89, sm_90\n"
-                         "verify: 9 cells on emulator (all up to date): all exact\n")
+    assert after.out == (f"ptxas: {len(KERNELS)} kernels (all up to date): all within budget on sm_80, sm_86, sm_89, sm_90\n"
+                         f"verify: {len(CELLS)} cells on emulator (all up to date): all exact\n")
 
 
 def test_gate_judges_a_failing_cell(project):
@@ -333,7 +342,8 @@ def test_gate_judges_a_failing_cell(project):
     source = project / "kernels" / "hslm_fwd_s8.py"
     original = source.read_text()
     edit(source, emits_a_trailer(original) +
-         "SPEC = _dc.replace(SPEC, reference=lambda d, i, _ref=SPEC.reference: _ref(d, i) + 1)\n")
+         "SPECS = (_dc.replace(SPECS[0], reference=lambda d, i, _ref=SPECS[0].reference: _ref(d, i) + 1),"
+         " *SPECS[1:])\n")
     gate = doit(project, "gate", "shape=smoke")
     edit(source, original)
     assert gate.rc == 1 and "gate" in gate.ran and "Traceback" not in gate.out + gate.err
@@ -401,7 +411,7 @@ def test_report_reprints_the_last_tables(project):
     text = doit(project, "report", "shape=smoke")
     assert text.rc == 0 and text.ran == set() and "spill st" in text.out and "mismatches" in text.out
     data = json.loads(doit(project, "report", "shape=smoke", "format=json").out)
-    assert len(data["ptxas"]) == 3 and len(data["verify"]) == 9
+    assert len(data["ptxas"]) == len(KERNELS) and len(data["verify"]) == len(CELLS)
     assert {r["kernel"] for r in data["verify"]} == set(KERNELS) and all(r["mismatches"] == 0 for r in data["verify"])
     bad = doit(project, "report", "format=xml")
     assert bad.rc == 1 and "format=xml: expected text or json" in bad.out

@@ -8,13 +8,12 @@ README describes so a refactor of the emitters cannot drop it silently.
 import re
 
 import pytest
-from kernelcases import per_kernel
+from kernelcases import family_configs, per_kernel, tile_of
 
 from kernels.registry import KERNELS, get_kernel
+from kernels.staged_tile import N_TILES, TILE_N
 
-TERNARY = ["hslm_fwd_s8", "hslm_dx_s8"]
-STAGES = {"hslm_fwd_s8": 4, "hslm_dx_s8": 4, "hslm_dw_s8": 3}
-COPIES = {"hslm_fwd_s8": 2, "hslm_dx_s8": 2, "hslm_dw_s8": 4}  # 16-byte copies per thread and chunk
+TERNARY = family_configs("hslm_fwd_s8") + family_configs("hslm_dx_s8")
 MMA = "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32"
 
 
@@ -32,91 +31,96 @@ def test_emission_is_deterministic_and_targets_sm80(name):
 
 
 @pytest.mark.parametrize("name", per_kernel())
-def test_staged_loop_is_one_uniform_body_of_32_mma(name):
-    ptx = KERNELS[name].emit()
+def test_staged_loop_is_one_uniform_body_of_all_mma(name):
+    ptx, tile = KERNELS[name].emit(), tile_of(name)
     body = loop(ptx)
-    assert body.count(MMA) == ptx.count(MMA) == 32  # 4 m16 x 4 n8 tiles x 2 k steps per warp
+    assert body.count(MMA) == ptx.count(MMA) == tile.m_tiles * N_TILES * 2  # m16 x n8 tiles x 2 k steps per warp
     # the back edge (no tail body), then the output: stored with one split, added with several;
-    # in each, a warp skips reading back rows past the last: 4 passes x 4 rows
+    # in each, a warp skips reading back rows past the last: m_tiles passes x 4 rows
     targets = re.findall(r"\bbra\.uni (\w+);", ptx)
     skips = [t for t in targets if re.fullmatch(r"(store|add)_written_\d_\d", t)]
     assert [t for t in targets if t not in skips] == ["chunk", "add_out", "out_done"]
-    assert len(skips) == len(set(skips)) == 2 * 4 * 4
+    assert len(skips) == len(set(skips)) == 2 * tile.m_tiles * 4
     assert len(re.findall(r"\bbra\b", ptx)) == len(targets)
     assert body.count("bar.sync 0;") == 1  # one barrier per chunk
 
 
 @pytest.mark.parametrize("name", per_kernel())
 def test_output_is_stored_or_added_once_per_accumulator(name):
-    ptx = KERNELS[name].emit()
+    ptx, tile = KERNELS[name].emit(), tile_of(name)
     stores, adds = ptx.split("add_out:\n", 1)
-    assert len(re.findall(r"@%p\d+ st\.global\.s32", stores)) == 64  # 4 m16 x 4 n8 x 4 per lane
-    assert len(re.findall(r"@%p\d+ red\.global\.add\.s32", adds)) == 64
+    per_lane = tile.m_tiles * N_TILES * 4  # m16 x n8 tiles x 4 elements per lane
+    assert len(re.findall(r"@%p\d+ st\.global\.s32", stores)) == per_lane
+    assert len(re.findall(r"@%p\d+ red\.global\.add\.s32", adds)) == per_lane
     assert "red.global.add" not in stores and " st.global" not in adds
 
 
 @pytest.mark.parametrize("name", per_kernel())
-def test_output_is_staged_through_shared_memory_in_four_passes(name):
-    ptx = KERNELS[name].emit()
+def test_output_is_staged_through_shared_memory_one_pass_per_m_tile(name):
+    ptx, passes = KERNELS[name].emit(), tile_of(name).m_tiles
     after = ptx.split("bra.uni chunk;", 1)[1]
     assert after.index("cp.async.wait_all") < after.index("bar.sync 0;") < after.index("st.shared")
     stores, adds = after.split("bra.uni add_out;", 1)[1].split("add_out:\n", 1)
     for path in (stores, adds):
-        # a lane's fragment row holds four consecutive columns per n tile pair: 16 v4 per path
-        assert len(re.findall(r"st\.shared\.v4\.b32 \[", path)) == path.count("st.shared") == 16
-        assert path.count("ld.shared.b32") == 64  # read back as words, one per output element
-        assert path.count("bar.sync 0;") == 2 * 4 - 1  # written / read back, per pass
+        # a lane's fragment row holds four consecutive columns per n tile pair: 4 v4 per pass
+        assert len(re.findall(r"st\.shared\.v4\.b32 \[", path)) == path.count("st.shared") == 4 * passes
+        assert path.count("ld.shared.b32") == 16 * passes  # read back as words, one per output element
+        assert path.count("bar.sync 0;") == 2 * passes - 1  # written / read back, per pass
 
 
 @pytest.mark.parametrize("name", per_kernel())
 def test_staged_loop_copies_ahead_and_reads_fragments_with_ldmatrix(name):
     ptx = KERNELS[name].emit()
     body = loop(ptx)
-    stages, copies = STAGES[name], COPIES[name]
+    tile = tile_of(name)
+    stages = tile.stages  # 16-byte copies per thread and chunk: A's rows, and dW's B rows
+    copies = tile.copies(tile.m) + (tile.copies(TILE_N) if KERNELS[name].family_name == "hslm_dw_s8" else 0)
     found = re.findall(r"cp\.async\.cg\.shared\.global \[[^]]+\], \[[^]]+\], 16, (%[pr]\d+);", body)
     assert len(found) == copies and ptx.count("cp.async.cg") == stages * copies  # stages - 1 ahead
     assert body.count("cp.async.commit_group") == 1 and ptx.count("cp.async.commit_group") == stages
     assert body.count(f"cp.async.wait_group {stages - 2};") == 1  # this chunk landed, newer in flight
-    assert len(re.findall(r"ldmatrix\.sync\.aligned\.m8n8\.x4(\.trans)?\.shared\.b16", body)) == 8 + 4
-    assert body.count("ldmatrix.sync.aligned.m8n8.x4.shared.b16") >= 8  # A: 4 m x 2 k steps
+    a_loads = 2 * tile.m_tiles  # A: m tiles x 2 k steps; B: 4 per chunk
+    assert len(re.findall(r"ldmatrix\.sync\.aligned\.m8n8\.x4(\.trans)?\.shared\.b16", body)) == a_loads + 4
+    assert body.count("ldmatrix.sync.aligned.m8n8.x4.shared.b16") >= a_loads
     assert "ld.shared" not in body and "ld.global.u8" not in body  # no byte or scalar gathers
 
 
 @pytest.mark.parametrize("name", per_kernel(TERNARY))
-def test_staged_kernels_decode_two_words_per_thread_a_chunk_ahead(name):
-    ptx = get_kernel(name).emit()
+def test_staged_kernels_decode_their_words_a_chunk_ahead(name):
+    ptx, words = get_kernel(name).emit(), tile_of(name).words  # 2 per thread on 8 warps, 4 on 4
     body = loop(ptx)
     table = re.search(r"mov\.b32 (%r\d+), 0xff0100;", ptx).group(1)
-    assert len(re.findall(rf"prmt\.b32 %r\d+, {table}, 0, %r\d+;", body)) == 8
-    assert body.count("st.shared.v4.b32") == 2
+    assert len(re.findall(rf"prmt\.b32 %r\d+, {table}, 0, %r\d+;", body)) == 4 * words
+    assert body.count("st.shared.v4.b32") == words
     # the loads fetch the next chunk's words after the barrier, the decode reads the last ones
     assert body.index("bar.sync") < body.index("ld.global.u32")
     assert body.index("st.shared.v4.b32") < body.index("bar.sync")
 
 
-@pytest.mark.kernel("hslm_fwd_s8")
-def test_forward_reads_w_without_predicates():
-    body = loop(get_kernel("hslm_fwd_s8").emit())
+@pytest.mark.parametrize("name", per_kernel(family_configs("hslm_fwd_s8")))
+def test_forward_reads_w_without_predicates(name):
+    body = loop(get_kernel(name).emit())
     assert not re.search(r"@%p\d+ ld\.global", body)  # words past the column are clamped
     assert "ldmatrix.sync.aligned.m8n8.x4.trans" not in body
 
 
-@pytest.mark.kernel("hslm_dx_s8")
-def test_dx_reads_b_with_transposing_ldmatrix_and_one_prmt_per_register():
-    body = loop(get_kernel("hslm_dx_s8").emit())
+@pytest.mark.parametrize("name", per_kernel(family_configs("hslm_dx_s8")))
+def test_dx_reads_b_with_transposing_ldmatrix_and_one_prmt_per_register(name):
+    body = loop(get_kernel(name).emit())
     assert body.count("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16") == 4  # 2 per k step
     assert body.count(", 0x6420;") == body.count(", 0x7531;") == 8  # 16 B registers per chunk
-    assert len(re.findall(r"@%p\d+ ld\.global\.u32", body)) == 2  # W rows past N load zeros
+    assert len(re.findall(r"@%p\d+ ld\.global\.u32", body)) == tile_of(name).words  # W rows past N load zeros
 
 
-@pytest.mark.kernel("hslm_dw_s8")
-def test_dw_is_a_tn_gemm_of_two_copied_operands():
-    body = loop(get_kernel("hslm_dw_s8").emit())
+@pytest.mark.parametrize("name", per_kernel(family_configs("hslm_dw_s8")))
+def test_dw_is_a_tn_gemm_of_two_copied_operands(name):
+    body, tile = loop(get_kernel(name).emit()), tile_of(name)
     assert "ld.global" not in body and "st.shared" not in body  # everything by cp.async
     sizes = re.findall(r"cp\.async\.cg\.shared\.global \[[^]]+\], \[[^]]+\], 16, %(\w)\d+;", body)
-    assert sizes == ["r", "r", "p", "p"]  # A: src-size stops at R; B: whole pieces or none
+    # A: src-size stops at R; B: whole pieces or none
+    assert sizes == ["r"] * tile.copies(tile.m) + ["p"] * tile.copies(TILE_N)
 
 
 def test_unknown_kernel_names_the_known_ones():
-    with pytest.raises(KeyError, match="unknown kernel 'fwd'; known: hslm_fwd_s8, hslm_dx_s8, hslm_dw_s8"):
+    with pytest.raises(KeyError, match="unknown kernel 'fwd'; known: hslm_fwd_s8, hslm_fwd_s8_m32, hslm_dx_s8"):
         get_kernel("fwd")

@@ -1,0 +1,74 @@
+"""The tile rule (kernels.registry.choose, scored by kernels.staged_tile.rule_cost): which
+configuration a family runs on a shape, and that the float ops launch that one."""
+import numpy as np
+import pytest
+from kernelcases import family_configs, tile_of
+
+from kernels import ops, staged_tile
+from kernels.registry import FAMILIES, KERNELS, choose
+from kernels.spec import Dims
+from kernels.ternary import pack
+
+HSLM = [Dims(27, 243, 243), Dims(27, 243, 729), Dims(27, 729, 243)]
+LARGE = [Dims(4096, 4096, 4096), Dims(8192, 4096, 4096)]
+
+
+def test_every_configuration_belongs_to_one_family_and_has_its_own_entry():
+    assert set(FAMILIES) == {"hslm_fwd_s8", "hslm_dx_s8", "hslm_dw_s8"}
+    assert sorted(s.name for f in FAMILIES.values() for s in f) == sorted(KERNELS)
+    for family, configs in FAMILIES.items():
+        assert configs[0].name == family and len({s.tile for s in configs}) == len(configs) >= 2
+        assert all(f".visible .entry {s.name}(" in s.emit() for s in configs)
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_short_batches_take_the_small_tile_and_large_problems_the_large_one(family):
+    assert all(choose(family, d).tile == "32x128" for d in HSLM)
+    assert all(choose(family, d).tile == "128x128" for d in LARGE)
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_the_rule_picks_the_lowest_score(family):
+    for dims in HSLM + LARGE + [Dims(1782, 243, 729), Dims(1, 1, 1), Dims(65536, 729, 243)]:
+        chosen = choose(family, dims)
+        assert all(chosen.cost(dims) <= s.cost(dims) for s in FAMILIES[family])
+
+
+def test_a_large_problem_makes_the_small_tile_l2_bound():
+    """4096^3 fills every SM with either tile and the same padded work per SM; the small
+    tile stages 2.5x the bytes per multiply-add, and L2 bounds it."""
+    large, small = (staged_tile.rule_cost(4096, 4096, 4096, t) for t in (staged_tile.LARGE, staged_tile.SMALL))
+    tensor = 8 * 128 * 128 * 4096 // staged_tile.MACS_PER_SM_CLOCK  # 1024 CTAs: 8 on the busiest SM
+    assert large[0] == tensor and small[0] == small[1] // staged_tile.L2_BYTES_PER_CLOCK > tensor
+    assert small[1] * 2 == large[1] * 5
+
+
+def test_the_score_counts_padded_rows_so_a_27_row_batch_wastes_less_on_32():
+    large, small = (staged_tile.rule_cost(27, 243, 243, t) for t in (staged_tile.LARGE, staged_tile.SMALL))
+    # same grid and splits (2 x 1 x 2, 128 k each): a quarter of the padded rows per CTA
+    assert large[0] == 128 * 128 * 128 // staged_tile.MACS_PER_SM_CLOCK
+    assert small[0] == 32 * 128 * 128 // staged_tile.MACS_PER_SM_CLOCK
+
+
+def test_unknown_family_names_the_known_ones():
+    with pytest.raises(KeyError, match="unknown kernel family 'fwd'; known: hslm_fwd_s8"):
+        choose("fwd", Dims(1, 1, 1))
+
+
+@pytest.mark.parametrize("R, want", [(27, "hslm_fwd_s8_m32"), (1782, "hslm_fwd_s8")])
+def test_forward_launches_the_configuration_the_rule_picks(R, want):
+    """A stand-in kernel records the block each launch asked for (128 threads: the small tile)."""
+    K, N = 729, 243
+    assert choose("hslm_fwd_s8", Dims(R, K, N)).name == want
+    blocks = []
+    rng = np.random.default_rng(0)
+    w = pack(rng.integers(-1, 2, (K, N)).astype(np.int8))
+    ops.forward(rng.standard_normal((R, K)), w, 1.0, fn=lambda grid, block, args, shared_mem=0: blocks.append(block))
+    assert blocks == [(tile_of(want).threads, 1, 1)]
+
+
+def test_configurations_share_a_family_but_differ_in_their_launch():
+    small, large = (KERNELS[n] for n in ("hslm_dx_s8_m32", "hslm_dx_s8"))
+    dims = Dims(27, 243, 243)
+    assert small.family_name == large.family_name == "hslm_dx_s8" and family_configs("hslm_dx_s8") == ["hslm_dx_s8", "hslm_dx_s8_m32"]
+    assert small.geometry(dims).block == (128, 1, 1) and large.geometry(dims).block == (256, 1, 1)
