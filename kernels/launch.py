@@ -9,7 +9,9 @@ shape and dtype per parameter (an unpacked W is told the packed shape it needs),
 packed weights scanned once for code 3 and non-zero padding (kernels.ternary), and
 strided inputs (Fortran-ordered, transposed, sliced) copied to C order: a kernel reads
 a buffer row-major from its base pointer (CuPy passes only that pointer), so a strided
-view would be read as garbage; the copy keeps the caller's meaning. The output is
+view would be read as garbage; the copy keeps the caller's meaning. A buffer marked
+:class:`kernels.pitch.KernelLayout` is already in the kernel's layout: it must be
+exactly that (shape, dtype, C order) and is passed on as it is. The output is
 pre-filled with :data:`OUTPUT_POISON`, so an element the kernel never stores shows as
 a mismatch even where the exact result is 0.
 """
@@ -19,6 +21,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from kernels.pitch import KernelLayout
 from kernels.spec import BufferSpec, Dims, KernelSpec
 from kernels.ternary import code_problem
 from kernels.validate import LaunchError, module_of
@@ -31,9 +34,12 @@ PACKED_DTYPE = "uint32"  # the only uint32 buffers are packed ternary weights (k
 def kernel_args(spec: KernelSpec, dims: Dims, out: Any, inputs: dict[str, Any]) -> list[Any]:
     """Arguments in PTX parameter order: output buffer, checked C-ordered inputs, u32 scalars.
 
-    An input is given in its logical layout (Xq R x K, dYq R x N, also for dW); where the
-    kernel reads another (rows at a 16-byte aligned pitch for cp.async, or transposed) it
-    is copied into that layout here (``kernels.pitch``: one extra pass over the operand)."""
+    An input is either marked :class:`kernels.pitch.KernelLayout`, already in the layout
+    the kernel reads (rows at a 16-byte aligned pitch for cp.async, transposed for dW):
+    the float ops quantize straight into such buffers, and it is checked, never copied;
+    or unmarked, in its logical layout (Xq R x K, dYq R x N, also for dW), and copied
+    into the kernel's layout here where that differs (``kernels.pitch``: one extra pass,
+    R x width bytes read and R x pitch written, and one allocation)."""
     args: list[Any] = []
     for param in spec.params:
         if param.shape is None:
@@ -51,29 +57,58 @@ def kernel_args(spec: KernelSpec, dims: Dims, out: Any, inputs: dict[str, Any]) 
     return args
 
 
+def _described(buf: Any) -> str:
+    """dtype and shape as a message shows them, e.g. ``int8(9, 40)``."""
+    return f"{getattr(buf, 'dtype', type(buf).__name__)}{tuple(getattr(buf, 'shape', ()))}"
+
+
+def _has(buf: Any, dtype: str, shape: tuple[int, ...]) -> bool:
+    """Whether ``buf`` is an array of exactly this dtype and shape."""
+    return tuple(getattr(buf, "shape", ())) == shape and str(getattr(buf, "dtype", "")) == dtype
+
+
 def _check_layout(spec: KernelSpec, dims: Dims, param: BufferSpec, buf: Any) -> None:
     """Shape and dtype against the spec's caller-facing (logical) layout, with what to do
     when they differ."""
     want = tuple((param.logical or param.shape)(dims))
-    if tuple(getattr(buf, "shape", ())) == want and str(getattr(buf, "dtype", "")) == param.dtype:
+    if _has(buf, param.dtype, want):
         return
     if param.dtype == PACKED_DTYPE:
         fix = "pack the K x N ternary matrix with kernels.ternary.pack(w)"
     else:
         fix = f"pass a {param.dtype} array of that shape (kernels.ops quantizes float inputs)"
-    got = f"{getattr(buf, 'dtype', type(buf).__name__)}{tuple(getattr(buf, 'shape', ()))}"
     raise LaunchError(
-        f"{spec.name}: input '{param.name}' is {got}, expected {param.dtype}{want} "
+        f"{spec.name}: input '{param.name}' is {_described(buf)}, expected {param.dtype}{want} "
         f"for R={dims.R} K={dims.K} N={dims.N}; {fix}"
     )
 
 
+def _check_kernel_layout(spec: KernelSpec, dims: Dims, param: BufferSpec, buf: Any) -> None:
+    """A buffer marked as in the kernel's layout must be exactly ``param.shape(dims)``, C-ordered:
+    it is passed on as it is, so there is nothing to fix it with."""
+    want = tuple(param.shape(dims))
+    right_shape = _has(buf, param.dtype, want)
+    if right_shape and buf.flags.c_contiguous:
+        return
+    got = _described(buf) + (", not C-contiguous" if right_shape else "")
+    raise LaunchError(
+        f"{spec.name}: input '{param.name}' (marked KernelLayout) is {got}, expected a C-contiguous "
+        f"{param.dtype}{want}, the kernel's layout for R={dims.R} K={dims.K} N={dims.N}; allocate it "
+        "with kernels.pitch.kernel_buffer, or pass the logical layout unmarked"
+    )
+
+
 def _checked_input(spec: KernelSpec, dims: Dims, param: BufferSpec, buf: Any) -> Any:
-    """``buf`` checked, C-ordered (a copy only when it was strided) and in the kernel's layout."""
-    _check_layout(spec, dims, param, buf)
-    buf = module_of(buf).ascontiguousarray(buf)
-    if param.prepare is not None:
-        buf = param.prepare(buf, tuple(param.shape(dims)))
+    """``buf`` checked, C-ordered (a copy only when it was strided) and in the kernel's layout
+    (a copy only when it was unmarked and in another layout)."""
+    if isinstance(buf, KernelLayout):
+        buf = buf.array
+        _check_kernel_layout(spec, dims, param, buf)
+    else:
+        _check_layout(spec, dims, param, buf)
+        buf = module_of(buf).ascontiguousarray(buf)
+        if param.prepare is not None:
+            buf = param.prepare(buf, tuple(param.shape(dims)))
     if param.dtype == PACKED_DTYPE:
         problem = code_problem(buf, dims.K)
         if problem:

@@ -1,7 +1,10 @@
 """The float ops a trainer calls: forward, dX and dW around the int8 kernels.
 
 Each op quantizes its float operands with symmetric int8 scales (kernels/quant.py), launches
-the integer kernel through :func:`kernels.launch.launch`, and rescales the int32 result:
+the integer kernel through :func:`kernels.launch.launch`, and rescales the int32 result.
+The quantizing pass writes the int8 codes straight into the layout the kernel reads
+(kernels.pitch.kernel_buffer: rows at a 16-byte aligned pitch for forward/dX, Xq^T and
+dYq^T at a pitch for dW), handed to launch marked KernelLayout, so launch copies nothing:
 
 - forward  Y[r, j]  = s_r beta  * sum_i Xq[r, i] W[i, j]     (s_r: one scale per row of X)
 - dX       dX[r, i] = t_r beta  * sum_j dYq[r, j] W[i, j]    (t_r: one scale per row of dY)
@@ -19,7 +22,8 @@ emitted in-process from the kernel's spec (the same text `doit emit` writes).
 dW accumulates in int32 inside the kernel, exact for R <= spec.max_rows (131071); more
 rows are split into chunks of at most that many, each launched separately and summed
 in int64. The column scales are taken over all R rows before splitting, so a chunked
-dW equals the unchunked one exactly.
+dW equals the unchunked one exactly; each chunk is quantized into its own transposed
+buffer, so no int8 copy of all R rows exists at once.
 
 Bad input is refused before any work with one LaunchError line (kernels.validate):
 x / dY not 2-D, empty or not real, a non-finite value (seen in the quantization scale
@@ -33,7 +37,8 @@ from typing import Any, Callable
 import numpy as np
 
 from kernels.launch import launch
-from kernels.quant import codes_for, scale_of
+from kernels.pitch import KernelLayout, kernel_buffer
+from kernels.quant import codes_into, scale_of
 from kernels.registry import choose, get_kernel
 from kernels.spec import Dims
 from kernels.validate import LaunchError, finite_scales, float_matrix, module_of
@@ -58,12 +63,22 @@ def _run(family: str, dims: Dims, inputs: dict[str, Any], xp: Any, fn: Callable 
     return launch(spec, fn or kernel_function(spec.name, xp), dims, inputs, xp=xp)
 
 
-def _quantized(op: str, name: str, a: Any, axis: int) -> tuple[Any, Any]:
-    """(int8 codes, f64 scales) of ``a`` (one scale per row for axis=1, per column for
-    axis=0), refusing a non-finite value before it is rounded."""
+def _scales(op: str, name: str, a: Any, axis: int) -> Any:
+    """The f64 scales of ``a`` (one per row for axis=1, per column for axis=0), refusing a
+    non-finite value before anything is rounded or launched."""
     scale = scale_of(a, axis)
     finite_scales(op, name, a, scale, axis)
-    return codes_for(a, scale), scale
+    return scale
+
+
+def _codes(family: str, name: str, dims: Dims, a: Any, scale: Any, xp: Any) -> KernelLayout:
+    """The int8 codes of ``a`` written by the quantizing pass straight into a buffer in the
+    layout ``family`` reads its input ``name`` in (pitched rows, or transposed; the same
+    for every configuration), so launch checks it and copies nothing."""
+    param = next(p for p in choose(family, dims).params if p.name == name)
+    buf, logical = kernel_buffer(param, dims, xp)
+    codes_into(a, scale, logical)
+    return buf
 
 
 def _check_beta(op: str, beta: float) -> float:
@@ -94,8 +109,10 @@ def forward(x: Any, w_packed: Any, beta: float, *, fn: Callable | None = None) -
     R, K = float_matrix("forward", "x", x, "R x K")
     N = _packed_columns(w_packed, K)
     beta = _check_beta("forward", beta)
-    xq, s = _quantized("forward", "x", x, axis=1)
-    y = _run("hslm_fwd_s8", Dims(R, K, N), {"x": xq, "w": w_packed}, xp, fn)
+    s = _scales("forward", "x", x, axis=1)
+    dims = Dims(R, K, N)
+    xq = _codes("hslm_fwd_s8", "x", dims, x, s, xp)
+    y = _run("hslm_fwd_s8", dims, {"x": xq, "w": w_packed}, xp, fn)
     return (y * (s * beta)).astype(_float_dtype(xp, x), copy=False)
 
 
@@ -104,8 +121,10 @@ def grad_input(dy: Any, w_packed: Any, beta: float, K: int, *, fn: Callable | No
     xp = module_of(dy, w_packed, op="grad_input")
     R, N = float_matrix("grad_input", "dy", dy, "R x N")
     beta = _check_beta("grad_input", beta)
-    yq, t = _quantized("grad_input", "dy", dy, axis=1)
-    dx = _run("hslm_dx_s8", Dims(R, K, N), {"dy": yq, "w": w_packed}, xp, fn)
+    t = _scales("grad_input", "dy", dy, axis=1)
+    dims = Dims(R, K, N)
+    yq = _codes("hslm_dx_s8", "dy", dims, dy, t, xp)
+    dx = _run("hslm_dx_s8", dims, {"dy": yq, "w": w_packed}, xp, fn)
     return (dx * (t * beta)).astype(_float_dtype(xp, dy), copy=False)
 
 
@@ -130,10 +149,13 @@ def grad_weight(x: Any, dy: Any, *, chunk_rows: int | None = None,
             f"grad_weight: chunk_rows={chunk_rows} must be in 1..{spec.max_rows} "
             "(int32 accumulation inside one launch is exact only up to that many rows)"
         )
-    xq, u = _quantized("grad_weight", "x", x, axis=0)  # u: (1, K), over all R rows so chunks share scales
-    yq, v = _quantized("grad_weight", "dy", dy, axis=0)  # v: (1, N)
+    u = _scales("grad_weight", "x", x, axis=0)  # u: (1, K), over all R rows so chunks share scales
+    v = _scales("grad_weight", "dy", dy, axis=0)  # v: (1, N)
     total = xp.zeros((N, K), dtype=xp.int64)
     for r0 in range(0, R, chunk):
         r1 = min(R, r0 + chunk)
-        total += _run(spec.family_name, Dims(r1 - r0, K, N), {"x": xq[r0:r1], "dy": yq[r0:r1]}, xp, fn)
+        dims = Dims(r1 - r0, K, N)
+        inputs = {"x": _codes(spec.family_name, "x", dims, x[r0:r1], u, xp),  # Xq^T, K x pitch(r1 - r0)
+                  "dy": _codes(spec.family_name, "dy", dims, dy[r0:r1], v, xp)}  # dYq^T, N x pitch(r1 - r0)
+        total += _run(spec.family_name, dims, inputs, xp, fn)
     return (total * (v.reshape(N, 1) * u)).astype(_float_dtype(xp, x, dy), copy=False).T

@@ -6,22 +6,37 @@ bytes of int8) is a multiple of ``PITCH_ALIGN`` and at least the row's logical w
 Bytes between the width and the pitch may hold anything: forward and dX copy whole
 16-byte pieces, so the last piece of a row brings some of them along, but they meet W's
 padding codes, which are 0 (``kernels.ternary`` refuses anything else); dW's copies stop
-at R exactly (src-size) and never read them.
+at R exactly (src-size) and never read them. Buffers made here keep them 0 all the same.
 
-A buffer handed over at its logical width (rows packed back to back), or not
-transposed where the kernel reads it transposed, is copied into the kernel's layout by
-``kernels.launch`` first (:func:`aligned_copy`): one extra pass over the operand (R x
-width bytes read, R x pitch written) and one allocation per launch; quantizing straight
-into the kernel's layout avoids it.
+Two ways to hand a staged operand to ``kernels.launch``:
+- in the kernel's layout, marked :class:`KernelLayout`: the float ops (kernels.ops)
+  allocate it with :func:`kernel_buffer` and the quantizing pass writes the codes
+  straight into its logical part, so launch checks it and passes it on, never copying;
+- in the logical layout (rows packed back to back, not transposed), unmarked: launch
+  copies it into the kernel's layout first (:func:`aligned_copy`): one extra pass over
+  the operand (R x width bytes read, R x pitch written) and one allocation per launch,
+  nothing when the logical shape already is the kernel's (forward/dX with the width a
+  multiple of 16).
+The mark is explicit because a shape cannot tell the two apart: a logical R x K and a
+transposed K x pitch(R) are both 16 x 16 when R = K = 16.
 """
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from kernels.spec import BufferSpec, Dims
 
 PITCH_ALIGN = 16
+
+
+@dataclass(frozen=True)
+class KernelLayout:
+    """An input buffer already in the kernel's layout (``param.shape(dims)``, C-contiguous):
+    launch checks it against that shape and never copies it."""
+
+    array: Any
 
 
 def pitch(width: int) -> int:
@@ -53,14 +68,15 @@ def transposed_into(rows: Any, want: tuple[int, int]) -> Any:
 
 
 def pitched_rows(name: str, rows: Callable[[Dims], int], width: Callable[[Dims], int]) -> BufferSpec:
-    """An int8 input the kernel reads as ``rows`` x pitch(``width``); callers may pass rows x width."""
+    """An int8 input the kernel reads as ``rows`` x pitch(``width``); callers may pass rows
+    x width (copied) or the kernel's layout marked :class:`KernelLayout`."""
     return BufferSpec(name, "int8", lambda d: (rows(d), pitch(width(d))),
                       logical=lambda d: (rows(d), width(d)), prepare=rows_into)
 
 
 def pitched_transpose(name: str, rows: Callable[[Dims], int], width: Callable[[Dims], int]) -> BufferSpec:
     """An int8 input the kernel reads transposed, ``width`` x pitch(``rows``); callers pass
-    rows x width."""
+    rows x width (copied) or the kernel's layout marked :class:`KernelLayout`."""
     return BufferSpec(name, "int8", lambda d: (width(d), pitch(rows(d))),
                       logical=lambda d: (rows(d), width(d)), prepare=transposed_into)
 
@@ -71,8 +87,17 @@ def pitch_param(name: str, width: Callable[[Dims], int]) -> BufferSpec:
 
 
 def logical_view(param: BufferSpec, buf: Any, dims: Dims) -> Any:
-    """A buffer in the kernel's layout seen in its logical one (a view, for references)."""
+    """A buffer in the kernel's layout seen in its logical one (a view: references read
+    it, the quantizer writes into it)."""
     if param.logical is None:
         return buf
     rows, width = param.logical(dims)
     return buf[:, :rows].T if param.prepare is transposed_into else buf[:, :width]
+
+
+def kernel_buffer(param: BufferSpec, dims: Dims, xp: Any) -> tuple[KernelLayout, Any]:
+    """A zeroed buffer of ``param``'s kernel layout in ``xp`` (numpy or cupy), marked for
+    launch, and the view of its logical part to write into (rows x width: ``buf[:, :width]``,
+    or ``buf[:, :rows].T`` for a transposed operand)."""
+    buf = xp.zeros(param.shape(dims), dtype=param.dtype)
+    return KernelLayout(buf), logical_view(param, buf, dims)

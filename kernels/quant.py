@@ -29,9 +29,28 @@ def scale_of(x: Any, axis: int) -> Any:
     return scale
 
 
+def _rounded(x: Any, scale: Any) -> Any:
+    """clip(round(x / scale), -127, 127) in one f64 temporary, rounded and clipped in place
+    (``round``: half to even), the same values as rounding and clipping into new arrays."""
+    q = x / scale
+    q.round(out=q)
+    return q.clip(-QMAX, QMAX, out=q)
+
+
 def codes_for(x: Any, scale: Any) -> Any:
-    """clip(round(x / scale), -127, 127) as int8."""
-    return (x / scale).round().clip(-QMAX, QMAX).astype("int8")
+    """clip(round(x / scale), -127, 127) as a new int8 array of ``x``'s shape."""
+    return _rounded(x, scale).astype("int8")
+
+
+def codes_into(x: Any, scale: Any, out: Any) -> None:
+    """The codes of :func:`codes_for` written into ``out``, an int8 array or view of
+    ``x``'s shape (any strides: the logical part of a pitched or transposed kernel
+    buffer, kernels.pitch.kernel_buffer), so they land in the kernel's layout with no
+    int8 array in between. The values are whole numbers in [-127, 127], so the
+    assignment's float -> int8 cast is exact."""
+    if tuple(out.shape) != tuple(x.shape) or str(out.dtype) != "int8":
+        raise ValueError(f"codes_into: out is {out.dtype}{tuple(out.shape)}, expected int8{tuple(x.shape)} (x's shape)")
+    out[...] = _rounded(x, scale)
 
 
 def quantize(x: Any, axis: int) -> tuple[Any, Any]:

@@ -7,7 +7,7 @@ import pytest
 from kernelcases import per_kernel
 
 from kernels.launch import OUTPUT_POISON, LaunchError, kernel_args, launch
-from kernels.pitch import logical_view
+from kernels.pitch import KernelLayout, kernel_buffer, logical_view
 from kernels.ptxemu import Module
 from kernels.registry import get_kernel
 from kernels.spec import Dims
@@ -129,3 +129,87 @@ def test_a_skipped_store_shows_where_the_answer_is_zero(name):
     want = spec.reference(dims, inputs)
     assert want[0, 0] == 0 and got[0, 0] == OUTPUT_POISON
     assert np.count_nonzero(got != want) == 1
+
+
+# ---- buffers marked as already in the kernel's layout ----------------------------
+
+def marked(name, dims, inputs):
+    """``inputs`` with every pitched one written into a marked kernel_buffer (W as it is)."""
+    params = {p.name: p for p in get_kernel(name).params}
+    out = dict(inputs)
+    for key, value in inputs.items():
+        if params[key].logical is not None:
+            out[key], view = kernel_buffer(params[key], dims, np)
+            view[...] = value
+    return out
+
+
+def captured(name, dims, inputs):
+    """The buffer arguments launch hands the kernel, by parameter name."""
+    seen = {}
+    spec = get_kernel(name)
+    launch(spec, lambda grid, block, args, shared_mem=0: seen.update(zip((p.name for p in spec.params), args)),
+           dims, inputs)
+    return seen
+
+
+@pytest.mark.parametrize("name", per_kernel())
+def test_a_marked_buffer_is_passed_as_it_is_and_gives_the_logical_result(name):
+    spec = get_kernel(name)
+    inputs = inputs_for(name, seed=6)
+    ready = marked(name, DIMS, inputs)
+    seen = captured(name, DIMS, ready)
+    for key, value in ready.items():
+        if isinstance(value, KernelLayout):
+            assert seen[key] is value.array  # no copy, not even a C-order one
+            assert seen[key].shape != inputs[key].shape  # DIMS puts every operand off its pitch
+    assert np.array_equal(emulated(name, DIMS, ready), spec.reference(DIMS, inputs))
+    # negative: unmarked, launch makes its own buffer (the copy the mark avoids)
+    unmarked = captured(name, DIMS, inputs)
+    assert all(unmarked[k] is not inputs[k] for k, v in ready.items() if isinstance(v, KernelLayout))
+
+
+def test_the_mark_decides_the_layout_where_the_shapes_coincide():
+    """dW at R = K = N = 16: Xq (R x K) and Xq^T at pitch(R) (K x 16) are both 16 x 16, so
+    only the mark tells launch which one it was given."""
+    name, dims = "hslm_dw_s8", Dims(16, 16, 16)
+    spec = get_kernel(name)
+    inputs = inputs_for(name, dims, seed=7)
+    want = spec.reference(dims, inputs)
+    ready = {k: KernelLayout(np.ascontiguousarray(v.T)) for k, v in inputs.items()}
+    assert all(v.shape == ready[k].array.shape for k, v in inputs.items())
+    assert np.array_equal(emulated(name, dims, inputs), want)  # unmarked: logical, transposed by launch
+    assert np.array_equal(emulated(name, dims, ready), want)  # marked: the kernel's layout, as is
+    # negative: the logical buffers marked as the kernel's layout are read untransposed
+    assert not np.array_equal(emulated(name, dims, {k: KernelLayout(v) for k, v in inputs.items()}), want)
+
+
+def _fwd_x(buf):
+    inputs = inputs_for("hslm_fwd_s8")
+    inputs["x"] = KernelLayout(buf)
+    return inputs
+
+
+BAD_MARKED = [  # DIMS: R=5 K=20, so the forward kernel reads x as 5 x pitch(20) = 5 x 32
+    ("the logical shape", np.zeros((5, 20), np.int8), "is int8(5, 20), expected"),
+    ("another dtype", np.zeros((5, 32), np.int16), "is int16(5, 32), expected"),
+    ("Fortran order", np.asfortranarray(np.zeros((5, 32), np.int8)), "is int8(5, 32), not C-contiguous, expected"),
+    ("a column slice", np.zeros((5, 48), np.int8)[:, :32], "is int8(5, 32), not C-contiguous, expected"),
+]
+
+
+@pytest.mark.parametrize("buf, problem", [pytest.param(b, p, id=i) for i, b, p in BAD_MARKED])
+def test_a_marked_buffer_not_in_the_kernel_layout_is_refused_in_one_line(buf, problem):
+    with pytest.raises(LaunchError) as info:
+        launch(get_kernel("hslm_fwd_s8"), never_called, DIMS, _fwd_x(buf))
+    assert str(info.value) == (
+        f"hslm_fwd_s8: input 'x' (marked KernelLayout) {problem} a C-contiguous int8(5, 32), the kernel's "
+        "layout for R=5 K=20 N=6; allocate it with kernels.pitch.kernel_buffer, or pass the logical layout unmarked")
+
+
+def test_a_marked_packed_w_is_still_scanned_for_code_3():
+    inputs = inputs_for("hslm_fwd_s8")
+    inputs["w"][1, 0] |= np.uint32(3 << 4)
+    inputs["w"] = KernelLayout(inputs["w"])
+    with pytest.raises(LaunchError, match=r"input 'w': packed weights: code 3 at column 1, in-feature 2"):
+        launch(get_kernel("hslm_fwd_s8"), never_called, DIMS, inputs)

@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 from quantbounds import assert_tight, check_bound, codes, data, dw_bound, dx_bound, fwd_bound
 
-from kernels import ops
+from kernels import ops, pitch
+from kernels.launch import launch
 from kernels.pitch import logical_view
 from kernels.registry import get_kernel
 from kernels.spec import Dims
-from kernels.quant import ternarize
+from kernels.quant import quantize_cols, quantize_rows, ternarize
 from kernels.ternary import pack, packed_shape, unpack
 from kernels.validate import LaunchError, module_of
 
@@ -101,6 +102,80 @@ def test_per_tensor_scale_breaks_the_dw_bound():
     wrong = (codes(x, u).T @ codes(dy, v)) * u * v
     inside, _, _ = check_bound(wrong, x.T @ dy, dw_bound(x, dy), np.abs(x).T @ np.abs(dy))
     assert not inside
+
+
+# ---- the quantizer writes the kernel's layout: the same bytes, no launch-side copy ----
+
+def recording(name: str, seen: list):
+    """The emulator's kernel, keeping a copy of every buffer argument of every launch."""
+    run = ops.kernel_function(name, np)
+
+    def fn(grid, block, args, shared_mem=0):
+        seen.append([a.copy() for a in args[1:] if isinstance(a, np.ndarray)])
+        run(grid, block, args, shared_mem=shared_mem)
+
+    return fn
+
+
+def old_path(op: str, x, dy, w, beta, K, fn, chunk_rows=8):
+    """The float ops as they were: logical int8 codes, copied into the kernel's layout by launch."""
+    if op == "forward":
+        (q, s), spec = quantize_rows(x), get_kernel("hslm_fwd_s8")
+        return (launch(spec, fn, Dims(*x.shape, w.shape[0]), {"x": q, "w": w}) * (s * beta)).astype(x.dtype)
+    if op == "grad_input":
+        (q, t), spec = quantize_rows(dy), get_kernel("hslm_dx_s8")
+        return (launch(spec, fn, Dims(dy.shape[0], K, dy.shape[1]), {"dy": q, "w": w}) * (t * beta)).astype(dy.dtype)
+    (xq, u), (yq, v), spec = quantize_cols(x), quantize_cols(dy), get_kernel("hslm_dw_s8")
+    total = sum(launch(spec, fn, Dims(len(xq[r:r + chunk_rows]), K, dy.shape[1]),
+                       {"x": xq[r:r + chunk_rows], "dy": yq[r:r + chunk_rows]}).astype(np.int64)
+                for r in range(0, x.shape[0], chunk_rows))
+    return (total * (v.reshape(-1, 1) * u)).T
+
+
+def new_path(op: str, x, dy, w, beta, K, fn, chunk_rows=8):
+    if op == "forward":
+        return ops.forward(x, w, beta, fn=fn)
+    if op == "grad_input":
+        return ops.grad_input(dy, w, beta, K, fn=fn)
+    return ops.grad_weight(x, dy, chunk_rows=chunk_rows, fn=fn)
+
+
+OPS = {"forward": "hslm_fwd_s8", "grad_input": "hslm_dx_s8", "grad_weight": "hslm_dw_s8"}
+
+
+@pytest.mark.kernel(*OPS.values())
+@pytest.mark.parametrize("op", list(OPS))
+def test_ops_hand_the_kernel_the_bytes_the_old_copy_did_on_emulator(op):
+    """Quantizing into the kernel's layout gives byte-identical kernel inputs (padding
+    included) and a bit-identical result to quantizing logically and letting launch copy.
+    R = 19 with chunks of 8 (dW): every chunk's transposed buffer is off its pitch."""
+    R, K, N = 19, 40, 24
+    x, dy, t, beta = data(np.random.default_rng(11), R, K, N)
+    w = pack(t)
+    old_args: list = []
+    new_args: list = []
+    old = old_path(op, x, dy, w, beta, K, recording(OPS[op], old_args))
+    new = new_path(op, x, dy, w, beta, K, recording(OPS[op], new_args))
+    assert len(new_args) == len(old_args) == (3 if op == "grad_weight" else 1)
+    for a, b in zip(old_args, new_args):
+        assert all(u.shape == v.shape and np.array_equal(u, v) for u, v in zip(a, b))
+    assert new.dtype == old.dtype and np.array_equal(new, old)
+
+
+@pytest.mark.parametrize("op", list(OPS))
+def test_ops_make_no_launch_side_copy(op, monkeypatch):
+    """The pitched copy (kernels.pitch.aligned_copy) never runs under the float ops; the
+    old path, the negative, makes one per pitched operand and launch."""
+    copies: list = []
+    real = pitch.aligned_copy
+    monkeypatch.setattr(pitch, "aligned_copy", lambda rows, row_pitch: copies.append(rows.shape) or real(rows, row_pitch))
+    x, dy, t, beta = data(np.random.default_rng(12), 19, 40, 24)  # no width a multiple of 16
+    fn = reference_fn(OPS[op])
+    new = new_path(op, x, dy, pack(t), beta, 40, fn)
+    assert copies == []
+    old = old_path(op, x, dy, pack(t), beta, 40, fn)
+    assert len(copies) == (6 if op == "grad_weight" else 1)  # dW: 3 chunks x (Xq, dYq)
+    assert np.array_equal(new, old)
 
 
 # ---- dW row chunks ---------------------------------------------------------------

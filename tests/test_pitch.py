@@ -2,7 +2,9 @@
 import numpy as np
 import pytest
 
-from kernels.pitch import PITCH_ALIGN, aligned_copy, pitch
+from kernels.pitch import PITCH_ALIGN, KernelLayout, aligned_copy, kernel_buffer, logical_view, pitch
+from kernels.registry import get_kernel
+from kernels.spec import Dims
 
 
 @pytest.mark.parametrize("width, want", [(1, 16), (16, 16), (17, 32), (243, 256), (729, 736)])
@@ -21,3 +23,24 @@ def test_aligned_copy_keeps_rows_and_zeroes_the_padding():
 def test_aligned_copy_refuses_a_bad_pitch(bad):
     with pytest.raises(ValueError, match="must be a multiple of 16 and at least the width 5"):
         aligned_copy(np.zeros((2, 5), np.int8), bad)
+
+
+@pytest.mark.parametrize("kernel, name, want, transposed", [
+    ("hslm_fwd_s8", "x", (9, 48), False),  # R x pitch(K)
+    ("hslm_dx_s8", "dy", (9, 32), False),  # R x pitch(N)
+    ("hslm_dw_s8", "x", (40, 16), True),  # K x pitch(R)
+    ("hslm_dw_s8", "dy", (24, 16), True),  # N x pitch(R)
+])
+def test_kernel_buffer_is_the_zeroed_kernel_layout_and_a_view_of_its_logical_part(kernel, name, want, transposed):
+    dims = Dims(9, 40, 24)
+    param = next(p for p in get_kernel(kernel).params if p.name == name)
+    marked, view = kernel_buffer(param, dims, np)
+    assert isinstance(marked, KernelLayout)
+    buf = marked.array
+    assert buf.shape == tuple(param.shape(dims)) == want and buf.dtype == np.int8
+    assert buf.flags.c_contiguous and not buf.any()
+    assert view.shape == tuple(param.logical(dims)) and np.shares_memory(view, buf)
+    view[...] = np.arange(view.size).reshape(view.shape) % 100 + 1  # no zero: every written byte shows
+    logical = buf[:, :dims.R].T if transposed else buf[:, :view.shape[1]]
+    assert np.array_equal(logical, view) and np.array_equal(logical_view(param, buf, dims), view)
+    assert np.count_nonzero(buf) == view.size  # the bytes past the logical part stay zero
