@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from kernels.registry import KERNELS
 from pipeline.artifacts import read_model
 from pipeline.config import ROOT
 from pipeline.bench_counters import derive, parse_ncu_csv
@@ -116,13 +117,13 @@ def test_steps_did_their_work(full_run, tmp_path):
     res, out = full_run
     log = (out / "device.log").read_text()
     assert "standin_pkg" in log  # the carried wheel was installed
-    assert "9 cells on gpu: all exact" in log  # smoke x 3 kernels, through the stand-in cupy
+    assert f"{3 * len(KERNELS)} cells on gpu: all exact" in log  # smoke x every kernel, through the stand-in cupy
     report = read_model(out / "bench-smoke.json", BenchReport)
     assert {r.disposition for r in report.rows if r.impl == "ours"} == {"passed"}
     assert all(r.disposition == "not_run" for r in report.rows if r.impl.startswith("torch"))
     facts = (out / "facts.txt").read_text()
     assert "nvidia_smi: STAND-IN numpy GPU, 999.99" in facts and "ncu: " in facts
-    assert log.count("tiny R=16 K=32 N=8: exact") == 4 * 3  # 4 sanitizer tools x 3 kernels
+    assert log.count("tiny R=16 K=32 N=8: exact") == 4 * len(KERNELS)  # 4 sanitizer tools x every kernel
     counters = parse_ncu_csv((out / "ncu.csv").read_text())
     assert set(counters) == {"hslm_fwd_s8", "hslm_dx_s8", "hslm_dw_s8"}
     # the stand-in ncu lists only some names: the filter passed those and no others
@@ -162,14 +163,14 @@ def test_land_copies_and_summarises(full_run, tmp_path):
     assert steps["sanitize-racecheck"].exit == 1 and "1 errors" in steps["sanitize-racecheck"].note
     assert steps["sanitize-memcheck"].note == "ERROR SUMMARY: 0 errors"
     assert steps["counters"].exit == 0 and steps["bench"].seconds is not None
-    assert run.verify_cells == 9 and run.verify_failed == []
+    assert run.verify_cells == 3 * len(KERNELS) and run.verify_failed == []
     assert run.counters["hslm_fwd_s8"]["global load sectors per request"] == 16.0
     for name in ("bench-smoke.json", "bench-smoke.png", "ncu.csv", "device.log", "facts.txt",
                  "verify/hslm_dw_s8/smoke/k_tail.json", "logs/bench.log"):
         assert name in run.files and (dest / name).is_file()
     text = (dest / "README.md").read_text()
     assert "# GPU results: STAND-IN numpy GPU" in text and "| sanitize-racecheck | 1 |" in text
-    assert "9 cells, all exact." in text and "| hslm_dx_s8 | tiny |" in text  # bench summary
+    assert f"{3 * len(KERNELS)} cells, all exact." in text and "| hslm_dx_s8 | tiny |" in text  # bench summary
     assert "global load sectors per request" in text
 
 

@@ -14,7 +14,7 @@ from quantbounds import assert_tight, check_bound, codes, data, dw_bound, dx_bou
 from kernels import ops, pitch
 from kernels.launch import launch
 from kernels.pitch import logical_view
-from kernels.registry import get_kernel
+from kernels.registry import choose, get_kernel
 from kernels.spec import Dims
 from kernels.quant import quantize_cols, quantize_rows, ternarize
 from kernels.ternary import pack, packed_shape, unpack
@@ -106,13 +106,14 @@ def test_per_tensor_scale_breaks_the_dw_bound():
 
 # ---- the quantizer writes the kernel's layout: the same bytes, no launch-side copy ----
 
-def recording(name: str, seen: list):
-    """The emulator's kernel, keeping a copy of every buffer argument of every launch."""
-    run = ops.kernel_function(name, np)
-
+def emulated(family: str, seen: list | None = None):
+    """The emulator running the configuration of ``family`` the rule picks for each launch's
+    dims, keeping a copy of every buffer argument of every launch in ``seen``."""
     def fn(grid, block, args, shared_mem=0):
-        seen.append([a.copy() for a in args[1:] if isinstance(a, np.ndarray)])
-        run(grid, block, args, shared_mem=shared_mem)
+        if seen is not None:
+            seen.append([a.copy() for a in args[1:] if isinstance(a, np.ndarray)])
+        name = choose(family, dims_of(family, args)).name
+        ops.kernel_function(name, np)(grid, block, args, shared_mem=shared_mem)
 
     return fn
 
@@ -120,15 +121,16 @@ def recording(name: str, seen: list):
 def old_path(op: str, x, dy, w, beta, K, fn, chunk_rows=8):
     """The float ops as they were: logical int8 codes, copied into the kernel's layout by launch."""
     if op == "forward":
-        (q, s), spec = quantize_rows(x), get_kernel("hslm_fwd_s8")
-        return (launch(spec, fn, Dims(*x.shape, w.shape[0]), {"x": q, "w": w}) * (s * beta)).astype(x.dtype)
+        (q, s), dims = quantize_rows(x), Dims(*x.shape, w.shape[0])
+        return (launch(choose("hslm_fwd_s8", dims), fn, dims, {"x": q, "w": w}) * (s * beta)).astype(x.dtype)
     if op == "grad_input":
-        (q, t), spec = quantize_rows(dy), get_kernel("hslm_dx_s8")
-        return (launch(spec, fn, Dims(dy.shape[0], K, dy.shape[1]), {"dy": q, "w": w}) * (t * beta)).astype(dy.dtype)
-    (xq, u), (yq, v), spec = quantize_cols(x), quantize_cols(dy), get_kernel("hslm_dw_s8")
-    total = sum(launch(spec, fn, Dims(len(xq[r:r + chunk_rows]), K, dy.shape[1]),
+        (q, t), dims = quantize_rows(dy), Dims(dy.shape[0], K, dy.shape[1])
+        return (launch(choose("hslm_dx_s8", dims), fn, dims, {"dy": q, "w": w}) * (t * beta)).astype(dy.dtype)
+    (xq, u), (yq, v) = quantize_cols(x), quantize_cols(dy)
+    chunks = [Dims(len(xq[r:r + chunk_rows]), K, dy.shape[1]) for r in range(0, x.shape[0], chunk_rows)]
+    total = sum(launch(choose("hslm_dw_s8", d), fn, d,
                        {"x": xq[r:r + chunk_rows], "dy": yq[r:r + chunk_rows]}).astype(np.int64)
-                for r in range(0, x.shape[0], chunk_rows))
+                for r, d in zip(range(0, x.shape[0], chunk_rows), chunks))
     return (total * (v.reshape(-1, 1) * u)).T
 
 
@@ -154,8 +156,8 @@ def test_ops_hand_the_kernel_the_bytes_the_old_copy_did_on_emulator(op):
     w = pack(t)
     old_args: list = []
     new_args: list = []
-    old = old_path(op, x, dy, w, beta, K, recording(OPS[op], old_args))
-    new = new_path(op, x, dy, w, beta, K, recording(OPS[op], new_args))
+    old = old_path(op, x, dy, w, beta, K, emulated(OPS[op], old_args))
+    new = new_path(op, x, dy, w, beta, K, emulated(OPS[op], new_args))
     assert len(new_args) == len(old_args) == (3 if op == "grad_weight" else 1)
     for a, b in zip(old_args, new_args):
         assert all(u.shape == v.shape and np.array_equal(u, v) for u, v in zip(a, b))
@@ -185,7 +187,7 @@ def test_chunked_dw_equals_unchunked_on_emulator():
     x, dy, _, _ = data(np.random.default_rng(3), 37, 24, 20)
     whole = ops.grad_weight(x, dy)
     launches: list[Dims] = []
-    spy = ops.kernel_function("hslm_dw_s8", np)
+    spy = emulated("hslm_dw_s8")
 
     def counted(grid, block, args, shared_mem=0):
         launches.append(dims_of("hslm_dw_s8", args))
@@ -285,13 +287,13 @@ BAD_INPUTS = [
     ("complex x", lambda: ops.forward(np.ones((4, 16), complex), W16x8, 1.0, fn=FWD),
      "forward: x is complex128; expected a real array (float16/32/64 or integer)"),
     ("unpacked W", lambda: ops.forward(np.ones((4, 16)), np.ones((16, 8), np.int8), 1.0, fn=FWD),
-     "hslm_fwd_s8: input 'w' is int8(16, 8), expected uint32(8, 1) for R=4 K=16 N=8; "
+     "hslm_fwd_s8_m32: input 'w' is int8(16, 8), expected uint32(8, 1) for R=4 K=16 N=8; "
      "pack the K x N ternary matrix with kernels.ternary.pack(w)"),
     ("W packed for another K", lambda: ops.grad_input(np.ones((4, 8)), W16x8, 1.0, 40, fn=DX),
-     "hslm_dx_s8: input 'w' is uint32(8, 1), expected uint32(8, 3) for R=4 K=40 N=8; "
+     "hslm_dx_s8_m32: input 'w' is uint32(8, 1), expected uint32(8, 3) for R=4 K=40 N=8; "
      "pack the K x N ternary matrix with kernels.ternary.pack(w)"),
     ("code 3 in W", lambda: ops.forward(np.ones((4, 16)), W16x8 | np.uint32(3 << 30), 1.0, fn=FWD),
-     "hslm_fwd_s8: input 'w': packed weights: code 3 at column 0, in-feature 15 (word 0, bits 30-31) "
+     "hslm_fwd_s8_m32: input 'w': packed weights: code 3 at column 0, in-feature 15 (word 0, bits 30-31) "
      "is not allowed; the packer never writes it: re-pack the weights (kernels.ternary.pack)"),
     ("NaN in x", lambda: ops.forward(_with(np.nan, (2, 5)), W16x8, 1.0, fn=FWD),
      "forward: x has a non-finite value (nan) at (2, 5), so row 2 has no int8 scale; find where it came "
