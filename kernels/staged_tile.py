@@ -54,9 +54,10 @@ B_BYTES = TILE_N * CHUNK_K
 SHARED_ALIGN = 128  # swizzled addresses flip bit 5 with xor: the base keeps bits 0-6 clear
 TARGET_CTAS = 132  # split-K fills at most one CTA per SM of a 132-SM GPU (H100/H200)
 MIN_SPLIT_CHUNKS = 2  # a split runs at least this many chunks (its copy-ahead prologue amortised)
-# The tile rule's two rates, for the same 132-SM GPU (H100/H200 SXM, 1.83 GHz tensor clock):
+# The tile rule's rates, for the same 132-SM GPU (H100/H200 SXM, 1.83 GHz tensor clock):
 MACS_PER_SM_CLOCK = 2867  # int8 dense 1978.9 TOPS x 0.70 reached by mma.sync / (132 SMs x 1.83 GHz x 2)
 L2_BYTES_PER_CLOCK = 6557  # about 12 TB/s of L2 bandwidth / 1.83 GHz
+SCHEDULERS = 4  # warp schedulers per SM, one instruction a clock each
 
 
 class Tile(NamedTuple):
@@ -131,20 +132,30 @@ def split_k(rows: int, cols: int, contraction: int, tile: Tile) -> Plan:
     return Plan(splits=-(-chunks // per_split), span=per_split * CHUNK_K)
 
 
-def rule_cost(rows: int, cols: int, contraction: int, tile: Tile) -> tuple[int, int]:
+def rule_cost(rows: int, cols: int, contraction: int, tile: Tile, b_bits: int,
+              loop_instructions: int) -> tuple[int, int]:
     """The one tile rule's score of ``tile`` on a rows x cols output over ``contraction``
-    (lower is better; ``kernels.registry.choose`` takes the lowest): the clocks of the
-    larger of two costs, the tensor work of the busiest SM (padded multiply-adds of the
-    launch after split-K, CTAs spread over TARGET_CTAS SMs) and the bytes all CTAs stage
-    from L2; then, on a tie, the staged bytes. A short batch (R = 27) wastes most of a
-    128-row tile, so the small tile wins there; a large problem fills every SM with
-    either, and the small tile's 2.5x bytes per multiply-add make it L2-bound."""
+    (lower is better; ``kernels.registry.choose`` takes the lowest): clocks of the
+    largest of three costs, then, on a tie, the bytes moved.
+
+    - tensor: padded multiply-adds on the busiest SM (the launch after split-K, CTAs
+      spread over TARGET_CTAS SMs) at MACS_PER_SM_CLOCK;
+    - issue: the busiest SM's warps x ``loop_instructions`` (SASS per warp per chunk of
+      this tile's loop, from ``doit sass``) x chunks / SCHEDULERS;
+    - L2: bytes every CTA moves, its operands in (B at ``b_bits`` per element: 2 for
+      packed W) and its int32 tile out (each split writes or adds a whole tile), at
+      L2_BYTES_PER_CLOCK.
+
+    A short batch (R = 27) wastes most of a 128-row tile, so the small tile wins there; a
+    large problem fills every SM with either, and the small tile's extra issue and
+    bytes per multiply-add lose."""
     plan = split_k(rows, cols, contraction, tile)
     ctas = -(-rows // tile.m) * -(-cols // TILE_N) * plan.splits
     per_sm = -(-ctas // TARGET_CTAS)
-    staged = ctas * (tile.m + TILE_N) * plan.span
     tensor = per_sm * tile.m * TILE_N * plan.span // MACS_PER_SM_CLOCK
-    return max(tensor, staged // L2_BYTES_PER_CLOCK), staged
+    issue = per_sm * tile.warps * loop_instructions * (plan.span // CHUNK_K) // SCHEDULERS
+    moved = ctas * ((tile.m + TILE_N * b_bits // 8) * plan.span + 4 * tile.m * TILE_N)
+    return max(tensor, issue, moved // L2_BYTES_PER_CLOCK), moved
 
 
 def entry_name(family: str, tile: Tile) -> str:

@@ -37,6 +37,7 @@ from kernels.backends import load_ptx
 from kernels.launch import launch
 from kernels.staged_tile import CHUNK_K
 from kernels.ptxemu import LaunchStats
+from kernels.registry import choose
 from kernels.spec import Dims, KernelSpec
 from pipeline.artifacts import rel, sha256_file
 from pipeline.errors import UserError
@@ -268,6 +269,7 @@ class ModelRow(Record):
     R: int
     K: int
     N: int
+    rule_pick: bool = False  # the configuration kernels.registry.choose runs on this shape
     ctas: int
     ctas_per_sm: int
     waves: int
@@ -383,7 +385,8 @@ def model_row(spec: KernelSpec, shape: Shape, g: GpuModel, ref: ReferenceClass, 
     rows, cols = spec.output.shape(dims)
     dense_bytes = rows * w.contraction + w.contraction * cols + 4 * rows * cols  # int8 A, B; int32 C
     useful = 2.0 * dims.R * dims.K * dims.N
-    return ModelRow(kernel=spec.name, shape=shape.name, R=shape.R, K=shape.K, N=shape.N, ctas=w.ctas,
+    return ModelRow(kernel=spec.name, shape=shape.name, R=shape.R, K=shape.K, N=shape.N,
+                    rule_pick=choose(spec.family_name, dims).name == spec.name, ctas=w.ctas,
                     ctas_per_sm=resident, waves=waves, fast_chunks=w.fast_chunks, tail_chunks=w.tail_chunks,
                     l1_source=l1_source, ours=predict(g, ours, useful),
                     reference=predict(g, reference_bounds(g, ref, rows, cols, w.contraction, dense_bytes), useful))

@@ -103,7 +103,7 @@ def task_sass() -> Iterator[dict]:
 # ---- model ---------------------------------------------------------------------------
 
 DEFAULT_MODEL_SET = "hslm"
-MODEL_COLUMNS = ("", "kernel", "shape", "CTAs", "waves", "issue", "tensor", "L1", "latency", "L2", "DRAM",
+MODEL_COLUMNS = ("", "kernel", "pick", "shape", "CTAs", "waves", "issue", "tensor", "L1", "latency", "L2", "DRAM",
                  "device us", "per call us", "limiter", "% int8 peak", "ref device us", "ref limiter",
                  "ref % peak")
 
@@ -148,17 +148,21 @@ def build_model(shape_set: str, gpu_name: str) -> perf_model.ModelReport:
 
 
 def model_table(report: perf_model.ModelReport) -> str:
-    rows = [["MODEL", r.kernel, r.shape, r.ctas, r.waves,
+    rows = [["MODEL", r.kernel, "*" if r.rule_pick else "", r.shape, r.ctas, r.waves,
              *(r.ours.bounds[b] for b in perf_model.BOUNDS), r.ours.device_us, r.ours.per_call_us, r.ours.limiter,
              r.ours.pct_int8_peak, r.reference.device_us, r.reference.limiter, r.reference.pct_int8_peak]
             for r in report.rows]
     sources = sorted({r.l1_source for r in report.rows})
+    picks = [r for r in report.rows if r.rule_pick]
+    at_or_below = sum(r.ours.device_us <= r.reference.device_us for r in picks)
     return "\n".join([
         f"MODEL (predictions, not measurements): {report.gpu_name}, {report.arch}, shape set {report.shape_set}; "
         "bounds in us, device us = the largest",
         table(MODEL_COLUMNS, rows),
         f"MODEL L1 wavefronts from: {'; '.join(sources)}",
         "MODEL ref = CUTLASS 2.x int8 GEMM class, 128x128x64 tile, 3 stages, on the problem padded to its tile",
+        f"MODEL pick (*) = the configuration the tile rule runs (kernels.registry.choose); {at_or_below} of "
+        f"{len(picks)} picked cells at or below the reference's time",
     ])
 
 

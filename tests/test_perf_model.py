@@ -183,3 +183,13 @@ def test_emulator_memory_rows_when_the_emulator_counts_them(monkeypatch):
     assert rows == [perf_model.MemoryAccess(**ROW)] and launched == [("hslm_fwd_s8", Dims(5, 7, 3))]
     monkeypatch.setattr(perf_model, "emulator_counts_memory", lambda: False)
     assert perf_model.memory_rows_from_emulator(FWD, Shape(name="s", R=5, K=7, N=3), "// ptx") is None
+
+
+def test_each_row_says_whether_the_tile_rule_runs_that_configuration():
+    shape = Shape(name="s", R=27, K=729, N=243)  # the rule runs the 32-row tile here
+    rows = {name: perf_model.model_row(KERNELS[name], shape, H200, ASSUMPTIONS.reference, SASS, PTXAS, None, "-")
+            for name in ("hslm_fwd_s8", "hslm_fwd_s8_m32")}
+    assert not rows["hslm_fwd_s8"].rule_pick and rows["hslm_fwd_s8_m32"].rule_pick
+    big = perf_model.model_row(FWD, Shape(name="b", R=4096, K=4096, N=4096), H200, ASSUMPTIONS.reference,
+                               SASS, PTXAS, None, "-")
+    assert big.rule_pick

@@ -3,6 +3,7 @@ against a second route (cuobjdump's listing of the same cubin, read by a deliber
 simple counter written here)."""
 from __future__ import annotations
 
+import importlib
 import re
 import subprocess
 from collections import Counter
@@ -234,3 +235,13 @@ def test_only_branches_and_noinc_calls_are_jumps():
     assert [sass.is_jump(instr(op)) for op in ("BRA", "CALL.REL.NOINC", "CALL.REL", "CALL.ABS.NOINC")] == [
         True, True, False, False]
     assert not sass.is_jump(instr("BRA", None))
+
+
+@pytest.mark.parametrize("kernel", list(KERNELS))
+def test_the_tile_rule_loop_figures_match_the_sass(kernel, kernel_listings):
+    """The tile rule's issue term reads each tile's loop length from its module
+    (LOOP_INSTRUCTIONS); it must stay within 10% of what ptxas makes of the PTX on sm_90."""
+    spec = KERNELS[kernel]
+    declared = importlib.import_module(spec.module).LOOP_INSTRUCTIONS[spec.tile]
+    counted = sass.analyse(sass.parse_listing(kernel_listings[kernel, "sm_90"][0], kernel), "sm_90")
+    assert abs(counted.fast.instructions - declared) <= 0.1 * declared

@@ -34,20 +34,33 @@ def test_the_rule_picks_the_lowest_score(family):
         assert all(chosen.cost(dims) <= s.cost(dims) for s in FAMILIES[family])
 
 
-def test_a_large_problem_makes_the_small_tile_l2_bound():
+def score(tile, rows=4096, cols=4096, contraction=4096, loop=150):
+    return staged_tile.rule_cost(rows, cols, contraction, tile, b_bits=2, loop_instructions=loop)
+
+
+def test_a_large_problem_makes_the_small_tile_issue_bound():
     """4096^3 fills every SM with either tile and the same padded work per SM; the small
-    tile stages 2.5x the bytes per multiply-add, and L2 bounds it."""
-    large, small = (staged_tile.rule_cost(4096, 4096, 4096, t) for t in (staged_tile.LARGE, staged_tile.SMALL))
+    tile's 4 warps issue a whole loop for a quarter of the multiply-adds."""
+    large, small = score(staged_tile.LARGE), score(staged_tile.SMALL)
     tensor = 8 * 128 * 128 * 4096 // staged_tile.MACS_PER_SM_CLOCK  # 1024 CTAs: 8 on the busiest SM
-    assert large[0] == tensor and small[0] == small[1] // staged_tile.L2_BYTES_PER_CLOCK > tensor
-    assert small[1] * 2 == large[1] * 5
+    issue = 32 * 4 * 150 * 64 // staged_tile.SCHEDULERS  # 4096 CTAs: 32 on the busiest SM, 64 chunks
+    assert large[0] == tensor and small[0] == issue > tensor
 
 
 def test_the_score_counts_padded_rows_so_a_27_row_batch_wastes_less_on_32():
-    large, small = (staged_tile.rule_cost(27, 243, 243, t) for t in (staged_tile.LARGE, staged_tile.SMALL))
     # same grid and splits (2 x 1 x 2, 128 k each): a quarter of the padded rows per CTA
+    large, small = score(staged_tile.LARGE, 27, 243, 243), score(staged_tile.SMALL, 27, 243, 243)
     assert large[0] == 128 * 128 * 128 // staged_tile.MACS_PER_SM_CLOCK
-    assert small[0] == 32 * 128 * 128 // staged_tile.MACS_PER_SM_CLOCK
+    assert small[0] == 4 * 150 * 2 // staged_tile.SCHEDULERS < large[0]
+    # a loop three times as long would make the small tile lose even here
+    assert score(staged_tile.SMALL, 27, 243, 243, loop=450)[0] > large[0]
+
+
+def test_bytes_moved_count_packed_w_at_two_bits_and_the_output_tile():
+    moved = staged_tile.rule_cost(27, 243, 243, staged_tile.SMALL, b_bits=2, loop_instructions=1)[1]
+    assert moved == 4 * ((32 + 32) * 128 + 4 * 32 * 128)  # 4 CTAs: A, packed B, the int32 tile
+    as_int8 = staged_tile.rule_cost(27, 243, 243, staged_tile.SMALL, b_bits=8, loop_instructions=1)[1]
+    assert as_int8 - moved == 4 * 96 * 128
 
 
 def test_unknown_family_names_the_known_ones():
