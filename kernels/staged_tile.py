@@ -136,12 +136,14 @@ def rule_cost(rows: int, cols: int, contraction: int, tile: Tile, b_bits: int,
               loop_instructions: int) -> tuple[int, int]:
     """The one tile rule's score of ``tile`` on a rows x cols output over ``contraction``
     (lower is better; ``kernels.registry.choose`` takes the lowest): clocks of the
-    largest of three costs, then, on a tie, the bytes moved.
+    largest of four costs, then, on a tie, the bytes moved.
 
     - tensor: padded multiply-adds on the busiest SM (the launch after split-K, CTAs
       spread over TARGET_CTAS SMs) at MACS_PER_SM_CLOCK;
     - issue: the busiest SM's warps x ``loop_instructions`` (SASS per warp per chunk of
       this tile's loop, from ``doit sass``) x chunks / SCHEDULERS;
+    - shared memory: the busiest SM's 128-byte wavefronts (:func:`shared_wavefronts`),
+      one a clock;
     - L2: bytes every CTA moves, its operands in (B at ``b_bits`` per element: 2 for
       packed W) and its int32 tile out (each split writes or adds a whole tile), at
       L2_BYTES_PER_CLOCK.
@@ -154,8 +156,20 @@ def rule_cost(rows: int, cols: int, contraction: int, tile: Tile, b_bits: int,
     per_sm = -(-ctas // TARGET_CTAS)
     tensor = per_sm * tile.m * TILE_N * plan.span // MACS_PER_SM_CLOCK
     issue = per_sm * tile.warps * loop_instructions * (plan.span // CHUNK_K) // SCHEDULERS
+    shared = per_sm * shared_wavefronts(tile, plan.span // CHUNK_K)
     moved = ctas * ((tile.m + TILE_N * b_bits // 8) * plan.span + 4 * tile.m * TILE_N)
-    return max(tensor, issue, moved // L2_BYTES_PER_CLOCK), moved
+    return max(tensor, issue, shared, moved // L2_BYTES_PER_CLOCK), moved
+
+
+def shared_wavefronts(tile: Tile, chunks: int) -> int:
+    """128-byte shared-memory wavefronts one CTA of ``tile`` spends (the layout is free of
+    bank conflicts, so bytes / 128): per chunk, both operands stored once and read by
+    ldmatrix once per warp that needs them (A by each of the WARPS_N warp columns, B by
+    each of the ``warps_m`` warp rows); then the int32 tile written to shared, read back
+    and stored to global."""
+    stored = (tile.m + TILE_N) * CHUNK_K
+    read = tile.m * CHUNK_K * WARPS_N + TILE_N * CHUNK_K * tile.warps_m
+    return (chunks * (stored + read) + 3 * 4 * tile.m * TILE_N) // 128
 
 
 def entry_name(family: str, tile: Tile) -> str:

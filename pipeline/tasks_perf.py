@@ -29,6 +29,7 @@ from pipeline.ptxas import PtxasError, find_ptxas, ptxas_version
 from pipeline.report import table
 from pipeline.sass import SassReport, disassembler_version, find_nvdisasm, sass_report
 from pipeline.shapes import select_sets
+from pipeline.sources import source_files
 from pipeline.tasks_build import fails_on_user_error, one_line_failure
 from pipeline.verify import work
 
@@ -190,6 +191,8 @@ def task_model() -> Iterator[dict]:
         "actions": [(_model, [shape_set, gpu_name])],
         "file_dep": [str(p) for k in KERNELS for p in (sass_json(k), config.ptxas_json(k), config.ptx_path(k))]
         + [str(perf_model.GPUS_FILE), str(config.SHAPES_FILE), perf_model.__file__]
+        # the kernels' sources hold the tile rule that marks each row's pick
+        + sorted({str(p) for spec in KERNELS.values() for p in source_files(spec)})
         + [str(p) for p in reports if p.is_file()],
         "targets": [str(p) for p in model_paths(shape_set, gpu_name)],
         "clean": [(remove_folder, [MODEL_DIR])],

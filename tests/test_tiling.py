@@ -38,22 +38,32 @@ def score(tile, rows=4096, cols=4096, contraction=4096, loop=150):
     return staged_tile.rule_cost(rows, cols, contraction, tile, b_bits=2, loop_instructions=loop)
 
 
-def test_a_large_problem_makes_the_small_tile_issue_bound():
+def test_shared_wavefronts_by_hand():
+    # 128 x 128: per chunk 256 rows x 64 B stored, A (8 KiB) read by 4 warp columns and B
+    # (8 KiB) by 2 warp rows: (16 + 32 + 16) KiB / 128 = 512; the output 64 KiB x 3 / 128 = 1536
+    assert staged_tile.shared_wavefronts(staged_tile.LARGE, 1) == 512 + 1536
+    # 32 x 128: 160 rows stored, A (2 KiB) x 4, B (8 KiB) x 1: 208 a chunk; output 384
+    assert staged_tile.shared_wavefronts(staged_tile.SMALL, 2) == 2 * 208 + 384
+
+
+def test_a_large_problem_makes_the_small_tile_lose_on_shared_traffic():
     """4096^3 fills every SM with either tile and the same padded work per SM; the small
-    tile's 4 warps issue a whole loop for a quarter of the multiply-adds."""
+    tile moves more shared bytes per multiply-add (its A is read by every warp, its B by one
+    warp row for a quarter of the rows)."""
     large, small = score(staged_tile.LARGE), score(staged_tile.SMALL)
-    tensor = 8 * 128 * 128 * 4096 // staged_tile.MACS_PER_SM_CLOCK  # 1024 CTAs: 8 on the busiest SM
-    issue = 32 * 4 * 150 * 64 // staged_tile.SCHEDULERS  # 4096 CTAs: 32 on the busiest SM, 64 chunks
-    assert large[0] == tensor and small[0] == issue > tensor
+    assert large[0] == 8 * staged_tile.shared_wavefronts(staged_tile.LARGE, 64)  # 1024 CTAs: 8 on the busiest SM
+    assert small[0] == 32 * staged_tile.shared_wavefronts(staged_tile.SMALL, 64) > large[0]
+    # either way the tensor work per SM is the same, and below both
+    assert 8 * 128 * 128 * 4096 // staged_tile.MACS_PER_SM_CLOCK < large[0]
 
 
 def test_the_score_counts_padded_rows_so_a_27_row_batch_wastes_less_on_32():
-    # same grid and splits (2 x 1 x 2, 128 k each): a quarter of the padded rows per CTA
+    # same grid and splits (2 x 1 x 2, 128 k each): a quarter of the rows per CTA
     large, small = score(staged_tile.LARGE, 27, 243, 243), score(staged_tile.SMALL, 27, 243, 243)
-    assert large[0] == 128 * 128 * 128 // staged_tile.MACS_PER_SM_CLOCK
-    assert small[0] == 4 * 150 * 2 // staged_tile.SCHEDULERS < large[0]
-    # a loop three times as long would make the small tile lose even here
-    assert score(staged_tile.SMALL, 27, 243, 243, loop=450)[0] > large[0]
+    assert large[0] == staged_tile.shared_wavefronts(staged_tile.LARGE, 2) == 2560
+    assert small[0] == staged_tile.shared_wavefronts(staged_tile.SMALL, 2) == 800
+    # a loop four times as long would make the small tile issue-bound, and lose even here
+    assert score(staged_tile.SMALL, 27, 243, 243, loop=3000)[0] == 4 * 3000 * 2 // 4 > large[0]
 
 
 def test_bytes_moved_count_packed_w_at_two_bits_and_the_output_tile():
@@ -68,10 +78,9 @@ def test_unknown_family_names_the_known_ones():
         choose("fwd", Dims(1, 1, 1))
 
 
-@pytest.mark.parametrize("R, want", [(27, "hslm_fwd_s8_m32"), (1782, "hslm_fwd_s8")])
-def test_forward_launches_the_configuration_the_rule_picks(R, want):
+@pytest.mark.parametrize("R, K, N, want", [(27, 729, 243, "hslm_fwd_s8_m32"), (1782, 243, 729, "hslm_fwd_s8")])
+def test_forward_launches_the_configuration_the_rule_picks(R, K, N, want):
     """A stand-in kernel records the block each launch asked for (128 threads: the small tile)."""
-    K, N = 729, 243
     assert choose("hslm_fwd_s8", Dims(R, K, N)).name == want
     blocks = []
     rng = np.random.default_rng(0)
