@@ -1,14 +1,14 @@
 """hslm_dw_s8: dW[j, i] = sum_r dYq[r, j] Xq[r, i]  (the weight gradient, X^T x dY).
 
 A plain TN GEMM on the staged tile (``kernels/staged_tile.py``), one PTX entry per CTA
-tile in ``TILES``: D = dW (N x K, W's
-[column][in-feature] order), contraction over rows r. The kernel reads transposed
-copies with r contiguous, rows ``ldr`` = pitch(R) bytes apart: A[m=j][k=r] = dYq^T
-and B[k=r][n=i] = Xq^T stored [i][r]. Both go global -> shared by 16-byte cp.async
-into 3-stage rings (two rings fill the 48 KiB) and reach the tensor cores through
-ldmatrix. Callers pass Xq and dYq as R x K and R x N; launch makes the transposed
-pitched copies (``kernels/pitch.py``). A's copies stop at R (src-size), so the
-padding of either copy is never multiplied by anything but zero.
+tile in ``TILES``: D = dW (N x K, W's [column][in-feature] order), contraction over
+rows r. The kernel reads transposed copies with r contiguous, rows ``ldr`` = pitch(R)
+bytes apart: A[m=j][k=r] = dYq^T and B[k=r][n=i] = Xq^T stored [i][r]. Both go global
+-> shared by 16-byte cp.async into 3-stage rings (two rings fill the 48 KiB) and reach
+the tensor cores through ldmatrix. The float op quantizes straight into those
+transposed buffers; a caller passing Xq and dYq as R x K and R x N gets them copied
+by launch (``kernels/pitch.py``). A's copies stop at R (src-size), so the padding of
+either copy is never multiplied by anything but zero.
 
 int32 is exact while R * 127 * 127 < 2^31, i.e. R <= 131071 (``MAX_ROWS``); the
 float op in kernels/ops.py splits longer batches and sums the chunks in int64.
