@@ -23,7 +23,7 @@ TILES = (staged_tile.LARGE, staged_tile.SMALL)
 
 # SASS per warp per chunk of each tile's loop on sm_90 (`doit sass`), for the tile rule;
 # tests/test_sass.py keeps each within 10% of what ptxas makes of the emitted PTX
-LOOP_INSTRUCTIONS = {"128x128": 148, "32x128": 178}
+LOOP_INSTRUCTIONS = {"128x128": 148, "32x128": 174}
 
 def configuration(tile: staged_tile.Tile) -> KernelSpec:
     """dX on ``tile``: its parameters, PTX entry, launch and rule score."""

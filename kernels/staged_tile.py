@@ -285,11 +285,13 @@ class StagedRows(Source):
         self.copy_at = ptx.add(ring, swizzled(ptx, row, piece))
         first = ptx.add(at.n_base, paired_column_of_row(ptx, row)) if b else ptx.add(at.m_base, row)
         rows_j = [ptx.add(first, self.step_rows * j) for j in range(tile.copies(TILE_N if b else tile.m))]
-        piece_at = ptx.byte_offset(ptr, ptx.mad(piece, PIECE, at.k_first), 1)
-        self.src = [ptx.byte_offset(piece_at, r, pitch) for r in rows_j]
+        # each copy's row start stays put; the byte of k this thread's piece starts at
+        # walks a chunk per issue and is also the test for pieces past K
+        self.rows_at = [ptx.byte_offset(ptr, r, pitch) for r in rows_j]
+        self.k_at = ptx.mad(piece, PIECE, at.k_first)
+        self.k_limit = k_limit
         # exact tail: src-size = bytes left while the row exists; else ignore-src past it
         self.row_test = [ptx.setp("lt" if exact_tail else "ge", r, rows, "u32") for r in rows_j]
-        self.k_left = ptx.sub(ptx.sub(k_limit, at.k_first), ptx.shl(piece, 4))  # row bytes from this piece on
         if b:
             self.read_at = ptx.add(ring, nk_read_offset(ptx, at))
             self.col_first = paired_columns(ptx, at)
@@ -308,16 +310,16 @@ class StagedRows(Source):
         ptx = self.ptx
         dst = self.copy_at if stage_offset == 0 else ptx.add(self.copy_at, stage_offset)
         if self.exact_tail:
-            size = ptx.binop("min", ptx.binop("max", self.k_left, 0, "s32"), PIECE, "s32")
+            left = ptx.sub(self.k_limit, self.k_at)  # row bytes from this piece on
+            size = ptx.binop("min", ptx.binop("max", left, 0, "s32"), PIECE, "s32")
             fills = [ptx.selp(size, 0, ok) for ok in self.row_test]
         else:
-            past_k = ptx.setp("le", self.k_left, 0)
+            past_k = ptx.setp("ge", self.k_at, self.k_limit, "u32")
             fills = [ptx.fresh("pred", "or.pred", past_k, out) for out in self.row_test]
         for j, fill in enumerate(fills):
-            ptx.cp_async(dst, self.src[j], fill, dst_offset=j * self.step_rows * CHUNK_K)
-        ptx.increment(self.k_left, -CHUNK_K, "s32")
-        for src in self.src:
-            ptx.increment(src, CHUNK_K, "s64")
+            ptx.cp_async(dst, ptx.byte_offset(self.rows_at[j], self.k_at, 1), fill,
+                         dst_offset=j * self.step_rows * CHUNK_K)
+        ptx.increment(self.k_at, CHUNK_K)
 
     def a_fragments(self, stage_offset: str):
         """Per k step (loaded when the loop asks for it): [m tile] -> the four A registers."""

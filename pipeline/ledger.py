@@ -38,6 +38,7 @@ REASONS: dict[str, str] = {
     "vacuous-test": "a test passes without a single passing assert",
     "no-tests": "no test is marked for this kernel",
     "not-run": "the cell has no result yet",
+    "trade-off": "a SASS rise on some arch accepted for a larger fall elsewhere in the same change",
 }
 
 # worse verdicts rank higher; the gate compares ranks
