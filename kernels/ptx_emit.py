@@ -166,6 +166,12 @@ class Ptx:
         return dst
 
 
+    def load_vector(self, space: str, ty: str, address: str, count: int, offset: int = 0) -> list[str]:
+        """``ld.<space>.v<count>.<ty>`` into fresh b32 registers (element 0 at the lowest address)."""
+        dsts = [self.reg("b32") for _ in range(count)]
+        self.ins(f"ld.{space}.v{count}.{ty}", "{" + ", ".join(dsts) + "}", addr(address, offset))
+        return dsts
+
     def store(self, space: str, ty: str, address: str, value: str | Sequence[str],
               offset: int = 0, guard: str | None = None) -> None:
         """``st.<space>.<ty>``; a sequence of values is a vector store ``{a, b, ...}``."""

@@ -545,10 +545,14 @@ def emit_staged(ptx: Ptx, at: Coords, a: StagedRows, b: Source, k_limit: str, ou
     ptx.barrier()  # every warp's last fragments are read: the A ring is free for the output
     out = Epilogue(ptx, at, acc, a.ring, b, out, rows, cols, stages * STAGE_BYTES)
     ptx.branch("add_out", guard=ptx.setp("gt", ptx.special("%nctaid.z"), 1, "u32"))
-    out.emit(lambda ptr, value, offset, ok: ptx.store("global", "s32", ptr, value, offset, guard=ok), "store")
+    ptx.branch("store_rows", guard=out.rows_aligned)
+    out.emit(out.words(lambda ptr, value, offset, ok: ptx.store("global", "s32", ptr, value, offset, guard=ok)), "store")
+    ptx.branch("out_done")
+    ptx.label("store_rows")
+    out.emit(out.vector_row, "store4")
     ptx.branch("out_done")
     ptx.label("add_out")
-    out.emit(lambda ptr, value, offset, ok: ptx.red_add(ptr, value, offset, guard=ok), "add")
+    out.emit(out.words(lambda ptr, value, offset, ok: ptx.red_add(ptr, value, offset, guard=ok)), "add")
     ptx.label("out_done")
 
 
@@ -580,8 +584,12 @@ class Epilogue:
     of every warp row), each warp writes its fragments of the pass with vector st.shared
     (one per run of consecutive columns), a barrier, then warp w of W reads back rows
     w + W j and writes them with consecutive lanes on consecutive columns (32 words = one 128-byte
-    request per row and column group). The output's rows are only 4-byte aligned (odd
-    widths), so the global side is scalar. Rows are padded (``staging_row_words``): the
+    request per row and column group). Odd widths (243, 729) leave the output's rows only
+    4-byte aligned, so that side is scalar; when the width is a multiple of 4 and the
+    output 16-byte aligned (``rows_aligned``), a single split stores each row with lane l
+    on columns 4l .. 4l + 3: one ld.shared.v4 and one st.global.v4 (512 bytes) per row
+    instead of four of each. Split-K adds stay scalar (red has no s32 vector form, PTX
+    ISA red). Rows are padded (``staging_row_words``): the
     fragment writes are free of bank conflicts, and row reads are conflict-free anyway."""
 
     COLUMN_GROUPS = TILE_N // 32
@@ -604,6 +612,12 @@ class Epilogue:
         self.first_row = ptx.add(at.m_base, warp)
         self.col = ptx.add(at.n_base, at.lane)
         self.cols_left = ptx.sub(cols, self.col)
+        # whole-row vector stores: lane l holds columns 4l .. 4l + 3 of the tile's row
+        self.read_at4 = ptx.add(buffer, ptx.mad(warp, self.row_bytes, ptx.shl(at.lane, 4)))
+        self.col4 = ptx.add(at.n_base, ptx.shl(at.lane, 2))
+        self.col4_ok = ptx.setp("lt", self.col4, cols, "u32")
+        misaligned = ptx.binop("or", ptx.band(cols, 3), ptx.band(ptx.fresh("b32", "cvt.u32.u64", out), 15), "b32")
+        self.rows_aligned = ptx.setp("eq", misaligned, 0, "u32")
 
     def tile_row(self, j: int) -> int:
         """Row of the CTA tile (less the pass's 16 mi) that read row ``warp + W j`` is
@@ -611,10 +625,32 @@ class Epilogue:
         read_row = self.tile.warps * j
         return (read_row // 16) * self.tile.warp_m + read_row % 16
 
-    def emit(self, put, path: str) -> None:
-        """All passes, each output word given to ``put(ptr, value, byte offset, ok)``;
-        ``path`` names this copy's labels. A warp skips reading back and storing a row
-        past the last (the row is the same for all its lanes)."""
+    def words(self, put):
+        """A row writer (for :meth:`emit`) reading the row back a word per lane and giving
+        each word to ``put(ptr, value, byte offset, ok)``, ok false past the last column."""
+        ptx = self.ptx
+
+        def write(row: str, j: int) -> None:
+            ptr = ptx.byte_offset(self.out, ptx.mad(row, self.cols, self.col), 4)
+            for c in range(self.COLUMN_GROUPS):
+                value = ptx.load("shared", "b32", self.read_at, self.tile.warps * j * self.row_bytes + 128 * c)
+                put(ptr, value, 128 * c, ptx.setp("gt", self.cols_left, 32 * c))
+
+        return write
+
+    def vector_row(self, row: str, j: int) -> None:
+        """A row writer storing the row with one 16-byte store per lane (``rows_aligned``:
+        a lane's four columns are all inside the width or all past it)."""
+        ptx = self.ptx
+        ptr = ptx.byte_offset(self.out, ptx.mad(row, self.cols, self.col4), 4)
+        values = ptx.load_vector("shared", "b32", self.read_at4, 4, self.tile.warps * j * self.row_bytes)
+        ptx.store("global", "v4.b32", ptr, values, guard=self.col4_ok)
+
+    def emit(self, write_row, path: str) -> None:
+        """All passes, each read-back row given to ``write_row(row, j)`` (its D row and
+        its index among this warp's rows of the pass); ``path`` names this copy's labels.
+        A warp skips reading back and storing a row past the last (the row is the same
+        for all its lanes)."""
         ptx = self.ptx
         for mi in range(self.tile.m_tiles):
             if mi:
@@ -630,8 +666,5 @@ class Epilogue:
                 step = 16 * mi + self.tile_row(j)
                 row = ptx.add(self.first_row, step) if step else self.first_row
                 ptx.branch(skip, guard=ptx.setp("ge", row, self.rows, "u32"))
-                ptr = ptx.byte_offset(self.out, ptx.mad(row, self.cols, self.col), 4)
-                for c in range(self.COLUMN_GROUPS):
-                    value = ptx.load("shared", "b32", self.read_at, self.tile.warps * j * self.row_bytes + 128 * c)
-                    put(ptr, value, 128 * c, ptx.setp("gt", self.cols_left, 32 * c))
+                write_row(row, j)
                 ptx.label(skip)

@@ -205,13 +205,22 @@ def test_an_unswizzled_layout_is_exact_but_conflicted(name):
     assert any(op == "ldmatrix" for op, _, _ in conflicted(name, ptx))
 
 
-def epilogue_traffic(name: str, ptx: str | None = None) -> list:
-    """The memory rows after the chunk loop (the staged output) of a 256-row launch whose
-    output rows are whole 128-byte lines (widths 192 and 256)."""
+# 256-row launches whose output rows are whole 128-byte lines (widths 192 and 256): the
+# first split-K (word-per-lane adds), the second one split (whole-row vector stores)
+SPLIT = {"hslm_fwd_s8": Dims(256, 512, 256), "hslm_dx_s8": Dims(256, 192, 256), "hslm_dw_s8": Dims(256, 192, 256)}
+WHOLE = {"hslm_fwd_s8": Dims(256, 192, 256), "hslm_dx_s8": Dims(256, 192, 64), "hslm_dw_s8": Dims(64, 192, 256)}
+
+
+def epilogue_traffic(name: str, ptx: str | None = None, shapes: dict = SPLIT) -> list:
+    """The memory rows after the chunk loop (the staged output) of ``name`` on its shape
+    in ``shapes``, checked exact unless the PTX is a planted one."""
     spec = get_kernel(name)
     fn = Module(code=ptx or spec.emit()).get_function(name)
-    dims = Dims(256, 192, 256)
-    launch(spec, fn, dims, spec.make_inputs(dims, np.random.default_rng(1)))
+    dims = shapes[spec.family_name]
+    inputs = spec.make_inputs(dims, np.random.default_rng(1))
+    got = launch(spec, fn, dims, inputs)
+    assert ptx is not None or np.array_equal(got, spec.reference(dims, inputs))
+    assert (spec.geometry(dims).grid[2] > 1) == (shapes is SPLIT)
     return [a for a in fn.stats.memory if not a.in_loop and a.opcode in OUTPUT_OPCODES]
 
 
@@ -225,6 +234,32 @@ def test_staged_output_is_conflict_free_and_one_line_per_request(name):
     assert all(a.wavefronts == a.ideal_wavefronts for a in rows if a.space == "shared")
     written = [a for a in rows if a.space == "global"]
     assert written and all(a.lines == a.requests and a.bytes_used == 128 * a.requests for a in written)
+
+
+@pytest.mark.parametrize("name", per_kernel())
+def test_aligned_rows_are_stored_whole_with_one_vector_request(name):
+    """One split, width a multiple of 4: each row back from shared with one ld.shared.v4
+    per lane and out with one st.global.v4 per lane, up to 512 contiguous bytes a request
+    (the 192-wide outputs' second column tile is 64 wide: 256 bytes)."""
+    rows = epilogue_traffic(name, shapes=WHOLE)
+    assert all(a.wavefronts == a.ideal_wavefronts for a in rows if a.space == "shared")
+    written = [a for a in rows if a.space == "global"]
+    assert written and {a.opcode for a in written} == {"st.global"}
+    assert all(a.bytes_used == 128 * a.lines for a in written)  # every line touched is whole
+    assert sum(a.bytes_used for a in written) >= 384 * sum(a.requests for a in written)  # a word a lane: 128
+
+
+@pytest.mark.parametrize("name", per_kernel())
+def test_vector_rows_on_an_odd_width_are_caught_misaligned(name):
+    """Plant: the alignment test always passes, so a 243-wide output takes the vector path."""
+    ptx, count = re.subn(r"(cvt\.u32\.u64 [^\n]*\n(?:[^\n]*\n){0,3}?\tsetp\.eq\.u32 %p\d+, )%r\d+, 0;",
+                         r"\g<1>0, 0;", get_kernel(name).emit())
+    assert count == 1
+    spec = get_kernel(name)
+    dims = {"hslm_fwd_s8": Dims(5, 64, 243), "hslm_dx_s8": Dims(5, 243, 64), "hslm_dw_s8": Dims(64, 243, 5)}[spec.family_name]
+    with pytest.raises(EmulatorError) as info:
+        launch(spec, Module(code=ptx).get_function(name), dims, spec.make_inputs(dims, np.random.default_rng(0)))
+    assert info.value.kind in ("misaligned", "out_of_bounds")  # a row's last lane also runs past the width
 
 
 @pytest.mark.parametrize("name", per_kernel())
@@ -245,14 +280,16 @@ def test_lanes_off_consecutive_columns_are_caught_uncoalesced(name):
     assert any(a.lines > a.requests for a in written)
 
 
-SHORT = {"hslm_fwd_s8": Dims(27, 128, 128), "hslm_dx_s8": Dims(27, 128, 128), "hslm_dw_s8": Dims(128, 128, 27)}
+# outputs of 27 rows x 128 columns (aligned: whole-row stores) or 127 (odd: a word per lane)
+SHORT = {"hslm_fwd_s8": lambda w: Dims(27, 128, w), "hslm_dx_s8": lambda w: Dims(27, w, 128),
+         "hslm_dw_s8": lambda w: Dims(128, w, 27)}
 
 
-def staged_requests(name: str, ptx: str | None = None) -> dict[str, int]:
-    """Requests of the output's memory lines for an output of 27 rows x 128 columns (one split)."""
+def staged_requests(name: str, width: int, ptx: str | None = None) -> dict[str, int]:
+    """Requests of the output's memory lines for an output of 27 rows x ``width`` columns (one split)."""
     spec = get_kernel(name)
     fn = Module(code=ptx or spec.emit()).get_function(name)
-    dims = SHORT[spec.family_name]
+    dims = SHORT[spec.family_name](width)
     assert spec.geometry(dims).grid == (1, 1, 1)
     inputs = spec.make_inputs(dims, np.random.default_rng(3))
     assert np.array_equal(launch(spec, fn, dims, inputs), spec.reference(dims, inputs))
@@ -260,20 +297,23 @@ def staged_requests(name: str, ptx: str | None = None) -> dict[str, int]:
             for op in ("st.shared", "ld.shared", "st.global")}
 
 
+@pytest.mark.parametrize("width, per_row", [(128, 1), (127, 4)], ids=["aligned", "odd"])
 @pytest.mark.parametrize("name", per_kernel())
-def test_rows_past_the_last_are_not_read_back(name):
-    got, tile = staged_requests(name), tile_of(name)
+def test_rows_past_the_last_are_not_read_back(name, width, per_row):
+    got, tile = staged_requests(name, width), tile_of(name)
     # all fragments staged (m_tiles passes x 2 halves x warps x two v4); 27 rows read back
-    # and stored, each in 4 column groups
-    assert got == {"st.shared": tile.m_tiles * 2 * tile.warps * 2, "ld.shared": 27 * 4, "st.global": 27 * 4}
+    # and stored, each with one 16-byte access per lane (aligned) or in 4 column groups (odd)
+    assert got == {"st.shared": tile.m_tiles * 2 * tile.warps * 2, "ld.shared": 27 * per_row,
+                   "st.global": 27 * per_row}
 
 
+@pytest.mark.parametrize("width", [128, 127], ids=["aligned", "odd"])
 @pytest.mark.parametrize("name", per_kernel())
-def test_reading_back_every_row_is_caught_out_of_bounds(name):
-    ptx, count = re.subn(r"\t@%p\d+ bra\.uni (store|add)_written_\d_\d;\n", "", get_kernel(name).emit())
-    assert count == 2 * tile_of(name).m_tiles * 4
+def test_reading_back_every_row_is_caught_out_of_bounds(name, width):
+    ptx, count = re.subn(r"\t@%p\d+ bra\.uni (store4?|add)_written_\d_\d;\n", "", get_kernel(name).emit())
+    assert count == 3 * tile_of(name).m_tiles * 4
     with pytest.raises(EmulatorError) as info:
-        staged_requests(name, ptx)
+        staged_requests(name, width, ptx)
     assert info.value.kind == "out_of_bounds" and "st.global" in info.value.text
 
 
