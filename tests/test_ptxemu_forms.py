@@ -144,6 +144,9 @@ CASES: list[Case] = [
     # memory (PTX ISA ld, st: guarded-off threads neither load nor store)
     Case("  @%p1 st.global.s32 [%rd12], %r6;", lambda i: [B[i] if A[i] & 1 else AUX[4 * i]],
          post="  ld.global.u32 %r10, [%rd12];"),
+    Case("  @%p1 st.global.v4.b32 [%rd12], {%r5, %r6, %r7, %r4};",
+         lambda i: [A[i], B[i], C[i], i] if A[i] & 1 else AUX[4 * i:4 * i + 4],
+         post="  ld.global.v4.b32 {%r10, %r11, %r12, %r13}, [%rd12];"),
     Case("  @%p1 ld.global.u32 %r10, [%rd5];", lambda i: [A[i] if A[i] & 1 else SENT]),
     Case("  @%p1 ld.global.u8 %r10, [%rd5+1];", lambda i: [A[i] >> 8 & 0xFF if A[i] & 1 else SENT]),
     Case("  ld.global.u8 %r10, [%rd5+3];", lambda i: [A[i] >> 24]),
@@ -215,6 +218,7 @@ CASES: list[Case] = [
     Case("  selp.b32 %r10, %r5, %r6, %p2;", lambda i: [A[i] if B[i] & 1 else B[i]]),
     Case("  setp.ge.u32 %p3, %r5, %r6;", pred(lambda i: A[i] >= B[i]), post=SELP3),
     Case("  setp.ge.u32 %p3, %r5, 0x6000;", pred(lambda i: A[i] >= 0x6000), post=SELP3),
+    Case("  setp.eq.u32 %p3, %r5, 0;", pred(lambda i: A[i] == 0), post=SELP3),
     Case("  setp.le.s32 %p3, %r5, 0;", pred(lambda i: s32(A[i]) <= 0), post=SELP3),
     Case("  or.pred %p3, %p1, %p2;", pred(lambda i: (A[i] | B[i]) & 1), post=SELP3),
     Case("  setp.gt.u32 %p3, %r5, 1;", pred(lambda i: A[i] > 1), post=SELP3),
