@@ -40,7 +40,7 @@ from kernels.launch import launch
 from kernels.pitch import KernelLayout, kernel_buffer
 from kernels.quant import codes_into, scale_of
 from kernels.registry import choose, get_kernel
-from kernels.spec import Dims
+from kernels.spec import Dims, KernelSpec
 from kernels.validate import LaunchError, finite_scales, float_matrix, module_of
 
 _FUNCTIONS: dict[tuple[str, str], Callable[..., Any]] = {}
@@ -57,9 +57,7 @@ def kernel_function(name: str, xp: Any) -> Callable[..., Any]:
     return _FUNCTIONS[key]
 
 
-def _run(family: str, dims: Dims, inputs: dict[str, Any], xp: Any, fn: Callable | None) -> Any:
-    """``family`` on ``dims`` in the configuration the tile rule picks (kernels.registry)."""
-    spec = choose(family, dims)
+def _run(spec: KernelSpec, dims: Dims, inputs: dict[str, Any], xp: Any, fn: Callable | None) -> Any:
     return launch(spec, fn or kernel_function(spec.name, xp), dims, inputs, xp=xp)
 
 
@@ -71,11 +69,11 @@ def _scales(op: str, name: str, a: Any, axis: int) -> Any:
     return scale
 
 
-def _codes(family: str, name: str, dims: Dims, a: Any, scale: Any, xp: Any) -> KernelLayout:
+def _codes(spec: KernelSpec, name: str, dims: Dims, a: Any, scale: Any, xp: Any) -> KernelLayout:
     """The int8 codes of ``a`` written by the quantizing pass straight into a buffer in the
-    layout ``family`` reads its input ``name`` in (pitched rows, or transposed; the same
-    for every configuration), so launch checks it and copies nothing."""
-    param = next(p for p in choose(family, dims).params if p.name == name)
+    layout ``spec`` reads its input ``name`` in (pitched rows, or transposed), so launch
+    checks it and copies nothing."""
+    param = next(p for p in spec.params if p.name == name)
     buf, logical = kernel_buffer(param, dims, xp)
     codes_into(a, scale, logical)
     return buf
@@ -111,8 +109,8 @@ def forward(x: Any, w_packed: Any, beta: float, *, fn: Callable | None = None) -
     beta = _check_beta("forward", beta)
     s = _scales("forward", "x", x, axis=1)
     dims = Dims(R, K, N)
-    xq = _codes("hslm_fwd_s8", "x", dims, x, s, xp)
-    y = _run("hslm_fwd_s8", dims, {"x": xq, "w": w_packed}, xp, fn)
+    spec = choose("hslm_fwd_s8", dims)  # the configuration the tile rule picks
+    y = _run(spec, dims, {"x": _codes(spec, "x", dims, x, s, xp), "w": w_packed}, xp, fn)
     return (y * (s * beta)).astype(_float_dtype(xp, x), copy=False)
 
 
@@ -123,8 +121,8 @@ def grad_input(dy: Any, w_packed: Any, beta: float, K: int, *, fn: Callable | No
     beta = _check_beta("grad_input", beta)
     t = _scales("grad_input", "dy", dy, axis=1)
     dims = Dims(R, K, N)
-    yq = _codes("hslm_dx_s8", "dy", dims, dy, t, xp)
-    dx = _run("hslm_dx_s8", dims, {"dy": yq, "w": w_packed}, xp, fn)
+    spec = choose("hslm_dx_s8", dims)  # the configuration the tile rule picks
+    dx = _run(spec, dims, {"dy": _codes(spec, "dy", dims, dy, t, xp), "w": w_packed}, xp, fn)
     return (dx * (t * beta)).astype(_float_dtype(xp, dy), copy=False)
 
 
@@ -155,7 +153,8 @@ def grad_weight(x: Any, dy: Any, *, chunk_rows: int | None = None,
     for r0 in range(0, R, chunk):
         r1 = min(R, r0 + chunk)
         dims = Dims(r1 - r0, K, N)
-        inputs = {"x": _codes(spec.family_name, "x", dims, x[r0:r1], u, xp),  # Xq^T, K x pitch(r1 - r0)
-                  "dy": _codes(spec.family_name, "dy", dims, dy[r0:r1], v, xp)}  # dYq^T, N x pitch(r1 - r0)
-        total += _run(spec.family_name, dims, inputs, xp, fn)
+        config = choose(spec.family_name, dims)  # the configuration the tile rule picks
+        inputs = {"x": _codes(config, "x", dims, x[r0:r1], u, xp),  # Xq^T, K x pitch(r1 - r0)
+                  "dy": _codes(config, "dy", dims, dy[r0:r1], v, xp)}  # dYq^T, N x pitch(r1 - r0)
+        total += _run(config, dims, inputs, xp, fn)
     return (total * (v.reshape(N, 1) * u)).astype(_float_dtype(xp, x, dy), copy=False).T
