@@ -19,8 +19,9 @@ import numpy as np
 
 from kernels import staged_tile
 from kernels.pitch import pitch_param, pitched_transpose
+from kernels.ptx_emit import Ptx
 from kernels.reference import exact_matmul
-from kernels.spec import BufferSpec, Dims, GemmForm, KernelSpec, Launch, Operand
+from kernels.spec import BufferSpec, Dims, GemmForm, Operand
 from kernels.testdata import saturating_int8
 
 FAMILY = "hslm_dw_s8"
@@ -32,46 +33,13 @@ TILES = (staged_tile.LARGE._replace(stages=STAGES), staged_tile.SMALL._replace(s
 # tests/test_sass.py keeps each within 10% of what ptxas makes of the emitted PTX
 LOOP_INSTRUCTIONS = {"128x128": 91, "32x128": 72}
 
-def configuration(tile: staged_tile.Tile) -> KernelSpec:
-    """dW on ``tile``: its parameters, PTX entry, launch and rule score."""
-    name = staged_tile.entry_name(FAMILY, tile)
 
-    def plan(d: Dims) -> staged_tile.Plan:
-        """Split-K for this shape (staged_tile.split_k over D = N x K, contraction R)."""
-        return staged_tile.split_k(rows=d.N, cols=d.K, contraction=d.R, tile=tile)
-
-    params = (
-        BufferSpec("dw", "int32", lambda d: (d.N, d.K)),
-        pitched_transpose("x", lambda d: d.R, lambda d: d.K),  # kernel layout: Xq^T, K x pitch(R)
-        pitched_transpose("dy", lambda d: d.R, lambda d: d.N),  # dYq^T, N x pitch(R)
-        BufferSpec("R", "uint32", None),
-        BufferSpec("K", "uint32", None),
-        BufferSpec("N", "uint32", None),
-        pitch_param("ldr", lambda d: d.R),
-        BufferSpec("kspan", "uint32", None, value=lambda d: plan(d).span),  # k bytes per split
-    )
-
-    def emit() -> str:
-        ptx, p = staged_tile.begin(name, params, tile)
-        at = staged_tile.Coords(ptx, p["kspan"], tile)
-        # A[m=j][k=r] = dYq^T[j, r]: copies stop at R, so B's padding meets zeros
-        a = staged_tile.StagedRows(ptx, at, p["dy"], p["ldr"], rows=p["N"], k_limit=p["R"], exact_tail=True)
-        # B[k=r][n=i] = Xq[r, i], stored [i][r]
-        b = staged_tile.StagedRows(ptx, at, p["x"], p["ldr"], rows=p["K"], k_limit=p["R"], b=True)
-        staged_tile.emit_staged(ptx, at, a, b, k_limit=p["R"], out=p["dw"], rows=p["N"], cols=p["K"])
-        return ptx.render()
-
-    def geometry(d: Dims) -> Launch:
-        return staged_tile.geometry(rows=d.N, cols=d.K, plan=plan(d), tile=tile)
-
-    return KernelSpec(
-        name=name, emit=emit, geometry=geometry, params=params, make_inputs=make_inputs,
-        reference=reference, stages=tile.stages, max_rows=MAX_ROWS, family=FAMILY, tile=tile.label,
-        cost=lambda d: staged_tile.rule_cost(d.N, d.K, d.R, tile, b_bits=8,
-                                             loop_instructions=LOOP_INSTRUCTIONS[tile.label]),
-        # dW = dY^T X
-        gemm_form=GemmForm(a=Operand("dy", transposed=True), bt=Operand("x", transposed=True)),
-    )
+def operands(ptx: Ptx, at: staged_tile.Coords, p: dict[str, str]) -> tuple[staged_tile.StagedRows, staged_tile.Source]:
+    """A[m=j][k=r] = dYq^T[j, r], copies stopping at R so B's padding meets zeros;
+    B[k=r][n=i] = Xq[r, i], stored [i][r]."""
+    a = staged_tile.StagedRows(ptx, at, p["dy"], p["ldr"], rows=p["N"], k_limit=p["R"], exact_tail=True)
+    b = staged_tile.StagedRows(ptx, at, p["x"], p["ldr"], rows=p["K"], k_limit=p["R"], b=True)
+    return a, b
 
 
 def make_inputs(d: Dims, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -82,4 +50,12 @@ def reference(d: Dims, inputs: dict[str, np.ndarray]) -> np.ndarray:
     return exact_matmul(inputs["dy"].T, inputs["x"]).astype(np.int32)
 
 
-SPECS = tuple(configuration(tile) for tile in TILES)
+SPECS = tuple(staged_tile.staged_spec(
+    FAMILY, tile, gemm=("N", "K", "R"),  # D = dW (N x K), contraction R
+    buffers=(BufferSpec("dw", "int32", lambda d: (d.N, d.K)),
+             pitched_transpose("x", lambda d: d.R, lambda d: d.K),  # kernel layout: Xq^T, K x pitch(R)
+             pitched_transpose("dy", lambda d: d.R, lambda d: d.N)),  # dYq^T, N x pitch(R)
+    pitch=pitch_param("ldr", lambda d: d.R), operands=operands, b_bits=8, loop_instructions=LOOP_INSTRUCTIONS,
+    make_inputs=make_inputs, reference=reference, max_rows=MAX_ROWS,
+    gemm_form=GemmForm(a=Operand("dy", transposed=True), bt=Operand("x", transposed=True)),  # dW = dY^T X
+) for tile in TILES)

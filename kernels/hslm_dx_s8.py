@@ -1,6 +1,7 @@
 """hslm_dx_s8: dX[r, i] = sum_j dYq[r, j] W[i, j]  (the input gradient, dY x W^T).
 
-On the staged tile (``kernels/staged_tile.py``), one PTX entry per CTA tile in ``TILES``. D = dX (R x K), A = dYq, rows ``ldy``
+On the staged tile (``kernels/staged_tile.py``), one PTX entry per CTA tile in
+``TILES`` (built by ``staged_tile.staged_spec``). D = dX (R x K), A = dYq, rows ``ldy``
 bytes apart (a multiple of 16), copied with 16-byte cp.async into a 4-stage ring;
 B[k=j][n=i] = W[i, j]. The contraction runs over packed *columns* here, so each thread's
 decoded word (16 consecutive i of one j) is one piece of row j of a k-major [j][i]
@@ -13,8 +14,9 @@ import numpy as np
 
 from kernels import staged_tile
 from kernels.pitch import pitch_param, pitched_rows
+from kernels.ptx_emit import Ptx
 from kernels.reference import exact_matmul
-from kernels.spec import BufferSpec, Dims, GemmForm, KernelSpec, Launch, Operand
+from kernels.spec import BufferSpec, Dims, GemmForm, Operand
 from kernels.ternary import packed_shape, unpack
 from kernels.testdata import saturating_int8, ternary_weights
 
@@ -25,46 +27,13 @@ TILES = (staged_tile.LARGE, staged_tile.SMALL)
 # tests/test_sass.py keeps each within 10% of what ptxas makes of the emitted PTX
 LOOP_INSTRUCTIONS = {"128x128": 148, "32x128": 174}
 
-def configuration(tile: staged_tile.Tile) -> KernelSpec:
-    """dX on ``tile``: its parameters, PTX entry, launch and rule score."""
-    name = staged_tile.entry_name(FAMILY, tile)
 
-    def plan(d: Dims) -> staged_tile.Plan:
-        """Split-K for this shape (staged_tile.split_k over D = R x K, contraction N)."""
-        return staged_tile.split_k(rows=d.R, cols=d.K, contraction=d.N, tile=tile)
-
-    params = (
-        BufferSpec("dx", "int32", lambda d: (d.R, d.K)),
-        pitched_rows("dy", lambda d: d.R, lambda d: d.N),
-        BufferSpec("w", "uint32", lambda d: packed_shape(d.K, d.N)),
-        BufferSpec("R", "uint32", None),
-        BufferSpec("K", "uint32", None),
-        BufferSpec("N", "uint32", None),
-        pitch_param("ldy", lambda d: d.N),
-        BufferSpec("kspan", "uint32", None, value=lambda d: plan(d).span),  # k bytes per split
-    )
-
-    def emit() -> str:
-        ptx, p = staged_tile.begin(name, params, tile)
-        at = staged_tile.Coords(ptx, p["kspan"], tile)
-        # A[m=r][k=j] = dYq[r, j]
-        a = staged_tile.StagedRows(ptx, at, p["dy"], p["ldy"], rows=p["R"], k_limit=p["N"])
-        # B[k=j][n=i] = W[i, j]: packed columns are the contraction, decoded to shared as [j][i]
-        b = staged_tile.DecodedTernaryKMajor(ptx, at, p["w"], p["K"], k_limit=p["N"])
-        staged_tile.emit_staged(ptx, at, a, b, k_limit=p["N"], out=p["dx"], rows=p["R"], cols=p["K"])
-        return ptx.render()
-
-    def geometry(d: Dims) -> Launch:
-        return staged_tile.geometry(rows=d.R, cols=d.K, plan=plan(d), tile=tile)
-
-    return KernelSpec(
-        name=name, emit=emit, geometry=geometry, params=params, make_inputs=make_inputs,
-        reference=reference, stages=tile.stages, family=FAMILY, tile=tile.label,
-        cost=lambda d: staged_tile.rule_cost(d.R, d.K, d.N, tile, b_bits=2,
-                                             loop_instructions=LOOP_INSTRUCTIONS[tile.label]),
-        # dX = dY W^T
-        gemm_form=GemmForm(a=Operand("dy"), bt=Operand("w")),
-    )
+def operands(ptx: Ptx, at: staged_tile.Coords, p: dict[str, str]) -> tuple[staged_tile.StagedRows, staged_tile.Source]:
+    """A[m=r][k=j] = dYq[r, j] staged; B[k=j][n=i] = W[i, j]: packed columns are the
+    contraction, decoded to shared as [j][i]."""
+    a = staged_tile.StagedRows(ptx, at, p["dy"], p["ldy"], rows=p["R"], k_limit=p["N"])
+    b = staged_tile.DecodedTernaryKMajor(ptx, at, p["w"], p["K"], k_limit=p["N"])
+    return a, b
 
 
 def make_inputs(d: Dims, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -75,4 +44,12 @@ def reference(d: Dims, inputs: dict[str, np.ndarray]) -> np.ndarray:
     return exact_matmul(inputs["dy"], unpack(inputs["w"], d.K).T).astype(np.int32)
 
 
-SPECS = tuple(configuration(tile) for tile in TILES)
+SPECS = tuple(staged_tile.staged_spec(
+    FAMILY, tile, gemm=("R", "K", "N"),  # D = dX (R x K), contraction N
+    buffers=(BufferSpec("dx", "int32", lambda d: (d.R, d.K)),
+             pitched_rows("dy", lambda d: d.R, lambda d: d.N),
+             BufferSpec("w", "uint32", lambda d: packed_shape(d.K, d.N))),
+    pitch=pitch_param("ldy", lambda d: d.N), operands=operands, b_bits=2, loop_instructions=LOOP_INSTRUCTIONS,
+    make_inputs=make_inputs, reference=reference,
+    gemm_form=GemmForm(a=Operand("dy"), bt=Operand("w")),  # dX = dY W^T
+) for tile in TILES)

@@ -97,8 +97,9 @@ class KernelSpec:
 
     @property
     def module(self) -> str:
-        """The module that defines the kernel (where its emitter lives)."""
-        return self.emit.__module__
+        """The module that defines the kernel (where its reference lives; its emitter may
+        be built by a shared helper such as ``staged_tile.staged_spec``)."""
+        return self.reference.__module__
 
     def gemm_operands(self, inputs: dict[str, np.ndarray], dims: Dims) -> tuple[np.ndarray, np.ndarray]:
         """Contiguous int8 (A, Bt) of :attr:`gemm_form`, with the output == A @ Bt.T."""

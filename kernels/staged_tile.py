@@ -36,10 +36,11 @@ instead of 8 rows of 4 words (8 to 10 lines for 128 useful bytes).
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+import math
+from typing import Any, Callable, NamedTuple
 
 from kernels.ptx_emit import TERNARY_PRMT_TABLE, Ptx, decode_ternary
-from kernels.spec import BufferSpec, Launch
+from kernels.spec import BufferSpec, Dims, KernelSpec, Launch
 from kernels.ternary import CODES_PER_WORD
 
 WARPS_N = 4  # warps along N; every configuration is TILE_N = 128 columns wide
@@ -118,6 +119,11 @@ class Plan(NamedTuple):
     span: int
 
 
+def output_tiles(rows: int, cols: int, tile: Tile) -> tuple[int, int]:
+    """CTA tiles across a rows x cols output: (along columns, along rows), grid x and y."""
+    return -(-cols // TILE_N), -(-rows // tile.m)
+
+
 def split_k(rows: int, cols: int, contraction: int, tile: Tile) -> Plan:
     """The one split-K rule: split the contraction into as many parts as keep the
     launch within TARGET_CTAS CTAs (one per SM), keeping at least MIN_SPLIT_CHUNKS
@@ -125,7 +131,7 @@ def split_k(rows: int, cols: int, contraction: int, tile: Tile) -> Plan:
     CTAs on one SM share its issue and L1) but adds a red.global epilogue, so it stops
     there. Splits add their partial sums into a zeroed output with red.global.add.s32
     (exact: int32 addition wraps, so any order gives the same, in-range, total)."""
-    tiles = -(-rows // tile.m) * -(-cols // TILE_N)
+    tiles = math.prod(output_tiles(rows, cols, tile))
     chunks = -(-contraction // CHUNK_K)
     wanted = min(TARGET_CTAS // tiles, chunks // MIN_SPLIT_CHUNKS)
     per_split = -(-chunks // max(1, wanted))
@@ -152,7 +158,7 @@ def rule_cost(rows: int, cols: int, contraction: int, tile: Tile, b_bits: int,
     large problem fills every SM with either, and the small tile's extra issue and
     bytes per multiply-add lose."""
     plan = split_k(rows, cols, contraction, tile)
-    ctas = -(-rows // tile.m) * -(-cols // TILE_N) * plan.splits
+    ctas = math.prod(output_tiles(rows, cols, tile)) * plan.splits
     per_sm = -(-ctas // TARGET_CTAS)
     tensor = per_sm * tile.m * TILE_N * plan.span // MACS_PER_SM_CLOCK
     issue = per_sm * tile.warps * loop_instructions * (plan.span // CHUNK_K) // SCHEDULERS
@@ -178,6 +184,44 @@ def entry_name(family: str, tile: Tile) -> str:
     return family if tile.m == LARGE.m else f"{family}_m{tile.m}"
 
 
+def staged_spec(family: str, tile: Tile, gemm: tuple[str, str, str], buffers: tuple[BufferSpec, ...],
+                pitch: BufferSpec, operands: Callable[[Ptx, Coords, dict[str, str]], tuple["StagedRows", "Source"]],
+                b_bits: int, loop_instructions: dict[str, int], **fields: Any) -> KernelSpec:
+    """``family`` on ``tile`` as a KernelSpec: what every staged kernel shares, so a kernel
+    module says only what differs.
+
+    ``gemm`` names the Dims fields that are D's rows, D's columns and the contraction
+    ("R", "N", "K" for forward); ``buffers`` are the output and the inputs, followed by the
+    u32 sizes R, K, N, ``pitch`` and the split's ``kspan``; ``operands(ptx, at, p)`` builds
+    the A and B sources from the loaded parameters ``p``; ``b_bits`` and
+    ``loop_instructions[tile.label]`` feed the tile rule (:func:`rule_cost`); ``fields``
+    are the rest of the KernelSpec (make_inputs, reference, gemm_form, max_rows)."""
+    name = entry_name(family, tile)
+    rows, cols, contraction = gemm
+
+    def extents(d: Dims) -> tuple[int, int, int]:
+        return getattr(d, rows), getattr(d, cols), getattr(d, contraction)
+
+    def plan(d: Dims) -> Plan:
+        return split_k(*extents(d), tile=tile)
+
+    params = (*buffers, *(BufferSpec(n, "uint32", None) for n in ("R", "K", "N")), pitch,
+              BufferSpec("kspan", "uint32", None, value=lambda d: plan(d).span))  # k bytes per split
+
+    def emit() -> str:
+        ptx, p = begin(name, params, tile)
+        at = Coords(ptx, p["kspan"], tile)
+        a, b = operands(ptx, at, p)
+        emit_staged(ptx, at, a, b, k_limit=p[contraction], out=p[buffers[0].name], rows=p[rows], cols=p[cols])
+        return ptx.render()
+
+    return KernelSpec(
+        name=name, emit=emit, params=params, stages=tile.stages, family=family, tile=tile.label,
+        geometry=lambda d: geometry(rows=getattr(d, rows), cols=getattr(d, cols), plan=plan(d), tile=tile),
+        cost=lambda d: rule_cost(*extents(d), tile, b_bits=b_bits, loop_instructions=loop_instructions[tile.label]),
+        **fields)
+
+
 def begin(name: str, params: tuple[BufferSpec, ...], tile: Tile) -> tuple[Ptx, dict[str, str]]:
     """A kernel entry of ``tile.threads`` per CTA with its parameters loaded (buffers as global
     pointers, sizes and pitches as u32)."""
@@ -188,7 +232,7 @@ def begin(name: str, params: tuple[BufferSpec, ...], tile: Tile) -> tuple[Ptx, d
 def geometry(rows: int, cols: int, plan: Plan, tile: Tile) -> Launch:
     """Grid over a rows x cols output: x walks columns (TILE_N), y walks rows (tile.m),
     z the contraction's splits."""
-    return Launch(grid=(-(-cols // TILE_N), -(-rows // tile.m), plan.splits), block=(tile.threads, 1, 1))
+    return Launch(grid=(*output_tiles(rows, cols, tile), plan.splits), block=(tile.threads, 1, 1))
 
 
 def swizzled(ptx: Ptx, row: str, piece: str) -> str:
