@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from kernels import staged_tile
-from kernels.pitch import pitch_param, pitched_transpose
+from kernels.pitch import pitch_param, pitched_output, pitched_transpose
 from kernels.ptx_emit import Ptx
 from kernels.reference import exact_matmul
 from kernels.spec import BufferSpec, Dims, GemmForm, Operand
@@ -52,7 +52,7 @@ def reference(d: Dims, inputs: dict[str, np.ndarray]) -> np.ndarray:
 
 SPECS = tuple(staged_tile.staged_spec(
     FAMILY, tile, gemm=("N", "K", "R"),  # D = dW (N x K), contraction R
-    buffers=(BufferSpec("dw", "int32", lambda d: (d.N, d.K)),
+    buffers=(pitched_output("dw", lambda d: d.N, lambda d: d.K),
              pitched_transpose("x", lambda d: d.R, lambda d: d.K),  # kernel layout: Xq^T, K x pitch(R)
              pitched_transpose("dy", lambda d: d.R, lambda d: d.N)),  # dYq^T, N x pitch(R)
     pitch=pitch_param("ldr", lambda d: d.R), operands=operands, b_bits=8, loop_instructions=LOOP_INSTRUCTIONS,

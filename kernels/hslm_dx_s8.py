@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from kernels import staged_tile
-from kernels.pitch import pitch_param, pitched_rows
+from kernels.pitch import pitch_param, pitched_output, pitched_rows
 from kernels.ptx_emit import Ptx
 from kernels.reference import exact_matmul
 from kernels.spec import BufferSpec, Dims, GemmForm, Operand
@@ -46,7 +46,7 @@ def reference(d: Dims, inputs: dict[str, np.ndarray]) -> np.ndarray:
 
 SPECS = tuple(staged_tile.staged_spec(
     FAMILY, tile, gemm=("R", "K", "N"),  # D = dX (R x K), contraction N
-    buffers=(BufferSpec("dx", "int32", lambda d: (d.R, d.K)),
+    buffers=(pitched_output("dx", lambda d: d.R, lambda d: d.K),
              pitched_rows("dy", lambda d: d.R, lambda d: d.N),
              BufferSpec("w", "uint32", lambda d: packed_shape(d.K, d.N))),
     pitch=pitch_param("ldy", lambda d: d.N), operands=operands, b_bits=2, loop_instructions=LOOP_INSTRUCTIONS,

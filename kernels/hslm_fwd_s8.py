@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from kernels import staged_tile
-from kernels.pitch import pitch_param, pitched_rows
+from kernels.pitch import pitch_param, pitched_output, pitched_rows
 from kernels.ptx_emit import Ptx
 from kernels.reference import exact_matmul
 from kernels.spec import BufferSpec, Dims, GemmForm, Operand
@@ -44,7 +44,7 @@ def reference(d: Dims, inputs: dict[str, np.ndarray]) -> np.ndarray:
 
 SPECS = tuple(staged_tile.staged_spec(
     FAMILY, tile, gemm=("R", "N", "K"),  # D = Y (R x N), contraction K
-    buffers=(BufferSpec("y", "int32", lambda d: (d.R, d.N)),
+    buffers=(pitched_output("y", lambda d: d.R, lambda d: d.N),
              pitched_rows("x", lambda d: d.R, lambda d: d.K),
              BufferSpec("w", "uint32", lambda d: packed_shape(d.K, d.N))),
     pitch=pitch_param("ldx", lambda d: d.K), operands=operands, b_bits=2, loop_instructions=LOOP_INSTRUCTIONS,

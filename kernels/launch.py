@@ -13,7 +13,8 @@ view would be read as garbage; the copy keeps the caller's meaning. A buffer mar
 :class:`kernels.pitch.KernelLayout` is already in the kernel's layout: it must be
 exactly that (shape, dtype, C order) and is passed on as it is. The output is
 pre-filled with :data:`OUTPUT_POISON`, so an element the kernel never stores shows as
-a mismatch even where the exact result is 0.
+a mismatch even where the exact result is 0. It is allocated here, at the kernel's row
+pitch, and returned as its logical rows x width view.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from kernels.pitch import KernelLayout
+from kernels.pitch import KernelLayout, logical_view
 from kernels.spec import BufferSpec, Dims, KernelSpec
 from kernels.ternary import code_problem
 from kernels.validate import LaunchError, module_of
@@ -46,9 +47,7 @@ def kernel_args(spec: KernelSpec, dims: Dims, out: Any, inputs: dict[str, Any]) 
             value = param.value(dims) if param.value else getattr(dims, param.name)
             args.append(np.dtype(param.dtype).type(value))
         elif param is spec.output:
-            _check_layout(spec, dims, param, out)
-            if not out.flags.c_contiguous:
-                raise LaunchError(f"{spec.name}: output '{param.name}' must be C-contiguous (the kernel writes it row-major)")
+            _check_output(spec, dims, param, out)
             args.append(out)
         elif param.name not in inputs:
             raise LaunchError(f"{spec.name}: input '{param.name}' is missing")
@@ -80,6 +79,25 @@ def _check_layout(spec: KernelSpec, dims: Dims, param: BufferSpec, buf: Any) -> 
     raise LaunchError(
         f"{spec.name}: input '{param.name}' is {_described(buf)}, expected {param.dtype}{want} "
         f"for R={dims.R} K={dims.K} N={dims.N}; {fix}"
+    )
+
+
+def _address(buf: Any) -> int:
+    """The first byte's address of a numpy or CuPy array."""
+    face = getattr(buf, "__cuda_array_interface__", None) or buf.__array_interface__
+    return face["data"][0]
+
+
+def _check_output(spec: KernelSpec, dims: Dims, param: BufferSpec, buf: Any) -> None:
+    """The output is written in the kernel's layout (rows at ``kernels.pitch.output_pitch``
+    words) with 16-byte vector stores: exactly that shape, C-ordered, 16-byte aligned."""
+    want = tuple(param.shape(dims))
+    if _has(buf, param.dtype, want) and buf.flags.c_contiguous and _address(buf) % 16 == 0:
+        return
+    raise LaunchError(
+        f"{spec.name}: output '{param.name}' is {_described(buf)}, expected a C-contiguous, 16-byte "
+        f"aligned {param.dtype}{want} (rows at the kernel's pitch) for R={dims.R} K={dims.K} N={dims.N}; "
+        "let kernels.launch.launch allocate it"
     )
 
 
@@ -118,7 +136,8 @@ def _checked_input(spec: KernelSpec, dims: Dims, param: BufferSpec, buf: Any) ->
 
 def launch(spec: KernelSpec, fn: Callable[..., Any], dims: Dims,
            inputs: dict[str, Any], xp: Any = np) -> Any:
-    """Run ``spec`` once on ``inputs`` and return its freshly allocated output."""
+    """Run ``spec`` once on ``inputs`` and return its freshly allocated output, seen in
+    its logical shape (a view of the pitched rows the kernel writes, ``kernels.pitch``)."""
     if min(dims) < 1:
         raise LaunchError(f"{spec.name}: R, K, N must be >= 1, got {tuple(dims)}; an empty problem has nothing to compute: skip the launch")
     if spec.max_rows is not None and dims.R > spec.max_rows:
@@ -138,4 +157,4 @@ def launch(spec: KernelSpec, fn: Callable[..., Any], dims: Dims,
     out = xp.full(spec.output.shape(dims), fill, dtype=spec.output.dtype)
     fn(geometry.grid, geometry.block, kernel_args(spec, dims, out, inputs),
        shared_mem=geometry.shared_mem)
-    return out
+    return logical_view(spec.output, out, dims)

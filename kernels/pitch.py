@@ -19,6 +19,12 @@ Two ways to hand a staged operand to ``kernels.launch``:
   multiple of 16).
 The mark is explicit because a shape cannot tell the two apart: a logical R x K and a
 transposed K x pitch(R) are both 16 x 16 when R = K = 16.
+
+The int32 output is pitched too, by ``OUTPUT_ALIGN`` words (one 128-byte line), and
+never by the caller: launch allocates it and returns the logical view (rows x width), so
+every row starts on a line and the kernel stores each row of its tile as whole 16-byte
+vectors (one ``st.global.v4`` per lane, PTX ISA 9.7.9.9: a vector access is aligned to
+its size) whatever the width. Words between the width and the pitch hold anything.
 """
 from __future__ import annotations
 
@@ -29,6 +35,7 @@ from typing import Any, Callable
 from kernels.spec import BufferSpec, Dims
 
 PITCH_ALIGN = 16
+OUTPUT_ALIGN = 32  # int32 words: a 128-byte line
 
 
 @dataclass(frozen=True)
@@ -79,6 +86,18 @@ def pitched_transpose(name: str, rows: Callable[[Dims], int], width: Callable[[D
     rows x width (copied) or the kernel's layout marked :class:`KernelLayout`."""
     return BufferSpec(name, "int8", lambda d: (width(d), pitch(rows(d))),
                       logical=lambda d: (rows(d), width(d)), prepare=transposed_into)
+
+
+def output_pitch(width: int) -> int:
+    """Words between rows of an int32 output of ``width`` columns: a whole number of lines."""
+    return -(-width // OUTPUT_ALIGN) * OUTPUT_ALIGN
+
+
+def pitched_output(name: str, rows: Callable[[Dims], int], width: Callable[[Dims], int]) -> BufferSpec:
+    """The int32 output, rows x output_pitch(``width``) words; launch allocates it and hands
+    the caller its rows x width view."""
+    return BufferSpec(name, "int32", lambda d: (rows(d), output_pitch(width(d))),
+                      logical=lambda d: (rows(d), width(d)))
 
 
 def pitch_param(name: str, width: Callable[[Dims], int]) -> BufferSpec:

@@ -43,10 +43,11 @@ def operand(value: Operand) -> str:
 class Ptx:
     """One kernel's PTX: parameters, registers allocated on demand, an instruction list."""
 
-    def __init__(self, entry: str, params: Sequence[tuple[str, str]], max_threads: int):
+    def __init__(self, entry: str, params: Sequence[tuple[str, str]], max_threads: int, min_ctas: int = 1):
         self.entry = entry
         self.params = list(params)  # (name, "u64" | "u32")
         self.max_threads = max_threads
+        self.min_ctas = min_ctas  # CTAs an SM must hold at once: caps registers per thread
         self.count = {kind: 0 for kind in REG_KINDS}
         self.shared: list[tuple[str, int, int]] = []
         self.body: list[str] = []
@@ -235,7 +236,7 @@ class Ptx:
             "",
             f".visible .entry {self.entry}(",
             params,
-            f")\n.maxntid {self.max_threads}, 1, 1",
+            f")\n.maxntid {self.max_threads}, 1, 1" + (f"\n.minnctapersm {self.min_ctas}" if self.min_ctas > 1 else ""),
             "{",
             *decls,
             "",

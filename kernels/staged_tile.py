@@ -31,14 +31,16 @@ Layout of the work:
 
 The loop is uniform: every thread runs ceil(K / 64) chunks, only the copy sizes differ.
 After it the A ring is reused to stage the output (``Epilogue``): fragments go to
-shared memory, whole rows come back, and each global request is 32 consecutive words
-instead of 8 rows of 4 words (8 to 10 lines for 128 useful bytes).
+shared memory, whole rows come back, and each global request is a row's 128 consecutive
+words (four whole lines, the output's rows being line-aligned) instead of 8 rows of 4
+words (8 to 10 lines for 128 useful bytes).
 """
 from __future__ import annotations
 
 import math
 from typing import Any, Callable, NamedTuple
 
+from kernels.pitch import output_pitch
 from kernels.ptx_emit import TERNARY_PRMT_TABLE, Ptx, decode_ternary
 from kernels.spec import BufferSpec, Dims, KernelSpec, Launch
 from kernels.ternary import CODES_PER_WORD
@@ -71,6 +73,10 @@ class Tile(NamedTuple):
     warps_m: int
     m_tiles: int
     stages: int = 4  # chunks in the ring; a power of two wraps with an and
+    # CTAs an SM must hold at once, stated to ptxas as .minnctapersm (PTX ISA 11.4): 2 CTAs
+    # of 256 threads cap it at the build's 128 registers a thread (65536 per SM); 1 leaves
+    # the allocation to ptxas
+    min_ctas: int = 1
 
     @property
     def warps(self) -> int:
@@ -107,7 +113,7 @@ class Tile(NamedTuple):
         return f"{self.m}x{TILE_N}"
 
 
-LARGE = Tile(warps_m=2, m_tiles=4)  # 128 x 128, 8 warps of 64 x 32
+LARGE = Tile(warps_m=2, m_tiles=4, min_ctas=2)  # 128 x 128, 8 warps of 64 x 32: 64 accumulators a thread
 SMALL = Tile(warps_m=1, m_tiles=2)  # 32 x 128, 4 warps of 32 x 32
 
 
@@ -193,7 +199,8 @@ def staged_spec(family: str, tile: Tile, gemm: tuple[str, str, str], buffers: tu
     ``gemm`` names the Dims fields that are D's rows, D's columns and the contraction
     ("R", "N", "K" for forward); ``buffers`` are the output and the inputs, followed by the
     u32 sizes R, K, N, ``pitch`` and the split's ``kspan``; ``operands(ptx, at, p)`` builds
-    the A and B sources from the loaded parameters ``p``; ``b_bits`` and
+    the A and B sources from the loaded parameters ``p``; the output's row pitch ``ldo``
+    (``kernels.pitch.output_pitch`` words) follows ``pitch``; ``b_bits`` and
     ``loop_instructions[tile.label]`` feed the tile rule (:func:`rule_cost`); ``fields``
     are the rest of the KernelSpec (make_inputs, reference, gemm_form, max_rows)."""
     name = entry_name(family, tile)
@@ -206,13 +213,15 @@ def staged_spec(family: str, tile: Tile, gemm: tuple[str, str, str], buffers: tu
         return split_k(*extents(d), tile=tile)
 
     params = (*buffers, *(BufferSpec(n, "uint32", None) for n in ("R", "K", "N")), pitch,
+              BufferSpec("ldo", "uint32", None, value=lambda d: output_pitch(getattr(d, cols))),  # output words a row
               BufferSpec("kspan", "uint32", None, value=lambda d: plan(d).span))  # k bytes per split
 
     def emit() -> str:
         ptx, p = begin(name, params, tile)
         at = Coords(ptx, p["kspan"], tile)
         a, b = operands(ptx, at, p)
-        emit_staged(ptx, at, a, b, k_limit=p[contraction], out=p[buffers[0].name], rows=p[rows], cols=p[cols])
+        emit_staged(ptx, at, a, b, k_limit=p[contraction], out=p[buffers[0].name], rows=p[rows], cols=p[cols],
+                    out_pitch=p["ldo"])
         return ptx.render()
 
     return KernelSpec(
@@ -225,7 +234,8 @@ def staged_spec(family: str, tile: Tile, gemm: tuple[str, str, str], buffers: tu
 def begin(name: str, params: tuple[BufferSpec, ...], tile: Tile) -> tuple[Ptx, dict[str, str]]:
     """A kernel entry of ``tile.threads`` per CTA with its parameters loaded (buffers as global
     pointers, sizes and pitches as u32)."""
-    ptx = Ptx(name, [(p.name, "u64" if p.shape else "u32") for p in params], tile.threads)
+    ptx = Ptx(name, [(p.name, "u64" if p.shape else "u32") for p in params], tile.threads,
+              min_ctas=tile.min_ctas)
     return ptx, {p.name: ptx.param_ptr(p.name) if p.shape else ptx.param_u32(p.name) for p in params}
 
 
@@ -547,11 +557,13 @@ def ring_step(ptx: Ptx, offset: str, stages: int, steps: int, into: str | None =
 
 
 def emit_staged(ptx: Ptx, at: Coords, a: StagedRows, b: Source, k_limit: str, out: str,
-                rows: str, cols: str) -> None:
-    """The staged chunk loop over this CTA's split of k and the int32 output, staged
-    through the A ring (``Epilogue``): stored when the launch has one split, added with
-    red.global.add.s32 (into a zeroed output) when it has several. Elements outside
-    rows x cols are neither."""
+                rows: str, cols: str, out_pitch: str) -> None:
+    """The staged chunk loop over this CTA's split of k and the int32 output (rows
+    ``out_pitch`` words apart), staged through the A ring (``Epilogue``): stored a row at
+    a time when the launch has one split, added with red.global.add.s32 (into a zeroed
+    output) when it has several. Rows past ``rows`` are neither; columns past ``cols``
+    are only stored, into the pitch's padding, when they share a lane's 16 bytes with one
+    inside."""
     stages = at.tile.stages
     acc = [[[ptx.mov(0) for _ in range(4)] for _ in range(N_TILES)] for _ in range(at.tile.m_tiles)]
     sources = (a, b)
@@ -587,16 +599,12 @@ def emit_staged(ptx: Ptx, at: Coords, a: StagedRows, b: Source, k_limit: str, ou
     ptx.cp_async_wait(None)  # no copy outlives the CTA or lands in the ring the output reuses
 
     ptx.barrier()  # every warp's last fragments are read: the A ring is free for the output
-    out = Epilogue(ptx, at, acc, a.ring, b, out, rows, cols, stages * STAGE_BYTES)
+    out = Epilogue(ptx, at, acc, a.ring, b, out, rows, cols, out_pitch, stages * STAGE_BYTES)
     ptx.branch("add_out", guard=ptx.setp("gt", ptx.special("%nctaid.z"), 1, "u32"))
-    ptx.branch("store_rows", guard=out.rows_aligned)
-    out.emit(out.words(lambda ptr, value, offset, ok: ptx.store("global", "s32", ptr, value, offset, guard=ok)), "store")
-    ptx.branch("out_done")
-    ptx.label("store_rows")
     out.emit(out.vector_row, "store4")
     ptx.branch("out_done")
     ptx.label("add_out")
-    out.emit(out.words(lambda ptr, value, offset, ok: ptx.red_add(ptr, value, offset, guard=ok)), "add")
+    out.emit(out.added_row, "add")
     ptx.label("out_done")
 
 
@@ -627,20 +635,19 @@ class Epilogue:
     requests are whole rows: in ``m_tiles`` passes of 16 ``warps_m`` rows (m tile ``mi``
     of every warp row), each warp writes its fragments of the pass with vector st.shared
     (one per run of consecutive columns), a barrier, then warp w of W reads back rows
-    w + W j and writes them with consecutive lanes on consecutive columns (32 words = one 128-byte
-    request per row and column group). Odd widths (243, 729) leave the output's rows only
-    4-byte aligned, so that side is scalar; when the width is a multiple of 4 and the
-    output 16-byte aligned (``rows_aligned``), a single split stores each row with lane l
-    on columns 4l .. 4l + 3: one ld.shared.v4 and one st.global.v4 (512 bytes) per row
-    instead of four of each. Split-K adds stay scalar (red has no s32 vector form, PTX
-    ISA red). Rows are padded (``staging_row_words``): the
-    fragment writes are free of bank conflicts, and row reads are conflict-free anyway."""
+    w + W j. The output's rows are ``out_pitch`` words apart, a multiple of 32
+    (``kernels.pitch.output_pitch``), so every row starts on a 128-byte line: a single
+    split stores each row with lane l on columns 4l .. 4l + 3, one ld.shared.v4 and one
+    st.global.v4 per lane (512 bytes, four whole lines, per request). Split-K adds a word
+    per lane on consecutive columns (red has no s32 vector form, PTX ISA red): four
+    128-byte requests per row. Rows are padded (``staging_row_words``): the fragment
+    writes are free of bank conflicts, and row reads are conflict-free anyway."""
 
     COLUMN_GROUPS = TILE_N // 32
 
     def __init__(self, ptx: Ptx, at: Coords, acc: list[list[list[str]]], buffer: str, b: Source,
-                 out: str, rows: str, cols: str, buffer_bytes: int):
-        self.ptx, self.acc, self.out, self.rows, self.cols = ptx, acc, out, rows, cols
+                 out: str, rows: str, cols: str, out_pitch: str, buffer_bytes: int):
+        self.ptx, self.acc, self.out, self.rows, self.out_pitch = ptx, acc, out, rows, out_pitch
         self.tile = tile = at.tile
         self.runs = runs(b)
         self.row_bytes = 4 * staging_row_words(len(self.runs[0][1]))
@@ -652,16 +659,15 @@ class Epilogue:
         tile_col = ptx.sub(b.col_first, at.n_base)
         self.write_at = ptx.add(buffer, ptx.shl(ptx.mad(fragment_row, self.row_bytes // 4, tile_col), 2))
         warp = ptx.shr(at.tid, 5)
-        self.read_at = ptx.add(buffer, ptx.mad(warp, self.row_bytes, ptx.shl(at.lane, 2)))
         self.first_row = ptx.add(at.m_base, warp)
+        # split-K adds: a word per lane, lane l on column l of each 32-column group
+        self.read_at = ptx.add(buffer, ptx.mad(warp, self.row_bytes, ptx.shl(at.lane, 2)))
         self.col = ptx.add(at.n_base, at.lane)
         self.cols_left = ptx.sub(cols, self.col)
         # whole-row vector stores: lane l holds columns 4l .. 4l + 3 of the tile's row
         self.read_at4 = ptx.add(buffer, ptx.mad(warp, self.row_bytes, ptx.shl(at.lane, 4)))
         self.col4 = ptx.add(at.n_base, ptx.shl(at.lane, 2))
         self.col4_ok = ptx.setp("lt", self.col4, cols, "u32")
-        misaligned = ptx.binop("or", ptx.band(cols, 3), ptx.band(ptx.fresh("b32", "cvt.u32.u64", out), 15), "b32")
-        self.rows_aligned = ptx.setp("eq", misaligned, 0, "u32")
 
     def tile_row(self, j: int) -> int:
         """Row of the CTA tile (less the pass's 16 mi) that read row ``warp + W j`` is
@@ -669,24 +675,21 @@ class Epilogue:
         read_row = self.tile.warps * j
         return (read_row // 16) * self.tile.warp_m + read_row % 16
 
-    def words(self, put):
-        """A row writer (for :meth:`emit`) reading the row back a word per lane and giving
-        each word to ``put(ptr, value, byte offset, ok)``, ok false past the last column."""
+    def added_row(self, row: str, j: int) -> None:
+        """A row writer (for :meth:`emit`) adding the row into the output a word per lane
+        with red.global.add.s32, none past the last column."""
         ptx = self.ptx
-
-        def write(row: str, j: int) -> None:
-            ptr = ptx.byte_offset(self.out, ptx.mad(row, self.cols, self.col), 4)
-            for c in range(self.COLUMN_GROUPS):
-                value = ptx.load("shared", "b32", self.read_at, self.tile.warps * j * self.row_bytes + 128 * c)
-                put(ptr, value, 128 * c, ptx.setp("gt", self.cols_left, 32 * c))
-
-        return write
+        ptr = ptx.byte_offset(self.out, ptx.mad(row, self.out_pitch, self.col), 4)
+        for c in range(self.COLUMN_GROUPS):
+            value = ptx.load("shared", "b32", self.read_at, self.tile.warps * j * self.row_bytes + 128 * c)
+            ptx.red_add(ptr, value, 128 * c, guard=ptx.setp("gt", self.cols_left, 32 * c))
 
     def vector_row(self, row: str, j: int) -> None:
-        """A row writer storing the row with one 16-byte store per lane (``rows_aligned``:
-        a lane's four columns are all inside the width or all past it)."""
+        """A row writer storing the row with one 16-byte store per lane; a lane whose four
+        columns start past the last stores nothing (the pitch holds the rest of a group
+        that starts inside)."""
         ptx = self.ptx
-        ptr = ptx.byte_offset(self.out, ptx.mad(row, self.cols, self.col4), 4)
+        ptr = ptx.byte_offset(self.out, ptx.mad(row, self.out_pitch, self.col4), 4)
         values = ptx.load_vector("shared", "b32", self.read_at4, 4, self.tile.warps * j * self.row_bytes)
         ptx.store("global", "v4.b32", ptr, values, guard=self.col4_ok)
 

@@ -14,6 +14,7 @@ from typing import Any, Callable
 import numpy as np
 
 from kernels.launch import OUTPUT_POISON, kernel_args
+from kernels.pitch import logical_view
 from kernels.spec import Dims, KernelSpec
 from pipeline.bench_record import TOLERANCE
 from pipeline.models import Shape
@@ -113,7 +114,7 @@ def case_ours(cp: Any, p: Problem, spec: KernelSpec, fn: Callable[..., Any]) -> 
         fn(geo.grid, geo.block, s["args"], shared_mem=geo.shared_mem)
 
     return Case(make_set=make_set, launch=launch,
-                result=lambda s: cp.asnumpy(s["out"]), gemm=p.gemm,
+                result=lambda s: cp.asnumpy(logical_view(spec.output, s["out"], p.dims)), gemm=p.gemm,
                 note=f"grid {geo.grid} block {geo.block}")
 
 

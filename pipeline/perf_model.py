@@ -20,7 +20,10 @@ pipeline/gpus.yaml (one source per number). Bounds, each on the busiest SM unles
 - DRAM (whole GPU): every operand and the output moved once / DRAM bandwidth.
 
 The reference class (a CUTLASS 2.x int8 GEMM, figures in gpus.yaml) gets the same bounds
-on the problem padded to its tile.
+on the problem padded to its tile, its L1 and L2 counted as ours are: global copies a
+wavefront per 128-byte line, and the epilogue's int32 tile (through shared memory, out to
+global) included. Its issue bound is its main loop's alone (a class figure per IMMA),
+where ours counts every instruction outside the loop too.
 """
 from __future__ import annotations
 
@@ -95,8 +98,10 @@ class ReferenceClass(Record):
     tile_k: Assumption
     warps: Assumption
     sass_per_imma: Assumption
-    lsu_per_imma: Assumption
-    wavefronts_per_lsu: Assumption
+    ldsm_per_imma: Assumption
+    wavefronts_per_ldsm: Assumption
+    copy_lines_per_row: Assumption
+    epilogue_passes: Assumption
     ctas_per_sm: Assumption
     exposed_latencies: Assumption
 
@@ -181,7 +186,7 @@ def global_bytes(classes: dict[str, int]) -> float:
 
 def work(spec: KernelSpec, dims: Dims, sass: SassArch) -> Work:
     geometry = spec.geometry(dims)
-    rows, cols = spec.output.shape(dims)
+    rows, cols = spec.output.logical(dims)
     contraction = dims.R * dims.K * dims.N // (rows * cols)
     splits = geometry.grid[2]  # split-K: each CTA along z runs its share of the chunks
     span = -(-(-(-contraction // CHUNK_K)) // splits) * CHUNK_K
@@ -330,6 +335,18 @@ def bounds_for(g: GpuModel, w: Work, resident: int, l1_wavefronts_per_cta: float
     }, waves
 
 
+def reference_l1_per_cta(ref: ReferenceClass, k_tiles: int) -> float:
+    """The reference CTA's L1 wavefronts, counted as ours are: its fragment loads
+    (ldmatrix, 4 wavefronts each), its copies one wavefront per 128-byte line they touch
+    (each k-tile row its own line), and its epilogue, which passes the int32 tile through
+    shared memory to global (``epilogue_passes`` x the tile's bytes / 128)."""
+    tm, tn, tk = (int(a.value) for a in (ref.tile_m, ref.tile_n, ref.tile_k))
+    imma_per_tile = tm * tn * tk / (16 * 8 * 32)
+    fragments = imma_per_tile * ref.ldsm_per_imma.value * ref.wavefronts_per_ldsm.value
+    copies = (tm + tn) * ref.copy_lines_per_row.value
+    return k_tiles * (fragments + copies) + ref.epilogue_passes.value * 4 * tm * tn / 128
+
+
 def reference_bounds(g: GpuModel, ref: ReferenceClass, rows: int, cols: int, contraction: int,
                      compulsory_bytes: int) -> dict[str, float]:
     """The reference class on the problem padded to its tile."""
@@ -345,10 +362,9 @@ def reference_bounds(g: GpuModel, ref: ReferenceClass, rows: int, cols: int, con
         "issue": seconds_us(busiest * imma_per_cta * ref.sass_per_imma.value / g.schedulers_per_sm.value, g),
         "tensor": seconds_us(busiest * imma_per_cta * IMMA_OPS
                              / (g.peak_ops_per_sm_clock * g.mma_sync_fraction.value), g),
-        "l1": seconds_us(busiest * imma_per_cta * ref.lsu_per_imma.value * ref.wavefronts_per_lsu.value
-                         / g.l1_wavefronts_per_clock.value, g),
+        "l1": seconds_us(busiest * reference_l1_per_cta(ref, kp // tk) / g.l1_wavefronts_per_clock.value, g),
         "latency": seconds_us(waves * ref.exposed_latencies.value * latency, g),
-        "l2": ctas * (tm + tn) * kp / (g.l2_bandwidth_gbs.value * 1e3),
+        "l2": ctas * ((tm + tn) * kp + 4 * tm * tn) / (g.l2_bandwidth_gbs.value * 1e3),  # operands in, int32 tile out
         "dram": compulsory_bytes / (g.dram_bandwidth_gbs.value * 1e3),
     }
 
@@ -382,7 +398,7 @@ def model_row(spec: KernelSpec, shape: Shape, g: GpuModel, ref: ReferenceClass, 
     resident = ctas_per_sm(g, w.warps_per_cta, ptxas)
     l1, l1_source = l1_per_cta(w, memory, memory_source)
     ours, waves = bounds_for(g, w, resident, l1, l2_bytes(w, memory))
-    rows, cols = spec.output.shape(dims)
+    rows, cols = spec.output.logical(dims)
     dense_bytes = rows * w.contraction + w.contraction * cols + 4 * rows * cols  # int8 A, B; int32 C
     useful = 2.0 * dims.R * dims.K * dims.N
     return ModelRow(kernel=spec.name, shape=shape.name, R=shape.R, K=shape.K, N=shape.N,

@@ -35,13 +35,13 @@ def test_staged_loop_is_one_uniform_body_of_all_mma(name):
     ptx, tile = KERNELS[name].emit(), tile_of(name)
     body = loop(ptx)
     assert body.count(MMA) == ptx.count(MMA) == tile.m_tiles * N_TILES * 2  # m16 x n8 tiles x 2 k steps per warp
-    # the back edge (no tail body), then the output: stored a word per lane, or a row per
-    # warp when aligned, with one split; added with several; in each, a warp skips reading
-    # back rows past the last: m_tiles passes x 4 rows
+    # the back edge (no tail body), then the output: stored a row per warp with one split,
+    # added with several; in each, a warp skips reading back rows past the last: m_tiles
+    # passes x 4 rows
     targets = re.findall(r"\bbra\.uni (\w+);", ptx)
-    skips = [t for t in targets if re.fullmatch(r"(store4?|add)_written_\d_\d", t)]
-    assert [t for t in targets if t not in skips] == ["chunk", "add_out", "store_rows", "out_done", "out_done"]
-    assert len(skips) == len(set(skips)) == 3 * tile.m_tiles * 4
+    skips = [t for t in targets if re.fullmatch(r"(store4|add)_written_\d_\d", t)]
+    assert [t for t in targets if t not in skips] == ["chunk", "add_out", "out_done"]
+    assert len(skips) == len(set(skips)) == 2 * tile.m_tiles * 4
     assert len(re.findall(r"\bbra\b", ptx)) == len(targets)
     assert body.count("bar.sync 0;") == 1  # one barrier per chunk
 
@@ -51,9 +51,9 @@ def test_output_is_stored_or_added_once_per_accumulator(name):
     ptx, tile = KERNELS[name].emit(), tile_of(name)
     stores, adds = ptx.split("add_out:\n", 1)
     per_lane = tile.m_tiles * N_TILES * 4  # m16 x n8 tiles x 4 elements per lane
-    assert len(re.findall(r"@%p\d+ st\.global\.s32", stores)) == per_lane
+    assert 4 * len(re.findall(r"@%p\d+ st\.global\.v4\.b32", stores)) == per_lane  # four a store
     assert len(re.findall(r"@%p\d+ red\.global\.add\.s32", adds)) == per_lane
-    assert "red.global.add" not in stores and " st.global" not in adds
+    assert "red.global.add" not in stores and " st.global" not in adds and "st.global.s32" not in ptx
 
 
 @pytest.mark.parametrize("name", per_kernel())
@@ -61,15 +61,13 @@ def test_output_is_staged_through_shared_memory_one_pass_per_m_tile(name):
     ptx, passes = KERNELS[name].emit(), tile_of(name).m_tiles
     after = ptx.split("bra.uni chunk;", 1)[1]
     assert after.index("cp.async.wait_all") < after.index("bar.sync 0;") < after.index("st.shared")
-    stores, rest = after.split("bra.uni add_out;", 1)[1].split("store_rows:\n", 1)
-    rows, adds = rest.split("add_out:\n", 1)
-    for path in (stores, rows, adds):
+    rows, adds = after.split("bra.uni add_out;", 1)[1].split("add_out:\n", 1)
+    for path in (rows, adds):
         # a lane's fragment row holds four consecutive columns per n tile pair: 4 v4 per pass
         assert len(re.findall(r"st\.shared\.v4\.b32 \[", path)) == path.count("st.shared") == 4 * passes
         assert path.count("bar.sync 0;") == 2 * passes - 1  # written / read back, per pass
-    for path in (stores, adds):
-        assert path.count("ld.shared.b32") == 16 * passes  # read back as words, one per output element
-    # aligned rows: read back and stored with one 16-byte access per lane, one per row
+    assert adds.count("ld.shared.b32") == 16 * passes  # read back as words, one per output element
+    # one split: rows read back and stored with one 16-byte access per lane, one per row
     assert rows.count("ld.shared.v4.b32") == len(re.findall(r"@%p\d+ st\.global\.v4\.b32", rows)) == 4 * passes
     assert "ld.shared.b32" not in rows and " st.global.s32" not in rows
 

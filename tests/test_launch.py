@@ -104,12 +104,34 @@ def test_fortran_ordered_and_transposed_inputs_give_the_c_order_result(name):
     assert all(not v.flags.c_contiguous for v in fortran.values() if v.shape[0] > 1 and v.shape[1] > 1)
 
 
-def test_a_strided_output_buffer_is_refused():
+@pytest.mark.parametrize("make", [
+    lambda shape: np.asfortranarray(np.zeros(shape, np.int32)),               # strided
+    lambda shape: np.zeros((shape[0], shape[1] - 8), np.int32),               # not at the kernel's pitch
+    lambda shape: np.zeros(shape[0] * shape[1] + 1, np.int32)[1:].reshape(shape),  # 4 bytes off 16
+], ids=["fortran", "unpitched", "misaligned"])
+def test_an_output_not_in_the_kernels_layout_is_refused(make):
+    """The kernel stores whole 16-byte vectors at its own row pitch: an output buffer
+    handed to kernel_args must be exactly that, else one line says what it needs."""
     spec = get_kernel("hslm_dw_s8")
     dims = Dims(4, 16, 8)
-    out = np.asfortranarray(np.zeros(spec.output.shape(dims), np.int32))
-    with pytest.raises(LaunchError, match="output 'dw' must be C-contiguous"):
-        kernel_args(spec, dims, out, inputs_for("hslm_dw_s8", dims))
+    assert spec.output.shape(dims) == (8, 32)  # 16 columns pitched to a 32-word line
+    with pytest.raises(LaunchError, match=r"output 'dw' is .*expected a C-contiguous, 16-byte aligned int32\(8, 32\)"):
+        kernel_args(spec, dims, make(spec.output.shape(dims)), inputs_for("hslm_dw_s8", dims))
+    assert len(kernel_args(spec, dims, np.zeros((8, 32), np.int32), inputs_for("hslm_dw_s8", dims))) == len(spec.params)
+
+
+def test_launch_returns_the_logical_view_of_the_pitched_rows():
+    spec = get_kernel("hslm_fwd_s8")
+    dims = Dims(3, 16, 5)
+    written = []
+
+    def fills_rows(grid, block, args, shared_mem=0):
+        args[0][...] = np.arange(args[0].size, dtype=np.int32).reshape(args[0].shape)
+        written.append(args[0].shape)
+
+    got = launch(spec, fills_rows, dims, inputs_for("hslm_fwd_s8", dims))
+    assert written == [(3, 32)] and got.shape == (3, 5)
+    assert np.array_equal(got, np.arange(96, dtype=np.int32).reshape(3, 32)[:, :5])
 
 
 # ---- poison: a store the kernel never makes shows --------------------------------
@@ -123,7 +145,9 @@ def test_a_skipped_store_shows_where_the_answer_is_zero(name):
     def skips_element_0(grid, block, args, shared_mem=0):
         buffers = [p for p in spec.params[1:] if p.shape is not None]
         out = spec.reference(dims, {p.name: logical_view(p, a, dims) for p, a in zip(buffers, args[1:])})
-        args[0].reshape(-1)[1:] = out.reshape(-1)[1:]  # element (0, 0) is never stored
+        stored = np.ones(out.shape, bool)
+        stored[0, 0] = False  # element (0, 0) is never stored
+        logical_view(spec.output, args[0], dims)[stored] = out[stored]
 
     got = launch(spec, skips_element_0, dims, inputs)
     want = spec.reference(dims, inputs)

@@ -34,8 +34,8 @@ def reference_fn(name: str, launches: list[Dims] | None = None):
 
     def fn(grid, block, args, shared_mem=0):
         dims = dims_of(name, args)
-        args[0][...] = spec.reference(dims, {p.name: logical_view(p, a, dims)
-                                             for p, a in zip(buffers[1:], args[1:])})
+        logical_view(spec.output, args[0], dims)[...] = spec.reference(
+            dims, {p.name: logical_view(p, a, dims) for p, a in zip(buffers[1:], args[1:])})
         if launches is not None:
             launches.append(dims)
 

@@ -128,7 +128,21 @@ def test_reference_pads_to_its_tile():
     # 27 x 243 output, contraction 243 -> padded 128 x 256 x 256: 2 CTAs, 1024 IMMA each
     b = perf_model.reference_bounds(H200, ASSUMPTIONS.reference, 27, 243, 243, 0)
     assert math.isclose(b["issue"], 1024 * 2.5 / 4 / 1.83e9 * 1e6)
-    assert math.isclose(b["l2"], 2 * 256 * 256 / 12000e3)
+    assert math.isclose(b["l2"], 2 * (256 * 256 + 4 * 128 * 128) / 12000e3)  # operands in, int32 tile out
+
+
+def test_reference_l1_counts_fragments_copies_and_its_epilogue():
+    """Per 64-deep k-tile: 256 IMMA x 0.25 LDSM.x4 x 4 wavefronts = 256, and 128 + 128
+    rows copied, a line each; then the 64 KiB int32 tile through shared memory and out
+    (3 x 512). The epilogue is what an R = 27 dW (one k-tile) is mostly made of."""
+    ref = ASSUMPTIONS.reference
+    assert perf_model.reference_l1_per_cta(ref, 1) == 256 + 256 + 3 * 512
+    assert perf_model.reference_l1_per_cta(ref, 4) - perf_model.reference_l1_per_cta(ref, 3) == 512
+    b = perf_model.reference_bounds(H200, ref, 243, 243, 27, 0)  # dW at R = 27: 4 CTAs, one k-tile
+    assert math.isclose(b["l1"], (256 + 256 + 1536) / 1.83e9 * 1e6)
+    # negative: without its epilogue the same CTA would need a quarter of that
+    assert perf_model.reference_l1_per_cta(ref.model_copy(update={"epilogue_passes": ref.epilogue_passes.model_copy(
+        update={"value": 0})}), 1) == 512
 
 
 def test_occupancy_from_ptxas():

@@ -95,6 +95,28 @@ def test_zero_filled_bytes_are_never_read():
     assert info.value.kind == "out_of_bounds" and info.value.tid == (63, 0, 0)
 
 
+def copy_traffic(have: np.ndarray):
+    """The cp.async line's traffic row for 64 threads copying 16 bytes each, src-size ``have``."""
+    fn = Module(code=stage(16)).get_function("k")
+    fn((1,), (64,), [np.zeros(1024, np.uint8), np.zeros(1024, np.uint8), have.astype(U), np.zeros(64, U)])
+    (row,) = [a for a in fn.stats.memory if a.opcode == "cp.async"]
+    return row
+
+
+def test_copy_traffic_counts_only_the_lanes_that_read():
+    """A zero-filled lane (src-size 0) asks global memory for nothing: warp 0 reads all
+    of its 512 bytes (16 sectors, 4 lines), warp 1 only lane 0's first byte (one sector);
+    a warp whose every lane is zero-filled is no request at all."""
+    have = np.zeros(64, U)
+    have[:32], have[32] = 16, 1
+    row = copy_traffic(have)
+    assert (row.requests, row.sectors, row.lines, row.bytes_used) == (2, 16 + 1, 4 + 1, 33 * 16)
+    have[32] = 0
+    assert (copy_traffic(have).requests, copy_traffic(have).sectors) == (1, 16)
+    # negative: counting every lane, as a copy that ignored src-size would, is 32 sectors
+    assert copy_traffic(np.full(64, 16, U)).sectors == 32
+
+
 def test_missing_wait_group_is_refused():
     text = stage(16, wait="")
     src, have = np.zeros(1024, np.uint8), np.full(64, 16, U)

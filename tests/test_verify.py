@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from kernels.registry import KERNELS
-from kernels.pitch import pitch
+from kernels.pitch import output_pitch, pitch
 from kernels.spec import Dims
 from kernels import backends
 from pipeline import config
@@ -53,7 +53,7 @@ def fake_backend(monkeypatch, answer=None, exc: Exception | None = None):
         calls.append((grid, block, [a.shape if isinstance(a, np.ndarray) else int(a) for a in args]))
         if exc is not None:
             raise exc
-        args[0][...] = answer
+        args[0][:, :answer.shape[1]] = answer  # the output's rows x width, inside its pitch
 
     monkeypatch.setattr(backends, "load_function", lambda backend, ptx, entry: fn)
     return calls
@@ -84,7 +84,7 @@ def test_exact_answer_passes(artifacts, monkeypatch):
     assert report.passed and report.rows_checked == 33 and report.max_abs_diff == 0
     assert report.device == "cpu-emulator" and report.driver is None
     assert calls == [(SPEC.geometry(Dims(33, 31, 9)).grid, SPEC.geometry(Dims(33, 31, 9)).block,
-                      [(33, 9), (33, pitch(31)), (9, 2), 33, 31, 9, pitch(31), 64])]  # one split of 64
+                      [(33, output_pitch(9)), (33, pitch(31)), (9, 2), 33, 31, 9, pitch(31), output_pitch(9), 64])]  # one split of 64
     on_disk = read_model(artifacts / "verify" / SPEC.name / "tails" / "odd.json", VerifyReport)
     assert on_disk == report
     assert verdict(report).startswith("hslm_fwd_s8 tails/odd R=33 K=31 N=9: ok, 33 rows exact")

@@ -13,6 +13,11 @@ cp.async.wait_all):
   thread are still pending; ``wait_all`` waits for every copy (committed or not).
 - Only the issuing thread sees the data after its wait; other threads need a barrier.
 
+The traffic counts (``traffic.py``) see a copy's global side for the lanes that read
+(src-size > 0): a zero-filled lane asks the memory system for nothing, so a copy wholly
+past an operand costs no sector. (An assumption the ISA implies but does not state; the
+first GPU run's sector counters calibrate it.)
+
 The emulator writes the bytes when the copy issues (as a shared store, so a copy into
 bytes another thread touched since the last bar.sync is a race) and marks them pending;
 touching a pending byte is a race. The wait writes them again in the waiting thread's
@@ -133,7 +138,8 @@ def _cp_async(cx, level):
             i = int(np.flatnonzero(over)[0])
             raise Fault("undefined", sel[i], f"cp.async src-size {have[i]} exceeds cp-size {size}")
         source = src.addresses(st, m, sel)
-        src.record(st, source, sel)  # the traffic counts see the global side
+        reads = have > 0  # the traffic counts see the global side of the lanes that read
+        src.record(st, source[reads], sel[reads])
         data = _read_source(st, source, sel, size, have)
         where = dst.addresses(st, m, sel)
         st.smem.claim(where, sel, 4, size // 4, data.view(np.uint32))
