@@ -559,11 +559,11 @@ def ring_step(ptx: Ptx, offset: str, stages: int, steps: int, into: str | None =
 def emit_staged(ptx: Ptx, at: Coords, a: StagedRows, b: Source, k_limit: str, out: str,
                 rows: str, cols: str, out_pitch: str) -> None:
     """The staged chunk loop over this CTA's split of k and the int32 output (rows
-    ``out_pitch`` words apart), staged through the A ring (``Epilogue``): stored a row at
-    a time when the launch has one split, added with red.global.add.s32 (into a zeroed
-    output) when it has several. Rows past ``rows`` are neither; columns past ``cols``
-    are only stored, into the pitch's padding, when they share a lane's 16 bytes with one
-    inside."""
+    ``out_pitch`` words apart, ``Epilogue``): stored straight from the accumulators, 16
+    bytes a lane, when the launch has one split; staged through the A ring and added with
+    red.global.add.s32 (into a zeroed output) when it has several. Rows past ``rows`` are
+    neither; columns past ``cols`` are only stored, into the pitch's padding, when they
+    share a lane's 16 bytes with one inside."""
     stages = at.tile.stages
     acc = [[[ptx.mov(0) for _ in range(4)] for _ in range(N_TILES)] for _ in range(at.tile.m_tiles)]
     sources = (a, b)
@@ -598,12 +598,12 @@ def emit_staged(ptx: Ptx, at: Coords, a: StagedRows, b: Source, k_limit: str, ou
     ptx.branch("chunk", guard=ptx.setp("lt", k_done, k_end, "u32"))
     ptx.cp_async_wait(None)  # no copy outlives the CTA or lands in the ring the output reuses
 
-    ptx.barrier()  # every warp's last fragments are read: the A ring is free for the output
     out = Epilogue(ptx, at, acc, a.ring, b, out, rows, cols, out_pitch, stages * STAGE_BYTES)
     ptx.branch("add_out", guard=ptx.setp("gt", ptx.special("%nctaid.z"), 1, "u32"))
-    out.emit(out.vector_row, "store4")
+    out.store_fragments()
     ptx.branch("out_done")
     ptx.label("add_out")
+    ptx.barrier()  # every warp's last fragments are read: the A ring is free to stage the sums
     out.emit(out.added_row, "add")
     ptx.label("out_done")
 
@@ -631,43 +631,74 @@ def staging_row_words(run: int) -> int:
 
 
 class Epilogue:
-    """The CTA's tile.m x 128 int32 result, staged through shared memory so that global
-    requests are whole rows: in ``m_tiles`` passes of 16 ``warps_m`` rows (m tile ``mi``
-    of every warp row), each warp writes its fragments of the pass with vector st.shared
-    (one per run of consecutive columns), a barrier, then warp w of W reads back rows
-    w + W j. The output's rows are ``out_pitch`` words apart, a multiple of 32
-    (``kernels.pitch.output_pitch``), so every row starts on a 128-byte line: a single
-    split stores each row with lane l on columns 4l .. 4l + 3, one ld.shared.v4 and one
-    st.global.v4 per lane (512 bytes, four whole lines, per request). Split-K adds a word
-    per lane on consecutive columns (red has no s32 vector form, PTX ISA red): four
-    128-byte requests per row. Rows are padded (``staging_row_words``): the fragment
-    writes are free of bank conflicts, and row reads are conflict-free anyway."""
+    """The CTA's tile.m x 128 int32 result; the output's rows are ``out_pitch`` words
+    apart, a multiple of 32 (``kernels.pitch.output_pitch``), so every row starts on a
+    128-byte line.
+
+    One split (``store_fragments``): B's rows are ordered so that a lane's accumulators
+    of n tiles 2p and 2p + 1 are four consecutive columns of one row
+    (``paired_column_of_row``), so each lane stores them from its registers with one
+    ``st.global.v4``: a warp's request is 8 rows x 64 contiguous bytes, two whole sectors
+    a row, 8 lines, and nothing passes through shared memory (staging would spend a
+    shared write and a read per 128 bytes to save 4 of those lines, and two barriers).
+
+    Split-K (``emit`` with ``added_row``): ``red`` has no s32 vector form (PTX ISA red),
+    so a word per lane; straight from the fragments a request would be 8 rows x 16 bytes
+    (8 lines for 128 bytes). The sums are staged instead: in ``m_tiles`` passes of 16
+    ``warps_m`` rows (m tile ``mi`` of every warp row) each warp writes its fragments
+    with vector st.shared (one per run of consecutive columns), a barrier, then warp w
+    of W reads back rows w + W j a word per lane on consecutive columns: one 128-byte
+    line a request. Rows are padded (``staging_row_words``): the fragment writes are
+    free of bank conflicts, and row reads are conflict-free anyway."""
 
     COLUMN_GROUPS = TILE_N // 32
 
     def __init__(self, ptx: Ptx, at: Coords, acc: list[list[list[str]]], buffer: str, b: Source,
                  out: str, rows: str, cols: str, out_pitch: str, buffer_bytes: int):
-        self.ptx, self.acc, self.out, self.rows, self.out_pitch = ptx, acc, out, rows, out_pitch
+        self.ptx, self.at, self.acc, self.b = ptx, at, acc, b
+        self.out, self.rows, self.cols, self.out_pitch = out, rows, cols, out_pitch
         self.tile = tile = at.tile
         self.runs = runs(b)
         self.row_bytes = 4 * staging_row_words(len(self.runs[0][1]))
         pass_rows = 16 * tile.warps_m
         self.read_rows = pass_rows // tile.warps  # rows each warp reads back per pass
         assert pass_rows * self.row_bytes <= buffer_bytes and pass_rows % tile.warps == 0
+        self.buffer = buffer
+
+    def store_fragments(self) -> None:
+        """One split: lane (g, t) stores rows g and g + 8 of each of its m tiles, one
+        st.global.v4 per run of four columns, none for a row past the last or a run that
+        starts past the last column (a run that starts inside ends inside the pitch)."""
+        ptx, tile, b = self.ptx, self.tile, self.b
+        at = self.at
+        first_row = ptx.add(at.m_base, ptx.mad(at.warp_m, tile.warp_m, ptx.shr(at.lane, 2)))
+        rows_left = ptx.sub(self.rows, first_row)
+        ptr = ptx.byte_offset(self.out, ptx.mad(first_row, self.out_pitch, b.col_first), 4)
+        eight_rows = ptx.wide_mul(self.out_pitch, 8 * 4)
+        run_ok = [ptx.setp("lt", ptx.add(b.col_first, first), self.cols, "u32") for first, _ in self.runs]
+        for j in range(2 * tile.m_tiles):  # rows 8 j on: m tile j >> 1, half j & 1
+            mi, half = divmod(j, 2)
+            if j:
+                ptx.increment(ptr, eight_rows, "s64")
+            row_ok = ptx.setp("gt", rows_left, 8 * j, "s32")
+            for (first, run), ok in zip(self.runs, run_ok):
+                values = [self.acc[mi][ni][2 * half + e] for ni, e in run]
+                ptx.store("global", f"v{len(values)}.b32", ptr, values, 4 * first,
+                          guard=ptx.fresh("pred", "and.pred", row_ok, ok))
+
+    def staging(self) -> None:
+        """Where this lane writes its fragments of a pass and reads rows back (split-K)."""
+        ptx, at = self.ptx, self.at
         g = ptx.shr(at.lane, 2)
         fragment_row = ptx.mad(at.warp_m, 16, g)  # row of c0 within the pass
-        tile_col = ptx.sub(b.col_first, at.n_base)
-        self.write_at = ptx.add(buffer, ptx.shl(ptx.mad(fragment_row, self.row_bytes // 4, tile_col), 2))
+        tile_col = ptx.sub(self.b.col_first, at.n_base)
+        self.write_at = ptx.add(self.buffer, ptx.shl(ptx.mad(fragment_row, self.row_bytes // 4, tile_col), 2))
         warp = ptx.shr(at.tid, 5)
         self.first_row = ptx.add(at.m_base, warp)
-        # split-K adds: a word per lane, lane l on column l of each 32-column group
-        self.read_at = ptx.add(buffer, ptx.mad(warp, self.row_bytes, ptx.shl(at.lane, 2)))
+        # a word per lane, lane l on column l of each 32-column group
+        self.read_at = ptx.add(self.buffer, ptx.mad(warp, self.row_bytes, ptx.shl(at.lane, 2)))
         self.col = ptx.add(at.n_base, at.lane)
-        self.cols_left = ptx.sub(cols, self.col)
-        # whole-row vector stores: lane l holds columns 4l .. 4l + 3 of the tile's row
-        self.read_at4 = ptx.add(buffer, ptx.mad(warp, self.row_bytes, ptx.shl(at.lane, 4)))
-        self.col4 = ptx.add(at.n_base, ptx.shl(at.lane, 2))
-        self.col4_ok = ptx.setp("lt", self.col4, cols, "u32")
+        self.cols_left = ptx.sub(self.cols, self.col)
 
     def tile_row(self, j: int) -> int:
         """Row of the CTA tile (less the pass's 16 mi) that read row ``warp + W j`` is
@@ -684,21 +715,13 @@ class Epilogue:
             value = ptx.load("shared", "b32", self.read_at, self.tile.warps * j * self.row_bytes + 128 * c)
             ptx.red_add(ptr, value, 128 * c, guard=ptx.setp("gt", self.cols_left, 32 * c))
 
-    def vector_row(self, row: str, j: int) -> None:
-        """A row writer storing the row with one 16-byte store per lane; a lane whose four
-        columns start past the last stores nothing (the pitch holds the rest of a group
-        that starts inside)."""
-        ptx = self.ptx
-        ptr = ptx.byte_offset(self.out, ptx.mad(row, self.out_pitch, self.col4), 4)
-        values = ptx.load_vector("shared", "b32", self.read_at4, 4, self.tile.warps * j * self.row_bytes)
-        ptx.store("global", "v4.b32", ptr, values, guard=self.col4_ok)
-
     def emit(self, write_row, path: str) -> None:
         """All passes, each read-back row given to ``write_row(row, j)`` (its D row and
         its index among this warp's rows of the pass); ``path`` names this copy's labels.
         A warp skips reading back and storing a row past the last (the row is the same
         for all its lanes)."""
         ptx = self.ptx
+        self.staging()
         for mi in range(self.tile.m_tiles):
             if mi:
                 ptx.barrier()  # the previous pass is read back

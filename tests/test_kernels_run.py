@@ -1,5 +1,6 @@
 """The emitted PTX, run on the CPU emulator, equals the integer reference exactly,
 including every tail case; and the same check fails on planted kernel bugs."""
+import math
 import re
 
 import numpy as np
@@ -239,16 +240,14 @@ def test_staged_output_is_conflict_free_and_one_line_per_request(name):
 
 
 @pytest.mark.parametrize("name", per_kernel())
-def test_aligned_rows_are_stored_whole_with_one_vector_request(name):
-    """One split, width a multiple of 4: each row back from shared with one ld.shared.v4
-    per lane and out with one st.global.v4 per lane, up to 512 contiguous bytes a request
-    (the 192-wide outputs' second column tile is 64 wide: 256 bytes)."""
+def test_one_split_stores_from_registers_whole_sectors(name):
+    """One split: each lane stores four consecutive columns from its accumulators with
+    one st.global.v4, a warp 8 rows x 64 bytes: every sector it touches whole (two a
+    row), at most 8 lines a request, and no shared memory or barrier on the way."""
     rows = epilogue_traffic(name, shapes=WHOLE)
-    assert all(a.wavefronts == a.ideal_wavefronts for a in rows if a.space == "shared")
-    written = [a for a in rows if a.space == "global"]
-    assert written and {a.opcode for a in written} == {"st.global"}
-    assert all(a.bytes_used == 128 * a.lines for a in written)  # every line touched is whole
-    assert sum(a.bytes_used for a in written) >= 384 * sum(a.requests for a in written)  # a word a lane: 128
+    assert {a.opcode for a in rows} == {"st.global"}
+    assert all(a.bytes_used == 32 * a.sectors and a.lines <= 8 * a.requests for a in rows)
+    assert sum(a.bytes_used for a in rows) == 4 * math.prod(get_kernel(name).output.logical(WHOLE[get_kernel(name).family_name]))
 
 
 @pytest.mark.parametrize("name", per_kernel())
@@ -284,41 +283,68 @@ def test_lanes_off_consecutive_columns_are_caught_uncoalesced(name):
     assert any(a.lines > a.requests for a in written)
 
 
-# outputs of 27 rows x 128 columns or 127 (odd: the last lane's group ends in the pitch)
-SHORT = {"hslm_fwd_s8": lambda w: Dims(27, 128, w), "hslm_dx_s8": lambda w: Dims(27, w, 128),
-         "hslm_dw_s8": lambda w: Dims(128, w, 27)}
+# outputs of 27 rows x 128 columns or 127 (odd: the last lane's group ends in the pitch),
+# over a contraction of 128 (one split) or 512 (split-K: four splits of two chunks)
+SHORT = {"hslm_fwd_s8": lambda w, k: Dims(27, k, w), "hslm_dx_s8": lambda w, k: Dims(27, w, k),
+         "hslm_dw_s8": lambda w, k: Dims(k, w, 27)}
 
 
-def staged_requests(name: str, width: int, ptx: str | None = None) -> dict[str, int]:
-    """Requests of the output's memory lines for an output of 27 rows x ``width`` columns (one split)."""
+def output_requests(name: str, width: int, ptx: str | None = None, contraction: int = 128) -> dict[str, int]:
+    """Requests (and bytes stored) of the output's accesses for an output of 27 rows x
+    ``width`` columns, checked exact."""
     spec = get_kernel(name)
     fn = Module(code=ptx or spec.emit()).get_function(name)
-    dims = SHORT[spec.family_name](width)
-    assert spec.geometry(dims).grid == (1, 1, 1)
+    dims = SHORT[spec.family_name](width, contraction)
+    assert spec.geometry(dims).grid == (1, 1, 1 if contraction == 128 else 4)
     inputs = spec.make_inputs(dims, np.random.default_rng(3))
     assert np.array_equal(launch(spec, fn, dims, inputs), spec.reference(dims, inputs))
-    return {op: sum(a.requests for a in fn.stats.memory if not a.in_loop and a.opcode == op)
-            for op in ("st.shared", "ld.shared", "st.global")}
+    rows = [a for a in fn.stats.memory if not a.in_loop]
+    got = {op: sum(a.requests for a in rows if a.opcode == op)
+           for op in ("st.shared", "ld.shared", "st.global", "red.global")}
+    return got | {"bytes": sum(a.bytes_used for a in rows if a.opcode in ("st.global", "red.global"))}
 
 
 @pytest.mark.parametrize("width", [128, 127], ids=["aligned", "odd"])
 @pytest.mark.parametrize("name", per_kernel())
-def test_rows_past_the_last_are_not_read_back(name, width):
-    got, tile = staged_requests(name, width), tile_of(name)
-    # all fragments staged (m_tiles passes x 2 halves x warps x two v4); 27 rows read back
-    # and stored, each with one 16-byte access per lane (the output's rows are pitched,
-    # so an odd width is stored as whole rows too)
-    assert got == {"st.shared": tile.m_tiles * 2 * tile.warps * 2, "ld.shared": 27, "st.global": 27}
+def test_rows_past_the_last_are_not_stored(name, width):
+    """One split: 4 warp columns x rows 0-31 of the first warp row in steps of 8 (the 4th
+    partly past row 27) x 2 runs of four columns; no request for a step wholly past the
+    last row, nothing through shared memory. Each row's 128 columns are stored whole (the
+    odd width's last group ends in the pitch's padding)."""
+    got = output_requests(name, width)
+    assert got == {"st.shared": 0, "ld.shared": 0, "st.global": 4 * 4 * 2, "red.global": 0, "bytes": 27 * 512}
 
 
 @pytest.mark.parametrize("width", [128, 127], ids=["aligned", "odd"])
 @pytest.mark.parametrize("name", per_kernel())
-def test_reading_back_every_row_is_caught_out_of_bounds(name, width):
-    ptx, count = re.subn(r"\t@%p\d+ bra\.uni (store4|add)_written_\d_\d;\n", "", get_kernel(name).emit())
-    assert count == 2 * tile_of(name).m_tiles * 4
+def test_split_k_sums_of_rows_past_the_last_are_not_read_back(name, width):
+    """Split-K: all fragments staged (m_tiles passes x 2 halves x warps x two v4) by each
+    of the 4 splits; 27 rows read back and added, 4 words a lane, none past the width."""
+    got, tile = output_requests(name, width, contraction=512), tile_of(name)
+    assert got == {"st.shared": 4 * tile.m_tiles * 2 * tile.warps * 2, "ld.shared": 4 * 27 * 4,
+                   "st.global": 0, "red.global": 4 * 27 * 4, "bytes": 4 * 27 * width * 4}
+
+
+@pytest.mark.parametrize("name", per_kernel())
+def test_storing_every_row_is_caught_out_of_bounds(name):
+    """Plant: the row test of the one-split stores always passes."""
+    ptx = get_kernel(name).emit()
+    direct = ptx.split("bra.uni add_out;", 1)[1].split("add_out:", 1)[0]
+    planted, count = re.subn(r"(setp\.gt\.s32 %p\d+, %r\d+, )\d+;", r"\g<1>-2147483648;", direct)
+    assert count == 2 * tile_of(name).m_tiles
     with pytest.raises(EmulatorError) as info:
-        staged_requests(name, width, ptx)
+        output_requests(name, 128, ptx.replace(direct, planted))
     assert info.value.kind == "out_of_bounds" and "st.global" in info.value.text
+
+
+@pytest.mark.parametrize("name", per_kernel())
+def test_reading_back_every_row_is_caught_out_of_bounds(name):
+    """Plant: the split-K read-back no longer skips rows past the last."""
+    ptx, count = re.subn(r"\t@%p\d+ bra\.uni add_written_\d_\d;\n", "", get_kernel(name).emit())
+    assert count == tile_of(name).m_tiles * 4
+    with pytest.raises(EmulatorError) as info:
+        output_requests(name, 128, ptx, contraction=512)
+    assert info.value.kind == "out_of_bounds" and "red.global" in info.value.text
 
 
 LOGICAL = {"hslm_fwd_s8": ("x", "w"), "hslm_dx_s8": ("dy", "w"), "hslm_dw_s8": ("x", "dy")}
