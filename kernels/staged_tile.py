@@ -30,10 +30,10 @@ Layout of the work:
   so the next copies may go there.
 
 The loop is uniform: every thread runs ceil(K / 64) chunks, only the copy sizes differ.
-After it the A ring is reused to stage the output (``Epilogue``): fragments go to
-shared memory, whole rows come back, and each global request is a row's 128 consecutive
-words (four whole lines, the output's rows being line-aligned) instead of 8 rows of 4
-words (8 to 10 lines for 128 useful bytes).
+After it the output (``Epilogue``): with one split each lane stores four consecutive
+columns of a row straight from its accumulators (B's row order makes them consecutive),
+16 bytes with one st.global.v4; with split-K the A ring is reused to stage the sums so
+that each red.global request is 32 consecutive words.
 """
 from __future__ import annotations
 
@@ -154,8 +154,8 @@ def rule_cost(rows: int, cols: int, contraction: int, tile: Tile, b_bits: int,
       spread over TARGET_CTAS SMs) at MACS_PER_SM_CLOCK;
     - issue: the busiest SM's warps x ``loop_instructions`` (SASS per warp per chunk of
       this tile's loop, from ``doit sass``) x chunks / SCHEDULERS;
-    - shared memory: the busiest SM's 128-byte wavefronts (:func:`shared_wavefronts`),
-      one a clock;
+    - L1: the busiest SM's 128-byte shared-memory and output wavefronts
+      (:func:`l1_wavefronts`), one a clock;
     - L2: bytes every CTA moves, its operands in (B at ``b_bits`` per element: 2 for
       packed W) and its int32 tile out (each split writes or adds a whole tile), at
       L2_BYTES_PER_CLOCK.
@@ -168,20 +168,23 @@ def rule_cost(rows: int, cols: int, contraction: int, tile: Tile, b_bits: int,
     per_sm = -(-ctas // TARGET_CTAS)
     tensor = per_sm * tile.m * TILE_N * plan.span // MACS_PER_SM_CLOCK
     issue = per_sm * tile.warps * loop_instructions * (plan.span // CHUNK_K) // SCHEDULERS
-    shared = per_sm * shared_wavefronts(tile, plan.span // CHUNK_K)
+    shared = per_sm * l1_wavefronts(tile, plan.span // CHUNK_K, plan.splits)
     moved = ctas * ((tile.m + TILE_N * b_bits // 8) * plan.span + 4 * tile.m * TILE_N)
     return max(tensor, issue, shared, moved // L2_BYTES_PER_CLOCK), moved
 
 
-def shared_wavefronts(tile: Tile, chunks: int) -> int:
-    """128-byte shared-memory wavefronts one CTA of ``tile`` spends (the layout is free of
-    bank conflicts, so bytes / 128): per chunk, both operands stored once and read by
-    ldmatrix once per warp that needs them (A by each of the WARPS_N warp columns, B by
-    each of the ``warps_m`` warp rows); then the int32 tile written to shared, read back
-    and stored to global."""
+def l1_wavefronts(tile: Tile, chunks: int, splits: int) -> int:
+    """128-byte L1 wavefronts one CTA of ``tile`` spends in shared memory and on its
+    output (the layout is free of bank conflicts, so bytes / 128): per chunk, both
+    operands stored once and read by ldmatrix once per warp that needs them (A by each
+    of the WARPS_N warp columns, B by each of the ``warps_m`` warp rows); then the int32
+    tile: with one split stored from the accumulators, 8 rows x 64 bytes a request (a
+    wavefront per 128-byte line, so bytes / 64); with several written to shared, read
+    back and added to global (three passes of bytes / 128)."""
     stored = (tile.m + TILE_N) * CHUNK_K
     read = tile.m * CHUNK_K * WARPS_N + TILE_N * CHUNK_K * tile.warps_m
-    return (chunks * (stored + read) + 3 * 4 * tile.m * TILE_N) // 128
+    out = 4 * tile.m * TILE_N
+    return (chunks * (stored + read) + (3 * out if splits > 1 else 2 * out)) // 128
 
 
 def entry_name(family: str, tile: Tile) -> str:

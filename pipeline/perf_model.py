@@ -10,7 +10,8 @@ pipeline/gpus.yaml (one source per number). Bounds, each on the busiest SM unles
 - issue: warp instructions / (schedulers x clock);
 - tensor: mma ops / (int8 dense peak per SM x the fraction mma.sync reaches);
 - L1: wavefronts / (wavefronts per clock x clock): the emulator's when known (shared bank
-  wavefronts, and one per 128-byte line of each global request), else the ideal from SASS (an LSU instruction moves width x 32 lanes, 128 B a wavefront);
+  wavefronts, and one per 128-byte line of each global request), else the ideal from SASS
+  (an LSU instruction moves width x 32 lanes, 128 B a wavefront) plus the output's ideal;
 - latency: one dependent global load (L2 hit) plus, when the loop stages through shared
   memory, one shared round trip, per chunk when nothing is prefetched; with a copy ring
   of ``spec.stages`` chunks (stages - 1 in flight), one round trip to fill it and then
@@ -155,6 +156,8 @@ class Work(Record):
     global_bytes_per_warp: float  # requested by global loads, from SASS
     compulsory_bytes: int
     stages_through_shared: bool
+    output_bytes_per_cta: float  # the int32 output one CTA writes (its share of rows x cols)
+    splits: int  # CTAs along the contraction (split-K adds their sums)
 
 
 def chunks(contraction: int, has_tail_body: bool = True) -> tuple[int, int]:
@@ -207,6 +210,7 @@ def work(spec: KernelSpec, dims: Dims, sass: SassArch) -> Work:
         global_bytes_per_warp=fast * global_bytes(fbody.classes) + tail * global_bytes(tbody.classes),
         compulsory_bytes=buffers, stages=spec.stages,
         stages_through_shared=any(c.startswith(("lds", "ldsm")) for c in fbody.classes),
+        output_bytes_per_cta=4 * rows * cols / (geometry.grid[0] * geometry.grid[1]), splits=splits,
     )
 
 
@@ -376,11 +380,20 @@ def l1_wavefronts(row: MemoryAccess) -> int:
     return row.wavefronts if row.space == "shared" else row.lines
 
 
+def output_wavefronts(w: Work) -> float:
+    """The ideal L1 wavefronts of one CTA's output: stored from the accumulators 64
+    contiguous bytes a row (a wavefront per 64 bytes) with one split; staged through
+    shared memory and added a line a request (three passes of 128 bytes) with several."""
+    return w.output_bytes_per_cta * (1 / 64 if w.splits == 1 else 3 / 128)
+
+
 def l1_per_cta(w: Work, memory: list[MemoryAccess] | None, source: str) -> tuple[float, str]:
-    """Wavefronts per CTA: the emulator's when known (``source`` says whence), else SASS ideal."""
+    """Wavefronts per CTA: the emulator's when known (``source`` says whence), else the
+    loop's SASS ideal plus the output's (the reference class's L1 counts its output too)."""
     if memory:
         return sum(l1_wavefronts(r) for r in memory if r.space in MEMORY_SPACES) / w.ctas, source
-    return w.lsu_wavefronts_per_warp * w.warps_per_cta, "SASS ideal (no emulator memory counts)"
+    return (w.lsu_wavefronts_per_warp * w.warps_per_cta + output_wavefronts(w),
+            "SASS ideal loop + output (no emulator memory counts)")
 
 
 def l2_bytes(w: Work, memory: list[MemoryAccess] | None) -> float:

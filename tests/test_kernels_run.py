@@ -209,7 +209,7 @@ def test_an_unswizzled_layout_is_exact_but_conflicted(name):
 
 
 # 256-row launches whose output rows are whole 128-byte lines (widths 192 and 256): the
-# first split-K (word-per-lane adds), the second one split (whole-row vector stores)
+# first split-K (word-per-lane adds through shared memory), the second one split (stores from registers)
 SPLIT = {"hslm_fwd_s8": Dims(256, 512, 256), "hslm_dx_s8": Dims(256, 192, 256), "hslm_dw_s8": Dims(256, 192, 256)}
 WHOLE = {"hslm_fwd_s8": Dims(256, 192, 256), "hslm_dx_s8": Dims(256, 192, 64), "hslm_dw_s8": Dims(64, 192, 256)}
 

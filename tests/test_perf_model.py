@@ -131,6 +131,15 @@ def test_reference_pads_to_its_tile():
     assert math.isclose(b["l2"], 2 * (256 * 256 + 4 * 128 * 128) / 12000e3)  # operands in, int32 tile out
 
 
+def test_the_output_s_ideal_wavefronts_follow_the_epilogue_path():
+    """One split: stored from the accumulators, 64 contiguous bytes a row (bytes / 64);
+    split-K: staged and added, three passes of bytes / 128."""
+    one = perf_model.work(FWD, Dims(1782, 243, 243), SASS)
+    assert perf_model.output_wavefronts(one) == one.output_bytes_per_cta / (64 if one.splits == 1 else 128 / 3)
+    assert perf_model.output_wavefronts(one.model_copy(update={"splits": 1, "output_bytes_per_cta": 65536})) == 1024
+    assert perf_model.output_wavefronts(one.model_copy(update={"splits": 4, "output_bytes_per_cta": 65536})) == 1536
+
+
 def test_reference_l1_counts_fragments_copies_and_its_epilogue():
     """Per 64-deep k-tile: 256 IMMA x 0.25 LDSM.x4 x 4 wavefronts = 256, and 128 + 128
     rows copied, a line each; then the 64 KiB int32 tile through shared memory and out
@@ -166,7 +175,8 @@ def test_memory_rows_from_a_verify_report_feed_l1(tmp_path):
     w = perf_model.work(FWD, Dims(1782, 243, 243), SASS)
     # global: one wavefront per 128-byte line (20); shared: its bank wavefronts (300); param: none
     assert perf_model.l1_per_cta(w, rows, "emulator (cell.json)") == ((20 + 300) / 224, "emulator (cell.json)")
-    assert perf_model.l1_per_cta(w, None, "-")[1].startswith("SASS ideal")
+    ideal, source = perf_model.l1_per_cta(w, None, "-")
+    assert source.startswith("SASS ideal") and ideal == w.lsu_wavefronts_per_warp * w.warps_per_cta + perf_model.output_wavefronts(w)
     assert perf_model.l2_bytes(w, rows) == 32 * 80  # global rows only
     assert perf_model.l2_bytes(w, None) == 224 * 4 * w.global_bytes_per_warp
     no_stats = tmp_path / "old.json"

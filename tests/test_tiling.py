@@ -38,21 +38,24 @@ def score(tile, rows=4096, cols=4096, contraction=4096, loop=150):
     return staged_tile.rule_cost(rows, cols, contraction, tile, b_bits=2, loop_instructions=loop)
 
 
-def test_shared_wavefronts_by_hand():
+def test_l1_wavefronts_by_hand():
     # 128 x 128: per chunk 256 rows x 64 B stored, A (8 KiB) read by 4 warp columns and B
-    # (8 KiB) by 2 warp rows: (16 + 32 + 16) KiB / 128 = 512; the output 64 KiB x 3 / 128 = 1536
-    assert staged_tile.shared_wavefronts(staged_tile.LARGE, 1) == 512 + 1536
-    # 32 x 128: 160 rows stored, A (2 KiB) x 4, B (8 KiB) x 1: 208 a chunk; output 384
-    assert staged_tile.shared_wavefronts(staged_tile.SMALL, 2) == 2 * 208 + 384
+    # (8 KiB) by 2 warp rows: (16 + 32 + 16) KiB / 128 = 512; the 64 KiB output stored from
+    # the accumulators 64 B a row (/ 64 = 1024), or staged and added with split-K (x 3 / 128)
+    assert staged_tile.l1_wavefronts(staged_tile.LARGE, 1, splits=1) == 512 + 1024
+    assert staged_tile.l1_wavefronts(staged_tile.LARGE, 1, splits=2) == 512 + 1536
+    # 32 x 128: 160 rows stored, A (2 KiB) x 4, B (8 KiB) x 1: 208 a chunk; output 256 / 384
+    assert staged_tile.l1_wavefronts(staged_tile.SMALL, 2, splits=1) == 2 * 208 + 256
+    assert staged_tile.l1_wavefronts(staged_tile.SMALL, 2, splits=3) == 2 * 208 + 384
 
 
-def test_a_large_problem_makes_the_small_tile_lose_on_shared_traffic():
+def test_a_large_problem_makes_the_small_tile_lose_on_l1_traffic():
     """4096^3 fills every SM with either tile and the same padded work per SM; the small
     tile moves more shared bytes per multiply-add (its A is read by every warp, its B by one
     warp row for a quarter of the rows)."""
     large, small = score(staged_tile.LARGE), score(staged_tile.SMALL)
-    assert large[0] == 8 * staged_tile.shared_wavefronts(staged_tile.LARGE, 64)  # 1024 CTAs: 8 on the busiest SM
-    assert small[0] == 32 * staged_tile.shared_wavefronts(staged_tile.SMALL, 64) > large[0]
+    assert large[0] == 8 * staged_tile.l1_wavefronts(staged_tile.LARGE, 64, 1)  # 1024 CTAs: 8 on the busiest SM
+    assert small[0] == 32 * staged_tile.l1_wavefronts(staged_tile.SMALL, 64, 1) > large[0]
     # either way the tensor work per SM is the same, and below both
     assert 8 * 128 * 128 * 4096 // staged_tile.MACS_PER_SM_CLOCK < large[0]
 
@@ -60,8 +63,8 @@ def test_a_large_problem_makes_the_small_tile_lose_on_shared_traffic():
 def test_the_score_counts_padded_rows_so_a_27_row_batch_wastes_less_on_32():
     # same grid and splits (2 x 1 x 2, 128 k each): a quarter of the rows per CTA
     large, small = score(staged_tile.LARGE, 27, 243, 243), score(staged_tile.SMALL, 27, 243, 243)
-    assert large[0] == staged_tile.shared_wavefronts(staged_tile.LARGE, 2) == 2560
-    assert small[0] == staged_tile.shared_wavefronts(staged_tile.SMALL, 2) == 800
+    assert large[0] == staged_tile.l1_wavefronts(staged_tile.LARGE, 2, splits=2) == 2560
+    assert small[0] == staged_tile.l1_wavefronts(staged_tile.SMALL, 2, splits=2) == 800
     # a loop four times as long would make the small tile issue-bound, and lose even here
     assert score(staged_tile.SMALL, 27, 243, 243, loop=3000)[0] == 4 * 3000 * 2 // 4 > large[0]
 
