@@ -160,9 +160,10 @@ class Ptx:
 
     # -- memory ----------------------------------------------------------------------
     def load(self, space: str, ty: str, address: str, offset: int = 0,
-             guard: str | None = None, zero_fill: bool = False) -> str:
-        """``ld.<space>.<ty>`` into a fresh b32; with ``zero_fill`` the register is 0 where ``guard`` is off."""
-        dst = self.mov(0) if zero_fill else self.reg("b32")
+             guard: str | None = None, zero_fill: bool = False, into: str | None = None) -> str:
+        """``ld.<space>.<ty>`` into a fresh b32, or ``into`` (which keeps its value where
+        ``guard`` is off); with ``zero_fill`` a fresh register is 0 where ``guard`` is off."""
+        dst = into or (self.mov(0) if zero_fill else self.reg("b32"))
         self.ins(f"ld.{space}.{ty}", dst, addr(address, offset), guard=guard)
         return dst
 

@@ -280,8 +280,8 @@ class Source:
     def before_barrier(self) -> None:
         """Write this thread's share of the chunk (the barrier that follows publishes it)."""
 
-    def after_issue(self) -> None:
-        """Start fetching what the next chunk needs."""
+    def after_issue(self, more: str) -> None:
+        """Start fetching what the next chunk needs (``more``: this CTA has a next chunk)."""
 
     def end_chunk(self) -> None:
         """Step per-chunk state."""
@@ -416,7 +416,7 @@ class TernaryTiles(Source):
             ptx.store("shared", "v4.b32", self.store_at, decode_ternary(ptx, packed, self.table),
                       j * B_BYTES // len(self.packed))
 
-    def after_issue(self) -> None:
+    def after_issue(self, more: str) -> None:
         """Fetch the next chunk's words into the registers the decode reads."""
         ptx = self.ptx
         for reg, word in zip(self.packed, self.fetch()):
@@ -455,13 +455,21 @@ class DecodedTernary(TernaryTiles):
                          ptx.shared_array("b_tiles", 2 * B_BYTES, SHARED_ALIGN))
         self.col_first = paired_columns(ptx, at)
 
-    def fetch(self) -> list[str]:
-        """The packed words of the next chunk (clamped inside the column); steps on."""
+    def fetch(self, guard: str | None = None, into: list[str] | None = None) -> list[str]:
+        """The packed words of the next chunk (clamped inside the column), into fresh
+        registers or ``into`` where ``guard`` holds; steps on."""
         ptx = self.ptx
         offset = ptx.wide_mul(ptx.binop("min", self.word, self.last_word, "u32"), 4)
-        words = [ptx.load("global", "u32", ptx.add(c, offset, "s64")) for c in self.col_ptr]
+        words = [ptx.load("global", "u32", ptx.add(c, offset, "s64"), guard=guard, into=reg)
+                 for c, reg in zip(self.col_ptr, into or [None] * len(self.col_ptr))]
         ptx.increment(self.word, PIECES)
         return words
+
+    def after_issue(self, more: str) -> None:
+        """Load the next chunk's words straight into the registers the decode reads, and
+        only while there is a next chunk: the CTA's last chunk fetches nothing (its
+        registers keep words no decode reads)."""
+        self.fetch(guard=more, into=self.packed)
 
     def b_fragments(self, stage_offset: str) -> list[list[list[str]]]:
         return nk_fragments(self.ptx, self.read_at)  # its own double buffer, not the ring
@@ -587,8 +595,10 @@ def emit_staged(ptx: Ptx, at: Coords, a: StagedRows, b: Source, k_limit: str, ou
     for src in sources:
         src.issue(write_stage)
     ptx.cp_async_commit()
+    ptx.increment(k_done, CHUNK_K)
+    more = ptx.setp("lt", k_done, k_end, "u32")  # a next chunk: fetch for it, and loop
     for src in sources:
-        src.after_issue()
+        src.after_issue(more)
     frag_b = b.b_fragments(read_stage)
     for step, frag_a in enumerate(a.a_fragments(read_stage)):
         for mi in range(at.tile.m_tiles):
@@ -597,8 +607,7 @@ def emit_staged(ptx: Ptx, at: Coords, a: StagedRows, b: Source, k_limit: str, ou
     for src in sources:
         src.end_chunk()
     ring_step(ptx, read_stage, stages, 1, into=read_stage)
-    ptx.increment(k_done, CHUNK_K)
-    ptx.branch("chunk", guard=ptx.setp("lt", k_done, k_end, "u32"))
+    ptx.branch("chunk", guard=more)
     ptx.cp_async_wait(None)  # no copy outlives the CTA or lands in the ring the output reuses
 
     out = Epilogue(ptx, at, acc, a.ring, b, out, rows, cols, out_pitch, stages * STAGE_BYTES)

@@ -419,3 +419,26 @@ def test_the_split_rule_leaves_84_tiles_unsplit_and_splits_28_four_ways():
     fwd = get_kernel("hslm_fwd_s8")
     assert fwd.geometry(Dims(1782, 243, 729)).grid == (6, 14, 1)
     assert fwd.geometry(Dims(1782, 729, 243)).grid == (2, 14, 4) and span_of("hslm_fwd_s8", Dims(1782, 729, 243)) == 192
+
+
+def w_fetches(name: str, dims: Dims, ptx: str | None = None) -> int:
+    """Warp-level requests of forward's packed-W loads in one launch on ``dims``, checked exact."""
+    spec = get_kernel(name)
+    fn = Module(code=ptx or spec.emit()).get_function(name)
+    inputs = spec.make_inputs(dims, np.random.default_rng(4))
+    assert np.array_equal(launch(spec, fn, dims, inputs), spec.reference(dims, inputs))
+    return sum(a.requests for a in fn.stats.memory if a.opcode == "ld.global")
+
+
+@pytest.mark.parametrize("name", per_kernel(family_configs("hslm_fwd_s8")))
+def test_forward_fetches_w_for_the_chunks_it_runs_and_no_more(name):
+    """One CTA, K = 190: 3 chunks (one split), so each warp fetches its words 3 times
+    (the first before the loop, then one chunk ahead), ``words`` loads a time; the last
+    chunk's fetch is predicated off. Negative: unguarded, the loop fetches a fourth time."""
+    tile = tile_of(name)
+    dims = Dims(tile.m, 190, 128)
+    assert get_kernel(name).geometry(dims).grid == (1, 1, 1)
+    assert w_fetches(name, dims) == tile.warps * tile.words * 3
+    ptx, count = re.subn(r"@%p\d+ (ld\.global\.u32)", r"\1", get_kernel(name).emit())
+    assert count == tile.words
+    assert w_fetches(name, dims, ptx) == tile.warps * tile.words * 4
