@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from kernels import staged_tile
-from kernels.pitch import pitch_param, pitched_output, pitched_transpose
+from kernels.pitch import pitch, pitch_param, pitched_output, pitched_transpose
 from kernels.ptx_emit import Ptx
 from kernels.reference import exact_matmul
 from kernels.spec import BufferSpec, Dims, GemmForm, Operand
@@ -42,6 +42,13 @@ def operands(ptx: Ptx, at: staged_tile.Coords, p: dict[str, str]) -> tuple[stage
     return a, b
 
 
+def operand_lines(d: Dims, tile: staged_tile.Tile) -> int:
+    """Global lines a chunk touches (the tile rule's count): 64 bytes of ``tile.m`` Xq^T
+    rows and of 128 dYq^T rows, pitch(R) bytes apart."""
+    return (staged_tile.segment_lines(tile.m, staged_tile.CHUNK_K, pitch(d.R))
+            + staged_tile.segment_lines(staged_tile.TILE_N, staged_tile.CHUNK_K, pitch(d.R)))
+
+
 def make_inputs(d: Dims, rng: np.random.Generator) -> dict[str, np.ndarray]:
     return {"x": saturating_int8(rng, (d.R, d.K)), "dy": saturating_int8(rng, (d.R, d.N))}
 
@@ -56,6 +63,7 @@ SPECS = tuple(staged_tile.staged_spec(
              pitched_transpose("x", lambda d: d.R, lambda d: d.K),  # kernel layout: Xq^T, K x pitch(R)
              pitched_transpose("dy", lambda d: d.R, lambda d: d.N)),  # dYq^T, N x pitch(R)
     pitch=pitch_param("ldr", lambda d: d.R), operands=operands, b_bits=8, loop_instructions=LOOP_INSTRUCTIONS,
+    operand_lines=operand_lines,
     make_inputs=make_inputs, reference=reference, max_rows=MAX_ROWS,
     gemm_form=GemmForm(a=Operand("dy", transposed=True), bt=Operand("x", transposed=True)),  # dW = dY^T X
 ) for tile in TILES)

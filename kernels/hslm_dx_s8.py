@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from kernels import staged_tile
-from kernels.pitch import pitch_param, pitched_output, pitched_rows
+from kernels.pitch import pitch, pitch_param, pitched_output, pitched_rows
 from kernels.ptx_emit import Ptx
 from kernels.reference import exact_matmul
 from kernels.spec import BufferSpec, Dims, GemmForm, Operand
@@ -36,6 +36,13 @@ def operands(ptx: Ptx, at: staged_tile.Coords, p: dict[str, str]) -> tuple[stage
     return a, b
 
 
+def operand_lines(d: Dims, tile: staged_tile.Tile) -> int:
+    """Global lines a chunk touches (the tile rule's count): ``tile.m`` dYq rows of 64
+    bytes, and 64 packed W rows of 32 bytes (128 in-features), pitch(K) / 4 bytes apart."""
+    return (staged_tile.segment_lines(tile.m, staged_tile.CHUNK_K, pitch(d.N))
+            + staged_tile.segment_lines(staged_tile.CHUNK_K, staged_tile.TILE_N // 4, pitch(d.K) // 4))
+
+
 def make_inputs(d: Dims, rng: np.random.Generator) -> dict[str, np.ndarray]:
     return {"dy": saturating_int8(rng, (d.R, d.N)), "w": ternary_weights(rng, d.K, d.N)}
 
@@ -50,6 +57,7 @@ SPECS = tuple(staged_tile.staged_spec(
              pitched_rows("dy", lambda d: d.R, lambda d: d.N),
              BufferSpec("w", "uint32", lambda d: packed_shape(d.K, d.N))),
     pitch=pitch_param("ldy", lambda d: d.N), operands=operands, b_bits=2, loop_instructions=LOOP_INSTRUCTIONS,
+    operand_lines=operand_lines,
     make_inputs=make_inputs, reference=reference,
     gemm_form=GemmForm(a=Operand("dy"), bt=Operand("w")),  # dX = dY W^T
 ) for tile in TILES)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from kernels import staged_tile
-from kernels.pitch import pitch_param, pitched_output, pitched_rows
+from kernels.pitch import pitch, pitch_param, pitched_output, pitched_rows
 from kernels.ptx_emit import Ptx
 from kernels.reference import exact_matmul
 from kernels.spec import BufferSpec, Dims, GemmForm, Operand
@@ -34,6 +34,13 @@ def operands(ptx: Ptx, at: staged_tile.Coords, p: dict[str, str]) -> tuple[stage
     return a, b
 
 
+def operand_lines(d: Dims, tile: staged_tile.Tile) -> int:
+    """Global lines a chunk touches (the tile rule's count): ``tile.m`` Xq rows of 64
+    bytes, and 16 bytes of each of 128 packed W columns, pitch(K) / 4 bytes apart."""
+    return (staged_tile.segment_lines(tile.m, staged_tile.CHUNK_K, pitch(d.K))
+            + staged_tile.segment_lines(staged_tile.TILE_N, staged_tile.PIECE, pitch(d.K) // 4))
+
+
 def make_inputs(d: Dims, rng: np.random.Generator) -> dict[str, np.ndarray]:
     return {"x": saturating_int8(rng, (d.R, d.K)), "w": ternary_weights(rng, d.K, d.N)}
 
@@ -48,6 +55,7 @@ SPECS = tuple(staged_tile.staged_spec(
              pitched_rows("x", lambda d: d.R, lambda d: d.K),
              BufferSpec("w", "uint32", lambda d: packed_shape(d.K, d.N))),
     pitch=pitch_param("ldx", lambda d: d.K), operands=operands, b_bits=2, loop_instructions=LOOP_INSTRUCTIONS,
+    operand_lines=operand_lines,
     make_inputs=make_inputs, reference=reference,
     gemm_form=GemmForm(a=Operand("x"), bt=Operand("w", transposed=True)),  # Y = X W
 ) for tile in TILES)

@@ -145,7 +145,7 @@ def split_k(rows: int, cols: int, contraction: int, tile: Tile) -> Plan:
 
 
 def rule_cost(rows: int, cols: int, contraction: int, tile: Tile, b_bits: int,
-              loop_instructions: int) -> tuple[int, int]:
+              loop_instructions: int, operand_lines: int = 0) -> tuple[int, int]:
     """The one tile rule's score of ``tile`` on a rows x cols output over ``contraction``
     (lower is better; ``kernels.registry.choose`` takes the lowest): clocks of the
     largest of four costs, then, on a tie, the bytes moved.
@@ -155,7 +155,8 @@ def rule_cost(rows: int, cols: int, contraction: int, tile: Tile, b_bits: int,
     - issue: the busiest SM's warps x ``loop_instructions`` (SASS per warp per chunk of
       this tile's loop, from ``doit sass``) x chunks / SCHEDULERS;
     - L1: the busiest SM's 128-byte shared-memory and output wavefronts
-      (:func:`l1_wavefronts`), one a clock;
+      (:func:`l1_wavefronts`) and its operands' global lines (``operand_lines`` a chunk,
+      the kernel's :func:`segment_lines` count), one a clock;
     - L2: bytes every CTA moves, its operands in (B at ``b_bits`` per element: 2 for
       packed W) and its int32 tile out (each split writes or adds a whole tile), at
       L2_BYTES_PER_CLOCK.
@@ -168,7 +169,8 @@ def rule_cost(rows: int, cols: int, contraction: int, tile: Tile, b_bits: int,
     per_sm = -(-ctas // TARGET_CTAS)
     tensor = per_sm * tile.m * TILE_N * plan.span // MACS_PER_SM_CLOCK
     issue = per_sm * tile.warps * loop_instructions * (plan.span // CHUNK_K) // SCHEDULERS
-    shared = per_sm * l1_wavefronts(tile, plan.span // CHUNK_K, plan.splits)
+    chunks = plan.span // CHUNK_K
+    shared = per_sm * (l1_wavefronts(tile, chunks, plan.splits) + chunks * operand_lines)
     moved = ctas * ((tile.m + TILE_N * b_bits // 8) * plan.span + 4 * tile.m * TILE_N)
     return max(tensor, issue, shared, moved // L2_BYTES_PER_CLOCK), moved
 
@@ -187,6 +189,16 @@ def l1_wavefronts(tile: Tile, chunks: int, splits: int) -> int:
     return (chunks * (stored + read) + (3 * out if splits > 1 else 2 * out)) // 128
 
 
+def segment_lines(count: int, nbytes: int, stride: int) -> int:
+    """128-byte lines that ``count`` segments of ``nbytes`` (at most 128), ``stride``
+    bytes apart, touch (first order, the first line-aligned): one each when they lie a
+    line or more apart, else the span they fill. A chunk's operand rows are such
+    segments: 64 bytes of k a row, or a packed W column's 16 bytes."""
+    if stride >= 128:
+        return count
+    return -(-count * max(stride, nbytes) // 128)
+
+
 def entry_name(family: str, tile: Tile) -> str:
     """The PTX entry of ``family`` on ``tile``: the family's name for the large tile, a
     suffix with the tile's M otherwise (hslm_fwd_s8_m32)."""
@@ -195,7 +207,8 @@ def entry_name(family: str, tile: Tile) -> str:
 
 def staged_spec(family: str, tile: Tile, gemm: tuple[str, str, str], buffers: tuple[BufferSpec, ...],
                 pitch: BufferSpec, operands: Callable[[Ptx, Coords, dict[str, str]], tuple["StagedRows", "Source"]],
-                b_bits: int, loop_instructions: dict[str, int], **fields: Any) -> KernelSpec:
+                b_bits: int, loop_instructions: dict[str, int], operand_lines: Callable[[Dims, Tile], int],
+                **fields: Any) -> KernelSpec:
     """``family`` on ``tile`` as a KernelSpec: what every staged kernel shares, so a kernel
     module says only what differs.
 
@@ -203,8 +216,9 @@ def staged_spec(family: str, tile: Tile, gemm: tuple[str, str, str], buffers: tu
     ("R", "N", "K" for forward); ``buffers`` are the output and the inputs, followed by the
     u32 sizes R, K, N, ``pitch`` and the split's ``kspan``; ``operands(ptx, at, p)`` builds
     the A and B sources from the loaded parameters ``p``; the output's row pitch ``ldo``
-    (``kernels.pitch.output_pitch`` words) follows ``pitch``; ``b_bits`` and
-    ``loop_instructions[tile.label]`` feed the tile rule (:func:`rule_cost`); ``fields``
+    (``kernels.pitch.output_pitch`` words) follows ``pitch``; ``b_bits``,
+    ``loop_instructions[tile.label]`` and ``operand_lines(dims, tile)`` (the global lines
+    a chunk's copies and loads touch) feed the tile rule (:func:`rule_cost`); ``fields``
     are the rest of the KernelSpec (make_inputs, reference, gemm_form, max_rows)."""
     name = entry_name(family, tile)
     rows, cols, contraction = gemm
@@ -230,7 +244,8 @@ def staged_spec(family: str, tile: Tile, gemm: tuple[str, str, str], buffers: tu
     return KernelSpec(
         name=name, emit=emit, params=params, stages=tile.stages, family=family, tile=tile.label,
         geometry=lambda d: geometry(rows=getattr(d, rows), cols=getattr(d, cols), plan=plan(d), tile=tile),
-        cost=lambda d: rule_cost(*extents(d), tile, b_bits=b_bits, loop_instructions=loop_instructions[tile.label]),
+        cost=lambda d: rule_cost(*extents(d), tile, b_bits=b_bits, loop_instructions=loop_instructions[tile.label],
+                                 operand_lines=operand_lines(d, tile)),
         **fields)
 
 

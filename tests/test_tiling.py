@@ -76,6 +76,28 @@ def test_bytes_moved_count_packed_w_at_two_bits_and_the_output_tile():
     assert as_int8 - moved == 4 * 96 * 128
 
 
+def test_segment_lines_by_hand():
+    assert staged_tile.segment_lines(128, 64, 256) == 128  # Xq rows of K = 243: a line each
+    assert staged_tile.segment_lines(128, 16, 64) == 64  # packed W columns of K = 243: two a line
+    assert staged_tile.segment_lines(128, 16, 184) == 128  # K = 729: a column a line
+    assert staged_tile.segment_lines(64, 32, 64) == 32  # dX's W rows of K = 243
+    assert staged_tile.segment_lines(32, 64, 48) == 16  # rows narrower than the chunk: their span
+
+
+def test_the_rule_counts_the_lines_a_small_tile_fetches_again():
+    """Forward at 1782 x 729 x 243: the 32 x 128 tile runs 112 CTAs of 12 chunks, each
+    fetching the same 128 packed W columns (a line each at K = 729) a 128 x 128 CTA does for
+    four times the rows; the large tile's 4 splits of 3 chunks win once those lines count
+    (the model: 2.23 us against 2.50). Negative: without them the small tile looks cheaper."""
+    dims = Dims(1782, 729, 243)
+    assert choose("hslm_fwd_s8", dims).name == "hslm_fwd_s8"
+    large, small = (staged_tile.rule_cost(1782, 243, 729, tile, b_bits=2, loop_instructions=150)
+                    for tile in (staged_tile.LARGE, staged_tile.SMALL))
+    assert small[0] < large[0]  # lines not counted
+    lines = {t: KERNELS[n].cost(dims) for t, n in (("large", "hslm_fwd_s8"), ("small", "hslm_fwd_s8_m32"))}
+    assert lines["large"][0] < lines["small"][0]
+
+
 def test_unknown_family_names_the_known_ones():
     with pytest.raises(KeyError, match="unknown kernel family 'fwd'; known: hslm_fwd_s8"):
         choose("fwd", Dims(1, 1, 1))
