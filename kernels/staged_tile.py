@@ -185,8 +185,15 @@ def l1_wavefronts(tile: Tile, chunks: int, splits: int) -> int:
     back and added to global (three passes of bytes / 128)."""
     stored = (tile.m + TILE_N) * CHUNK_K
     read = tile.m * CHUNK_K * WARPS_N + TILE_N * CHUNK_K * tile.warps_m
-    out = 4 * tile.m * TILE_N
-    return (chunks * (stored + read) + (3 * out if splits > 1 else 2 * out)) // 128
+    return int(chunks * (stored + read) // 128 + output_wavefronts(4 * tile.m * TILE_N, splits))
+
+
+def output_wavefronts(output_bytes: float, splits: int) -> float:
+    """L1 wavefronts of writing ``output_bytes`` of int32 results (``Epilogue``): from the
+    accumulators, 64 contiguous bytes a row of a request (one wavefront per 128-byte line,
+    so bytes / 64) with one split; staged and added with several (written to shared, read
+    back, added to global: three passes of bytes / 128)."""
+    return output_bytes * (1 / 64 if splits == 1 else 3 / 128)
 
 
 def segment_lines(count: int, nbytes: int, stride: int) -> int:
@@ -432,7 +439,8 @@ class TernaryTiles(Source):
                       j * B_BYTES // len(self.packed))
 
     def after_issue(self, more: str) -> None:
-        """Fetch the next chunk's words into the registers the decode reads."""
+        """Fetch the next chunk's words into the registers the decode reads (``more`` is
+        not needed: a subclass's fetch guards rows past the contraction itself)."""
         ptx = self.ptx
         for reg, word in zip(self.packed, self.fetch()):
             ptx.ins("mov.b32", reg, word)

@@ -39,7 +39,7 @@ from pydantic import ValidationError
 
 from kernels.backends import load_ptx
 from kernels.launch import launch
-from kernels.staged_tile import CHUNK_K
+from kernels.staged_tile import CHUNK_K, output_wavefronts as staged_output_wavefronts
 from kernels.ptxemu import LaunchStats
 from kernels.registry import choose
 from kernels.spec import Dims, KernelSpec
@@ -381,10 +381,9 @@ def l1_wavefronts(row: MemoryAccess) -> int:
 
 
 def output_wavefronts(w: Work) -> float:
-    """The ideal L1 wavefronts of one CTA's output: stored from the accumulators 64
-    contiguous bytes a row (a wavefront per 64 bytes) with one split; staged through
-    shared memory and added a line a request (three passes of 128 bytes) with several."""
-    return w.output_bytes_per_cta * (1 / 64 if w.splits == 1 else 3 / 128)
+    """The ideal L1 wavefronts of one CTA's output, by the epilogue's path
+    (``kernels.staged_tile.output_wavefronts``)."""
+    return staged_output_wavefronts(w.output_bytes_per_cta, w.splits)
 
 
 def l1_per_cta(w: Work, memory: list[MemoryAccess] | None, source: str) -> tuple[float, str]:
