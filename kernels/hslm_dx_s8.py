@@ -3,21 +3,21 @@
 On the staged tile (``kernels/staged_tile.py``), one PTX entry per CTA tile in
 ``TILES`` (built by ``staged_tile.staged_spec``). D = dX (R x K), A = dYq, rows ``ldy``
 bytes apart (a multiple of 16), copied with 16-byte cp.async into a 4-stage ring;
-B[k=j][n=i] = W[i, j]. The contraction runs over packed *columns* here, so each thread's
-decoded word (16 consecutive i of one j) is one piece of row j of a k-major [j][i]
-tile, and the fragments come from ``ldmatrix.x4.trans`` over chosen rows plus one prmt
-per register.
+B[k=j][n=i] = W[i, j], read in planes (``kernels.ternary.to_planes``). The contraction
+runs over packed *columns* here, so each thread's decoded word (16 consecutive i of one
+j) is one piece of row j of a k-major [j][i] tile, and the fragments come from
+``ldmatrix.x4.trans`` over chosen rows plus one prmt per register.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from kernels import staged_tile
-from kernels.pitch import pitch, pitch_param, pitched_output, pitched_rows
+from kernels.pitch import pitch, pitch_param, pitched_output, pitched_rows, planes_param
 from kernels.ptx_emit import Ptx
 from kernels.reference import exact_matmul
-from kernels.spec import BufferSpec, Dims, GemmForm, Operand
-from kernels.ternary import packed_shape, unpack
+from kernels.spec import Dims, GemmForm, Operand
+from kernels.ternary import unpack
 from kernels.testdata import saturating_int8, ternary_weights
 
 FAMILY = "hslm_dx_s8"
@@ -25,22 +25,22 @@ TILES = (staged_tile.LARGE, staged_tile.SMALL)
 
 # SASS per warp per chunk of each tile's loop on sm_90 (`doit sass`), for the tile rule;
 # tests/test_sass.py keeps each within 10% of what ptxas makes of the emitted PTX
-LOOP_INSTRUCTIONS = {"128x128": 147, "32x128": 175}
+LOOP_INSTRUCTIONS = {"128x128": 120, "32x128": 123}
 
 
 def operands(ptx: Ptx, at: staged_tile.Coords, p: dict[str, str]) -> tuple[staged_tile.StagedRows, staged_tile.Source]:
     """A[m=r][k=j] = dYq[r, j] staged; B[k=j][n=i] = W[i, j]: packed columns are the
     contraction, decoded to shared as [j][i]."""
     a = staged_tile.StagedRows(ptx, at, p["dy"], p["ldy"], rows=p["R"], k_limit=p["N"])
-    b = staged_tile.DecodedTernaryKMajor(ptx, at, p["w"], p["K"], k_limit=p["N"])
+    b = staged_tile.DecodedTernaryKMajor(ptx, at, p["w"], rows=p["N"])
     return a, b
 
 
 def operand_lines(d: Dims, tile: staged_tile.Tile) -> int:
     """Global lines a chunk touches (the tile rule's count): ``tile.m`` dYq rows of 64
-    bytes, and 64 packed W rows of 32 bytes (128 in-features), pitch(K) / 4 bytes apart."""
+    bytes, and 64 W rows of 128 in-features: 16 bytes of each row in each of two planes."""
     return (staged_tile.segment_lines(tile.m, staged_tile.CHUNK_K, pitch(d.N))
-            + staged_tile.segment_lines(staged_tile.CHUNK_K, staged_tile.TILE_N // 4, pitch(d.K) // 4))
+            + 2 * staged_tile.segment_lines(staged_tile.CHUNK_K, staged_tile.PIECE, staged_tile.PIECE))
 
 
 def make_inputs(d: Dims, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -55,7 +55,7 @@ SPECS = tuple(staged_tile.staged_spec(
     FAMILY, tile, gemm=("R", "K", "N"),  # D = dX (R x K), contraction N
     buffers=(pitched_output("dx", lambda d: d.R, lambda d: d.K),
              pitched_rows("dy", lambda d: d.R, lambda d: d.N),
-             BufferSpec("w", "uint32", lambda d: packed_shape(d.K, d.N))),
+             planes_param("w")),
     pitch=pitch_param("ldy", lambda d: d.N), operands=operands, b_bits=2, loop_instructions=LOOP_INSTRUCTIONS,
     operand_lines=operand_lines,
     make_inputs=make_inputs, reference=reference,

@@ -22,9 +22,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from kernels.pitch import KernelLayout, logical_view
-from kernels.spec import BufferSpec, Dims, KernelSpec
+from kernels.pitch import KernelLayout, logical_view, weight_problem
 from kernels.ternary import code_problem
+from kernels.spec import BufferSpec, Dims, KernelSpec
 from kernels.validate import LaunchError, module_of
 
 GRID_LIMITS = (2**31 - 1, 65535, 65535)  # CUDA's maximum grid size per axis
@@ -118,19 +118,22 @@ def _check_kernel_layout(spec: KernelSpec, dims: Dims, param: BufferSpec, buf: A
 
 def _checked_input(spec: KernelSpec, dims: Dims, param: BufferSpec, buf: Any) -> Any:
     """``buf`` checked, C-ordered (a copy only when it was strided) and in the kernel's layout
-    (a copy only when it was unmarked and in another layout)."""
-    if isinstance(buf, KernelLayout):
+    (a copy only when it was unmarked and in another layout). Packed W is scanned in the
+    layout it came in: the caller's packed buffer before its planes are made, or marked
+    planes as they are."""
+    marked = isinstance(buf, KernelLayout)
+    if marked:
         buf = buf.array
         _check_kernel_layout(spec, dims, param, buf)
     else:
         _check_layout(spec, dims, param, buf)
         buf = module_of(buf).ascontiguousarray(buf)
-        if param.prepare is not None:
-            buf = param.prepare(buf, tuple(param.shape(dims)))
     if param.dtype == PACKED_DTYPE:
-        problem = code_problem(buf, dims.K)
+        problem = weight_problem(param, buf, dims) if marked else code_problem(buf, dims.K)
         if problem:
             raise LaunchError(f"{spec.name}: input '{param.name}': {problem}")
+    if not marked and param.prepare is not None:
+        buf = param.prepare(buf, tuple(param.shape(dims)))
     return buf
 
 

@@ -123,6 +123,10 @@ class Ptx:
     def band(self, a: Operand, b: Operand) -> str:
         return self.binop("and", a, b, "b32")
 
+    def round_up(self, a: Operand, multiple: int) -> str:
+        """``a`` rounded up to a power-of-2 ``multiple``."""
+        return self.band(self.add(a, multiple - 1), ~(multiple - 1) & 0xFFFFFFFF)
+
     def lop3(self, a: Operand, b: Operand, c: Operand, lut: int) -> str:
         return self.fresh("b32", "lop3.b32", a, b, c, lut)
 
@@ -258,17 +262,16 @@ def addr(base: str, offset: int = 0) -> str:
 def decode_ternary(ptx: Ptx, word: str, table: str) -> list[str]:
     """16 packed 2-bit codes -> four b32 registers of 16 int8 values, without branches.
 
-    Each half-word's eight 2-bit codes are spread into eight 4-bit nibbles (three
-    shift-or-mask steps, fused as lop3 ``(a | b) & c``), which are exactly the prmt
-    selectors that pick 0x00/0x01/0xFF/0x00 out of ``table`` (0x00FF0100). prmt reads
-    only the low 16 selector bits, so the upper four nibbles serve the next register
-    after a shift.
+    The word holds its codes in the planes' order (``kernels.ternary.PLANE_BITS``:
+    in-feature t < 8 at bits 4t, t >= 8 at bits 4(t - 8) + 2), so one mask with 0x33333333
+    leaves in-features 0-7 as nibbles 0-7 and the same mask after a shift by 2 leaves
+    8-15: each nibble (0, 1 or 2) is the prmt selector that picks 0x00/0x01/0xFF out of
+    ``table`` (0x00FF0100). prmt reads only the low 16 selector bits, so the upper four
+    nibbles serve the next register after a shift.
     """
     out: list[str] = []
-    for half in range(2):
-        spread = ptx.band(word, 0xFFFF) if half == 0 else ptx.shr(word, 16)
-        for shift, mask in ((8, 0x00FF00FF), (4, 0x0F0F0F0F), (2, 0x33333333)):
-            spread = ptx.lop3(spread, ptx.shl(spread, shift), mask, 0xA8)  # (a | b) & c
-        out.append(ptx.prmt(table, 0, spread))
-        out.append(ptx.prmt(table, 0, ptx.shr(spread, 16)))
+    for codes in (word, ptx.shr(word, 2)):
+        nibbles = ptx.band(codes, 0x33333333)
+        out.append(ptx.prmt(table, 0, nibbles))
+        out.append(ptx.prmt(table, 0, ptx.shr(nibbles, 16)))
     return out

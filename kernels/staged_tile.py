@@ -43,7 +43,6 @@ from typing import Any, Callable, NamedTuple
 from kernels.pitch import output_pitch
 from kernels.ptx_emit import TERNARY_PRMT_TABLE, Ptx, decode_ternary
 from kernels.spec import BufferSpec, Dims, KernelSpec, Launch
-from kernels.ternary import CODES_PER_WORD
 
 WARPS_N = 4  # warps along N; every configuration is TILE_N = 128 columns wide
 WARP_N = 32
@@ -200,7 +199,7 @@ def segment_lines(count: int, nbytes: int, stride: int) -> int:
     """128-byte lines that ``count`` segments of ``nbytes`` (at most 128), ``stride``
     bytes apart, touch (first order, the first line-aligned): one each when they lie a
     line or more apart, else the span they fill. A chunk's operand rows are such
-    segments: 64 bytes of k a row, or a packed W column's 16 bytes."""
+    segments: 64 bytes of k a row, or W's 16 bytes of a column in a plane."""
     if stride >= 128:
         return count
     return -(-count * max(stride, nbytes) // 128)
@@ -349,8 +348,7 @@ class StagedRows(Source):
     are zero-filled. Along k, by default a piece is copied whole while it starts inside
     the row (k < K) and zero-filled after (ignore-src): bytes from K to the end of the
     row's last piece are the caller's padding, read as they are, so the other operand
-    must be zero there (packed W is: each column is padded with code 0 up to Kp =
-    pitch(K)). With ``exact_tail`` the copy's src-size stops at K and the padding is
+    must be zero there (W's planes are: padded with code 0 up to a multiple of 128). With ``exact_tail`` the copy's src-size stops at K and the padding is
     never read (a few more instructions per copy).
     """
 
@@ -415,8 +413,10 @@ class StagedRows(Source):
 class TernaryTiles(Source):
     """B from packed ternary W: each thread fetches its packed u32s one chunk ahead,
     decodes each to 16 int8 values (prmt on 0x00FF0100) and stores them as one swizzled
-    16-byte piece into the chunk's B buffer (two buffers, alternating). Subclasses say
-    which words a thread owns, where their pieces go and how fragments are read."""
+    16-byte piece into the chunk's B buffer (two buffers, alternating). W comes in
+    planes (``kernels.ternary.to_planes``), so a thread's words of a chunk sit at fixed
+    offsets from one pointer. Subclasses say which words a thread owns (``ptr``,
+    ``row_step``, ``step``, ``words``), where their pieces go and how fragments are read."""
 
     def __init__(self, ptx: Ptx, store_at: str, read_at: str, buffers: str):
         self.ptx = ptx
@@ -428,8 +428,15 @@ class TernaryTiles(Source):
         self.table = ptx.mov(TERNARY_PRMT_TABLE)
         self.packed = self.fetch()
 
-    def fetch(self) -> list[str]:
-        raise NotImplementedError
+    def fetch(self, guard: str | None = None, into: list[str] | None = None) -> list[str]:
+        """This thread's packed words of the next chunk (``self.words`` of them,
+        ``self.row_step`` bytes apart from ``self.ptr``) into fresh registers, or into
+        ``into`` where ``guard`` holds; the pointer steps ``self.step`` bytes on."""
+        ptx = self.ptx
+        words = [ptx.load("global", "u32", self.ptr, j * self.row_step, guard=guard, into=reg)
+                 for j, reg in enumerate(into or [None] * self.words)]
+        ptx.increment(self.ptr, self.step, "s64")
+        return words
 
     def before_barrier(self) -> None:
         """Decode the fetched words into this chunk's B buffer (word j: 64 rows on)."""
@@ -439,11 +446,10 @@ class TernaryTiles(Source):
                       j * B_BYTES // len(self.packed))
 
     def after_issue(self, more: str) -> None:
-        """Fetch the next chunk's words into the registers the decode reads (``more`` is
-        not needed: a subclass's fetch guards rows past the contraction itself)."""
-        ptx = self.ptx
-        for reg, word in zip(self.packed, self.fetch()):
-            ptx.ins("mov.b32", reg, word)
+        """Load the next chunk's words straight into the registers the decode reads, and
+        only while there is a next chunk (``more``): the CTA's last chunk fetches nothing
+        (its registers keep words no decode reads)."""
+        self.fetch(guard=more, into=self.packed)
 
     def end_chunk(self) -> None:
         """Swap the two B buffers."""
@@ -453,46 +459,31 @@ class TernaryTiles(Source):
 
 
 class DecodedTernary(TernaryTiles):
-    """B[k][n] = ternary W, packed column n = D's column, decoded into shared as [n][k]
-    (forward: the packed order runs along k, so a word is a piece of one row).
+    """B[k][n] = ternary W in planes (``kernels.ternary.to_planes``), column n = D's
+    column, decoded into shared as [n][k] (forward: a word is a piece of one B row).
 
     Thread ``tid`` owns word ``tid & 3`` of the chunk in B rows ``tid >> 2`` + P j
     (P = ``tile.rows_per_pass``, j < ``tile.words``), which hold the columns
-    ``paired_column_of_row`` names. Columns past N read column N - 1 and words past the
-    column's last read its last: those B values meet only zero-filled A pieces (k >= Kp) or are never
-    stored (n >= N). Lane l reads row l & 7 of each n8 tile at piece l >> 3 with one
-    ``ldmatrix.x4``: the tile's B registers for both k steps.
+    ``paired_column_of_row`` names: a warp's 8 rows are 8 of 16 neighbouring columns in
+    pairs, so each load request is 4 whole 32-byte sectors. The planes are padded to 128
+    columns and 128 in-features with zero codes, so no column or word needs a clamp: one
+    pointer walks a plane (a chunk) at a time and the P j rows sit at fixed offsets from
+    it. Lane l reads row l & 7 of each n8 tile at piece l >> 3 with one ``ldmatrix.x4``:
+    the tile's B registers for both k steps.
     """
 
-    def __init__(self, ptx: Ptx, at: Coords, w_ptr: str, in_features: str, cols: str):
+    def __init__(self, ptx: Ptx, at: Coords, w_ptr: str, cols: str):
         col, word = ptx.shr(at.tid, 2), ptx.band(at.tid, PIECES - 1)
-        words_per_col = ptx.shr(ptx.add(in_features, CODES_PER_WORD - 1), 4)  # Kp / 16
-        self.last_word = ptx.sub(words_per_col, 1)
-        last_col = ptx.sub(cols, 1)
+        plane = ptx.shl(ptx.round_up(cols, TILE_N), 4)  # bytes of a plane: 16 per column
+        self.step = ptx.widen(plane)  # a chunk is a plane on
         first = ptx.add(at.n_base, paired_column_of_row(ptx, col))
-        columns = [ptx.binop("min", ptx.add(first, at.tile.rows_per_pass * j), last_col, "u32")
-                   for j in range(at.tile.words)]
-        self.col_ptr = [ptx.byte_offset(w_ptr, ptx.mul(c, words_per_col), 4) for c in columns]
-        self.word = ptx.add(word, ptx.shr(at.k_first, 4))  # advances by PIECES per chunk
+        at_plane = ptx.byte_offset(w_ptr, ptx.shr(at.k_first, 6), plane)  # this split's first chunk
+        self.ptr = ptx.byte_offset(at_plane, ptx.mad(first, PIECES, word), 4)
+        self.row_step = at.tile.rows_per_pass * PIECE  # bytes between a thread's columns
+        self.words = at.tile.words
         super().__init__(ptx, swizzled(ptx, col, word), nk_read_offset(ptx, at),
                          ptx.shared_array("b_tiles", 2 * B_BYTES, SHARED_ALIGN))
         self.col_first = paired_columns(ptx, at)
-
-    def fetch(self, guard: str | None = None, into: list[str] | None = None) -> list[str]:
-        """The packed words of the next chunk (clamped inside the column), into fresh
-        registers or ``into`` where ``guard`` holds; steps on."""
-        ptx = self.ptx
-        offset = ptx.wide_mul(ptx.binop("min", self.word, self.last_word, "u32"), 4)
-        words = [ptx.load("global", "u32", ptx.add(c, offset, "s64"), guard=guard, into=reg)
-                 for c, reg in zip(self.col_ptr, into or [None] * len(self.col_ptr))]
-        ptx.increment(self.word, PIECES)
-        return words
-
-    def after_issue(self, more: str) -> None:
-        """Load the next chunk's words straight into the registers the decode reads, and
-        only while there is a next chunk: the CTA's last chunk fetches nothing (its
-        registers keep words no decode reads)."""
-        self.fetch(guard=more, into=self.packed)
 
     def b_fragments(self, stage_offset: str) -> list[list[list[str]]]:
         return nk_fragments(self.ptx, self.read_at)  # its own double buffer, not the ring
@@ -515,23 +506,24 @@ class DecodedTernaryKMajor(TernaryTiles):
     + e). Those 8 rows fall into 8 different swizzled pieces: no bank conflicts.
 
     Thread ``tid`` owns word ``tid & 7`` (16 i) of rows j = ``tid >> 3`` + (threads / 8) w
-    of the chunk (w < ``tile.words``). Rows past N load zeros (they meet the junk between N and dY's pitch); words
-    past the row's last read its last (columns never stored).
+    of the chunk (w < ``tile.words``), read from W's planes (``kernels.ternary.to_planes``):
+    words 0-3 from plane ``n_base / 64``, 4-7 from the next, so a warp's 4 rows are two
+    64-byte runs, 4 whole sectors. The planes are padded to 128 rows and 128 in-features
+    with zero codes: rows past N are zeros (they meet the junk between N and dY's pitch)
+    and no fetch needs a guard or a clamp; one pointer walks 64 rows a chunk.
     """
 
     ROW = TILE_N  # bytes of one k row of the tile
 
-    def __init__(self, ptx: Ptx, at: Coords, w_ptr: str, in_features: str, k_limit: str):
+    def __init__(self, ptx: Ptx, at: Coords, w_ptr: str, rows: str):
         word, row = ptx.band(at.tid, 7), ptx.shr(at.tid, 3)
-        first_row = ptx.add(row, at.k_first)
-        words_per_col = ptx.shr(ptx.add(in_features, CODES_PER_WORD - 1), 4)  # Kp / 16
-        column_word = ptx.binop("min", ptx.add(ptx.shr(at.n_base, 4), word),
-                                ptx.sub(words_per_col, 1), "u32")
-        words = at.tile.words
-        self.rows = [ptx.add(first_row, (B_BYTES // words // self.ROW) * j) for j in range(words)]
-        self.k_limit = k_limit
-        self.word_ptr = [ptx.byte_offset(w_ptr, ptx.mad(r, words_per_col, column_word), 4) for r in self.rows]
-        self.step = ptx.wide_mul(words_per_col, 4 * CHUNK_K)
+        plane = ptx.shl(ptx.round_up(rows, TILE_N), 4)  # bytes of a plane: 16 per row j
+        plane_of_word = ptx.add(ptx.shr(at.n_base, 6), ptx.shr(word, 2))
+        at_plane = ptx.byte_offset(w_ptr, plane_of_word, plane)
+        self.ptr = ptx.byte_offset(at_plane, ptx.mad(ptx.add(row, at.k_first), PIECES, ptx.band(word, 3)), 4)
+        self.row_step = (B_BYTES // at.tile.words // self.ROW) * PIECE  # bytes between a thread's rows
+        self.step = CHUNK_K * PIECE  # a chunk is 64 rows on
+        self.words = at.tile.words
         lane = at.lane
         # row 16 (l >> 4) + 4 ((l & 7) >> 1) + 2 ((l >> 3) & 1) + (l & 1), piece 2 warp_n
         read_row = ptx.add(ptx.add(ptx.shl(ptx.shr(lane, 4), 4), ptx.shl(ptx.band(ptx.shr(lane, 1), 3), 2)),
@@ -540,16 +532,6 @@ class DecodedTernaryKMajor(TernaryTiles):
                          swizzled_k_major(ptx, read_row, ptx.shl(at.warp_n, 1)),
                          ptx.shared_array("b_tiles", 2 * B_BYTES, SHARED_ALIGN))
         self.col_first = paired_columns(ptx, at)
-
-    def fetch(self) -> list[str]:
-        """The packed words of the next chunk's rows, zero past the last row; steps on."""
-        ptx = self.ptx
-        words = [ptx.load("global", "u32", p, guard=ptx.setp("lt", r, self.k_limit, "u32"), zero_fill=True)
-                 for r, p in zip(self.rows, self.word_ptr)]
-        for r, p in zip(self.rows, self.word_ptr):
-            ptx.increment(r, CHUNK_K)
-            ptx.increment(p, self.step, "s64")
-        return words
 
     def b_fragments(self, stage_offset: str) -> list[list[list[str]]]:
         """[k step][n tile] -> the tile's two B registers (its own buffers, not the ring)."""

@@ -12,7 +12,10 @@ from kernels import staged_tile
 from kernels.launch import LaunchError, launch
 from kernels.registry import KERNELS, get_kernel
 from kernels.spec import Dims
+from kernels.ternary import plane_shape, to_planes
 from kernels.ptxemu import EmulatorError, Module
+
+TERNARY = family_configs("hslm_fwd_s8") + family_configs("hslm_dx_s8")
 
 TAILS = [Dims(1, 1, 1), Dims(1, 17, 3), Dims(5, 16, 8), Dims(33, 31, 9), Dims(65, 64, 33), Dims(17, 129, 40),
          # fast chunks that end exactly at a row's (or the buffer's) last byte
@@ -58,7 +61,9 @@ PLANTED = [
      r"add.u32 \1, \2, 32;", "race/uninitialized"),
     ("hslm_dx_s8", "no barrier after the wait", r"(chunk:\n(?:[^\n]*\n)*?)\tbar\.sync 0;\n", r"\1", "race"),
     ("hslm_dx_s8", "fragment prmt picks the other column", r"0x7531;", "0x6420;", "mismatch"),
-    ("hslm_dx_s8", "W rows past N loaded unguarded", r"@%p\d+ (ld\.global\.u32)", r"\1", "out_of_bounds"),
+    ("hslm_dx_s8", "W walks a row short each chunk", r"add\.s64 (%rd\d+), \1, 0x400;", r"add.s64 \1, \1, 0x3f0;",
+     "mismatch"),
+    ("hslm_fwd_s8", "decode keeps one bit of each code", r"0x33333333;", "0x11111111;", "mismatch"),
     ("hslm_dx_s8", "matrix rows not interleaved for .trans", r"(shr\.u32 %r\d+, %r\d+), 2;\n(\tand\.b32 %r\d+, %r\d+), 2;",
      r"\1, 2;\n\2, 0;", "mismatch"),
     ("hslm_dw_s8", "A copies not stopped at R", r"(cp\.async[^\n]*), 16, %r\d+;", r"\1, 16;", "out_of_bounds"),
@@ -127,7 +132,8 @@ def run_pitched(name: str, dims: Dims, row_pitch: int, seed: int = 0):
     key = PITCHED[spec.family_name]
     rows = rng.integers(-128, 128, (dims.R, row_pitch), dtype=np.int8)
     rows[:, :inputs[key].shape[1]] = inputs[key]
-    return launch_raw(name, dims, [rows, inputs["w"]], row_pitch), spec.reference(dims, inputs)
+    planes = to_planes(inputs["w"], plane_shape(dims.K, dims.N))  # W as the kernel reads it
+    return launch_raw(name, dims, [rows, planes], row_pitch), spec.reference(dims, inputs)
 
 
 def launch_raw(name: str, dims: Dims, buffers: list, row_pitch: int, ptx: str | None = None,
@@ -421,13 +427,69 @@ def test_the_split_rule_leaves_84_tiles_unsplit_and_splits_28_four_ways():
     assert fwd.geometry(Dims(1782, 729, 243)).grid == (2, 14, 4) and span_of("hslm_fwd_s8", Dims(1782, 729, 243)) == 192
 
 
-def w_fetches(name: str, dims: Dims, ptx: str | None = None) -> int:
-    """Warp-level requests of forward's packed-W loads in one launch on ``dims``, checked exact."""
+def w_loads(name: str, dims: Dims, ptx: str | None = None) -> tuple[np.ndarray, np.ndarray, list]:
+    """One launch on ``dims``: its output, the reference, and the traced W loads (the only
+    ``ld.global``: the activations come in by cp.async)."""
     spec = get_kernel(name)
     fn = Module(code=ptx or spec.emit()).get_function(name)
     inputs = spec.make_inputs(dims, np.random.default_rng(4))
-    assert np.array_equal(launch(spec, fn, dims, inputs), spec.reference(dims, inputs))
-    return sum(a.requests for a in fn.stats.memory if a.opcode == "ld.global")
+    got = launch(spec, fn, dims, inputs)
+    return got, spec.reference(dims, inputs), [a for a in fn.stats.memory if a.opcode == "ld.global"]
+
+
+def w_fetches(name: str, dims: Dims, ptx: str | None = None) -> int:
+    """Warp-level requests of the packed-W loads in one launch on ``dims``, checked exact."""
+    got, want, loads = w_loads(name, dims, ptx)
+    assert np.array_equal(got, want)
+    return sum(a.requests for a in loads)
+
+
+def one_cta(name: str, contraction: int) -> Dims:
+    """Dims of one CTA of ``name``'s tile with ``contraction`` (forward: K, dX: N)."""
+    tile = tile_of(name)
+    return Dims(tile.m, contraction, 128) if name.startswith("hslm_fwd") else Dims(tile.m, 128, contraction)
+
+
+@pytest.mark.parametrize("name", per_kernel(TERNARY))
+def test_ternary_kernels_fetch_w_for_the_chunks_they_run_and_no_more(name):
+    """One CTA, a contraction of 190: 3 chunks (one split), so each warp fetches its words
+    3 times (the first before the loop, then one chunk ahead), ``words`` loads a time; the
+    last chunk's fetch is predicated off. Negative: unguarded, the loop fetches a fourth time."""
+    tile, dims = tile_of(name), one_cta(name, 190)
+    assert get_kernel(name).geometry(dims).grid == (1, 1, 1)
+    assert w_fetches(name, dims) == tile.warps * tile.words * 3
+    ptx, count = re.subn(r"@%p\d+ (ld\.global\.u32)", r"\1", get_kernel(name).emit())
+    assert count == tile.words
+    assert w_fetches(name, dims, ptx) == tile.warps * tile.words * 4
+
+
+@pytest.mark.parametrize("name", per_kernel(TERNARY))
+def test_w_loads_read_whole_sectors(name):
+    """At the HSLM ffn sizes (a contraction of 729 or 243, the other side 243 or 729) every
+    W request reads 128 bytes in 4 whole 32-byte sectors: planes put a chunk's words of
+    neighbouring columns side by side (in the packed order a column's 16 bytes of a chunk
+    sat in a sector of their own, half of it unused)."""
+    tile = tile_of(name)
+    dims = Dims(tile.m, 729, 243) if name.startswith("hslm_fwd") else Dims(tile.m, 243, 729)
+    got, want, loads = w_loads(name, dims)
+    assert np.array_equal(got, want)
+    requests = sum(a.requests for a in loads)
+    assert requests > 0 and sum(a.bytes_used for a in loads) == 128 * requests
+    assert sum(a.sectors for a in loads) == 4 * requests
+
+
+@pytest.mark.parametrize("name", per_kernel(family_configs("hslm_fwd_s8")))
+def test_w_sectors_count_a_scattered_fetch(name, monkeypatch):
+    """Negative for the test above: a warp's 8 B rows spread 4 columns apart (row r of each
+    32 holds column 4 (r & 7) + ((r >> 3) & 3): a thread's rows stay a pass apart) make
+    each request 8 sectors for 128 bytes."""
+    def spread(ptx, row):
+        low = ptx.binop("or", ptx.shl(ptx.band(row, 7), 2), ptx.band(ptx.shr(row, 3), 3), "b32")
+        return ptx.binop("or", low, ptx.band(row, ~31 & 0xFFFFFFFF), "b32")
+    monkeypatch.setattr(staged_tile, "paired_column_of_row", spread)
+    _, _, loads = w_loads(name, Dims(tile_of(name).m, 729, 243))
+    requests = sum(a.requests for a in loads)
+    assert sum(a.sectors for a in loads) == 8 * requests
 
 
 @pytest.mark.parametrize("name", per_kernel(family_configs("hslm_fwd_s8")))

@@ -11,7 +11,7 @@ from kernels.pitch import KernelLayout, kernel_buffer, logical_view
 from kernels.ptxemu import Module
 from kernels.registry import get_kernel
 from kernels.spec import Dims
-from kernels.ternary import packed_shape
+from kernels.ternary import pack, packed_shape, plane_shape, to_planes
 
 DIMS = Dims(5, 20, 6)  # K = 20: the last word of each column holds 12 padding codes
 WEIGHT_KERNELS = ("hslm_fwd_s8", "hslm_dx_s8")
@@ -158,11 +158,13 @@ def test_a_skipped_store_shows_where_the_answer_is_zero(name):
 # ---- buffers marked as already in the kernel's layout ----------------------------
 
 def marked(name, dims, inputs):
-    """``inputs`` with every pitched one written into a marked kernel_buffer (W as it is)."""
+    """``inputs`` with every pitched one written into a marked kernel_buffer, W in marked planes."""
     params = {p.name: p for p in get_kernel(name).params}
     out = dict(inputs)
     for key, value in inputs.items():
-        if params[key].logical is not None:
+        if params[key].prepare is to_planes:
+            out[key] = KernelLayout(to_planes(value, plane_shape(dims.K, dims.N)))
+        elif params[key].logical is not None:
             out[key], view = kernel_buffer(params[key], dims, np)
             view[...] = value
     return out
@@ -231,9 +233,28 @@ def test_a_marked_buffer_not_in_the_kernel_layout_is_refused_in_one_line(buf, pr
         "layout for R=5 K=20 N=6; allocate it with kernels.pitch.kernel_buffer, or pass the logical layout unmarked")
 
 
-def test_a_marked_packed_w_is_still_scanned_for_code_3():
-    inputs = inputs_for("hslm_fwd_s8")
+@pytest.mark.parametrize("name", WEIGHT_KERNELS)
+def test_marked_planes_are_still_scanned_for_code_3_and_padding(name):
+    """W marked as already in planes is scanned as the packed buffer is: code 3, and
+    (negative, the planes' own padding) a non-zero code in a column past N."""
+    inputs = inputs_for(name)
     inputs["w"][1, 0] |= np.uint32(3 << 4)
-    inputs["w"] = KernelLayout(inputs["w"])
-    with pytest.raises(LaunchError, match=r"input 'w': packed weights: code 3 at column 1, in-feature 2"):
-        launch(get_kernel("hslm_fwd_s8"), never_called, DIMS, inputs)
+    inputs["w"] = KernelLayout(to_planes(inputs["w"], plane_shape(DIMS.K, DIMS.N)))
+    with pytest.raises(LaunchError, match=rf"{name}: input 'w': packed weights: code 3 at column 1, in-feature 2 "):
+        launch(get_kernel(name), never_called, DIMS, inputs)
+    planes = to_planes(pack(np.zeros((DIMS.K, DIMS.N), np.int8)), plane_shape(DIMS.K, DIMS.N))
+    planes[0, 4 * DIMS.N] = 1  # column N, in-feature 0
+    with pytest.raises(LaunchError, match=rf"padding code at column {DIMS.N}, in-feature 0 .*columns past N={DIMS.N} "):
+        launch(get_kernel(name), never_called, DIMS, {**inputs_for(name), "w": KernelLayout(planes)})
+
+
+@pytest.mark.parametrize("name", WEIGHT_KERNELS)
+def test_packed_w_is_read_in_planes(name):
+    """Launch hands the kernel W in planes (one copy of the packed words); marked planes
+    go as they are. Negative: the packed buffer marked as planes has the wrong shape."""
+    inputs = inputs_for(name)
+    seen = captured(name, DIMS, inputs)
+    assert np.array_equal(seen["w"], to_planes(inputs["w"], plane_shape(DIMS.K, DIMS.N)))
+    with pytest.raises(LaunchError, match=rf"input 'w' \(marked KernelLayout\) is uint32\(6, 2\), expected a "
+                                          rf"C-contiguous uint32\(2, 512\)"):
+        launch(get_kernel(name), never_called, DIMS, {**inputs, "w": KernelLayout(inputs["w"])})

@@ -84,7 +84,7 @@ def test_exact_answer_passes(artifacts, monkeypatch):
     assert report.passed and report.rows_checked == 33 and report.max_abs_diff == 0
     assert report.device == "cpu-emulator" and report.driver is None
     assert calls == [(SPEC.geometry(Dims(33, 31, 9)).grid, SPEC.geometry(Dims(33, 31, 9)).block,
-                      [(33, output_pitch(9)), (33, pitch(31)), (9, 2), 33, 31, 9, pitch(31), output_pitch(9), 64])]  # one split of 64
+                      [(33, output_pitch(9)), (33, pitch(31)), (2, 512), 33, 31, 9, pitch(31), output_pitch(9), 64])]  # W in planes (2 x 4 x 128 words); one split of 64
     on_disk = read_model(artifacts / "verify" / SPEC.name / "tails" / "odd.json", VerifyReport)
     assert on_disk == report
     assert verdict(report).startswith("hslm_fwd_s8 tails/odd R=33 K=31 N=9: ok, 33 rows exact")
