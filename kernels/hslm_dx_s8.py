@@ -3,7 +3,7 @@
 On the staged tile (``kernels/staged_tile.py``), one PTX entry per CTA tile in
 ``TILES`` (built by ``staged_tile.staged_spec``). D = dX (R x K), A = dYq, rows ``ldy``
 bytes apart (a multiple of 16), copied with 16-byte cp.async into a 4-stage ring;
-B[k=j][n=i] = W[i, j], read in planes (``kernels.ternary.to_planes``). The contraction
+B[k=j][n=i] = W[i, j], read in planes (``kernels/planes.py``). The contraction
 runs over packed *columns* here, so each thread's decoded word (16 consecutive i of one
 j) is one piece of row j of a k-major [j][i] tile, and the fragments come from
 ``ldmatrix.x4.trans`` over chosen rows plus one prmt per register.
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels import staged_tile
+from kernels import planes, staged_tile
 from kernels.pitch import pitch, pitch_param, pitched_output, pitched_rows, planes_param
 from kernels.ptx_emit import Ptx
 from kernels.reference import exact_matmul
@@ -55,7 +55,7 @@ SPECS = tuple(staged_tile.staged_spec(
     FAMILY, tile, gemm=("R", "K", "N"),  # D = dX (R x K), contraction N
     buffers=(pitched_output("dx", lambda d: d.R, lambda d: d.K),
              pitched_rows("dy", lambda d: d.R, lambda d: d.N),
-             planes_param("w")),
+             planes_param("w", planes.ROWS)),
     pitch=pitch_param("ldy", lambda d: d.N), operands=operands, b_bits=2, loop_instructions=LOOP_INSTRUCTIONS,
     operand_lines=operand_lines,
     make_inputs=make_inputs, reference=reference,

@@ -4,15 +4,16 @@ The forward product of an HSLM linear layer, on the staged tile
 (``kernels/staged_tile.py``), one PTX entry per CTA tile in ``TILES`` (built by
 ``staged_tile.staged_spec``). D = Y (R x N). A = Xq, rows ``ldx`` bytes apart (a
 multiple of 16, ``kernels/pitch.py``), copied with 16-byte cp.async into a 4-stage
-ring; B = W, read in planes (``kernels.ternary.to_planes``: a chunk of every column side
-by side), decoded into shared memory as [j][i] a chunk at a time, its packed words
-fetched a chunk ahead. Both reach the tensor cores through ldmatrix.
+ring, and reaching the tensor cores through ldmatrix; B = W, read in ``FRAGMENTS``
+planes (``kernels/planes.py``: a chunk of every column side by side, each word the 16
+codes one lane holds as B), fetched a chunk ahead and decoded straight into the mma's B
+fragment registers: B never passes through shared memory.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from kernels import staged_tile
+from kernels import planes, staged_tile
 from kernels.pitch import pitch, pitch_param, pitched_output, pitched_rows, planes_param
 from kernels.ptx_emit import Ptx
 from kernels.reference import exact_matmul
@@ -25,21 +26,22 @@ TILES = (staged_tile.LARGE, staged_tile.SMALL)
 
 # SASS per warp per chunk of each tile's loop on sm_90 (`doit sass`), for the tile rule;
 # tests/test_sass.py keeps each within 10% of what ptxas makes of the emitted PTX
-LOOP_INSTRUCTIONS = {"128x128": 104, "32x128": 106}
+LOOP_INSTRUCTIONS = {"128x128": 119, "32x128": 95}
 
 
 def operands(ptx: Ptx, at: staged_tile.Coords, p: dict[str, str]) -> tuple[staged_tile.StagedRows, staged_tile.Source]:
-    """A[m=r][k=i] = Xq[r, i] staged; B[k=i][n=j] = W[i, j], decoded to shared as [j][i]."""
+    """A[m=r][k=i] = Xq[r, i] staged; B[k=i][n=j] = W[i, j], decoded into fragments."""
     a = staged_tile.StagedRows(ptx, at, p["x"], p["ldx"], rows=p["R"], k_limit=p["K"])
-    b = staged_tile.DecodedTernary(ptx, at, p["w"], cols=p["N"])
+    b = staged_tile.FragmentTernary(ptx, at, p["w"], cols=p["N"])
     return a, b
 
 
 def operand_lines(d: Dims, tile: staged_tile.Tile) -> int:
     """Global lines a chunk touches (the tile rule's count): ``tile.m`` Xq rows of 64
-    bytes, and one plane's 16 bytes of each of 128 W columns, side by side."""
+    bytes, and every warp's W requests, one per n tile, each 8 columns' 16 bytes in pairs
+    over 256 bytes (2 lines)."""
     return (staged_tile.segment_lines(tile.m, staged_tile.CHUNK_K, pitch(d.K))
-            + staged_tile.segment_lines(staged_tile.TILE_N, staged_tile.PIECE, staged_tile.PIECE))
+            + tile.warps * staged_tile.N_TILES * staged_tile.segment_lines(8, staged_tile.PIECE, 2 * staged_tile.PIECE))
 
 
 def make_inputs(d: Dims, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -54,9 +56,9 @@ SPECS = tuple(staged_tile.staged_spec(
     FAMILY, tile, gemm=("R", "N", "K"),  # D = Y (R x N), contraction K
     buffers=(pitched_output("y", lambda d: d.R, lambda d: d.N),
              pitched_rows("x", lambda d: d.R, lambda d: d.K),
-             planes_param("w")),
+             planes_param("w", planes.FRAGMENTS)),
     pitch=pitch_param("ldx", lambda d: d.K), operands=operands, b_bits=2, loop_instructions=LOOP_INSTRUCTIONS,
-    operand_lines=operand_lines,
+    operand_lines=operand_lines, b_shared=False,
     make_inputs=make_inputs, reference=reference,
     gemm_form=GemmForm(a=Operand("x"), bt=Operand("w", transposed=True)),  # Y = X W
 ) for tile in TILES)

@@ -20,7 +20,7 @@ Two ways to hand a staged operand to ``kernels.launch``:
 The mark is explicit because a shape cannot tell the two apart: a logical R x K and a
 transposed K x pitch(R) are both 16 x 16 when R = K = 16.
 
-Packed ternary W is read in planes (``kernels.ternary.to_planes``): callers pass the
+Packed ternary W is read in planes (``kernels/planes.py``), each kernel in its order: callers pass the
 packed (N, Kp/16) buffer and launch makes the planes (one copy of the words, a few KiB
 for the HSLM layers), or pass planes marked :class:`KernelLayout`.
 
@@ -36,8 +36,9 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from kernels import planes
 from kernels.spec import BufferSpec, Dims
-from kernels.ternary import code_problem, from_planes, packed_shape, plane_problem, plane_shape, to_planes
+from kernels.ternary import code_problem, packed_shape
 
 PITCH_ALIGN = 16
 OUTPUT_ALIGN = 32  # int32 words: a 128-byte line
@@ -105,17 +106,18 @@ def pitched_output(name: str, rows: Callable[[Dims], int], width: Callable[[Dims
                       logical=lambda d: (rows(d), width(d)))
 
 
-def planes_param(name: str) -> BufferSpec:
-    """The packed W a kernel reads in planes; callers pass the packed (N, Kp/16) buffer
-    (launch makes the planes: one copy of the words) or planes marked KernelLayout."""
-    return BufferSpec(name, "uint32", lambda d: plane_shape(d.K, d.N),
-                      logical=lambda d: packed_shape(d.K, d.N), prepare=to_planes)
+def planes_param(name: str, order: planes.Planes) -> BufferSpec:
+    """The packed W a kernel reads in planes of ``order``; callers pass the packed
+    (N, Kp/16) buffer (launch makes the planes: one pass over the codes) or planes marked
+    KernelLayout."""
+    return BufferSpec(name, "uint32", lambda d: planes.shape(d.K, d.N),
+                      logical=lambda d: packed_shape(d.K, d.N), prepare=order)
 
 
 def weight_problem(param: BufferSpec, buf: Any, dims: Dims) -> str | None:
     """The code scan of a packed W in ``param``'s kernel layout (planes or packed)."""
-    if param.prepare is to_planes:
-        return plane_problem(buf, dims.K, dims.N)
+    if isinstance(param.prepare, planes.Planes):
+        return param.prepare.problem(buf, dims.K, dims.N)
     return code_problem(buf, dims.K)
 
 
@@ -129,8 +131,8 @@ def logical_view(param: BufferSpec, buf: Any, dims: Dims) -> Any:
     it, the quantizer writes into it; W's planes give a packed copy, to read)."""
     if param.logical is None:
         return buf
-    if param.prepare is to_planes:  # a permutation of the packed words, not a view: a copy
-        return from_planes(buf, dims.K, dims.N)
+    if isinstance(param.prepare, planes.Planes):  # a permutation of the packed codes: a copy
+        return param.prepare.packed(buf, dims.K, dims.N)
     rows, width = param.logical(dims)
     return buf[:, :rows].T if param.prepare is transposed_into else buf[:, :width]
 
@@ -139,8 +141,8 @@ def kernel_buffer(param: BufferSpec, dims: Dims, xp: Any) -> tuple[KernelLayout,
     """A zeroed buffer of ``param``'s kernel layout in ``xp`` (numpy or cupy), marked for
     launch, and the view of its logical part to write into (rows x width: ``buf[:, :width]``,
     or ``buf[:, :rows].T`` for a transposed operand)."""
-    if param.prepare is to_planes:
+    if isinstance(param.prepare, planes.Planes):
         raise ValueError(f"'{param.name}' is packed W: make its planes from the packed buffer "
-                         "with kernels.ternary.to_planes, not by writing into a view")
+                         f"with kernels.planes.{param.prepare.name.upper()}(packed, shape), not by writing into a view")
     buf = xp.zeros(param.shape(dims), dtype=param.dtype)
     return KernelLayout(buf), logical_view(param, buf, dims)

@@ -144,7 +144,7 @@ def split_k(rows: int, cols: int, contraction: int, tile: Tile) -> Plan:
 
 
 def rule_cost(rows: int, cols: int, contraction: int, tile: Tile, b_bits: int,
-              loop_instructions: int, operand_lines: int = 0) -> tuple[int, int]:
+              loop_instructions: int, operand_lines: int = 0, b_shared: bool = True) -> tuple[int, int]:
     """The one tile rule's score of ``tile`` on a rows x cols output over ``contraction``
     (lower is better; ``kernels.registry.choose`` takes the lowest): clocks of the
     largest of four costs, then, on a tie, the bytes moved.
@@ -154,7 +154,8 @@ def rule_cost(rows: int, cols: int, contraction: int, tile: Tile, b_bits: int,
     - issue: the busiest SM's warps x ``loop_instructions`` (SASS per warp per chunk of
       this tile's loop, from ``doit sass``) x chunks / SCHEDULERS;
     - L1: the busiest SM's 128-byte shared-memory and output wavefronts
-      (:func:`l1_wavefronts`) and its operands' global lines (``operand_lines`` a chunk,
+      (:func:`l1_wavefronts`, B's only when ``b_shared``) and its operands' global lines
+      (``operand_lines`` a chunk,
       the kernel's :func:`segment_lines` count), one a clock;
     - L2: bytes every CTA moves, its operands in (B at ``b_bits`` per element: 2 for
       packed W) and its int32 tile out (each split writes or adds a whole tile), at
@@ -169,21 +170,23 @@ def rule_cost(rows: int, cols: int, contraction: int, tile: Tile, b_bits: int,
     tensor = per_sm * tile.m * TILE_N * plan.span // MACS_PER_SM_CLOCK
     issue = per_sm * tile.warps * loop_instructions * (plan.span // CHUNK_K) // SCHEDULERS
     chunks = plan.span // CHUNK_K
-    shared = per_sm * (l1_wavefronts(tile, chunks, plan.splits) + chunks * operand_lines)
+    shared = per_sm * (l1_wavefronts(tile, chunks, plan.splits, b_shared) + chunks * operand_lines)
     moved = ctas * ((tile.m + TILE_N * b_bits // 8) * plan.span + 4 * tile.m * TILE_N)
     return max(tensor, issue, shared, moved // L2_BYTES_PER_CLOCK), moved
 
 
-def l1_wavefronts(tile: Tile, chunks: int, splits: int) -> int:
+def l1_wavefronts(tile: Tile, chunks: int, splits: int, b_shared: bool = True) -> int:
     """128-byte L1 wavefronts one CTA of ``tile`` spends in shared memory and on its
     output (the layout is free of bank conflicts, so bytes / 128): per chunk, both
     operands stored once and read by ldmatrix once per warp that needs them (A by each
-    of the WARPS_N warp columns, B by each of the ``warps_m`` warp rows); then the int32
+    of the WARPS_N warp columns, B by each of the ``warps_m`` warp rows; B not at all
+    without ``b_shared``: forward decodes W into registers); then the int32
     tile: with one split stored from the accumulators, 8 rows x 64 bytes a request (a
     wavefront per 128-byte line, so bytes / 64); with several written to shared, read
     back and added to global (three passes of bytes / 128)."""
-    stored = (tile.m + TILE_N) * CHUNK_K
-    read = tile.m * CHUNK_K * WARPS_N + TILE_N * CHUNK_K * tile.warps_m
+    b_rows = TILE_N if b_shared else 0
+    stored = (tile.m + b_rows) * CHUNK_K
+    read = tile.m * CHUNK_K * WARPS_N + b_rows * CHUNK_K * tile.warps_m
     return int(chunks * (stored + read) // 128 + output_wavefronts(4 * tile.m * TILE_N, splits))
 
 
@@ -214,7 +217,7 @@ def entry_name(family: str, tile: Tile) -> str:
 def staged_spec(family: str, tile: Tile, gemm: tuple[str, str, str], buffers: tuple[BufferSpec, ...],
                 pitch: BufferSpec, operands: Callable[[Ptx, Coords, dict[str, str]], tuple["StagedRows", "Source"]],
                 b_bits: int, loop_instructions: dict[str, int], operand_lines: Callable[[Dims, Tile], int],
-                **fields: Any) -> KernelSpec:
+                b_shared: bool = True, **fields: Any) -> KernelSpec:
     """``family`` on ``tile`` as a KernelSpec: what every staged kernel shares, so a kernel
     module says only what differs.
 
@@ -224,7 +227,8 @@ def staged_spec(family: str, tile: Tile, gemm: tuple[str, str, str], buffers: tu
     the A and B sources from the loaded parameters ``p``; the output's row pitch ``ldo``
     (``kernels.pitch.output_pitch`` words) follows ``pitch``; ``b_bits``,
     ``loop_instructions[tile.label]`` and ``operand_lines(dims, tile)`` (the global lines
-    a chunk's copies and loads touch) feed the tile rule (:func:`rule_cost`); ``fields``
+    a chunk's copies and loads touch) and ``b_shared`` (B passes through shared memory)
+    feed the tile rule (:func:`rule_cost`); ``fields``
     are the rest of the KernelSpec (make_inputs, reference, gemm_form, max_rows)."""
     name = entry_name(family, tile)
     rows, cols, contraction = gemm
@@ -251,7 +255,7 @@ def staged_spec(family: str, tile: Tile, gemm: tuple[str, str, str], buffers: tu
         name=name, emit=emit, params=params, stages=tile.stages, family=family, tile=tile.label,
         geometry=lambda d: geometry(rows=getattr(d, rows), cols=getattr(d, cols), plan=plan(d), tile=tile),
         cost=lambda d: rule_cost(*extents(d), tile, b_bits=b_bits, loop_instructions=loop_instructions[tile.label],
-                                 operand_lines=operand_lines(d, tile)),
+                                 operand_lines=operand_lines(d, tile), b_shared=b_shared),
         **fields)
 
 
@@ -414,7 +418,7 @@ class TernaryTiles(Source):
     """B from packed ternary W: each thread fetches its packed u32s one chunk ahead,
     decodes each to 16 int8 values (prmt on 0x00FF0100) and stores them as one swizzled
     16-byte piece into the chunk's B buffer (two buffers, alternating). W comes in
-    planes (``kernels.ternary.to_planes``), so a thread's words of a chunk sit at fixed
+    planes (``kernels/planes.py``), so a thread's words of a chunk sit at fixed
     offsets from one pointer. Subclasses say which words a thread owns (``ptr``,
     ``row_step``, ``step``, ``words``), where their pieces go and how fragments are read."""
 
@@ -458,35 +462,59 @@ class TernaryTiles(Source):
         ptx.ins("sub.u32", self.read_at, self.read_flip, self.read_at)
 
 
-class DecodedTernary(TernaryTiles):
-    """B[k][n] = ternary W in planes (``kernels.ternary.to_planes``), column n = D's
-    column, decoded into shared as [n][k] (forward: a word is a piece of one B row).
+class FragmentTernary(Source):
+    """B[k][n] = ternary W (forward: n = D's column j, k = in-feature i) decoded straight
+    into the mma's B fragments, with no shared memory between.
 
-    Thread ``tid`` owns word ``tid & 3`` of the chunk in B rows ``tid >> 2`` + P j
-    (P = ``tile.rows_per_pass``, j < ``tile.words``), which hold the columns
-    ``paired_column_of_row`` names: a warp's 8 rows are 8 of 16 neighbouring columns in
-    pairs, so each load request is 4 whole 32-byte sectors. The planes are padded to 128
-    columns and 128 in-features with zero codes, so no column or word needs a clamp: one
-    pointer walks a plane (a chunk) at a time and the P j rows sit at fixed offsets from
-    it. Lane l reads row l & 7 of each n8 tile at piece l >> 3 with one ``ldmatrix.x4``:
-    the tile's B registers for both k steps.
-    """
+    An m16n8k32 B fragment gives lane (g, t) column g of the n8 tile and k = 4t .. 4t + 3
+    (b0) and 16 + 4t .. 16 + 4t + 3 (b1) of a k step (PTX ISA, mma.m16n8k32 fragments for
+    .s8); over a chunk's two steps that is 16 codes of one column, exactly one word of W's
+    ``FRAGMENTS`` planes (``kernels/planes.py``), whose decode gives the four registers in
+    order. So each lane loads one word per n tile a chunk ahead (4 per chunk, an immediate
+    offset apart from one walking pointer, under the loop's back-edge predicate) and
+    decodes them before the barrier; the words are loaded again into the same registers
+    after it. Tile ni, row g of a warp holds column ``paired_column_of_row(8 ni + g)``,
+    so the epilogue's stores from registers work as for a staged B, and a warp's request
+    is 8 columns' 16 bytes in pairs: 4 whole sectors. The warps of one n quarter decode
+    the same words (2 of them on the 128 x 128 tile): more decode, but no 8 KiB of B
+    stored and read back through shared memory a chunk."""
 
     def __init__(self, ptx: Ptx, at: Coords, w_ptr: str, cols: str):
-        col, word = ptx.shr(at.tid, 2), ptx.band(at.tid, PIECES - 1)
+        self.ptx = ptx
+        group, quad = ptx.shr(at.lane, 2), ptx.band(at.lane, 3)
         plane = ptx.shl(ptx.round_up(cols, TILE_N), 4)  # bytes of a plane: 16 per column
         self.step = ptx.widen(plane)  # a chunk is a plane on
-        first = ptx.add(at.n_base, paired_column_of_row(ptx, col))
+        first = ptx.add(at.n_base, paired_column_of_row(ptx, ptx.mad(at.warp_n, WARP_N, group)))
         at_plane = ptx.byte_offset(w_ptr, ptx.shr(at.k_first, 6), plane)  # this split's first chunk
-        self.ptr = ptx.byte_offset(at_plane, ptx.mad(first, PIECES, word), 4)
-        self.row_step = at.tile.rows_per_pass * PIECE  # bytes between a thread's columns
-        self.words = at.tile.words
-        super().__init__(ptx, swizzled(ptx, col, word), nk_read_offset(ptx, at),
-                         ptx.shared_array("b_tiles", 2 * B_BYTES, SHARED_ALIGN))
+        self.ptr = ptx.byte_offset(at_plane, ptx.mad(first, PIECES, quad), 4)
+        # tile ni's column is 16 (ni >> 1) + 2 (ni & 1) past tile 0's (paired_column_of_row)
+        self.offsets = [PIECE * (16 * (ni >> 1) + 2 * (ni & 1)) for ni in range(N_TILES)]
+        self.table = ptx.mov(TERNARY_PRMT_TABLE)
+        self.packed = self.fetch()
+        self.decoded: list[list[str]] = []
         self.col_first = paired_columns(ptx, at)
 
+    def fetch(self, guard: str | None = None, into: list[str] | None = None) -> list[str]:
+        """This lane's word of each n tile of the next chunk into fresh registers, or into
+        ``into`` where ``guard`` holds; the pointer steps a plane on."""
+        ptx = self.ptx
+        words = [ptx.load("global", "u32", self.ptr, offset, guard=guard, into=reg)
+                 for offset, reg in zip(self.offsets, into or [None] * N_TILES)]
+        ptx.increment(self.ptr, self.step, "s64")
+        return words
+
+    def before_barrier(self) -> None:
+        """Decode this chunk's words into fragment registers, freeing the word registers."""
+        self.decoded = [decode_ternary(self.ptx, word, self.table) for word in self.packed]
+
+    def after_issue(self, more: str) -> None:
+        """Load the next chunk's words straight into the word registers, and only while
+        there is a next chunk (``more``)."""
+        self.fetch(guard=more, into=self.packed)
+
     def b_fragments(self, stage_offset: str) -> list[list[list[str]]]:
-        return nk_fragments(self.ptx, self.read_at)  # its own double buffer, not the ring
+        """[k step][n tile] -> the tile's two B registers, as decoded."""
+        return [[regs[2 * step:2 * step + 2] for regs in self.decoded] for step in range(2)]
 
     col_offset = staticmethod(StagedRows.col_offset)
 
@@ -506,7 +534,7 @@ class DecodedTernaryKMajor(TernaryTiles):
     + e). Those 8 rows fall into 8 different swizzled pieces: no bank conflicts.
 
     Thread ``tid`` owns word ``tid & 7`` (16 i) of rows j = ``tid >> 3`` + (threads / 8) w
-    of the chunk (w < ``tile.words``), read from W's planes (``kernels.ternary.to_planes``):
+    of the chunk (w < ``tile.words``), read from W's ``ROWS`` planes (``kernels/planes.py``):
     words 0-3 from plane ``n_base / 64``, 4-7 from the next, so a warp's 4 rows are two
     64-byte runs, 4 whole sectors. The planes are padded to 128 rows and 128 in-features
     with zero codes: rows past N are zeros (they meet the junk between N and dY's pitch)

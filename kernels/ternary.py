@@ -9,17 +9,7 @@ refused on input (by :func:`unpack` and at every launch, kernels.launch), and so
 non-zero padding codes (in-features K..Kp-1), so a corrupted buffer cannot decode to a
 silent zero. :func:`pack` and :func:`code_problem` work on numpy and CuPy arrays.
 
-The kernels read W in *planes* (:func:`to_planes`), which launch makes from the packed
-buffer (or takes as it is when marked ``kernels.pitch.KernelLayout``): plane p holds
-in-features 64p .. 64p + 63 (one chunk of the kernels' contraction) of every column, four
-words a column, columns side by side. A chunk's words of consecutive columns are then
-consecutive 16-byte pieces, so a warp's fetch reads whole 32-byte sectors (in the packed
-order a column's 16 bytes of a chunk sit 4 Kp bytes from the next column's, and a sector
-is half used). K and N are padded to 128 with zero codes (a CTA tile is 128 wide in each
-direction): no fetch needs a bound or a clamp. Within a plane word the codes are in
-:data:`PLANE_BITS` order (in-feature t < 8 at bits 4t, t >= 8 at bits 4(t - 8) + 2), the
-order in which one mask makes them prmt selectors; a code's two bits stay neighbours, so
-the code-3 test is the same.
+The kernels read W rearranged into planes (``kernels/planes.py``), made from this layout.
 """
 from __future__ import annotations
 
@@ -33,14 +23,7 @@ CODES_PER_WORD = 16
 CODE_OF_VALUE = {0: 0, 1: 1, -1: 2}
 VALUE_OF_CODE = np.array([0, 1, -1, 0], dtype=np.int8)  # code 3 is refused before lookup
 _SHIFTS = (2 * np.arange(CODES_PER_WORD, dtype=np.uint32)).astype(np.uint32)
-_PACKED_BITS = tuple(int(b) for b in _SHIFTS)  # in-feature t's code at bits 2t
 LOW_BITS = 0x55555555  # bit 0 of every code: code 3 is exactly "bit 0 and bit 1 set"
-PLANE_CODES = 64  # in-features a plane holds of each column: one chunk of the contraction
-PLANE_WORDS = PLANE_CODES // CODES_PER_WORD
-PLANE_ALIGN = 128  # K and N of the planes are padded to this (a CTA tile's width)
-# bit of in-feature t's code in a plane word: t < 8 at 4t, t >= 8 at 4(t - 8) + 2, so a
-# mask with 0x33333333 leaves 8 in-features as 8 prmt selector nibbles (kernels.ptx_emit.decode_ternary)
-PLANE_BITS = tuple(4 * t if t < 8 else 4 * (t - 8) + 2 for t in range(CODES_PER_WORD))
 
 
 class PackError(ValueError):
@@ -121,57 +104,6 @@ def code_problem(packed: Any, K: int, columns: int | None = None) -> str | None:
     bit = 2 * (e % CODES_PER_WORD)
     return (f"packed weights: {what} at column {j}, in-feature {e} (word {word}, bits "
             f"{bit}-{bit + 1}) is not allowed; {fix}")
-
-
-def plane_shape(K: int, N: int) -> tuple[int, int]:
-    """Shape of W in planes: a row of 4 words per column (N padded to 128) per 64
-    in-features (K padded to 128)."""
-    return (_round_up(K, PLANE_ALIGN) // PLANE_CODES, PLANE_WORDS * _round_up(N, PLANE_ALIGN))
-
-
-def to_planes(packed: Any, want: tuple[int, int]) -> Any:
-    """A packed (N, Kp/16) buffer (numpy or CuPy) in planes of shape ``want``
-    (:func:`plane_shape`), zero past K and N: one copy of the words."""
-    xp = module_of(packed)
-    planes, width = want
-    N, words = packed.shape
-    out = xp.zeros((planes, width // PLANE_WORDS, PLANE_WORDS), dtype=xp.uint32)
-    padded = xp.zeros((N, planes * PLANE_WORDS), dtype=xp.uint32)
-    padded[:, :words] = _reorder(packed, _PACKED_BITS, PLANE_BITS)
-    out[:, :N, :] = padded.reshape(N, planes, PLANE_WORDS).transpose(1, 0, 2)
-    return out.reshape(want)
-
-
-def plane_problem(planes: Any, K: int, N: int) -> str | None:
-    """:func:`code_problem` for W in planes: codes 3, and non-zero codes past K or N."""
-    return code_problem(_by_column(planes), K, N)
-
-
-def from_planes(planes: Any, K: int, N: int) -> Any:
-    """The packed (N, Kp/16) buffer of W in planes (a copy): :func:`to_planes` undone."""
-    return _by_column(planes)[:N, :padded_k(K) // CODES_PER_WORD].copy()
-
-
-def _by_column(planes: Any) -> Any:
-    """Planes as a row of words per column (all Np columns, every plane's words), codes in
-    the packed order: the packed layout, padded."""
-    count, width = planes.shape
-    by_column = planes.reshape(count, width // PLANE_WORDS, PLANE_WORDS).transpose(1, 0, 2)
-    words = module_of(planes).ascontiguousarray(by_column).reshape(width // PLANE_WORDS, -1)
-    return _reorder(words, PLANE_BITS, _PACKED_BITS)
-
-
-def _reorder(words: Any, source: tuple[int, ...], target: tuple[int, ...]) -> Any:
-    """``words`` with code t moved from bit ``source[t]`` to bit ``target[t]``."""
-    xp = module_of(words)
-    out = xp.zeros_like(words)
-    for s, t in zip(source, target):
-        out |= ((words >> xp.uint32(s)) & xp.uint32(3)) << xp.uint32(t)
-    return out
-
-
-def _round_up(n: int, multiple: int) -> int:
-    return -(-n // multiple) * multiple
 
 
 def _lowest_code(bits: int) -> int:

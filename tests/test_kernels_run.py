@@ -12,7 +12,7 @@ from kernels import staged_tile
 from kernels.launch import LaunchError, launch
 from kernels.registry import KERNELS, get_kernel
 from kernels.spec import Dims
-from kernels.ternary import plane_shape, to_planes
+from kernels import planes
 from kernels.ptxemu import EmulatorError, Module
 
 TERNARY = family_configs("hslm_fwd_s8") + family_configs("hslm_dx_s8")
@@ -132,8 +132,8 @@ def run_pitched(name: str, dims: Dims, row_pitch: int, seed: int = 0):
     key = PITCHED[spec.family_name]
     rows = rng.integers(-128, 128, (dims.R, row_pitch), dtype=np.int8)
     rows[:, :inputs[key].shape[1]] = inputs[key]
-    planes = to_planes(inputs["w"], plane_shape(dims.K, dims.N))  # W as the kernel reads it
-    return launch_raw(name, dims, [rows, planes], row_pitch), spec.reference(dims, inputs)
+    w = spec.params[2].prepare(inputs["w"], planes.shape(dims.K, dims.N))  # W in the kernel's planes
+    return launch_raw(name, dims, [rows, w], row_pitch), spec.reference(dims, inputs)
 
 
 def launch_raw(name: str, dims: Dims, buffers: list, row_pitch: int, ptx: str | None = None,
@@ -450,17 +450,23 @@ def one_cta(name: str, contraction: int) -> Dims:
     return Dims(tile.m, contraction, 128) if name.startswith("hslm_fwd") else Dims(tile.m, 128, contraction)
 
 
+def words_per_chunk(name: str) -> int:
+    """W loads a thread makes per chunk: one per n tile in forward (each lane its own B
+    fragments), ``tile.words`` in dX (a CTA's share of the chunk)."""
+    return staged_tile.N_TILES if name.startswith("hslm_fwd") else tile_of(name).words
+
+
 @pytest.mark.parametrize("name", per_kernel(TERNARY))
 def test_ternary_kernels_fetch_w_for_the_chunks_they_run_and_no_more(name):
     """One CTA, a contraction of 190: 3 chunks (one split), so each warp fetches its words
-    3 times (the first before the loop, then one chunk ahead), ``words`` loads a time; the
-    last chunk's fetch is predicated off. Negative: unguarded, the loop fetches a fourth time."""
-    tile, dims = tile_of(name), one_cta(name, 190)
+    3 times (the first before the loop, then one chunk ahead); the last chunk's fetch is
+    predicated off. Negative: unguarded, the loop fetches a fourth time."""
+    tile, dims, words = tile_of(name), one_cta(name, 190), words_per_chunk(name)
     assert get_kernel(name).geometry(dims).grid == (1, 1, 1)
-    assert w_fetches(name, dims) == tile.warps * tile.words * 3
+    assert w_fetches(name, dims) == tile.warps * words * 3
     ptx, count = re.subn(r"@%p\d+ (ld\.global\.u32)", r"\1", get_kernel(name).emit())
-    assert count == tile.words
-    assert w_fetches(name, dims, ptx) == tile.warps * tile.words * 4
+    assert count == words
+    assert w_fetches(name, dims, ptx) == tile.warps * words * 4
 
 
 @pytest.mark.parametrize("name", per_kernel(TERNARY))
@@ -479,28 +485,11 @@ def test_w_loads_read_whole_sectors(name):
 
 
 @pytest.mark.parametrize("name", per_kernel(family_configs("hslm_fwd_s8")))
-def test_w_sectors_count_a_scattered_fetch(name, monkeypatch):
-    """Negative for the test above: a warp's 8 B rows spread 4 columns apart (row r of each
-    32 holds column 4 (r & 7) + ((r >> 3) & 3): a thread's rows stay a pass apart) make
-    each request 8 sectors for 128 bytes."""
-    def spread(ptx, row):
-        low = ptx.binop("or", ptx.shl(ptx.band(row, 7), 2), ptx.band(ptx.shr(row, 3), 3), "b32")
-        return ptx.binop("or", low, ptx.band(row, ~31 & 0xFFFFFFFF), "b32")
-    monkeypatch.setattr(staged_tile, "paired_column_of_row", spread)
-    _, _, loads = w_loads(name, Dims(tile_of(name).m, 729, 243))
+def test_w_sectors_count_a_fetch_that_straddles_them(name):
+    """Negative for the test above: tile 1's word read 8 bytes further on (its pairs of
+    columns then straddle sector boundaries) makes that request 8 sectors for 128 bytes."""
+    ptx, count = re.subn(r"(ld\.global\.u32 %r\d+, \[%rd\d+)\+32\]", r"\1+40]", get_kernel(name).emit())
+    assert count == 2  # before the loop and in it
+    _, _, loads = w_loads(name, Dims(tile_of(name).m, 729, 243), ptx)
     requests = sum(a.requests for a in loads)
-    assert sum(a.sectors for a in loads) == 8 * requests
-
-
-@pytest.mark.parametrize("name", per_kernel(family_configs("hslm_fwd_s8")))
-def test_forward_fetches_w_for_the_chunks_it_runs_and_no_more(name):
-    """One CTA, K = 190: 3 chunks (one split), so each warp fetches its words 3 times
-    (the first before the loop, then one chunk ahead), ``words`` loads a time; the last
-    chunk's fetch is predicated off. Negative: unguarded, the loop fetches a fourth time."""
-    tile = tile_of(name)
-    dims = Dims(tile.m, 190, 128)
-    assert get_kernel(name).geometry(dims).grid == (1, 1, 1)
-    assert w_fetches(name, dims) == tile.warps * tile.words * 3
-    ptx, count = re.subn(r"@%p\d+ (ld\.global\.u32)", r"\1", get_kernel(name).emit())
-    assert count == tile.words
-    assert w_fetches(name, dims, ptx) == tile.warps * tile.words * 4
+    assert sum(a.sectors for a in loads) == 4 * requests + 4 * (requests // 4)

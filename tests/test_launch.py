@@ -11,7 +11,8 @@ from kernels.pitch import KernelLayout, kernel_buffer, logical_view
 from kernels.ptxemu import Module
 from kernels.registry import get_kernel
 from kernels.spec import Dims
-from kernels.ternary import pack, packed_shape, plane_shape, to_planes
+from kernels import planes
+from kernels.ternary import pack, packed_shape
 
 DIMS = Dims(5, 20, 6)  # K = 20: the last word of each column holds 12 padding codes
 WEIGHT_KERNELS = ("hslm_fwd_s8", "hslm_dx_s8")
@@ -162,8 +163,8 @@ def marked(name, dims, inputs):
     params = {p.name: p for p in get_kernel(name).params}
     out = dict(inputs)
     for key, value in inputs.items():
-        if params[key].prepare is to_planes:
-            out[key] = KernelLayout(to_planes(value, plane_shape(dims.K, dims.N)))
+        if isinstance(params[key].prepare, planes.Planes):
+            out[key] = KernelLayout(params[key].prepare(value, planes.shape(dims.K, dims.N)))
         elif params[key].logical is not None:
             out[key], view = kernel_buffer(params[key], dims, np)
             view[...] = value
@@ -239,13 +240,14 @@ def test_marked_planes_are_still_scanned_for_code_3_and_padding(name):
     (negative, the planes' own padding) a non-zero code in a column past N."""
     inputs = inputs_for(name)
     inputs["w"][1, 0] |= np.uint32(3 << 4)
-    inputs["w"] = KernelLayout(to_planes(inputs["w"], plane_shape(DIMS.K, DIMS.N)))
+    order = get_kernel(name).params[2].prepare
+    inputs["w"] = KernelLayout(order(inputs["w"], planes.shape(DIMS.K, DIMS.N)))
     with pytest.raises(LaunchError, match=rf"{name}: input 'w': packed weights: code 3 at column 1, in-feature 2 "):
         launch(get_kernel(name), never_called, DIMS, inputs)
-    planes = to_planes(pack(np.zeros((DIMS.K, DIMS.N), np.int8)), plane_shape(DIMS.K, DIMS.N))
-    planes[0, 4 * DIMS.N] = 1  # column N, in-feature 0
+    zeros = order(pack(np.zeros((DIMS.K, DIMS.N), np.int8)), planes.shape(DIMS.K, DIMS.N))
+    zeros[0, 4 * DIMS.N] = 1  # column N
     with pytest.raises(LaunchError, match=rf"padding code at column {DIMS.N}, in-feature 0 .*columns past N={DIMS.N} "):
-        launch(get_kernel(name), never_called, DIMS, {**inputs_for(name), "w": KernelLayout(planes)})
+        launch(get_kernel(name), never_called, DIMS, {**inputs_for(name), "w": KernelLayout(zeros)})
 
 
 @pytest.mark.parametrize("name", WEIGHT_KERNELS)
@@ -254,7 +256,9 @@ def test_packed_w_is_read_in_planes(name):
     go as they are. Negative: the packed buffer marked as planes has the wrong shape."""
     inputs = inputs_for(name)
     seen = captured(name, DIMS, inputs)
-    assert np.array_equal(seen["w"], to_planes(inputs["w"], plane_shape(DIMS.K, DIMS.N)))
+    order = get_kernel(name).params[2].prepare
+    assert order is (planes.FRAGMENTS if name == "hslm_fwd_s8" else planes.ROWS)
+    assert np.array_equal(seen["w"], order(inputs["w"], planes.shape(DIMS.K, DIMS.N)))
     with pytest.raises(LaunchError, match=rf"input 'w' \(marked KernelLayout\) is uint32\(6, 2\), expected a "
                                           rf"C-contiguous uint32\(2, 512\)"):
         launch(get_kernel(name), never_called, DIMS, {**inputs, "w": KernelLayout(inputs["w"])})

@@ -11,7 +11,7 @@ from pipeline.sources import check_hash, imported_modules, source_files, source_
 def test_closure_follows_the_imports():
     names = {p.name for p in source_files(KERNELS["hslm_fwd_s8"])}
     # the kernel module, what it imports, and what those import (staged_tile -> ptx_emit)
-    assert names == {"hslm_fwd_s8.py", "staged_tile.py", "pitch.py", "ptx_emit.py", "spec.py", "ternary.py",
+    assert names == {"hslm_fwd_s8.py", "staged_tile.py", "pitch.py", "planes.py", "ptx_emit.py", "spec.py", "ternary.py",
                      "testdata.py", "reference.py", "validate.py"}
     assert all(p.is_relative_to(ROOT / "kernels") for spec in KERNELS.values() for p in source_files(spec))
 

@@ -1,11 +1,9 @@
-"""Packed ternary layout: code j*Kp + i, 2 bits, least significant first; and the planes
-the kernels read it in."""
+"""Packed ternary layout: code j*Kp + i, 2 bits, least significant first."""
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from kernels.ternary import (PLANE_BITS, PLANE_CODES, PLANE_WORDS, VALUE_OF_CODE, PackError, code_problem, codes_of,
-                             pack, packed_shape, padded_k, plane_problem, plane_shape, to_planes, unpack)
+from kernels.ternary import PackError, code_problem, codes_of, pack, packed_shape, padded_k, unpack
 
 
 def test_each_code_lands_at_its_bit_position():
@@ -92,53 +90,3 @@ def test_round_trip(K, N, seed):
     assert packed.shape == packed_shape(K, N) == (N, padded_k(K) // 16)
     assert np.array_equal(unpack(packed, K), w)
 
-
-# ---- planes: the layout the kernels read ------------------------------------------------
-
-def _plane_codes(planes: np.ndarray) -> np.ndarray:
-    """Every code of planes by the documented rule, as a padded K x N grid: W[i, j] is in
-    plane i // 64, word 4 j + (i % 64) // 16, at bit PLANE_BITS[i % 16]."""
-    i = np.arange(planes.shape[0] * PLANE_CODES)[:, None]
-    j = np.arange(planes.shape[1] // PLANE_WORDS)[None, :]
-    words = planes[i // PLANE_CODES, PLANE_WORDS * j + (i % PLANE_CODES) // 16]
-    return (words >> np.array(PLANE_BITS, dtype=np.uint32)[i % 16]) & 3
-
-
-@settings(max_examples=60, deadline=None)
-@given(K=st.integers(1, 300), N=st.integers(1, 140), seed=st.integers(0, 2**32 - 1))
-def test_planes_hold_every_weight_where_the_kernels_read_it(K, N, seed):
-    """Every W[i, j] at its plane, word and bits; every code past K or N is zero; the
-    shape is K and N rounded up to 128 (64 in-features a plane, 4 words a column)."""
-    w = np.random.default_rng(seed).integers(-1, 2, size=(K, N), dtype=np.int8)
-    planes = to_planes(pack(w), plane_shape(K, N))
-    assert planes.shape == (-(-K // 128) * 2, -(-N // 128) * 128 * 4)
-    codes = _plane_codes(planes)
-    assert np.array_equal(VALUE_OF_CODE[codes[:K, :N]], w)
-    assert not codes[K:].any() and not codes[:, N:].any()
-    assert plane_problem(planes, K, N) is None
-
-
-def test_plane_bits_make_one_mask_give_prmt_selectors():
-    """In-features 0-7 are the nibbles of word & 0x33333333, 8-15 those of (word >> 2) &
-    0x33333333, in order: the decode's two masks (kernels.ptx_emit.decode_ternary)."""
-    codes = [(t % 3) for t in range(16)]
-    word = sum(c << PLANE_BITS[t] for t, c in enumerate(codes))
-    low, high = word & 0x33333333, (word >> 2) & 0x33333333
-    assert [(low >> 4 * k) & 0xF for k in range(8)] == codes[:8]
-    assert [(high >> 4 * k) & 0xF for k in range(8)] == codes[8:]
-
-
-def test_planes_refuse_a_three_and_padding_past_k_or_n():
-    """Negative: code 3 is named by column and in-feature; a non-zero code past K (in the
-    last plane) or in a column past N is padding."""
-    K, N = 70, 5
-    planes = to_planes(pack(np.zeros((K, N), dtype=np.int8)), plane_shape(K, N))
-    three = planes.copy()
-    three[1, 4 * 3 + 0] = 3 << PLANE_BITS[9]  # column 3, in-feature 64 + 9
-    assert plane_problem(three, K, N).startswith("packed weights: code 3 at column 3, in-feature 73 ")
-    past_k = planes.copy()
-    past_k[1, 4 * 2] = 1 << PLANE_BITS[6]  # column 2, in-feature 70 = K
-    assert plane_problem(past_k, K, N).startswith("packed weights: padding code at column 2, in-feature 70 ")
-    past_n = planes.copy()
-    past_n[0, 4 * N] = 1  # column N, in-feature 0
-    assert plane_problem(past_n, K, N).startswith(f"packed weights: padding code at column {N}, in-feature 0 ")

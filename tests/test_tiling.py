@@ -105,7 +105,7 @@ def test_unknown_family_names_the_known_ones():
         choose("fwd", Dims(1, 1, 1))
 
 
-@pytest.mark.parametrize("R, K, N, want", [(27, 729, 243, "hslm_fwd_s8_m32"), (1782, 243, 729, "hslm_fwd_s8")])
+@pytest.mark.parametrize("R, K, N, want", [(27, 729, 243, "hslm_fwd_s8_m32"), (2048, 512, 1024, "hslm_fwd_s8")])
 def test_forward_launches_the_configuration_the_rule_picks(R, K, N, want):
     """A stand-in kernel records the block each launch asked for (128 threads: the small tile)."""
     assert choose("hslm_fwd_s8", Dims(R, K, N)).name == want
