@@ -1,12 +1,11 @@
 """hslm_dx_s8: dX[r, i] = sum_j dYq[r, j] W[i, j]  (the input gradient, dY x W^T).
 
 On the staged tile (``kernels/staged_tile.py``), one PTX entry per CTA tile in
-``TILES`` (built by ``staged_tile.staged_spec``). D = dX (R x K), A = dYq, rows ``ldy``
-bytes apart (a multiple of 16), copied with 16-byte cp.async into a 4-stage ring;
-B[k=j][n=i] = W[i, j], read in planes (``kernels/planes.py``). The contraction
-runs over packed *columns* here, so each thread's decoded word (16 consecutive i of one
-j) is one piece of row j of a k-major [j][i] tile, and the fragments come from
-``ldmatrix.x4.trans`` over chosen rows plus one prmt per register.
+``TILES`` (built by ``staged_tile.staged_spec``). dX = dY W^T is the forward product
+with W^T for W: D = dX (R x K), A = dYq, rows ``ldy`` bytes apart (a multiple of 16),
+copied with 16-byte cp.async into a 4-stage ring; B[k=j][n=i] = W^T[j, i], read in W^T's
+``FRAGMENTS_T`` planes (``kernels/planes.py``, made by launch from the packed W) and
+decoded straight into the mma's B registers, as forward does.
 """
 from __future__ import annotations
 
@@ -25,22 +24,21 @@ TILES = (staged_tile.LARGE, staged_tile.SMALL)
 
 # SASS per warp per chunk of each tile's loop on sm_90 (`doit sass`), for the tile rule;
 # tests/test_sass.py keeps each within 10% of what ptxas makes of the emitted PTX
-LOOP_INSTRUCTIONS = {"128x128": 120, "32x128": 123}
+LOOP_INSTRUCTIONS = {"128x128": 119, "32x128": 95}
 
 
 def operands(ptx: Ptx, at: staged_tile.Coords, p: dict[str, str]) -> tuple[staged_tile.StagedRows, staged_tile.Source]:
-    """A[m=r][k=j] = dYq[r, j] staged; B[k=j][n=i] = W[i, j]: packed columns are the
-    contraction, decoded to shared as [j][i]."""
+    """A[m=r][k=j] = dYq[r, j] staged; B[k=j][n=i] = W^T[j, i], decoded into fragments
+    from W^T's planes: forward's B with W^T for W."""
     a = staged_tile.StagedRows(ptx, at, p["dy"], p["ldy"], rows=p["R"], k_limit=p["N"])
-    b = staged_tile.DecodedTernaryKMajor(ptx, at, p["w"], rows=p["N"])
+    b = staged_tile.FragmentTernary(ptx, at, p["w"], cols=p["K"])
     return a, b
 
 
 def operand_lines(d: Dims, tile: staged_tile.Tile) -> int:
     """Global lines a chunk touches (the tile rule's count): ``tile.m`` dYq rows of 64
-    bytes, and 64 W rows of 128 in-features: 16 bytes of each row in each of two planes."""
-    return (staged_tile.segment_lines(tile.m, staged_tile.CHUNK_K, pitch(d.N))
-            + 2 * staged_tile.segment_lines(staged_tile.CHUNK_K, staged_tile.PIECE, staged_tile.PIECE))
+    bytes, and the W loads of every warp."""
+    return staged_tile.segment_lines(tile.m, staged_tile.CHUNK_K, pitch(d.N)) + staged_tile.fragment_w_lines(tile)
 
 
 def make_inputs(d: Dims, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -55,9 +53,9 @@ SPECS = tuple(staged_tile.staged_spec(
     FAMILY, tile, gemm=("R", "K", "N"),  # D = dX (R x K), contraction N
     buffers=(pitched_output("dx", lambda d: d.R, lambda d: d.K),
              pitched_rows("dy", lambda d: d.R, lambda d: d.N),
-             planes_param("w", planes.ROWS)),
+             planes_param("w", planes.FRAGMENTS_T)),
     pitch=pitch_param("ldy", lambda d: d.N), operands=operands, b_bits=2, loop_instructions=LOOP_INSTRUCTIONS,
-    operand_lines=operand_lines,
+    operand_lines=operand_lines, b_shared=False,
     make_inputs=make_inputs, reference=reference,
     gemm_form=GemmForm(a=Operand("dy"), bt=Operand("w")),  # dX = dY W^T
 ) for tile in TILES)

@@ -38,10 +38,8 @@ def operands(ptx: Ptx, at: staged_tile.Coords, p: dict[str, str]) -> tuple[stage
 
 def operand_lines(d: Dims, tile: staged_tile.Tile) -> int:
     """Global lines a chunk touches (the tile rule's count): ``tile.m`` Xq rows of 64
-    bytes, and every warp's W requests, one per n tile, each 8 columns' 16 bytes in pairs
-    over 256 bytes (2 lines)."""
-    return (staged_tile.segment_lines(tile.m, staged_tile.CHUNK_K, pitch(d.K))
-            + tile.warps * staged_tile.N_TILES * staged_tile.segment_lines(8, staged_tile.PIECE, 2 * staged_tile.PIECE))
+    bytes, and the W loads of every warp."""
+    return staged_tile.segment_lines(tile.m, staged_tile.CHUNK_K, pitch(d.K)) + staged_tile.fragment_w_lines(tile)
 
 
 def make_inputs(d: Dims, rng: np.random.Generator) -> dict[str, np.ndarray]:

@@ -110,8 +110,7 @@ def planes_param(name: str, order: planes.Planes) -> BufferSpec:
     """The packed W a kernel reads in planes of ``order``; callers pass the packed
     (N, Kp/16) buffer (launch makes the planes: one pass over the codes) or planes marked
     KernelLayout."""
-    return BufferSpec(name, "uint32", lambda d: planes.shape(d.K, d.N),
-                      logical=lambda d: packed_shape(d.K, d.N), prepare=order)
+    return BufferSpec(name, "uint32", order.shape, logical=lambda d: packed_shape(d.K, d.N), prepare=order)
 
 
 def weight_problem(param: BufferSpec, buf: Any, dims: Dims) -> str | None:

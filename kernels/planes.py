@@ -1,24 +1,23 @@
 """W as the ternary kernels read it: packed words rearranged into planes.
 
-Plane p holds in-features 64p .. 64p + 63 (one 64-deep chunk of the contraction) of every
+Plane p holds contraction indices 64p .. 64p + 63 (one 64-deep chunk) of every output
 column, 4 words a column, columns side by side; K and N are padded to 128 with zero codes
 (a CTA tile is 128 wide either way), so no fetch needs a bound or a clamp. A chunk's
 words of neighbouring columns are neighbouring 16-byte pieces, so a warp's W request reads
 whole 32-byte sectors; in the packed order (``kernels/ternary.py``) a column's 16 bytes of
 a chunk sit 4 Kp bytes from the next column's, half a sector each.
 
-Within a column's 4 words an in-feature q of the chunk has a place (word, s, u): word
-``w`` is what one thread loads, ``s`` is which of the 4 registers the decode makes of it
-(``kernels.ptx_emit.decode_ternary``) and ``u`` the byte in that register. The code sits at
-bit 4u + 16 (s & 1) + 2 (s >> 1) of the word, so one mask with 0x33333333 leaves the
-codes of registers 0 and 1 as prmt selector nibbles and the same mask after a shift by 2
-those of registers 2 and 3. Two orders:
+Within a column's 4 words the chunk's 64 codes sit where the forward kernel's decode
+wants them (``kernels.ptx_emit.decode_ternary``): word t holds the 16 codes lane t of an
+mma quad holds as B (k = 16s + 4t + u, u < 4, for register s: b0 / b1 of k step s // 2),
+the code of register s, byte u at bit 4u + 16 (s & 1) + 2 (s >> 1), so one mask with
+0x33333333 leaves the codes of registers 0 and 1 as prmt selector nibbles and the same
+mask after a shift by 2 those of registers 2 and 3: a decoded word is the lane's four B
+fragment registers of one n8 tile, with no shared memory between.
 
-- ``ROWS`` (dX): word w = in-features 16w .. 16w + 15 of the chunk, register s = 4
-  consecutive of them: a decoded word is one 16-byte piece of a k-major B row;
-- ``FRAGMENTS`` (forward): word t = the in-features lane t of an mma quad holds as B,
-  16s + 4t + u, register s = its b0 / b1 of k step s // 2: a decoded word is the lane's
-  four B fragment registers of one n8 tile, no shared memory between.
+``FRAGMENTS`` is W itself (forward, Y = X W: contraction over in-features, a plane's
+columns are W's columns). ``FRAGMENTS_T`` is W^T (dX = dY W^T: contraction over W's
+columns, a plane's columns are in-features), so dX is the forward kernel on it.
 
 A code's two bits stay neighbours, so the code-3 test of the packed layout applies as it is.
 """
@@ -29,12 +28,13 @@ from typing import Any
 
 import numpy as np
 
+from kernels.spec import Dims
 from kernels.ternary import CODES_PER_WORD, code_problem, padded_k
 from kernels.validate import module_of
 
-CHUNK = 64  # in-features a plane holds of each column
+CHUNK = 64  # contraction indices a plane holds of each column
 WORDS = CHUNK // CODES_PER_WORD  # words a column has in a plane
-ALIGN = 128  # K and N of the planes are padded to this
+ALIGN = 128  # the contraction and the columns of the planes are padded to this
 
 
 def _bit(register: int, byte: int) -> int:
@@ -44,57 +44,72 @@ def _bit(register: int, byte: int) -> int:
 
 @dataclass(frozen=True)
 class Planes:
-    """One order of the planes: ``place[q]`` = (word, bit) of in-feature q of a chunk.
+    """One order of the planes: ``place[q]`` = (word, bit) of contraction index q of a
+    chunk; ``transposed``: the planes of W^T (dX, whose contraction is W's columns).
     Called as launch's ``prepare`` (packed -> planes); ``problem`` scans planes as
-    ``kernels.ternary.code_problem`` scans the packed buffer; ``packed`` undoes it."""
+    ``kernels.ternary.code_problem`` scans the packed buffer, in W's own terms;
+    ``packed`` undoes it."""
 
     name: str
     place: tuple[tuple[int, int], ...]
+    transposed: bool = False
+
+    def shape(self, dims: Dims) -> tuple[int, int]:
+        """The planes' shape for ``dims`` (:func:`shape` of the kernel's contraction and
+        output columns)."""
+        return shape(dims.N, dims.K) if self.transposed else shape(dims.K, dims.N)
 
     def __call__(self, packed: Any, want: tuple[int, int]) -> Any:
-        """A packed (N, Kp/16) buffer (numpy or CuPy) in planes of shape ``want``
-        (:func:`shape`), zero past K and N: one pass over the codes."""
+        """A packed (N, Kp/16) buffer (numpy or CuPy) in planes of shape ``want``, zero
+        past K and N: one pass over the codes."""
         xp = module_of(packed)
         count, width = want
-        N, words = packed.shape
-        codes = xp.zeros((N, count * CHUNK), dtype=xp.uint32)
-        codes[:, :words * CODES_PER_WORD] = _codes(packed)
-        codes = codes.reshape(N, count, CHUNK)
+        codes = _codes(packed)  # (N, Kp): a row per column of W
+        if self.transposed:
+            codes = codes.T  # a row per in-feature: the kernel's columns
+        rows, depth = codes.shape
+        padded = xp.zeros((rows, count * CHUNK), dtype=xp.uint32)
+        padded[:, :depth] = codes
+        padded = padded.reshape(rows, count, CHUNK)
         out = xp.zeros((count, width // WORDS, WORDS), dtype=xp.uint32)
         for word in range(WORDS):
             qs = [q for q, (w, _) in enumerate(self.place) if w == word]
             bits = xp.asarray([self.place[q][1] for q in qs], dtype=xp.uint32)
-            out[:, :N, word] = (codes[:, :, qs] << bits).sum(axis=2, dtype=xp.uint32).T
+            out[:, :rows, word] = (padded[:, :, qs] << bits).sum(axis=2, dtype=xp.uint32).T
         return out.reshape(want)
 
     def packed(self, planes: Any, K: int, N: int) -> Any:
         """The packed (N, Kp/16) buffer of ``planes`` (a copy)."""
-        return self._by_column(planes)[:N, :padded_k(K) // CODES_PER_WORD].copy()
+        return self._padded_packed(planes)[:N, :padded_k(K) // CODES_PER_WORD].copy()
 
     def problem(self, planes: Any, K: int, N: int) -> str | None:
         """``code_problem`` for planes: codes 3, and non-zero codes past K or N."""
-        return code_problem(self._by_column(planes), K, N)
+        return code_problem(self._padded_packed(planes), K, N)
 
-    def _by_column(self, planes: Any) -> Any:
-        """Every column of the planes (padding too) as a packed row of words."""
+    def _padded_packed(self, planes: Any) -> Any:
+        """Every code of the planes (padding too) in W's packed layout."""
         xp = module_of(planes)
         count, width = planes.shape
         by_plane = planes.reshape(count, width // WORDS, WORDS)
         words = xp.asarray([w for w, _ in self.place])
         bits = xp.asarray([b for _, b in self.place], dtype=xp.uint32)
-        codes = (by_plane[:, :, words] >> bits) & xp.uint32(3)  # (plane, column, q)
-        codes = xp.ascontiguousarray(codes.transpose(1, 0, 2)).reshape(width // WORDS, -1, CODES_PER_WORD)
+        codes = (by_plane[:, :, words] >> bits) & xp.uint32(3)  # (plane, kernel column, q)
+        codes = codes.transpose(1, 0, 2).reshape(width // WORDS, count * CHUNK)  # kernel columns x contraction
+        if self.transposed:
+            codes = codes.T
+        codes = xp.ascontiguousarray(codes).reshape(codes.shape[0], -1, CODES_PER_WORD)
         return (codes << xp.asarray(2 * np.arange(CODES_PER_WORD), dtype=xp.uint32)).sum(axis=2, dtype=xp.uint32)
 
 
-ROWS = Planes("rows", tuple((q // 16, _bit((q % 16) // 4, q % 4)) for q in range(CHUNK)))
-FRAGMENTS = Planes("fragments", tuple(((q % 16) // 4, _bit(q // 16, q % 4)) for q in range(CHUNK)))
+_FRAGMENT_PLACE = tuple(((q % 16) // 4, _bit(q // 16, q % 4)) for q in range(CHUNK))
+FRAGMENTS = Planes("fragments", _FRAGMENT_PLACE)  # forward: Y = X W
+FRAGMENTS_T = Planes("fragments_t", _FRAGMENT_PLACE, transposed=True)  # dX = dY W^T
 
 
-def shape(K: int, N: int) -> tuple[int, int]:
-    """Shape of W in planes: a row of 4 words per column (N padded to 128) per 64
-    in-features (K padded to 128)."""
-    return (_round_up(K, ALIGN) // CHUNK, WORDS * _round_up(N, ALIGN))
+def shape(contraction: int, columns: int) -> tuple[int, int]:
+    """Shape of planes: a row of 4 words per column (``columns`` padded to 128) per 64 of
+    the ``contraction`` (padded to 128)."""
+    return (_round_up(contraction, ALIGN) // CHUNK, WORDS * _round_up(columns, ALIGN))
 
 
 def _codes(packed: Any) -> Any:

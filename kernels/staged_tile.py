@@ -1,12 +1,11 @@
-"""The staged CTA tile: D[m, n] = sum_k A[m, k] B[k, n], operands through shared memory.
+"""The staged CTA tile: D[m, n] = sum_k A[m, k] B[k, n], activations through shared memory.
 
 Layout of the work:
 
 - a CTA of ``warps_m`` x 4 warps computes a (16 warps_m m_tiles) x 128 tile of D
   (:class:`Tile`; the large one: 8 warps, 128 x 128, each warp a 64 x 32 block of four
-  m16 x four n8 ``mma.m16n8k32`` accumulators, so the W decode per chunk is shared by
-  128 rows and the fragment loads by 16 mma per k step);
-- the contraction runs in chunks of 64 bytes of k. Both operands sit in shared memory as
+  m16 x four n8 ``mma.m16n8k32`` accumulators, so a fragment load serves 4 mma);
+- the contraction runs in chunks of 64 bytes of k. Staged operands sit in shared memory as
   rows of one chunk (64 bytes = four 16-byte pieces), piece p of row r stored at piece
   ``p ^ ((r >> 1) & 3)``: the 8 rows one ``ldmatrix`` phase reads (and the 8 pieces one
   16-byte store phase writes) fall into 8 different 16-byte bank groups, so neither
@@ -21,17 +20,18 @@ Layout of the work:
   ``stages - 1`` chunks ahead of the one being multiplied. Tails need no separate code:
   a copy's src-size is the bytes left in its row (0 past the last row or past K), the
   rest of the 16 bytes is zero-filled by the copy and never read;
-- B (packed ternary W) is fetched one u32 per thread per chunk a chunk ahead, decoded
-  with ``prmt`` on 0x00FF0100 and stored with one 16-byte ``st.shared.v4`` into one of
-  two B buffers;
+- B is either staged the same way (dW: dYq^T rows) or packed ternary W
+  (:class:`FragmentTernary`, forward and dX): each lane loads one u32 per n8 tile a
+  chunk ahead from W's planes (``kernels/planes.py``) and decodes it with ``prmt`` on
+  0x00FF0100 straight into its B fragment registers, never through shared memory;
 - one ``bar.sync`` per chunk: after this thread's copies of the chunk have landed
-  (``cp.async.wait_group stages - 2``) and its decoded W is stored, it publishes both
-  to the CTA and tells every thread that the stage read in the previous chunk is free,
-  so the next copies may go there.
+  (``cp.async.wait_group stages - 2``), it publishes them to the CTA and tells every
+  thread that the stage read in the previous chunk is free, so the next copies may go
+  there.
 
 The loop is uniform: every thread runs ceil(K / 64) chunks, only the copy sizes differ.
 After it the output (``Epilogue``): with one split each lane stores four consecutive
-columns of a row straight from its accumulators (B's row order makes them consecutive),
+columns of a row straight from its accumulators (B's column order makes them consecutive),
 16 bytes with one st.global.v4; with split-K the A ring is reused to stage the sums so
 that each red.global request is 32 consecutive words.
 """
@@ -52,7 +52,6 @@ CHUNK_K = 64  # bytes of k per chunk: two k32 mma steps
 PIECE = 16  # bytes per cp.async and per ldmatrix row
 PIECES = CHUNK_K // PIECE
 STAGE_BYTES = TILE_N * CHUNK_K  # stride of a ring stage: room for the widest operand (TILE_N rows)
-B_BYTES = TILE_N * CHUNK_K
 SHARED_ALIGN = 128  # swizzled addresses flip bit 5 with xor: the base keeps bits 0-6 clear
 TARGET_CTAS = 132  # split-K fills at most one CTA per SM of a 132-SM GPU (H100/H200)
 MIN_SPLIT_CHUNKS = 2  # a split runs at least this many chunks (its copy-ahead prologue amortised)
@@ -92,11 +91,6 @@ class Tile(NamedTuple):
     @property
     def m(self) -> int:
         return self.warps_m * self.warp_m
-
-    @property
-    def words(self) -> int:
-        """Packed W words per thread per chunk (a B chunk is B_BYTES / PIECE words)."""
-        return B_BYTES // PIECE // self.threads
 
     @property
     def rows_per_pass(self) -> int:
@@ -206,6 +200,13 @@ def segment_lines(count: int, nbytes: int, stride: int) -> int:
     if stride >= 128:
         return count
     return -(-count * max(stride, nbytes) // 128)
+
+
+def fragment_w_lines(tile: Tile) -> int:
+    """Global lines a chunk's W loads touch when every warp decodes its own B fragments
+    (:class:`FragmentTernary`): one request per n tile a warp, each 8 columns' 16 bytes in
+    pairs over 256 bytes (2 lines)."""
+    return tile.warps * N_TILES * segment_lines(8, PIECE, 2 * PIECE)
 
 
 def entry_name(family: str, tile: Tile) -> str:
@@ -414,54 +415,6 @@ class StagedRows(Source):
         return nk_fragments(self.ptx, self.ptx.add(self.read_at, stage_offset))
 
 
-class TernaryTiles(Source):
-    """B from packed ternary W: each thread fetches its packed u32s one chunk ahead,
-    decodes each to 16 int8 values (prmt on 0x00FF0100) and stores them as one swizzled
-    16-byte piece into the chunk's B buffer (two buffers, alternating). W comes in
-    planes (``kernels/planes.py``), so a thread's words of a chunk sit at fixed
-    offsets from one pointer. Subclasses say which words a thread owns (``ptr``,
-    ``row_step``, ``step``, ``words``), where their pieces go and how fragments are read."""
-
-    def __init__(self, ptx: Ptx, store_at: str, read_at: str, buffers: str):
-        self.ptx = ptx
-        self.store_at = ptx.add(buffers, store_at)
-        self.read_at = ptx.add(buffers, read_at)
-        # toggling between buffer 0 and 1: x -> (2 x0 + B_BYTES) - x
-        self.store_flip = ptx.add(ptx.shl(self.store_at, 1), B_BYTES)
-        self.read_flip = ptx.add(ptx.shl(self.read_at, 1), B_BYTES)
-        self.table = ptx.mov(TERNARY_PRMT_TABLE)
-        self.packed = self.fetch()
-
-    def fetch(self, guard: str | None = None, into: list[str] | None = None) -> list[str]:
-        """This thread's packed words of the next chunk (``self.words`` of them,
-        ``self.row_step`` bytes apart from ``self.ptr``) into fresh registers, or into
-        ``into`` where ``guard`` holds; the pointer steps ``self.step`` bytes on."""
-        ptx = self.ptx
-        words = [ptx.load("global", "u32", self.ptr, j * self.row_step, guard=guard, into=reg)
-                 for j, reg in enumerate(into or [None] * self.words)]
-        ptx.increment(self.ptr, self.step, "s64")
-        return words
-
-    def before_barrier(self) -> None:
-        """Decode the fetched words into this chunk's B buffer (word j: 64 rows on)."""
-        ptx = self.ptx
-        for j, packed in enumerate(self.packed):
-            ptx.store("shared", "v4.b32", self.store_at, decode_ternary(ptx, packed, self.table),
-                      j * B_BYTES // len(self.packed))
-
-    def after_issue(self, more: str) -> None:
-        """Load the next chunk's words straight into the registers the decode reads, and
-        only while there is a next chunk (``more``): the CTA's last chunk fetches nothing
-        (its registers keep words no decode reads)."""
-        self.fetch(guard=more, into=self.packed)
-
-    def end_chunk(self) -> None:
-        """Swap the two B buffers."""
-        ptx = self.ptx
-        ptx.ins("sub.u32", self.store_at, self.store_flip, self.store_at)
-        ptx.ins("sub.u32", self.read_at, self.read_flip, self.read_at)
-
-
 class FragmentTernary(Source):
     """B[k][n] = ternary W (forward: n = D's column j, k = in-feature i) decoded straight
     into the mma's B fragments, with no shared memory between.
@@ -517,74 +470,6 @@ class FragmentTernary(Source):
         return [[regs[2 * step:2 * step + 2] for regs in self.decoded] for step in range(2)]
 
     col_offset = staticmethod(StagedRows.col_offset)
-
-
-class DecodedTernaryKMajor(TernaryTiles):
-    """B[k][n] = ternary W with the contraction over packed columns (dX: k = out-feature
-    j, n = in-feature i), decoded into shared as [k][n]: a word (16 i of one j) is one
-    piece of row j. Rows are TILE_N = 128 bytes, piece p of row j at ``p ^ swizzle(j)``
-    with swizzle(j) = (j & 1) | ((j >> 1) & 6).
-
-    A fragment register needs 4 consecutive k of one n, i.e. bytes of 4 rows, so the
-    fragments come from ``ldmatrix.x4.trans``: its b16 elements are byte pairs (i, i+1),
-    and matrix rows may be any rows, so matrix 2h takes rows 16h + {0,1,4,5,8,9,12,13}
-    and matrix 2h+1 rows 16h + {2,3,6,7,...}: lane (g, t) receives (i, i+1) x (4t, 4t+1)
-    from one and x (4t+2, 4t+3) from the other, and two prmt make the registers of
-    columns i = 2g and 2g+1 (the n order interleaves: tile 2p+e column g is i = 16p + 2g
-    + e). Those 8 rows fall into 8 different swizzled pieces: no bank conflicts.
-
-    Thread ``tid`` owns word ``tid & 7`` (16 i) of rows j = ``tid >> 3`` + (threads / 8) w
-    of the chunk (w < ``tile.words``), read from W's ``ROWS`` planes (``kernels/planes.py``):
-    words 0-3 from plane ``n_base / 64``, 4-7 from the next, so a warp's 4 rows are two
-    64-byte runs, 4 whole sectors. The planes are padded to 128 rows and 128 in-features
-    with zero codes: rows past N are zeros (they meet the junk between N and dY's pitch)
-    and no fetch needs a guard or a clamp; one pointer walks 64 rows a chunk.
-    """
-
-    ROW = TILE_N  # bytes of one k row of the tile
-
-    def __init__(self, ptx: Ptx, at: Coords, w_ptr: str, rows: str):
-        word, row = ptx.band(at.tid, 7), ptx.shr(at.tid, 3)
-        plane = ptx.shl(ptx.round_up(rows, TILE_N), 4)  # bytes of a plane: 16 per row j
-        plane_of_word = ptx.add(ptx.shr(at.n_base, 6), ptx.shr(word, 2))
-        at_plane = ptx.byte_offset(w_ptr, plane_of_word, plane)
-        self.ptr = ptx.byte_offset(at_plane, ptx.mad(ptx.add(row, at.k_first), PIECES, ptx.band(word, 3)), 4)
-        self.row_step = (B_BYTES // at.tile.words // self.ROW) * PIECE  # bytes between a thread's rows
-        self.step = CHUNK_K * PIECE  # a chunk is 64 rows on
-        self.words = at.tile.words
-        lane = at.lane
-        # row 16 (l >> 4) + 4 ((l & 7) >> 1) + 2 ((l >> 3) & 1) + (l & 1), piece 2 warp_n
-        read_row = ptx.add(ptx.add(ptx.shl(ptx.shr(lane, 4), 4), ptx.shl(ptx.band(ptx.shr(lane, 1), 3), 2)),
-                           ptx.add(ptx.band(ptx.shr(lane, 2), 2), ptx.band(lane, 1)))
-        super().__init__(ptx, swizzled_k_major(ptx, row, word),
-                         swizzled_k_major(ptx, read_row, ptx.shl(at.warp_n, 1)),
-                         ptx.shared_array("b_tiles", 2 * B_BYTES, SHARED_ALIGN))
-        self.col_first = paired_columns(ptx, at)
-
-    def b_fragments(self, stage_offset: str) -> list[list[list[str]]]:
-        """[k step][n tile] -> the tile's two B registers (its own buffers, not the ring)."""
-        ptx = self.ptx
-        other = ptx.binop("xor", self.read_at, PIECE, "b32")  # piece 2 warp_n + 1: bit 4 flips
-        steps = []
-        for step in range(2):
-            tiles = []
-            for base in (self.read_at, other):
-                q = ptx.ldmatrix_x4(base, step * 32 * self.ROW, trans=True)
-                tiles += [[ptx.prmt(q[2 * h], q[2 * h + 1], sel) for h in (0, 1)] for sel in (0x6420, 0x7531)]
-            steps.append(tiles)
-        return steps
-
-    @staticmethod
-    def col_offset(tile: int, e: int) -> int:
-        """D column of fragment element (tile, c_e) past ``col_first`` (4t): 16 (tile >> 1)
-        + (tile & 1) + 2e."""
-        return 16 * (tile >> 1) + (tile & 1) + 2 * e
-
-
-def swizzled_k_major(ptx: Ptx, row: str, piece: str) -> str:
-    """Byte offset of piece ``piece`` of row ``row`` in a [k][n] tile of TILE_N-byte rows."""
-    flip = ptx.binop("or", ptx.band(row, 1), ptx.band(ptx.shr(row, 1), 6), "b32")
-    return ptx.mad(row, TILE_N, ptx.shl(ptx.binop("xor", piece, flip, "b32"), 4))
 
 
 def ring_step(ptx: Ptx, offset: str, stages: int, steps: int, into: str | None = None) -> str:

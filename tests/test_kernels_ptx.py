@@ -85,27 +85,14 @@ def test_staged_loop_copies_ahead_and_reads_fragments_with_ldmatrix(name):
     assert len(found) == copies and ptx.count("cp.async.cg") == stages * copies  # stages - 1 ahead
     assert body.count("cp.async.commit_group") == 1 and ptx.count("cp.async.commit_group") == stages
     assert body.count(f"cp.async.wait_group {stages - 2};") == 1  # this chunk landed, newer in flight
-    a_loads = 2 * tile.m_tiles  # A: m tiles x 2 k steps; B: 4 per chunk (forward: none, in registers)
-    b_loads = 0 if KERNELS[name].family_name == "hslm_fwd_s8" else 4
-    assert len(re.findall(r"ldmatrix\.sync\.aligned\.m8n8\.x4(\.trans)?\.shared\.b16", body)) == a_loads + b_loads
-    assert body.count("ldmatrix.sync.aligned.m8n8.x4.shared.b16") >= a_loads
+    a_loads = 2 * tile.m_tiles  # A: m tiles x 2 k steps; B: 4 per chunk (dW), none in registers (W)
+    b_loads = 4 if KERNELS[name].family_name == "hslm_dw_s8" else 0
+    assert body.count("ldmatrix.sync.aligned.m8n8.x4.shared.b16") == a_loads + b_loads and ".trans" not in body
     assert "ld.shared" not in body and "ld.global.u8" not in body  # no byte or scalar gathers
 
 
-@pytest.mark.parametrize("name", per_kernel(family_configs("hslm_dx_s8")))
-def test_dx_decodes_its_words_into_shared_a_chunk_ahead(name):
-    ptx, words = get_kernel(name).emit(), tile_of(name).words  # 2 per thread on 8 warps, 4 on 4
-    body = loop(ptx)
-    table = re.search(r"mov\.b32 (%r\d+), 0xff0100;", ptx).group(1)
-    assert len(re.findall(rf"prmt\.b32 %r\d+, {table}, 0, %r\d+;", body)) == 4 * words
-    assert body.count("st.shared.v4.b32") == words
-    # the loads fetch the next chunk's words after the barrier, the decode reads the last ones
-    assert body.index("bar.sync") < body.index("ld.global.u32")
-    assert body.index("st.shared.v4.b32") < body.index("bar.sync")
-
-
-@pytest.mark.parametrize("name", per_kernel(family_configs("hslm_fwd_s8")))
-def test_forward_decodes_w_into_the_mma_b_registers(name):
+@pytest.mark.parametrize("name", per_kernel(TERNARY))
+def test_ternary_kernels_decode_w_into_the_mma_b_registers(name):
     """Each lane decodes one word per n tile (4 prmt each) before the barrier, and the
     decoded registers are the mma's B operands: no shared store or ldmatrix for B."""
     ptx = get_kernel(name).emit()
@@ -127,18 +114,10 @@ def test_ternary_kernels_read_w_from_one_pointer_under_the_loops_own_predicate(n
     body = loop(ptx)
     guards = re.findall(r"@(%p\d+) ld\.global\.u32 (%r\d+), \[(%rd\d+)[\]+]", body)
     back_edge = re.search(r"@(%p\d+) bra\.uni chunk;", ptx).group(1)
-    words = 4 if name.startswith("hslm_fwd") else tile_of(name).words  # forward: a word per n tile
-    assert len(guards) == words and {p for p, _, _ in guards} == {back_edge}
+    assert len(guards) == 4 and {p for p, _, _ in guards} == {back_edge}  # a word per n tile
     assert len({ptr for _, _, ptr in guards}) == 1
     assert not any(re.search(rf"mov\.b32 {reg}, ", body) for _, reg, _ in guards)  # no copy after the load
     assert "min.u32" not in body
-
-
-@pytest.mark.parametrize("name", per_kernel(family_configs("hslm_dx_s8")))
-def test_dx_reads_b_with_transposing_ldmatrix_and_one_prmt_per_register(name):
-    body = loop(get_kernel(name).emit())
-    assert body.count("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16") == 4  # 2 per k step
-    assert body.count(", 0x6420;") == body.count(", 0x7531;") == 8  # 16 B registers per chunk
 
 
 @pytest.mark.parametrize("name", per_kernel(family_configs("hslm_dw_s8")))

@@ -164,7 +164,7 @@ def marked(name, dims, inputs):
     out = dict(inputs)
     for key, value in inputs.items():
         if isinstance(params[key].prepare, planes.Planes):
-            out[key] = KernelLayout(params[key].prepare(value, planes.shape(dims.K, dims.N)))
+            out[key] = KernelLayout(params[key].prepare(value, params[key].shape(dims)))
         elif params[key].logical is not None:
             out[key], view = kernel_buffer(params[key], dims, np)
             view[...] = value
@@ -241,11 +241,12 @@ def test_marked_planes_are_still_scanned_for_code_3_and_padding(name):
     inputs = inputs_for(name)
     inputs["w"][1, 0] |= np.uint32(3 << 4)
     order = get_kernel(name).params[2].prepare
-    inputs["w"] = KernelLayout(order(inputs["w"], planes.shape(DIMS.K, DIMS.N)))
+    inputs["w"] = KernelLayout(order(inputs["w"], order.shape(DIMS)))
     with pytest.raises(LaunchError, match=rf"{name}: input 'w': packed weights: code 3 at column 1, in-feature 2 "):
         launch(get_kernel(name), never_called, DIMS, inputs)
-    zeros = order(pack(np.zeros((DIMS.K, DIMS.N), np.int8)), planes.shape(DIMS.K, DIMS.N))
-    zeros[0, 4 * DIMS.N] = 1  # column N
+    zeros = order(pack(np.zeros((DIMS.K, DIMS.N), np.int8)), order.shape(DIMS))
+    k, c = (DIMS.N, 0) if order.transposed else (0, DIMS.N)  # W's column N, in-feature 0
+    zeros[k // planes.CHUNK, planes.WORDS * c + order.place[k % planes.CHUNK][0]] = 1 << order.place[k % planes.CHUNK][1]
     with pytest.raises(LaunchError, match=rf"padding code at column {DIMS.N}, in-feature 0 .*columns past N={DIMS.N} "):
         launch(get_kernel(name), never_called, DIMS, {**inputs_for(name), "w": KernelLayout(zeros)})
 
@@ -257,8 +258,8 @@ def test_packed_w_is_read_in_planes(name):
     inputs = inputs_for(name)
     seen = captured(name, DIMS, inputs)
     order = get_kernel(name).params[2].prepare
-    assert order is (planes.FRAGMENTS if name == "hslm_fwd_s8" else planes.ROWS)
-    assert np.array_equal(seen["w"], order(inputs["w"], planes.shape(DIMS.K, DIMS.N)))
+    assert order is (planes.FRAGMENTS if name == "hslm_fwd_s8" else planes.FRAGMENTS_T)  # dX reads W^T
+    assert np.array_equal(seen["w"], order(inputs["w"], order.shape(DIMS)))
     with pytest.raises(LaunchError, match=rf"input 'w' \(marked KernelLayout\) is uint32\(6, 2\), expected a "
                                           rf"C-contiguous uint32\(2, 512\)"):
         launch(get_kernel(name), never_called, DIMS, {**inputs, "w": KernelLayout(inputs["w"])})
