@@ -5,7 +5,8 @@
 
 Per hslm shape: the packed-W scan every launch of forward and dX runs
 (kernels.ternary.code_problem: one pass over the words), the per-code scan it replaced
-(unpacking every code, as kernels.ternary.codes_of does), packing W, and the float
+(unpacking every code, as kernels.ternary.codes_of does), packing W, making the planes
+the kernels read W in (kernels/planes.py: what launch does to a packed W), and the float
 op's own quantization of the activations it guards (the non-finite check reads the
 scales that quantization computes: a few rows' worth of work). Medians of repeated
 timings; on a GPU the same checks are a few elementwise kernels and one host sync.
@@ -22,7 +23,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kernels.ops import _quantized  # noqa: E402
+from kernels import planes  # noqa: E402
+from kernels.quant import quantize  # noqa: E402
+from kernels.spec import Dims  # noqa: E402
 from kernels.ternary import code_problem, codes_of, pack  # noqa: E402
 from pipeline.shapes import load_set  # noqa: E402
 
@@ -39,7 +42,7 @@ def main() -> None:
     parser.add_argument("--set", default="hslm", help="shape set from shapes.yaml (default hslm)")
     shape_set = parser.parse_args().set
     print(f"{'shape':<16} {'R':>5} {'K':>4} {'N':>4} {'words':>6} {'W check us':>10} "
-          f"{'per-code us':>11} {'pack us':>8} {'quantize x us':>13} {'check/quantize':>14}")
+          f"{'per-code us':>11} {'pack us':>8} {'planes us':>9} {'quantize x us':>13} {'check/quantize':>14}")
     for shape in load_set(shape_set):
         print(row(shape))
 
@@ -54,9 +57,11 @@ def row(shape) -> str:
     check = median_us(lambda: code_problem(w, shape.K))
     per_code = median_us(lambda: (codes_of(w) == 3).any())
     packing = median_us(lambda: pack(t))
-    quantize = median_us(lambda: _quantized("forward", "x", x, axis=1))
+    want = planes.FRAGMENTS.shape(Dims(shape.R, shape.K, shape.N))
+    making_planes = median_us(lambda: planes.FRAGMENTS(w, want))
+    quantizing = median_us(lambda: quantize(x, axis=1))
     return (f"{shape.name:<16} {shape.R:>5} {shape.K:>4} {shape.N:>4} {w.size:>6} {check:>10.1f} "
-            f"{per_code:>11.1f} {packing:>8.1f} {quantize:>13.1f} {check / quantize:>14.2f}")
+            f"{per_code:>11.1f} {packing:>8.1f} {making_planes:>9.1f} {quantizing:>13.1f} {check / quantizing:>14.2f}")
 
 if __name__ == "__main__":
     main()

@@ -23,13 +23,14 @@ A code's two bits stay neighbours, so the code-3 test of the packed layout appli
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from kernels.spec import Dims
-from kernels.ternary import CODES_PER_WORD, code_problem, padded_k
+from kernels.ternary import CODES_PER_WORD, LOW_BITS, code_problem, padded_k
 from kernels.validate import module_of
 
 CHUNK = 64  # contraction indices a plane holds of each column
@@ -61,44 +62,61 @@ class Planes:
 
     def __call__(self, packed: Any, want: tuple[int, int]) -> Any:
         """A packed (N, Kp/16) buffer (numpy or CuPy) in planes of shape ``want``, zero
-        past K and N: one pass over the codes."""
+        past K and N: a gather of the codes into plane order and one pack."""
         xp = module_of(packed)
         count, width = want
         codes = _codes(packed)  # (N, Kp): a row per column of W
         if self.transposed:
             codes = codes.T  # a row per in-feature: the kernel's columns
         rows, depth = codes.shape
-        padded = xp.zeros((rows, count * CHUNK), dtype=xp.uint32)
-        padded[:, :depth] = codes
-        padded = padded.reshape(rows, count, CHUNK)
-        out = xp.zeros((count, width // WORDS, WORDS), dtype=xp.uint32)
-        for word in range(WORDS):
-            qs = [q for q, (w, _) in enumerate(self.place) if w == word]
-            bits = xp.asarray([self.place[q][1] for q in qs], dtype=xp.uint32)
-            out[:, :rows, word] = (padded[:, :, qs] << bits).sum(axis=2, dtype=xp.uint32).T
-        return out.reshape(want)
+        padded = xp.zeros((width // WORDS, count * CHUNK), dtype=xp.uint32)
+        padded[:rows, :depth] = codes
+        in_order = padded.reshape(-1, count, CHUNK)[:, :, xp.asarray(self._order())]  # (column, plane, 64)
+        return _packed_words(in_order.transpose(1, 0, 2)).reshape(want)
 
     def packed(self, planes: Any, K: int, N: int) -> Any:
         """The packed (N, Kp/16) buffer of ``planes`` (a copy)."""
         return self._padded_packed(planes)[:N, :padded_k(K) // CODES_PER_WORD].copy()
 
     def problem(self, planes: Any, K: int, N: int) -> str | None:
-        """``code_problem`` for planes: codes 3, and non-zero codes past K or N."""
+        """``code_problem`` for planes: codes 3, and non-zero codes past K or N, named in
+        W's own terms. One vectorised pass over the words (a code's two bits are
+        neighbours here too, and the padding is a mask per plane and word plus the
+        columns past the last); only a bad buffer pays for turning it back to locate."""
+        xp = module_of(planes)
+        depth, width = (N, K) if self.transposed else (K, N)
+        count, columns = planes.shape[0], planes.shape[1] // WORDS
+        by_column = planes.reshape(count, columns, WORDS)
+        threes = by_column & (by_column >> 1) & xp.uint32(LOW_BITS)
+        padding = by_column & ~xp.asarray(_real_bits(self.place, depth, count))[:, None, :]
+        if not bool(threes.any() | padding.any() | by_column[:, width:].any()):
+            return None
         return code_problem(self._padded_packed(planes), K, N)
+
+    def _real_bits(self, depth: int, count: int) -> np.ndarray:
+        """(plane, word) -> the bits holding contraction indices below ``depth``."""
+        bits = np.zeros((count, WORDS), dtype=np.uint32)
+        for k in range(min(depth, count * CHUNK)):
+            word, bit = self.place[k % CHUNK]
+            bits[k // CHUNK, word] |= np.uint32(3 << bit)
+        return bits
 
     def _padded_packed(self, planes: Any) -> Any:
         """Every code of the planes (padding too) in W's packed layout."""
         xp = module_of(planes)
         count, width = planes.shape
-        by_plane = planes.reshape(count, width // WORDS, WORDS)
-        words = xp.asarray([w for w, _ in self.place])
-        bits = xp.asarray([b for _, b in self.place], dtype=xp.uint32)
-        codes = (by_plane[:, :, words] >> bits) & xp.uint32(3)  # (plane, kernel column, q)
+        in_order = _codes(planes).reshape(count, width // WORDS, CHUNK)  # (plane, column, 64) in plane order
+        codes = xp.empty_like(in_order)
+        codes[:, :, xp.asarray(self._order())] = in_order
         codes = codes.transpose(1, 0, 2).reshape(width // WORDS, count * CHUNK)  # kernel columns x contraction
         if self.transposed:
             codes = codes.T
-        codes = xp.ascontiguousarray(codes).reshape(codes.shape[0], -1, CODES_PER_WORD)
-        return (codes << xp.asarray(2 * np.arange(CODES_PER_WORD), dtype=xp.uint32)).sum(axis=2, dtype=xp.uint32)
+        return _packed_words(xp.ascontiguousarray(codes))
+
+    def _order(self) -> list[int]:
+        """The contraction indices of a chunk in the order their codes sit in a column's 4
+        words, least significant first: word by word, bit by bit."""
+        return sorted(range(CHUNK), key=lambda q: self.place[q])
 
 
 _FRAGMENT_PLACE = tuple(((q % 16) // 4, _bit(q // 16, q % 4)) for q in range(CHUNK))
@@ -112,11 +130,29 @@ def shape(contraction: int, columns: int) -> tuple[int, int]:
     return (_round_up(contraction, ALIGN) // CHUNK, WORDS * _round_up(columns, ALIGN))
 
 
-def _codes(packed: Any) -> Any:
-    """The 2-bit codes of a packed buffer, (N, Kp), column j's in row j."""
-    xp = module_of(packed)
+@functools.lru_cache(maxsize=64)
+def _real_bits(place: tuple[tuple[int, int], ...], depth: int, count: int) -> np.ndarray:
+    """(plane, word) -> the bits holding contraction indices below ``depth``."""
+    bits = np.zeros((count, WORDS), dtype=np.uint32)
+    for k in range(min(depth, count * CHUNK)):
+        word, bit = place[k % CHUNK]
+        bits[k // CHUNK, word] |= np.uint32(3 << bit)
+    return bits
+
+
+def _codes(words: Any) -> Any:
+    """The 2-bit codes of rows of u32 words, least significant first: (rows, 16 x words)."""
+    xp = module_of(words)
     shifts = xp.asarray(2 * np.arange(CODES_PER_WORD), dtype=xp.uint32)
-    return ((packed[:, :, None] >> shifts) & xp.uint32(3)).reshape(packed.shape[0], -1)
+    return ((words[:, :, None] >> shifts) & xp.uint32(3)).reshape(words.shape[0], -1)
+
+
+def _packed_words(codes: Any) -> Any:
+    """Codes (..., 16 n) packed 16 to a word, least significant first: (..., n)."""
+    xp = module_of(codes)
+    shifts = xp.asarray(2 * np.arange(CODES_PER_WORD), dtype=xp.uint32)
+    grouped = codes.reshape(*codes.shape[:-1], -1, CODES_PER_WORD)
+    return (grouped << shifts).sum(axis=-1, dtype=xp.uint32)  # the codes' bits are disjoint: sum == or
 
 
 def _round_up(n: int, multiple: int) -> int:

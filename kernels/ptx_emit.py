@@ -262,12 +262,12 @@ def addr(base: str, offset: int = 0) -> str:
 def decode_ternary(ptx: Ptx, word: str, table: str) -> list[str]:
     """16 packed 2-bit codes -> four b32 registers of 16 int8 values, without branches.
 
-    The word holds its codes in the planes' order (``kernels.ternary.PLANE_BITS``:
-    in-feature t < 8 at bits 4t, t >= 8 at bits 4(t - 8) + 2), so one mask with 0x33333333
-    leaves in-features 0-7 as nibbles 0-7 and the same mask after a shift by 2 leaves
-    8-15: each nibble (0, 1 or 2) is the prmt selector that picks 0x00/0x01/0xFF out of
-    ``table`` (0x00FF0100). prmt reads only the low 16 selector bits, so the upper four
-    nibbles serve the next register after a shift.
+    The word holds its codes in the planes' order (``kernels/planes.py``: the code of
+    register s, byte u at bit 4u + 16 (s & 1) + 2 (s >> 1)), so one mask with 0x33333333
+    leaves registers 0 and 1 as eight nibbles and the same mask after a shift by 2
+    registers 2 and 3: each nibble (0, 1 or 2) is the prmt selector that picks
+    0x00/0x01/0xFF out of ``table`` (0x00FF0100). prmt reads only the low 16 selector
+    bits, so the upper four nibbles serve the next register after a shift.
     """
     out: list[str] = []
     for codes in (word, ptx.shr(word, 2)):
