@@ -12,8 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from kernels import planes, staged_tile
-from kernels.pitch import pitch, pitch_param, pitched_output, pitched_rows, planes_param
-from kernels.ptx_emit import Ptx
+from kernels.pitch import pitch_param, pitched_output, pitched_rows, planes_param
 from kernels.reference import exact_matmul
 from kernels.spec import Dims, GemmForm, Operand
 from kernels.ternary import unpack
@@ -27,18 +26,8 @@ TILES = (staged_tile.LARGE, staged_tile.SMALL)
 LOOP_INSTRUCTIONS = {"128x128": 119, "32x128": 95}
 
 
-def operands(ptx: Ptx, at: staged_tile.Coords, p: dict[str, str]) -> tuple[staged_tile.StagedRows, staged_tile.Source]:
-    """A[m=r][k=j] = dYq[r, j] staged; B[k=j][n=i] = W^T[j, i], decoded into fragments
-    from W^T's planes: forward's B with W^T for W."""
-    a = staged_tile.StagedRows(ptx, at, p["dy"], p["ldy"], rows=p["R"], k_limit=p["N"])
-    b = staged_tile.FragmentTernary(ptx, at, p["w"], cols=p["K"])
-    return a, b
-
-
-def operand_lines(d: Dims, tile: staged_tile.Tile) -> int:
-    """Global lines a chunk touches (the tile rule's count): ``tile.m`` dYq rows of 64
-    bytes, and the W loads of every warp."""
-    return staged_tile.segment_lines(tile.m, staged_tile.CHUNK_K, pitch(d.N)) + staged_tile.fragment_w_lines(tile)
+# A[m=r][k=j] = dYq[r, j] staged; B[k=j][n=i] = W^T[j, i] decoded into fragments from W^T's planes
+operands, operand_lines = staged_tile.ternary_operands("dy", "ldy", contraction="N", cols="K")
 
 
 def make_inputs(d: Dims, rng: np.random.Generator) -> dict[str, np.ndarray]:

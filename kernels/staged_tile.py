@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, NamedTuple
 
-from kernels.pitch import output_pitch
+from kernels.pitch import output_pitch, pitch as row_pitch_of
 from kernels.ptx_emit import TERNARY_PRMT_TABLE, Ptx, decode_ternary
 from kernels.spec import BufferSpec, Dims, KernelSpec, Launch
 
@@ -207,6 +207,23 @@ def fragment_w_lines(tile: Tile) -> int:
     (:class:`FragmentTernary`): one request per n tile a warp, each 8 columns' 16 bytes in
     pairs over 256 bytes (2 lines)."""
     return tile.warps * N_TILES * segment_lines(8, PIECE, 2 * PIECE)
+
+
+def ternary_operands(rows: str, row_pitch: str, contraction: str, cols: str) -> tuple[
+        Callable[[Ptx, "Coords", dict[str, str]], tuple["StagedRows", "Source"]], Callable[[Dims, Tile], int]]:
+    """``operands`` and ``operand_lines`` (for :func:`staged_spec`) of a product of int8
+    rows with ternary W, forward's and dX's: A = the buffer ``rows`` (``row_pitch`` bytes a
+    row, ``contraction`` bytes wide) staged, B = the planes ``w`` decoded into fragments
+    (:class:`FragmentTernary`) for ``cols`` output columns. The tile rule's lines: A's
+    ``tile.m`` rows of 64 bytes a chunk and every warp's W loads."""
+    def operands(ptx: Ptx, at: Coords, p: dict[str, str]) -> tuple[StagedRows, Source]:
+        return (StagedRows(ptx, at, p[rows], p[row_pitch], rows=p["R"], k_limit=p[contraction]),
+                FragmentTernary(ptx, at, p["w"], cols=p[cols]))
+
+    def operand_lines(d: Dims, tile: Tile) -> int:
+        return segment_lines(tile.m, CHUNK_K, row_pitch_of(getattr(d, contraction))) + fragment_w_lines(tile)
+
+    return operands, operand_lines
 
 
 def entry_name(family: str, tile: Tile) -> str:
