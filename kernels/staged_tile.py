@@ -370,7 +370,8 @@ class StagedRows(Source):
     are zero-filled. Along k, by default a piece is copied whole while it starts inside
     the row (k < K) and zero-filled after (ignore-src): bytes from K to the end of the
     row's last piece are the caller's padding, read as they are, so the other operand
-    must be zero there (W's planes are: padded with code 0 up to a multiple of 128). With ``exact_tail`` the copy's src-size stops at K and the padding is
+    must be zero there (W's planes are: padded with code 0 to a multiple of 128). With
+    ``exact_tail`` the copy's src-size stops at K and the padding is
     never read (a few more instructions per copy).
     """
 
@@ -433,8 +434,8 @@ class StagedRows(Source):
 
 
 class FragmentTernary(Source):
-    """B[k][n] = ternary W (forward: n = D's column j, k = in-feature i) decoded straight
-    into the mma's B fragments, with no shared memory between.
+    """B[k][n] = ternary W decoded straight into the mma's B fragments, with no shared
+    memory between (forward: B = W, k = in-feature, n = out-feature; dX: B = W^T).
 
     An m16n8k32 B fragment gives lane (g, t) column g of the n8 tile and k = 4t .. 4t + 3
     (b0) and 16 + 4t .. 16 + 4t + 3 (b1) of a k step (PTX ISA, mma.m16n8k32 fragments for
