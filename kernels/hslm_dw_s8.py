@@ -21,7 +21,7 @@ from kernels import staged_tile
 from kernels.pitch import pitch, pitch_param, pitched_output, pitched_transpose
 from kernels.ptx_emit import Ptx
 from kernels.reference import exact_matmul
-from kernels.spec import BufferSpec, Dims, GemmForm, Operand
+from kernels.spec import Dims, GemmForm, Operand
 from kernels.testdata import saturating_int8
 
 FAMILY = "hslm_dw_s8"

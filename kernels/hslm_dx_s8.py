@@ -1,7 +1,7 @@
 """hslm_dx_s8: dX[r, i] = sum_j dYq[r, j] W[i, j]  (the input gradient, dY x W^T).
 
 On the staged tile (``kernels/staged_tile.py``), one PTX entry per CTA tile in
-``TILES`` (built by ``staged_tile.staged_spec``). dX = dY W^T is the forward product
+``TILES`` (built by ``staged_tile.ternary_specs``). dX = dY W^T is the forward product
 with W^T for W: D = dX (R x K), A = dYq, rows ``ldy`` bytes apart (a multiple of 16),
 copied with 16-byte cp.async into a 4-stage ring; B[k=j][n=i] = W^T[j, i], read in W^T's
 ``FRAGMENTS_T`` planes (``kernels/planes.py``, made by launch from the packed W) and
@@ -12,7 +12,6 @@ from __future__ import annotations
 import numpy as np
 
 from kernels import planes, staged_tile
-from kernels.pitch import pitch_param, pitched_output, pitched_rows, planes_param
 from kernels.reference import exact_matmul
 from kernels.spec import Dims, GemmForm, Operand
 from kernels.ternary import unpack
@@ -26,10 +25,6 @@ TILES = (staged_tile.LARGE, staged_tile.SMALL)
 LOOP_INSTRUCTIONS = {"128x128": 119, "32x128": 95}
 
 
-# A[m=r][k=j] = dYq[r, j] staged; B[k=j][n=i] = W^T[j, i] decoded into fragments from W^T's planes
-operands, operand_lines = staged_tile.ternary_operands("dy", "ldy", contraction="N", cols="K")
-
-
 def make_inputs(d: Dims, rng: np.random.Generator) -> dict[str, np.ndarray]:
     return {"dy": saturating_int8(rng, (d.R, d.N)), "w": ternary_weights(rng, d.K, d.N)}
 
@@ -38,13 +33,8 @@ def reference(d: Dims, inputs: dict[str, np.ndarray]) -> np.ndarray:
     return exact_matmul(inputs["dy"], unpack(inputs["w"], d.K).T).astype(np.int32)
 
 
-SPECS = tuple(staged_tile.staged_spec(
-    FAMILY, tile, gemm=("R", "K", "N"),  # D = dX (R x K), contraction N
-    buffers=(pitched_output("dx", lambda d: d.R, lambda d: d.K),
-             pitched_rows("dy", lambda d: d.R, lambda d: d.N),
-             planes_param("w", planes.FRAGMENTS_T)),
-    pitch=pitch_param("ldy", lambda d: d.N), operands=operands, b_bits=2, loop_instructions=LOOP_INSTRUCTIONS,
-    operand_lines=operand_lines, b_shared=False,
-    make_inputs=make_inputs, reference=reference,
+SPECS = staged_tile.ternary_specs(
+    FAMILY, TILES, out="dx", rows="dy", row_pitch="ldy", contraction="N", cols="K", order=planes.FRAGMENTS_T,
+    loop_instructions=LOOP_INSTRUCTIONS, make_inputs=make_inputs, reference=reference,
     gemm_form=GemmForm(a=Operand("dy"), bt=Operand("w")),  # dX = dY W^T
-) for tile in TILES)
+)

@@ -2,7 +2,7 @@
 
 The forward product of an HSLM linear layer, on the staged tile
 (``kernels/staged_tile.py``), one PTX entry per CTA tile in ``TILES`` (built by
-``staged_tile.staged_spec``). D = Y (R x N). A = Xq, rows ``ldx`` bytes apart (a
+``staged_tile.ternary_specs``). D = Y (R x N). A = Xq, rows ``ldx`` bytes apart (a
 multiple of 16, ``kernels/pitch.py``), copied with 16-byte cp.async into a 4-stage
 ring, and reaching the tensor cores through ldmatrix; B = W, read in ``FRAGMENTS``
 planes (``kernels/planes.py``: a chunk of every column side by side, each word the 16
@@ -14,7 +14,6 @@ from __future__ import annotations
 import numpy as np
 
 from kernels import planes, staged_tile
-from kernels.pitch import pitch_param, pitched_output, pitched_rows, planes_param
 from kernels.reference import exact_matmul
 from kernels.spec import Dims, GemmForm, Operand
 from kernels.ternary import unpack
@@ -28,10 +27,6 @@ TILES = (staged_tile.LARGE, staged_tile.SMALL)
 LOOP_INSTRUCTIONS = {"128x128": 119, "32x128": 95}
 
 
-# A[m=r][k=i] = Xq[r, i] staged; B[k=i][n=j] = W[i, j] decoded into fragments
-operands, operand_lines = staged_tile.ternary_operands("x", "ldx", contraction="K", cols="N")
-
-
 def make_inputs(d: Dims, rng: np.random.Generator) -> dict[str, np.ndarray]:
     return {"x": saturating_int8(rng, (d.R, d.K)), "w": ternary_weights(rng, d.K, d.N)}
 
@@ -40,13 +35,8 @@ def reference(d: Dims, inputs: dict[str, np.ndarray]) -> np.ndarray:
     return exact_matmul(inputs["x"], unpack(inputs["w"], d.K)).astype(np.int32)
 
 
-SPECS = tuple(staged_tile.staged_spec(
-    FAMILY, tile, gemm=("R", "N", "K"),  # D = Y (R x N), contraction K
-    buffers=(pitched_output("y", lambda d: d.R, lambda d: d.N),
-             pitched_rows("x", lambda d: d.R, lambda d: d.K),
-             planes_param("w", planes.FRAGMENTS)),
-    pitch=pitch_param("ldx", lambda d: d.K), operands=operands, b_bits=2, loop_instructions=LOOP_INSTRUCTIONS,
-    operand_lines=operand_lines, b_shared=False,
-    make_inputs=make_inputs, reference=reference,
+SPECS = staged_tile.ternary_specs(
+    FAMILY, TILES, out="y", rows="x", row_pitch="ldx", contraction="K", cols="N", order=planes.FRAGMENTS,
+    loop_instructions=LOOP_INSTRUCTIONS, make_inputs=make_inputs, reference=reference,
     gemm_form=GemmForm(a=Operand("x"), bt=Operand("w", transposed=True)),  # Y = X W
-) for tile in TILES)
+)

@@ -22,14 +22,14 @@ from typing import Any, Callable
 
 import numpy as np
 
-from kernels.pitch import KernelLayout, logical_view, weight_problem
+from kernels.pitch import KernelLayout, logical_view
 from kernels.ternary import code_problem
 from kernels.spec import BufferSpec, Dims, KernelSpec
 from kernels.validate import LaunchError, module_of
 
 GRID_LIMITS = (2**31 - 1, 65535, 65535)  # CUDA's maximum grid size per axis
 OUTPUT_POISON = -0x2A2A2A2B  # 0xD5D5D5D5 in every int32 output before a launch: an unwritten element
-PACKED_DTYPE = "uint32"  # the only uint32 buffers are packed ternary weights (kernels/ternary.py)
+PACKED_DTYPE = "uint32"  # the only uint32 buffers are packed ternary weights, read in planes (kernels/planes.py)
 
 
 def kernel_args(spec: KernelSpec, dims: Dims, out: Any, inputs: dict[str, Any]) -> list[Any]:
@@ -129,7 +129,7 @@ def _checked_input(spec: KernelSpec, dims: Dims, param: BufferSpec, buf: Any) ->
         _check_layout(spec, dims, param, buf)
         buf = module_of(buf).ascontiguousarray(buf)
     if param.dtype == PACKED_DTYPE:
-        problem = weight_problem(param, buf, dims) if marked else code_problem(buf, dims.K)
+        problem = param.prepare.problem(buf, dims.K, dims.N) if marked else code_problem(buf, dims.K)
         if problem:
             raise LaunchError(f"{spec.name}: input '{param.name}': {problem}")
     if not marked and param.prepare is not None:

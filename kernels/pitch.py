@@ -38,7 +38,7 @@ from typing import Any, Callable
 
 from kernels import planes
 from kernels.spec import BufferSpec, Dims
-from kernels.ternary import code_problem, packed_shape
+from kernels.ternary import packed_shape
 
 PITCH_ALIGN = 16
 OUTPUT_ALIGN = 32  # int32 words: a 128-byte line
@@ -111,13 +111,6 @@ def planes_param(name: str, order: planes.Planes) -> BufferSpec:
     (N, Kp/16) buffer (launch makes the planes: one pass over the codes) or planes marked
     KernelLayout."""
     return BufferSpec(name, "uint32", order.shape, logical=lambda d: packed_shape(d.K, d.N), prepare=order)
-
-
-def weight_problem(param: BufferSpec, buf: Any, dims: Dims) -> str | None:
-    """The code scan of a packed W in ``param``'s kernel layout (planes or packed)."""
-    if isinstance(param.prepare, planes.Planes):
-        return param.prepare.problem(buf, dims.K, dims.N)
-    return code_problem(buf, dims.K)
 
 
 def pitch_param(name: str, width: Callable[[Dims], int]) -> BufferSpec:

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from kernels.spec import Dims
-from kernels.ternary import CODES_PER_WORD, LOW_BITS, code_problem, padded_k
+from kernels.ternary import CODES_PER_WORD, LOW_BITS, code_problem, codes_of, padded_k, words_of
 from kernels.validate import module_of
 
 CHUNK = 64  # contraction indices a plane holds of each column
@@ -65,14 +65,14 @@ class Planes:
         past K and N: a gather of the codes into plane order and one pack."""
         xp = module_of(packed)
         count, width = want
-        codes = _codes(packed)  # (N, Kp): a row per column of W
+        codes = codes_of(packed)  # (N, Kp): a row per column of W
         if self.transposed:
             codes = codes.T  # a row per in-feature: the kernel's columns
         rows, depth = codes.shape
         padded = xp.zeros((width // WORDS, count * CHUNK), dtype=xp.uint32)
         padded[:rows, :depth] = codes
         in_order = padded.reshape(-1, count, CHUNK)[:, :, xp.asarray(self._order())]  # (column, plane, 64)
-        return _packed_words(in_order.transpose(1, 0, 2)).reshape(want)
+        return words_of(in_order.transpose(1, 0, 2)).reshape(want)
 
     def packed(self, planes: Any, K: int, N: int) -> Any:
         """The packed (N, Kp/16) buffer of ``planes`` (a copy)."""
@@ -93,25 +93,17 @@ class Planes:
             return None
         return code_problem(self._padded_packed(planes), K, N)
 
-    def _real_bits(self, depth: int, count: int) -> np.ndarray:
-        """(plane, word) -> the bits holding contraction indices below ``depth``."""
-        bits = np.zeros((count, WORDS), dtype=np.uint32)
-        for k in range(min(depth, count * CHUNK)):
-            word, bit = self.place[k % CHUNK]
-            bits[k // CHUNK, word] |= np.uint32(3 << bit)
-        return bits
-
     def _padded_packed(self, planes: Any) -> Any:
         """Every code of the planes (padding too) in W's packed layout."""
         xp = module_of(planes)
         count, width = planes.shape
-        in_order = _codes(planes).reshape(count, width // WORDS, CHUNK)  # (plane, column, 64) in plane order
+        in_order = codes_of(planes).reshape(count, width // WORDS, CHUNK)  # (plane, column, 64) in plane order
         codes = xp.empty_like(in_order)
         codes[:, :, xp.asarray(self._order())] = in_order
         codes = codes.transpose(1, 0, 2).reshape(width // WORDS, count * CHUNK)  # kernel columns x contraction
         if self.transposed:
             codes = codes.T
-        return _packed_words(xp.ascontiguousarray(codes))
+        return words_of(xp.ascontiguousarray(codes))
 
     def _order(self) -> list[int]:
         """The contraction indices of a chunk in the order their codes sit in a column's 4
@@ -138,21 +130,6 @@ def _real_bits(place: tuple[tuple[int, int], ...], depth: int, count: int) -> np
         word, bit = place[k % CHUNK]
         bits[k // CHUNK, word] |= np.uint32(3 << bit)
     return bits
-
-
-def _codes(words: Any) -> Any:
-    """The 2-bit codes of rows of u32 words, least significant first: (rows, 16 x words)."""
-    xp = module_of(words)
-    shifts = xp.asarray(2 * np.arange(CODES_PER_WORD), dtype=xp.uint32)
-    return ((words[:, :, None] >> shifts) & xp.uint32(3)).reshape(words.shape[0], -1)
-
-
-def _packed_words(codes: Any) -> Any:
-    """Codes (..., 16 n) packed 16 to a word, least significant first: (..., n)."""
-    xp = module_of(codes)
-    shifts = xp.asarray(2 * np.arange(CODES_PER_WORD), dtype=xp.uint32)
-    grouped = codes.reshape(*codes.shape[:-1], -1, CODES_PER_WORD)
-    return (grouped << shifts).sum(axis=-1, dtype=xp.uint32)  # the codes' bits are disjoint: sum == or
 
 
 def _round_up(n: int, multiple: int) -> int:

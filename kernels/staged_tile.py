@@ -40,7 +40,9 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, NamedTuple
 
-from kernels.pitch import output_pitch, pitch as row_pitch_of
+from kernels.pitch import (output_pitch, pitch as row_pitch_of, pitch_param, pitched_output, pitched_rows,
+                           planes_param)
+from kernels.planes import Planes
 from kernels.ptx_emit import TERNARY_PRMT_TABLE, Ptx, decode_ternary
 from kernels.spec import BufferSpec, Dims, KernelSpec, Launch
 
@@ -209,13 +211,15 @@ def fragment_w_lines(tile: Tile) -> int:
     return tile.warps * N_TILES * segment_lines(8, PIECE, 2 * PIECE)
 
 
-def ternary_operands(rows: str, row_pitch: str, contraction: str, cols: str) -> tuple[
-        Callable[[Ptx, "Coords", dict[str, str]], tuple["StagedRows", "Source"]], Callable[[Dims, Tile], int]]:
-    """``operands`` and ``operand_lines`` (for :func:`staged_spec`) of a product of int8
-    rows with ternary W, forward's and dX's: A = the buffer ``rows`` (``row_pitch`` bytes a
-    row, ``contraction`` bytes wide) staged, B = the planes ``w`` decoded into fragments
-    (:class:`FragmentTernary`) for ``cols`` output columns. The tile rule's lines: A's
-    ``tile.m`` rows of 64 bytes a chunk and every warp's W loads."""
+def ternary_specs(family: str, tiles: tuple[Tile, ...], out: str, rows: str, row_pitch: str,
+                  contraction: str, cols: str, order: Planes, loop_instructions: dict[str, int],
+                  **fields: Any) -> tuple[KernelSpec, ...]:
+    """Each tile's KernelSpec of a product of int8 rows with ternary W (forward and dX):
+    D = ``out`` (R x ``cols``), A = ``rows`` (R x ``contraction``, ``row_pitch`` bytes a
+    row) staged, B = W in planes of ``order`` decoded into fragments
+    (:class:`FragmentTernary`). The tile rule counts A's ``tile.m`` rows of 64 bytes a
+    chunk and every warp's W loads, and no B in shared memory. ``fields``: make_inputs,
+    reference, gemm_form."""
     def operands(ptx: Ptx, at: Coords, p: dict[str, str]) -> tuple[StagedRows, Source]:
         return (StagedRows(ptx, at, p[rows], p[row_pitch], rows=p["R"], k_limit=p[contraction]),
                 FragmentTernary(ptx, at, p["w"], cols=p[cols]))
@@ -223,7 +227,16 @@ def ternary_operands(rows: str, row_pitch: str, contraction: str, cols: str) -> 
     def operand_lines(d: Dims, tile: Tile) -> int:
         return segment_lines(tile.m, CHUNK_K, row_pitch_of(getattr(d, contraction))) + fragment_w_lines(tile)
 
-    return operands, operand_lines
+    def width(name: str) -> Callable[[Dims], int]:
+        return lambda d: getattr(d, name)
+
+    return tuple(staged_spec(
+        family, tile, gemm=("R", cols, contraction),
+        buffers=(pitched_output(out, width("R"), width(cols)), pitched_rows(rows, width("R"), width(contraction)),
+                 planes_param("w", order)),
+        pitch=pitch_param(row_pitch, width(contraction)), operands=operands, b_bits=2,
+        loop_instructions=loop_instructions, operand_lines=operand_lines, b_shared=False, **fields,
+    ) for tile in tiles)
 
 
 def entry_name(family: str, tile: Tile) -> str:

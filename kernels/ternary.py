@@ -56,15 +56,11 @@ def pack(w: Any) -> Any:
     K, N = w.shape
     codes = xp.zeros((N, padded_k(K)), dtype=xp.uint32)
     codes[:, :K] = xp.where(w.T == 1, 1, xp.where(w.T == -1, 2, 0))
-    words = codes.reshape(N, -1, CODES_PER_WORD) << xp.asarray(_SHIFTS)
-    return words.sum(axis=2, dtype=xp.uint32)  # the codes' bits are disjoint: sum == or
+    return words_of(codes)
 
 
-def padding_mask(K: int, word: int = -1) -> int:
-    """The bits of word ``word`` of a column (default: its last, Kp/16 - 1) that hold
-    padding codes (in-features >= K)."""
-    if word < 0:
-        word = padded_k(K) // CODES_PER_WORD - 1
+def padding_mask(K: int, word: int) -> int:
+    """The bits of word ``word`` of a column that hold padding codes (in-features >= K)."""
     used = min(max(K - word * CODES_PER_WORD, 0), CODES_PER_WORD)
     return (0xFFFFFFFF << (2 * used)) & 0xFFFFFFFF
 
@@ -111,10 +107,18 @@ def _lowest_code(bits: int) -> int:
     return ((bits & -bits).bit_length() - 1) // 2
 
 
-def codes_of(packed: np.ndarray) -> np.ndarray:
-    """All 2-bit codes of a packed buffer, shape (N, Kp), column j's codes in row j."""
-    packed = np.asarray(packed, dtype=np.uint32)
-    return ((packed[:, :, None] >> _SHIFTS) & 3).reshape(packed.shape[0], -1).astype(np.uint8)
+def codes_of(packed: Any) -> Any:
+    """All 2-bit codes of rows of u32 words (numpy or CuPy), least significant first:
+    (rows, 16 x words); for a packed buffer, column j's codes in row j."""
+    xp = module_of(packed)
+    return ((packed[:, :, None] >> xp.asarray(_SHIFTS)) & xp.uint32(3)).reshape(packed.shape[0], -1)
+
+
+def words_of(codes: Any) -> Any:
+    """Codes (..., 16 n) packed 16 to a u32 word, least significant first: (..., n)."""
+    xp = module_of(codes)
+    grouped = codes.reshape(*codes.shape[:-1], -1, CODES_PER_WORD)
+    return (grouped << xp.asarray(_SHIFTS)).sum(axis=-1, dtype=xp.uint32)  # the codes' bits are disjoint: sum == or
 
 
 def unpack(packed: np.ndarray, K: int) -> np.ndarray:
