@@ -1,10 +1,11 @@
-"""The task graph (`doit list`; `doit help <task>` for one task and its variables).
+r"""The task graph (`doit list`; `doit help <task>` for one task and its variables).
 
     emit -> ptxas -> verify --------------------> bench (GPU)   pipeline/tasks_build.py, tasks_bench.py
               \-> sass ---------+--> model                     pipeline/tasks_perf.py
                                 \--> seal, bless <- kernel_tests   pipeline/tasks_ratchet.py
     gate: emit, ptxas, sass, verify, kernel_tests, then judged against ledger/ and seals
     report: the last ptxas, verify and bench tables again
+    layer: what one TernaryLinear step launches, syncs, copies, allocates, moves      pipeline/tasks_layer.py
 
 `doit verify` is the default; CI runs `doit gate`.
 """
@@ -15,6 +16,7 @@ from pipeline.tasks_bench import task_bench  # noqa: F401
 from pipeline.tasks_build import task_emit, task_ptxas, task_report, task_verify  # noqa: F401
 from pipeline.tasks_ratchet import task_bless, task_gate, task_kernel_tests, task_seal  # noqa: F401
 from pipeline.tasks_perf import task_model, task_sass  # noqa: F401
+from pipeline.tasks_layer import task_layer  # noqa: F401
 
 DOIT_CONFIG = {
     "default_tasks": ["verify"],

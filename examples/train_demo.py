@@ -1,12 +1,14 @@
-"""Train a tiny ternary MLP whose every matmul runs the int8 PTX kernels on the CPU emulator.
+"""Train a tiny ternary MLP whose every matmul is the int8 layer step (TernaryLinear).
 
     python examples/train_demo.py                     # 300 steps, writes docs/train_demo.png
     python examples/train_demo.py --steps 100 --out /tmp/demo.png
+    python examples/train_demo.py --backend emulator  # the step's PTX on the CPU emulator (slow)
 
 The task is synthetic: 4-way classification of Gaussian points in 16 dimensions by a
 fixed random linear teacher (label = argmax of x A). The model is TernaryLinear(16, 32)
--> ReLU -> TernaryLinear(32, 4): per step, five kernel launches (forward, dX, dW for the
-second layer; forward, dW for the first, whose input needs no gradient). The same model
+-> ReLU -> TernaryLinear(32, 4), bias-free: per step, five products (forward, dX, dW for
+the second layer; forward, dW for the first, whose input needs no gradient), on the
+'cpu' backend (the kernels' integers through float BLAS) or the PTX emulator. The same model
 with float matmuls on the same STE ternary weights (``kernels=False``), and the same MLP
 with plain float weights, train from the same initial weights on the same batches. The
 plot shows the three losses per step (faint) and their 20-step means; the script prints
@@ -30,10 +32,12 @@ from kernels import TernaryLinear  # noqa: E402
 IN, HIDDEN, CLASSES, BATCH = 16, 32, 4, 32
 
 
-def mlp(kernels: bool | None) -> torch.nn.Module:
+def mlp(kernels: bool | None, backend: str = "cpu") -> torch.nn.Module:
     """The model; ``kernels`` None means plain float weights (torch.nn.Linear)."""
     def layer(k: int, n: int) -> torch.nn.Module:
-        return torch.nn.Linear(k, n, bias=False) if kernels is None else TernaryLinear(k, n, kernels=kernels)
+        if kernels is None:
+            return torch.nn.Linear(k, n, bias=False)
+        return TernaryLinear(k, n, bias=False, kernels=kernels, backend=backend)
 
     return torch.nn.Sequential(layer(IN, HIDDEN), torch.nn.ReLU(), layer(HIDDEN, CLASSES))
 
@@ -73,11 +77,13 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "train_demo.png")
+    parser.add_argument("--backend", choices=("cpu", "emulator"), default="cpu")
     args = parser.parse_args()
     torch.set_num_threads(1)  # tiny matmuls: threads cost more than they give
     data, held_out = batches(args.steps, args.seed)
     torch.manual_seed(args.seed)
-    models = {"int8 kernels (emulator)": mlp(kernels=True), "float matmuls, same ternary weights": mlp(kernels=False),
+    models = {f"int8 step ({args.backend} backend)": mlp(kernels=True, backend=args.backend),
+              "float matmuls, same ternary weights": mlp(kernels=False),
               "float weights": mlp(kernels=None)}
     first = next(iter(models.values())).state_dict()
     for model in models.values():

@@ -15,6 +15,8 @@ float op in kernels/ops.py splits longer batches and sums the chunks in int64.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 from kernels import staged_tile
@@ -29,17 +31,18 @@ MAX_ROWS = 131071  # 127 * 127 * 131071 < 2^31 <= 127 * 127 * 131072 + ...
 STAGES = 3  # two rings of 3 x 8 KiB: the 48 KiB of static shared memory
 TILES = (staged_tile.LARGE._replace(stages=STAGES), staged_tile.SMALL._replace(stages=STAGES))
 
-# SASS per warp per chunk of each tile's loop on sm_90 (`doit sass`), for the tile rule;
-# tests/test_sass.py keeps each within 10% of what ptxas makes of the emitted PTX
-LOOP_INSTRUCTIONS = {"128x128": 91, "32x128": 72}
 
-
-def operands(ptx: Ptx, at: staged_tile.Coords, p: dict[str, str]) -> tuple[staged_tile.StagedRows, staged_tile.Source]:
-    """A[m=j][k=r] = dYq^T[j, r], copies stopping at R so B's padding meets zeros;
+def transposed_operands(x: str, dy: str) -> Callable[[Ptx, staged_tile.Coords, dict[str, str]],
+                                                     tuple[staged_tile.StagedRows, staged_tile.Source]]:
+    """The operands from the parameters named ``x`` (Xq^T) and ``dy`` (dYq^T):
+    A[m=j][k=r] = dYq^T[j, r], copies stopping at R so B's padding meets zeros;
     B[k=r][n=i] = Xq[r, i], stored [i][r]."""
-    a = staged_tile.StagedRows(ptx, at, p["dy"], p["ldr"], rows=p["N"], k_limit=p["R"], exact_tail=True)
-    b = staged_tile.StagedRows(ptx, at, p["x"], p["ldr"], rows=p["K"], k_limit=p["R"], b=True)
-    return a, b
+    def operands(ptx: Ptx, at: staged_tile.Coords, p: dict[str, str]) -> tuple[staged_tile.StagedRows,
+                                                                               staged_tile.Source]:
+        a = staged_tile.StagedRows(ptx, at, p[dy], p["ldr"], rows=p["N"], k_limit=p["R"], exact_tail=True)
+        b = staged_tile.StagedRows(ptx, at, p[x], p["ldr"], rows=p["K"], k_limit=p["R"], b=True)
+        return a, b
+    return operands
 
 
 def operand_lines(d: Dims, tile: staged_tile.Tile) -> int:
@@ -62,7 +65,7 @@ SPECS = tuple(staged_tile.staged_spec(
     buffers=(pitched_output("dw", lambda d: d.N, lambda d: d.K),
              pitched_transpose("x", lambda d: d.R, lambda d: d.K),  # kernel layout: Xq^T, K x pitch(R)
              pitched_transpose("dy", lambda d: d.R, lambda d: d.N)),  # dYq^T, N x pitch(R)
-    pitch=pitch_param("ldr", lambda d: d.R), operands=operands, b_bits=8, loop_instructions=LOOP_INSTRUCTIONS,
+    pitch=pitch_param("ldr", lambda d: d.R), operands=transposed_operands("x", "dy"), b_bits=8,
     operand_lines=operand_lines,
     make_inputs=make_inputs, reference=reference, max_rows=MAX_ROWS,
     gemm_form=GemmForm(a=Operand("dy", transposed=True), bt=Operand("x", transposed=True)),  # dW = dY^T X

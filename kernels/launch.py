@@ -11,10 +11,12 @@ strided inputs (Fortran-ordered, transposed, sliced) copied to C order: a kernel
 a buffer row-major from its base pointer (CuPy passes only that pointer), so a strided
 view would be read as garbage; the copy keeps the caller's meaning. A buffer marked
 :class:`kernels.pitch.KernelLayout` is already in the kernel's layout: it must be
-exactly that (shape, dtype, C order) and is passed on as it is. The output is
-pre-filled with :data:`OUTPUT_POISON`, so an element the kernel never stores shows as
-a mismatch even where the exact result is 0. It is allocated here, at the kernel's row
-pitch, and returned as its logical rows x width view.
+exactly that (shape, dtype, C order) and is passed on as it is. Every output is
+pre-filled with its type's poison (:data:`POISON`: a bit pattern no kernel stores), so
+an element the kernel never stores shows as a mismatch even where the exact result is
+0. Outputs are allocated here, at the kernel's row pitch, and returned as their logical
+rows x width views. Float buffers are numpy/CuPy float32 and float16 arrays, and bf16
+as its uint16 bit patterns (kernels.floats).
 """
 from __future__ import annotations
 
@@ -25,15 +27,22 @@ import numpy as np
 from kernels.pitch import KernelLayout, logical_view
 from kernels.ternary import code_problem
 from kernels.spec import BufferSpec, Dims, KernelSpec
-from kernels.validate import LaunchError, module_of
+from kernels.validate import LaunchError, check_dims, module_of
 
 GRID_LIMITS = (2**31 - 1, 65535, 65535)  # CUDA's maximum grid size per axis
 OUTPUT_POISON = -0x2A2A2A2B  # 0xD5D5D5D5 in every int32 output before a launch: an unwritten element
+# the bit pattern each output type is filled with before a launch, as an unsigned integer
+# of the element's width: none is a value a kernel stores (int8 codes stop at +-127, a
+# planes word of all code 3 is refused, the float patterns are signalling NaNs where the
+# kernels' arithmetic gives the canonical quiet NaN, PTX ISA 9.7.4 / 9.7.9.21)
+POISON = {"int32": OUTPUT_POISON & 0xFFFFFFFF, "int8": 0x80, "uint32": 0xFFFFFFFF,
+          "float32": 0x7FBADBAD, "float16": 0x7DAD, "bfloat16": 0x7FAD}
 PACKED_DTYPE = "uint32"  # the only uint32 buffers are packed ternary weights, read in planes (kernels/planes.py)
 
 
 def kernel_args(spec: KernelSpec, dims: Dims, out: Any, inputs: dict[str, Any]) -> list[Any]:
-    """Arguments in PTX parameter order: output buffer, checked C-ordered inputs, u32 scalars.
+    """Arguments in PTX parameter order: output buffers, checked C-ordered inputs, u32 scalars.
+    ``out`` is the one output's buffer, or a dict of every output's by name.
 
     An input is either marked :class:`kernels.pitch.KernelLayout`, already in the layout
     the kernel reads (rows at a 16-byte aligned pitch for cp.async, transposed for dW):
@@ -42,13 +51,17 @@ def kernel_args(spec: KernelSpec, dims: Dims, out: Any, inputs: dict[str, Any]) 
     into the kernel's layout here where that differs (``kernels.pitch``: one extra pass,
     R x width bytes read and R x pitch written, and one allocation)."""
     args: list[Any] = []
+    outs = out if isinstance(out, dict) else {spec.output.name: out}
+    written = {p.name for p in spec.output_params}
     for param in spec.params:
         if param.shape is None:
             value = param.value(dims) if param.value else getattr(dims, param.name)
             args.append(np.dtype(param.dtype).type(value))
-        elif param is spec.output:
-            _check_output(spec, dims, param, out)
-            args.append(out)
+        elif param.name in written:
+            if param.name not in outs:
+                raise LaunchError(f"{spec.name}: output '{param.name}' is missing")
+            _check_output(spec, dims, param, outs[param.name])
+            args.append(outs[param.name])
         elif param.name not in inputs:
             raise LaunchError(f"{spec.name}: input '{param.name}' is missing")
         else:
@@ -70,7 +83,7 @@ def _check_layout(spec: KernelSpec, dims: Dims, param: BufferSpec, buf: Any) -> 
     """Shape and dtype against the spec's caller-facing (logical) layout, with what to do
     when they differ."""
     want = tuple((param.logical or param.shape)(dims))
-    if _has(buf, param.dtype, want):
+    if _has(buf, param.storage, want):
         return
     if param.dtype == PACKED_DTYPE:
         fix = "pack the K x N ternary matrix with kernels.ternary.pack(w)"
@@ -92,7 +105,9 @@ def _check_output(spec: KernelSpec, dims: Dims, param: BufferSpec, buf: Any) -> 
     """The output is written in the kernel's layout (rows at ``kernels.pitch.output_pitch``
     words) with 16-byte vector stores: exactly that shape, C-ordered, 16-byte aligned."""
     want = tuple(param.shape(dims))
-    if _has(buf, param.dtype, want) and buf.flags.c_contiguous and _address(buf) % 16 == 0:
+    if _has(buf, param.storage, want) and buf.flags.c_contiguous and _address(buf) % 16 == 0:
+        if not getattr(buf.flags, "writeable", True):
+            raise LaunchError(f"{spec.name}: output '{param.name}' is read-only; let kernels.launch.launch allocate it")
         return
     raise LaunchError(
         f"{spec.name}: output '{param.name}' is {_described(buf)}, expected a C-contiguous, 16-byte "
@@ -105,7 +120,7 @@ def _check_kernel_layout(spec: KernelSpec, dims: Dims, param: BufferSpec, buf: A
     """A buffer marked as in the kernel's layout must be exactly ``param.shape(dims)``, C-ordered:
     it is passed on as it is, so there is nothing to fix it with."""
     want = tuple(param.shape(dims))
-    right_shape = _has(buf, param.dtype, want)
+    right_shape = _has(buf, param.storage, want)
     if right_shape and buf.flags.c_contiguous:
         return
     got = _described(buf) + (", not C-contiguous" if right_shape else "")
@@ -134,15 +149,35 @@ def _checked_input(spec: KernelSpec, dims: Dims, param: BufferSpec, buf: Any) ->
             raise LaunchError(f"{spec.name}: input '{param.name}': {problem}")
     if not marked and param.prepare is not None:
         buf = param.prepare(buf, tuple(param.shape(dims)))
+    if _address(buf) % 16:  # rows are read by 16-byte cp.async and vector loads from this address
+        if marked:
+            raise LaunchError(f"{spec.name}: input '{param.name}' (marked KernelLayout) starts at an address "
+                              f"that is not 16-byte aligned (offset {_address(buf) % 16}); allocate it with "
+                              "kernels.pitch.kernel_buffer, or pass the logical layout unmarked")
+        buf = buf.copy()  # a view from inside another array: a fresh allocation is aligned
     return buf
+
+
+def poisoned(param: BufferSpec, dims: Dims, xp: Any = np) -> Any:
+    """A fresh buffer of ``param``'s kernel layout holding its type's :data:`POISON`."""
+    bits = xp.full(param.shape(dims), POISON[param.dtype], dtype=f"uint{8 * np.dtype(param.storage).itemsize}")
+    return bits.view(param.storage)
 
 
 def launch(spec: KernelSpec, fn: Callable[..., Any], dims: Dims,
            inputs: dict[str, Any], xp: Any = np) -> Any:
     """Run ``spec`` once on ``inputs`` and return its freshly allocated output, seen in
-    its logical shape (a view of the pitched rows the kernel writes, ``kernels.pitch``)."""
-    if min(dims) < 1:
-        raise LaunchError(f"{spec.name}: R, K, N must be >= 1, got {tuple(dims)}; an empty problem has nothing to compute: skip the launch")
+    its logical shape (a view of the pitched rows the kernel writes, ``kernels.pitch``);
+    for a kernel with several outputs, a dict of them by name (:func:`launch_outputs`)."""
+    outs = launch_outputs(spec, fn, dims, inputs, xp)
+    return outs[spec.output.name] if len(outs) == 1 else outs
+
+
+def launch_outputs(spec: KernelSpec, fn: Callable[..., Any], dims: Dims,
+                   inputs: dict[str, Any], xp: Any = np) -> dict[str, Any]:
+    """Run ``spec`` once on ``inputs``; every output, freshly allocated and poisoned, by
+    name, each seen in its logical shape."""
+    check_dims(spec.name, dims)  # whole numbers >= 1, each named when not
     if spec.max_rows is not None and dims.R > spec.max_rows:
         raise LaunchError(
             f"{spec.name}: R={dims.R} is over {spec.max_rows}, where int32 accumulation "
@@ -155,9 +190,10 @@ def launch(spec: KernelSpec, fn: Callable[..., Any], dims: Dims,
                 f"{spec.name}: R={dims.R} K={dims.K} N={dims.N} needs grid.{axis}={size}, over "
                 f"CUDA's {limit}; split the problem into smaller launches"
             )
-    # poisoned, so an element never stored shows; a split-K launch adds into its output, so it starts at 0
-    fill = 0 if geometry.grid[2] > 1 else OUTPUT_POISON
-    out = xp.full(spec.output.shape(dims), fill, dtype=spec.output.dtype)
-    fn(geometry.grid, geometry.block, kernel_args(spec, dims, out, inputs),
+    # poisoned, so an element never stored shows; a split-K launch adds into its int32 output, so it starts at 0
+    split = geometry.grid[2] > 1
+    outs = {p.name: xp.zeros(p.shape(dims), dtype=p.storage) if split and p.dtype == "int32" else poisoned(p, dims, xp)
+            for p in spec.output_params}
+    fn(geometry.grid, geometry.block, kernel_args(spec, dims, outs, inputs),
        shared_mem=geometry.shared_mem)
-    return logical_view(spec.output, out, dims)
+    return {p.name: logical_view(p, outs[p.name], dims) for p in spec.output_params}

@@ -41,7 +41,7 @@ from kernels.pitch import KernelLayout, kernel_buffer
 from kernels.quant import codes_into, scale_of
 from kernels.registry import choose, get_kernel
 from kernels.spec import Dims, KernelSpec
-from kernels.validate import LaunchError, finite_scales, float_matrix, module_of
+from kernels.validate import LaunchError, finite_scales, float_matrix, module_of, real_number, whole_number
 
 _FUNCTIONS: dict[tuple[str, str], Callable[..., Any]] = {}
 
@@ -80,10 +80,26 @@ def _codes(spec: KernelSpec, name: str, dims: Dims, a: Any, scale: Any, xp: Any)
 
 
 def _check_beta(op: str, beta: float) -> float:
-    """beta as a float, refused unless finite (it multiplies every output)."""
-    if not np.isfinite(beta):
-        raise LaunchError(f"{op}: beta is {beta}; expected the finite scale of the ternary weights (kernels.quant.ternarize)")
-    return float(beta)
+    """beta as a float, refused unless a finite real number (it multiplies every output)."""
+    return real_number(op, "beta", beta, "the finite scale of the ternary weights (kernels.quant.ternarize)")
+
+
+def _rescale(acc: Any, a: Any, b: Any, xp: Any) -> Any:
+    """``acc * (a * b)``: the integer result times its two scales (broadcast), in that order
+    wherever ``a * b`` is a normal float. Where that product overflows or is subnormal
+    (scales near the ends of the f64 range: x near 1e308 times beta = 1000) the same value
+    is taken as mantissas times 2 to the summed exponents, so 0 stays 0 instead of
+    0 * inf = NaN and a finite answer stays finite."""
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):  # the odd cases are redone below
+        scale = a * b
+        out = acc * scale
+    odd = ~(abs(scale) >= xp.finfo(xp.float64).tiny) | ~xp.isfinite(scale)
+    if not bool(odd.any()):
+        return out
+    (ma, ea), (mb, eb) = xp.frexp(a), xp.frexp(b)
+    with np.errstate(over="ignore", under="ignore"):  # what overflows now is the answer itself
+        exact = xp.ldexp(acc * ma * mb, ea + eb)
+    return xp.where(xp.broadcast_to(odd, out.shape), exact, out)
 
 
 def _packed_columns(w_packed: Any, K: int) -> int:
@@ -111,19 +127,21 @@ def forward(x: Any, w_packed: Any, beta: float, *, fn: Callable | None = None) -
     dims = Dims(R, K, N)
     spec = choose("hslm_fwd_s8", dims)  # the configuration the tile rule picks
     y = _run(spec, dims, {"x": _codes(spec, "x", dims, x, s, xp), "w": w_packed}, xp, fn)
-    return (y * (s * beta)).astype(_float_dtype(xp, x), copy=False)
+    return _rescale(y, s, beta, xp).astype(_float_dtype(xp, x), copy=False)
 
 
 def grad_input(dy: Any, w_packed: Any, beta: float, K: int, *, fn: Callable | None = None) -> Any:
     """dX = dY @ (beta * W)^T: dY float R x N, W packed for K in-features; returns R x K."""
     xp = module_of(dy, w_packed, op="grad_input")
-    R, N = float_matrix("grad_input", "dy", dy, "R x N")
+    K = whole_number("grad_input", "K", K)  # the in-features W was packed for
+    columns = tuple(getattr(w_packed, "shape", ()))[:1]
+    R, N = float_matrix("grad_input", "dy", dy, "R x N", reshape=f"(-1, {columns[0]})" if columns else None)
     beta = _check_beta("grad_input", beta)
     t = _scales("grad_input", "dy", dy, axis=1)
     dims = Dims(R, K, N)
     spec = choose("hslm_dx_s8", dims)  # the configuration the tile rule picks
     dx = _run(spec, dims, {"dy": _codes(spec, "dy", dims, dy, t, xp), "w": w_packed}, xp, fn)
-    return (dx * (t * beta)).astype(_float_dtype(xp, dy), copy=False)
+    return _rescale(dx, t, beta, xp).astype(_float_dtype(xp, dy), copy=False)
 
 
 def grad_weight(x: Any, dy: Any, *, chunk_rows: int | None = None,
@@ -140,8 +158,8 @@ def grad_weight(x: Any, dy: Any, *, chunk_rows: int | None = None,
     R, K = float_matrix("grad_weight", "x", x, "R x K")
     if getattr(dy, "ndim", 0) == 2 and dy.shape[0] != R:
         raise LaunchError(f"grad_weight: x has {R} rows but dy has {dy.shape[0]}; both are R rows of one batch")
-    N = float_matrix("grad_weight", "dy", dy, "R x N")[1]
-    chunk = spec.max_rows if chunk_rows is None else chunk_rows
+    N = float_matrix("grad_weight", "dy", dy, "R x N", reshape=f"({R}, -1)")[1]  # dY has X's rows
+    chunk = spec.max_rows if chunk_rows is None else whole_number("grad_weight", "chunk_rows", chunk_rows)
     if not 1 <= chunk <= spec.max_rows:
         raise LaunchError(
             f"grad_weight: chunk_rows={chunk_rows} must be in 1..{spec.max_rows} "
@@ -157,4 +175,4 @@ def grad_weight(x: Any, dy: Any, *, chunk_rows: int | None = None,
         inputs = {"x": _codes(config, "x", dims, x[r0:r1], u, xp),  # Xq^T, K x pitch(r1 - r0)
                   "dy": _codes(config, "dy", dims, dy[r0:r1], v, xp)}  # dYq^T, N x pitch(r1 - r0)
         total += _run(config, dims, inputs, xp, fn)
-    return (total * (v.reshape(N, 1) * u)).astype(_float_dtype(xp, x, dy), copy=False).T
+    return _rescale(total, v.reshape(N, 1), u, xp).astype(_float_dtype(xp, x, dy), copy=False).T

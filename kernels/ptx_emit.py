@@ -5,7 +5,7 @@ A kernel is written as calls on :class:`Ptx`; each helper below emits one PTX fo
 and returns the register that holds its result, so kernel code reads like dataflow:
 
     ptr = ptx.param_ptr("x")
-    row = ptx.mad("u32", ptx.ctaid("y"), 64, ptx.warp())
+    row = ptx.mad(ptx.special("%ctaid.y"), 64, ptx.special("%tid.x"))
 
 Every instruction text is produced in exactly one place (``Ptx.ins`` formats,
 the helpers choose the opcode), so a change of form is one edit. Nothing here knows
@@ -17,13 +17,16 @@ old enough for every driver and ptxas we meet).
 """
 from __future__ import annotations
 
+import struct
 from typing import Sequence
 
 PTX_VERSION = "8.0"
 PTX_TARGET = "sm_80"
 
 # register kind -> (PTX declaration type, name prefix)
-REG_KINDS = {"b32": (".b32", "%r"), "b64": (".b64", "%rd"), "pred": (".pred", "%p")}
+# (b16: a 16-bit float on its way to or from memory, f16 / bf16 bits; f32: the float forms)
+REG_KINDS = {"b32": (".b32", "%r"), "b64": (".b64", "%rd"), "pred": (".pred", "%p"), "b16": (".b16", "%rs"),
+             "f32": (".f32", "%f")}
 
 Operand = str | int
 
@@ -127,9 +130,6 @@ class Ptx:
         """``a`` rounded up to a power-of-2 ``multiple``."""
         return self.band(self.add(a, multiple - 1), ~(multiple - 1) & 0xFFFFFFFF)
 
-    def lop3(self, a: Operand, b: Operand, c: Operand, lut: int) -> str:
-        return self.fresh("b32", "lop3.b32", a, b, c, lut)
-
     def prmt(self, a: Operand, b: Operand, selector: Operand) -> str:
         return self.fresh("b32", "prmt.b32", a, b, selector)
 
@@ -206,12 +206,11 @@ class Ptx:
         else:
             self.ins("cp.async.wait_group", pending)
 
-    def ldmatrix_x4(self, address: str, offset: int = 0, trans: bool = False) -> list[str]:
+    def ldmatrix_x4(self, address: str, offset: int = 0) -> list[str]:
         """Four 8x8 b16 matrices; lanes 8q..8q+7 address matrix q's 16-byte rows (PTX ISA
-        9.7.14.5.15). Register q of lane l: row l >> 2, bytes 4(l & 3)..+3 of matrix q;
-        ``trans``: b16 element l >> 2 of rows 2(l & 3) (low half) and 2(l & 3) + 1."""
+        9.7.14.5.15). Register q of lane l: row l >> 2, bytes 4(l & 3)..+3 of matrix q."""
         dst = [self.reg("b32") for _ in range(4)]
-        self.ins(f"ldmatrix.sync.aligned.m8n8.x4{'.trans' if trans else ''}.shared.b16",
+        self.ins("ldmatrix.sync.aligned.m8n8.x4.shared.b16",
                  "{" + ", ".join(dst) + "}", addr(address, offset))
         return dst
 
@@ -250,6 +249,158 @@ class Ptx:
             "}",
             "",
         ])
+
+    # -- epilogue forms ----------------------------------------------------------------
+    def take_ticket(self, address: str, into: str, guard: str) -> None:
+        """``@guard atom.global.add.u32 into, [address], 1``: where ``guard`` holds (one
+        thread of a CTA), the arrival count before this one into ``into`` (PTX ISA 9.7.13.5)."""
+        self.ins("atom.global.add.u32", into, addr(address), 1, guard=guard)
+
+    # -- float forms (layer step kernels) ------------------------------------------------
+    # f32 values in .f32 registers, 16-bit floats in .b16; a float or int operand is an
+    # exact f32 literal. Semantics: PTX ISA 9.7.3 (f32 arithmetic), 9.7.9.21 (cvt), 9.7.9.6
+    # (shfl.sync), 9.7.13.4 (fences); kernels/ptxemu/float_ops.py is their definition.
+    @staticmethod
+    def f32_literal(value: float) -> str:
+        """``0fXXXXXXXX``: the f32 nearest ``value``, written bit-exactly."""
+        return f"0f{struct.unpack('<I', struct.pack('<f', value))[0]:08X}"
+
+    def _f32_operand(self, value: str | float) -> str:
+        return value if isinstance(value, str) else self.f32_literal(value)
+
+    def _f32_form(self, opcode: str, *srcs: str | float) -> str:
+        return self.fresh("f32", opcode, *(self._f32_operand(x) for x in srcs))
+
+    def fmov(self, value: str | float) -> str:
+        """``mov.f32`` of a register or literal into a fresh .f32 register."""
+        return self._f32_form("mov.f32", value)
+
+    def fadd(self, a: str | float, b: str | float) -> str:
+        """``add.rn.f32``: the rounding named, so ptxas never contracts it into an fma."""
+        return self._f32_form("add.rn.f32", a, b)
+
+    def fsub(self, a: str | float, b: str | float) -> str:
+        return self._f32_form("sub.rn.f32", a, b)
+
+    def fmul(self, a: str | float, b: str | float) -> str:
+        """``mul.rn.f32``, never contracted with an add after it."""
+        return self._f32_form("mul.rn.f32", a, b)
+
+    def fdiv(self, a: str | float, b: str | float) -> str:
+        """``div.rn.f32``: IEEE division, correctly rounded."""
+        return self._f32_form("div.rn.f32", a, b)
+
+    def frcp(self, a: str | float) -> str:
+        """``rcp.rn.f32``: 1 / a, correctly rounded."""
+        return self._f32_form("rcp.rn.f32", a)
+
+    def fabs(self, a: str) -> str:
+        return self._f32_form("abs.f32", a)
+
+    def fneg(self, a: str) -> str:
+        return self._f32_form("neg.f32", a)
+
+    def fmin(self, a: str | float, b: str | float) -> str:
+        """``min.f32``: a NaN operand gives the other one."""
+        return self._f32_form("min.f32", a, b)
+
+    def fmax(self, a: str | float, b: str | float) -> str:
+        """``max.f32``: a NaN operand gives the other one."""
+        return self._f32_form("max.f32", a, b)
+
+    def fmin_nan(self, a: str | float, b: str | float) -> str:
+        """``min.NaN.f32``: any NaN operand gives NaN."""
+        return self._f32_form("min.NaN.f32", a, b)
+
+    def fmax_nan(self, a: str | float, b: str | float) -> str:
+        """``max.NaN.f32``: any NaN operand gives NaN (absmax that propagates NaN)."""
+        return self._f32_form("max.NaN.f32", a, b)
+
+    def setp_f32(self, cmp: str, a: str | float, b: str | float) -> str:
+        """``setp.<cmp>.f32``: eq..ge false on NaN, equ..geu true on NaN, num, nan."""
+        return self.fresh("pred", f"setp.{cmp}.f32", self._f32_operand(a), self._f32_operand(b))
+
+    def selp_f32(self, a: str | float, b: str | float, pred: str) -> str:
+        """``selp.f32``: a where ``pred``, else b."""
+        return self.fresh("f32", "selp.f32", self._f32_operand(a), self._f32_operand(b), pred)
+
+    def testp(self, test: str, a: str) -> str:
+        """``testp.<test>.f32`` (finite, infinite, number, notanumber, normal, subnormal)."""
+        return self.fresh("pred", f"testp.{test}.f32", a)
+
+    def bits_as_f32(self, a: str) -> str:
+        """``mov.b32`` of a b32 register's bits into a fresh .f32 register."""
+        return self.fresh("f32", "mov.b32", a)
+
+    def f32_bits(self, a: str) -> str:
+        """``mov.b32`` of an .f32 register's bits into a fresh b32 register."""
+        return self.fresh("b32", "mov.b32", a)
+
+    def cvt(self, dst_type: str, src_type: str, value: str, rnd: str | None = None,
+            sat: bool = False) -> str:
+        """``cvt{.rnd}{.sat}.<dst_type>.<src_type>`` into a fresh register of the result's
+        kind: f32 -> .f32, f16/bf16 -> .b16, 8/16/32-bit integers -> b32 (sign- or
+        zero-extended). rnd: rn for f32 -> f16/bf16 and int -> f32; rni/rzi/rmi/rpi for
+        f32 -> int (clamped, NaN -> 0); none for f16/bf16 -> f32."""
+        kind = {"f32": "f32", "f16": "b16", "bf16": "b16"}.get(dst_type, "b32")
+        modifiers = (f".{rnd}" if rnd else "") + (".sat" if sat else "")
+        return self.fresh(kind, f"cvt{modifiers}.{dst_type}.{src_type}", value)
+
+    def shfl(self, mode: str, value: str, lane_or_delta: Operand, clamp: Operand,
+             membermask: int = 0xFFFFFFFF) -> str:
+        """``shfl.sync.<mode>.b32`` (up, down, bfly, idx); every lane of ``membermask``
+        must execute it. clamp: 0x1f for down/bfly/idx over a whole warp, 0 for up."""
+        kind = "f32" if value.startswith(REG_KINDS["f32"][1]) else "b32"
+        return self.fresh(kind, f"shfl.sync.{mode}.b32", value, lane_or_delta, clamp, membermask)
+
+    def fence(self, sem: str = "acq_rel", scope: str = "gpu") -> None:
+        """``fence.<sem>.<scope>`` (sem: acq_rel or sc)."""
+        self.ins(f"fence.{sem}.{scope}")
+
+    def membar(self, level: str = "gl") -> None:
+        """``membar.<level>`` (cta, gl, sys)."""
+        self.ins(f"membar.{level}")
+
+    def atom_add(self, address: str, value: Operand, offset: int = 0) -> str:
+        """``atom.global.add.u32``: the old word into a fresh b32 (an arrival ticket)."""
+        return self.fresh("b32", "atom.global.add.u32", addr(address, offset), value)
+
+    def atom_exch(self, address: str, value: Operand, offset: int = 0) -> str:
+        """``atom.global.exch.b32``: store ``value``, the old word into a fresh b32."""
+        return self.fresh("b32", "atom.global.exch.b32", addr(address, offset), value)
+
+    def load_acquire(self, address: str, offset: int = 0) -> str:
+        """``ld.acquire.gpu.global.b32``: later accesses see what the releasing writer saw."""
+        return self.fresh("b32", "ld.acquire.gpu.global.b32", addr(address, offset))
+
+    def load_f32(self, space: str, address: str, offset: int = 0, guard: str | None = None) -> str:
+        """``ld.<space>.f32`` into a fresh .f32 register."""
+        return self.fresh("f32", f"ld.{space}.f32", addr(address, offset), guard=guard)
+
+    def load_f32_vector(self, space: str, address: str, count: int, offset: int = 0) -> list[str]:
+        """``ld.<space>.v<count>.f32`` into fresh .f32 registers (element 0 lowest)."""
+        dsts = [self.reg("f32") for _ in range(count)]
+        self.ins(f"ld.{space}.v{count}.f32", "{" + ", ".join(dsts) + "}", addr(address, offset))
+        return dsts
+
+    def load_b16(self, space: str, address: str, offset: int = 0, guard: str | None = None) -> str:
+        """``ld.<space>.b16`` into a fresh .b16 register (an f16 or bf16 value)."""
+        return self.fresh("b16", f"ld.{space}.b16", addr(address, offset), guard=guard)
+
+    # -- step kernel forms (weight preparation, quantization) ---------------------------------
+    def load_vector_into(self, space: str, ty: str, address: str, dsts: Sequence[str],
+                         guard: str | None = None, offset: int = 0) -> list[str]:
+        """``[@guard] ld.<space>.v<n>.<ty>`` into ``dsts``, which keep their values where
+        ``guard`` is off (zero them first for a predicated tail)."""
+        self.ins(f"ld.{space}.v{len(dsts)}.{ty}", "{" + ", ".join(dsts) + "}", addr(address, offset), guard=guard)
+        return list(dsts)
+
+    def unpack_halves(self, word: str) -> tuple[str, str]:
+        """``mov.b32 {lo, hi}, word``: a b32 register's two 16-bit halves into fresh .b16
+        registers (low half: the element at the lower address)."""
+        low, high = self.reg("b16"), self.reg("b16")
+        self.ins("mov.b32", "{" + f"{low}, {high}" + "}", word)
+        return low, high
 
 
 def addr(base: str, offset: int = 0) -> str:

@@ -13,7 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 QMAX = 127
+F64_MAX = float(np.finfo(np.float64).max)
 
 
 def scale_of(x: Any, axis: int) -> Any:
@@ -50,6 +53,8 @@ def codes_into(x: Any, scale: Any, out: Any) -> None:
     assignment's float -> int8 cast is exact."""
     if tuple(out.shape) != tuple(x.shape) or str(out.dtype) != "int8":
         raise ValueError(f"codes_into: out is {out.dtype}{tuple(out.shape)}, expected int8{tuple(x.shape)} (x's shape)")
+    if not getattr(getattr(out, "flags", None), "writeable", True):
+        raise ValueError("codes_into: out is read-only; pass a writeable int8 array (kernels.pitch.kernel_buffer)")
     out[...] = _rounded(x, scale)
 
 
@@ -72,10 +77,32 @@ def quantize_cols(x: Any) -> tuple[Any, Any]:
 def ternarize(w: Any) -> tuple[Any, float]:
     """Float weights -> ({-1, 0, +1} int8, beta) with beta = mean|w| (absmean, as BitNet b1.58).
 
-    An all-zero matrix gets beta = 1 so that beta * t reproduces it.
+    An all-zero matrix gets beta = 1 so that beta * t reproduces it. A list is taken as a
+    numpy array. An empty matrix, one that is not real numbers, or one holding NaN or inf
+    has no such scale and is refused (ValueError naming the first bad element): its codes
+    would be all zero and beta NaN. Where the plain mean overflows (weights near 1e308) it
+    is taken over |w| / max|w|, then scaled back.
     """
+    if not hasattr(w, "dtype"):
+        try:
+            w = np.asarray(w)
+        except ValueError:  # a ragged list
+            raise ValueError("ternarize: w is a ragged list (rows of different lengths); pass a K x N array") from None
+    if w.dtype.kind not in "biuf":
+        raise ValueError(f"ternarize: w is {w.dtype}; expected real (float or integer) weights")
+    if w.size == 0:
+        raise ValueError(f"ternarize: w has shape {tuple(w.shape)}, no weights to take a scale of")
     w = w.astype("float64", copy=False)
-    beta = float(abs(w).mean())
+    finite = abs(w) <= F64_MAX  # False for NaN and for +-inf; array methods only (numpy or CuPy)
+    if not bool(finite.all()):
+        where = tuple(int(axis[0]) for axis in (~finite).nonzero())
+        raise ValueError(f"ternarize: w has a non-finite value ({w[where].item()}) at {where}; "
+                         "find where it came from (a diverging loss, a too-large learning rate)")
+    with np.errstate(over="ignore"):
+        beta = float(abs(w).mean())
+    if not np.isfinite(beta):  # the sum overflowed: the mean of |w| / max|w| cannot
+        top = float(abs(w).max())
+        beta = float((abs(w) / top).mean()) * top
     if beta == 0.0:
         return w.astype("int8"), 1.0
     return (w / beta).round().clip(-1, 1).astype("int8"), beta

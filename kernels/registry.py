@@ -9,10 +9,13 @@ as a library's heuristics would.
 """
 from __future__ import annotations
 
-from kernels import hslm_dw_s8, hslm_dx_s8, hslm_fwd_s8
+from kernels import (hslm_dw_rescaled, hslm_dw_s8, hslm_dx_rescaled, hslm_dx_s8, hslm_fwd_rescaled, hslm_fwd_s8,
+                     hslm_quant, hslm_wprep)
 from kernels.spec import Dims, KernelSpec
 
-KERNELS: dict[str, KernelSpec] = {s.name: s for m in (hslm_fwd_s8, hslm_dx_s8, hslm_dw_s8) for s in m.SPECS}
+KERNELS: dict[str, KernelSpec] = {s.name: s for m in (hslm_fwd_s8, hslm_dx_s8, hslm_dw_s8, hslm_fwd_rescaled,
+                                                      hslm_dx_rescaled, hslm_dw_rescaled, hslm_wprep, hslm_quant)
+                                  for s in m.SPECS}
 FAMILIES: dict[str, tuple[KernelSpec, ...]] = {}
 for _spec in KERNELS.values():
     FAMILIES[_spec.family_name] = FAMILIES.get(_spec.family_name, ()) + (_spec,)

@@ -13,6 +13,7 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
+from kernels.floats import FLOAT_DTYPES, storage_dtype
 from kernels.ternary import unpack
 
 
@@ -36,13 +37,23 @@ class BufferSpec(NamedTuple):
     """One kernel parameter: a global buffer (dtype + shape) or a u32 scalar (dtype only)."""
 
     name: str
-    dtype: str  # numpy dtype name: "int8", "uint32", "int32"
+    dtype: str  # "int8", "uint32", "int32", or a float type: "float32", "float16", "bfloat16"
     shape: Callable[[Dims], tuple[int, ...]] | None  # None: a scalar taken from Dims
     value: Callable[[Dims], int] | None = None  # a scalar derived from Dims (a row pitch)
     # a buffer callers may hand over in another layout (rows at their logical width, or
     # not transposed): that shape, and how launch turns it into ``shape`` (one copy)
     logical: Callable[[Dims], tuple[int, ...]] | None = None
     prepare: Callable[[Any, tuple[int, ...]], Any] | None = None
+
+    @property
+    def storage(self) -> str:
+        """The numpy dtype name the buffer is held in: ``dtype``, but uint16 bit patterns for
+        bfloat16, which numpy lacks (kernels.floats)."""
+        return storage_dtype(self.dtype).name
+
+    @property
+    def is_float(self) -> bool:
+        return self.dtype in FLOAT_DTYPES
 
 
 class Operand(NamedTuple):
@@ -65,8 +76,13 @@ class GemmForm(NamedTuple):
 class KernelSpec:
     """Everything the pipeline needs to emit, launch and check one kernel.
 
-    ``params`` is the PTX parameter order. The first buffer is the output, the
-    other buffers are inputs (named as in ``make_inputs``), scalars are R, K, N.
+    ``params`` is the PTX parameter order. ``outputs`` names the buffers the kernel
+    writes (empty: the first buffer alone, as for the int32 GEMMs); the other buffers are
+    inputs (named as in ``make_inputs``); scalars are Dims fields or derived from them.
+    ``reference`` returns the one output's array, or a dict of every output by name
+    (:meth:`expected` gives the dict either way). ``gemm_form`` is None for a kernel
+    that is not an int8 GEMM (a quantizer, the weight preparation): bench, the model and
+    the SASS-per-IMMA figures leave such a kernel out.
     The kernel's source is its module and what that imports from kernels/
     (pipeline.sources walks the imports), so nothing here lists files by hand.
     """
@@ -76,8 +92,8 @@ class KernelSpec:
     geometry: Callable[[Dims], Launch]
     params: tuple[BufferSpec, ...]
     make_inputs: Callable[[Dims, np.random.Generator], dict[str, np.ndarray]]
-    reference: Callable[[Dims, dict[str, np.ndarray]], np.ndarray]
-    gemm_form: GemmForm
+    reference: Callable[[Dims, dict[str, np.ndarray]], np.ndarray | dict[str, np.ndarray]]
+    gemm_form: GemmForm | None = None
     max_rows: int | None = None  # R bound the kernel is exact for (dW: int32 overflow)
     stages: int = 1  # chunks in its copy ring (stages - 1 in flight ahead); 1: nothing prefetched
     # A family is one product (forward, dX, dW) built in several configurations (CTA
@@ -86,10 +102,40 @@ class KernelSpec:
     family: str = ""  # "" : the kernel is a family of one, named ``name``
     tile: str = ""  # the configuration's CTA tile, "128x128"
     cost: Callable[[Dims], tuple[int, ...]] | None = None
+    outputs: tuple[str, ...] = ()  # the params the kernel writes, by name; (): params[0] only
+    # elements one trip of the kernel's main loop handles per warp, for a non-GEMM kernel's
+    # SASS figure (instructions per element, pipeline.sass); 0: not counted per element
+    trip_elements: int = 0
+
+    @property
+    def output_params(self) -> tuple[BufferSpec, ...]:
+        """The buffers the kernel writes, in parameter order."""
+        if not self.outputs:
+            return (self.params[0],)
+        named = tuple(p for p in self.params if p.name in self.outputs)
+        if len(named) != len(self.outputs):
+            known = ", ".join(p.name for p in self.params)
+            raise ValueError(f"{self.name}: outputs {self.outputs} are not all parameters ({known})")
+        return named
 
     @property
     def output(self) -> BufferSpec:
-        return self.params[0]
+        """The first output (the int32 GEMMs' only one)."""
+        return self.output_params[0]
+
+    @property
+    def is_gemm(self) -> bool:
+        return self.gemm_form is not None
+
+    def expected(self, dims: Dims, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The reference's value of every output, by name."""
+        want = self.reference(dims, inputs)
+        if not isinstance(want, dict):
+            return {self.output.name: want}
+        names = [p.name for p in self.output_params]
+        if sorted(want) != sorted(names):
+            raise ValueError(f"{self.name}: the reference returned {sorted(want)}, expected the outputs {names}")
+        return want
 
     @property
     def family_name(self) -> str:
@@ -103,6 +149,8 @@ class KernelSpec:
 
     def gemm_operands(self, inputs: dict[str, np.ndarray], dims: Dims) -> tuple[np.ndarray, np.ndarray]:
         """Contiguous int8 (A, Bt) of :attr:`gemm_form`, with the output == A @ Bt.T."""
+        if self.gemm_form is None:
+            raise ValueError(f"{self.name} is not an int8 GEMM: it has no GEMM form")
         def operand(op: Operand) -> np.ndarray:
             value = inputs[op.name]
             matrix = unpack(value, dims.K) if value.dtype == np.uint32 else value

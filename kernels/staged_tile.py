@@ -33,13 +33,16 @@ The loop is uniform: every thread runs ceil(K / 64) chunks, only the copy sizes 
 After it the output (``Epilogue``): with one split each lane stores four consecutive
 columns of a row straight from its accumulators (B's column order makes them consecutive),
 16 bytes with one st.global.v4; with split-K the A ring is reused to stage the sums so
-that each red.global request is 32 consecutive words.
+that each red.global request is 32 consecutive words. A rescaled output (``Rescale``: the
+caller's float type, rescaled from the int32 sums) is staged the same way and written a
+row of 32 consecutive elements a request; split, it reduces in int32 first.
 """
 from __future__ import annotations
 
 import math
 from typing import Any, Callable, NamedTuple
 
+from kernels import cost
 from kernels.pitch import (output_pitch, pitch as row_pitch_of, pitch_param, pitched_output, pitched_rows,
                            planes_param)
 from kernels.planes import Planes
@@ -55,12 +58,14 @@ PIECE = 16  # bytes per cp.async and per ldmatrix row
 PIECES = CHUNK_K // PIECE
 STAGE_BYTES = TILE_N * CHUNK_K  # stride of a ring stage: room for the widest operand (TILE_N rows)
 SHARED_ALIGN = 128  # swizzled addresses flip bit 5 with xor: the base keeps bits 0-6 clear
-TARGET_CTAS = 132  # split-K fills at most one CTA per SM of a 132-SM GPU (H100/H200)
 MIN_SPLIT_CHUNKS = 2  # a split runs at least this many chunks (its copy-ahead prologue amortised)
-# The tile rule's rates, for the same 132-SM GPU (H100/H200 SXM, 1.83 GHz tensor clock):
-MACS_PER_SM_CLOCK = 2867  # int8 dense 1978.9 TOPS x 0.70 reached by mma.sync / (132 SMs x 1.83 GHz x 2)
-L2_BYTES_PER_CLOCK = 6557  # about 12 TB/s of L2 bandwidth / 1.83 GHz
-SCHEDULERS = 4  # warp schedulers per SM, one instruction a clock each
+# The tile rule's rates, from the cost model's device facts (kernels/devices.json) for the
+# GPU it scores for (kernels.cost.RULE_DEVICE: H200 SXM, 132 SMs, 1.83 GHz tensor clock)
+RATES = cost.rule_rates(cost.device(cost.RULE_DEVICE))
+TARGET_CTAS = RATES.target_ctas  # split-K fills at most one CTA per SM
+MACS_PER_SM_CLOCK = RATES.macs_per_sm_clock  # int8 dense peak x the fraction mma.sync reaches, per SM clock
+L2_BYTES_PER_CLOCK = RATES.l2_bytes_per_clock
+SCHEDULERS = RATES.schedulers  # warp schedulers per SM, one instruction a clock each
 
 
 class Tile(NamedTuple):
@@ -125,22 +130,27 @@ def output_tiles(rows: int, cols: int, tile: Tile) -> tuple[int, int]:
     return -(-cols // TILE_N), -(-rows // tile.m)
 
 
-def split_k(rows: int, cols: int, contraction: int, tile: Tile) -> Plan:
+def split_k(rows: int, cols: int, contraction: int, tile: Tile, split: bool = True) -> Plan:
     """The one split-K rule: split the contraction into as many parts as keep the
     launch within TARGET_CTAS CTAs (one per SM), keeping at least MIN_SPLIT_CHUNKS
     chunks per split. A split beyond one CTA per SM shortens no SM's chunk loop (two
     CTAs on one SM share its issue and L1) but adds a red.global epilogue, so it stops
     there. Splits add their partial sums into a zeroed output with red.global.add.s32
-    (exact: int32 addition wraps, so any order gives the same, in-range, total)."""
+    (exact: int32 addition wraps, so any order gives the same, in-range, total).
+    ``split=False``: one CTA walks the whole contraction (the rescaled outputs, which
+    must see a tile's whole int32 sum before they round it: :class:`Rescale`)."""
     tiles = math.prod(output_tiles(rows, cols, tile))
     chunks = -(-contraction // CHUNK_K)
+    if not split:
+        return Plan(splits=1, span=chunks * CHUNK_K)
     wanted = min(TARGET_CTAS // tiles, chunks // MIN_SPLIT_CHUNKS)
     per_split = -(-chunks // max(1, wanted))
     return Plan(splits=-(-chunks // per_split), span=per_split * CHUNK_K)
 
 
 def rule_cost(rows: int, cols: int, contraction: int, tile: Tile, b_bits: int,
-              loop_instructions: int, operand_lines: int = 0, b_shared: bool = True) -> tuple[int, int]:
+              loop_instructions: int, operand_lines: int = 0, b_shared: bool = True,
+              rescaled_bytes: int = 0, rescaled_split: bool = False, plan: Plan | None = None) -> tuple[int, int]:
     """The one tile rule's score of ``tile`` on a rows x cols output over ``contraction``
     (lower is better; ``kernels.registry.choose`` takes the lowest): clocks of the
     largest of four costs, then, on a tie, the bytes moved.
@@ -159,19 +169,28 @@ def rule_cost(rows: int, cols: int, contraction: int, tile: Tile, b_bits: int,
 
     A short batch (R = 27) wastes most of a 128-row tile, so the small tile wins there; a
     large problem fills every SM with either, and the small tile's extra issue and
-    bytes per multiply-add lose."""
-    plan = split_k(rows, cols, contraction, tile)
+    bytes per multiply-add lose.
+
+    ``rescaled_bytes`` (4 or 2): the output is the rescaled float tile of that many bytes
+    an element (:class:`Rescale`): no split unless ``rescaled_split``, and the tile's L1
+    and L2 costs are the float rows' (:func:`rescaled_wavefronts`); split, every CTA adds
+    its int32 tile as the int32 split-K does, and one CTA a tile reads the sums back,
+    clears them and writes the floats (counted on every CTA: the busiest SM has one).
+    ``plan``: score this plan instead of :func:`split_k`'s (:func:`rescaled_plan`)."""
+    plan = plan or split_k(rows, cols, contraction, tile, split=rescaled_split or not rescaled_bytes)
     ctas = math.prod(output_tiles(rows, cols, tile)) * plan.splits
     per_sm = -(-ctas // TARGET_CTAS)
     tensor = per_sm * tile.m * TILE_N * plan.span // MACS_PER_SM_CLOCK
     issue = per_sm * tile.warps * loop_instructions * (plan.span // CHUNK_K) // SCHEDULERS
     chunks = plan.span // CHUNK_K
-    shared = per_sm * (l1_wavefronts(tile, chunks, plan.splits, b_shared) + chunks * operand_lines)
-    moved = ctas * ((tile.m + TILE_N * b_bits // 8) * plan.span + 4 * tile.m * TILE_N)
+    shared = per_sm * (l1_wavefronts(tile, chunks, plan.splits, b_shared, rescaled_bytes) + chunks * operand_lines)
+    moved = ctas * ((tile.m + TILE_N * b_bits // 8) * plan.span + (rescaled_bytes or 4) * tile.m * TILE_N)
+    if rescaled_bytes and plan.splits > 1:  # the int32 adds, then the last CTA's read, clear and float write
+        moved += ctas * 4 * tile.m * TILE_N + (ctas // plan.splits) * 8 * tile.m * TILE_N
     return max(tensor, issue, shared, moved // L2_BYTES_PER_CLOCK), moved
 
 
-def l1_wavefronts(tile: Tile, chunks: int, splits: int, b_shared: bool = True) -> int:
+def l1_wavefronts(tile: Tile, chunks: int, splits: int, b_shared: bool = True, rescaled_bytes: int = 0) -> int:
     """128-byte L1 wavefronts one CTA of ``tile`` spends in shared memory and on its
     output (the layout is free of bank conflicts, so bytes / 128): per chunk, both
     operands stored once and read by ldmatrix once per warp that needs them (A by each
@@ -179,11 +198,24 @@ def l1_wavefronts(tile: Tile, chunks: int, splits: int, b_shared: bool = True) -
     without ``b_shared``: forward decodes W into registers); then the int32
     tile: with one split stored from the accumulators, 8 rows x 64 bytes a request (a
     wavefront per 128-byte line, so bytes / 64); with several written to shared, read
-    back and added to global (three passes of bytes / 128)."""
+    back and added to global (three passes of bytes / 128); a rescaled float tile
+    (``rescaled_bytes`` an element): :func:`rescaled_wavefronts`."""
     b_rows = TILE_N if b_shared else 0
     stored = (tile.m + b_rows) * CHUNK_K
     read = tile.m * CHUNK_K * WARPS_N + b_rows * CHUNK_K * tile.warps_m
-    return int(chunks * (stored + read) // 128 + output_wavefronts(4 * tile.m * TILE_N, splits))
+    out = output_wavefronts(4 * tile.m * TILE_N, splits)
+    if rescaled_bytes:
+        out = rescaled_wavefronts(tile) + (out if splits > 1 else 0)
+    return int(chunks * (stored + read) // 128 + out)
+
+
+def rescaled_wavefronts(tile: Tile) -> int:
+    """L1 wavefronts of a rescaled tile (``Epilogue`` with :class:`RescaledRows`): the int32
+    sums written to shared and read back (two passes of 4 bytes an element / 128), then
+    one store request per 32 consecutive elements of a row, at most 2 lines each (a row
+    of the contiguous output starts anywhere in a line), for f32 and 16-bit alike."""
+    elements = tile.m * TILE_N
+    return 2 * 4 * elements // 128 + 2 * elements // 32
 
 
 def output_wavefronts(output_bytes: float, splits: int) -> float:
@@ -212,14 +244,15 @@ def fragment_w_lines(tile: Tile) -> int:
 
 
 def ternary_specs(family: str, tiles: tuple[Tile, ...], out: str, rows: str, row_pitch: str,
-                  contraction: str, cols: str, order: Planes, loop_instructions: dict[str, int],
-                  **fields: Any) -> tuple[KernelSpec, ...]:
+                  contraction: str, cols: str, order: Planes, loop_family: str | None = None,
+                  rescale: "Rescale | None" = None, **fields: Any) -> tuple[KernelSpec, ...]:
     """Each tile's KernelSpec of a product of int8 rows with ternary W (forward and dX):
     D = ``out`` (R x ``cols``), A = ``rows`` (R x ``contraction``, ``row_pitch`` bytes a
     row) staged, B = W in planes of ``order`` decoded into fragments
     (:class:`FragmentTernary`). The tile rule counts A's ``tile.m`` rows of 64 bytes a
-    chunk and every warp's W loads, and no B in shared memory. ``fields``: make_inputs,
-    reference, gemm_form."""
+    chunk and every warp's W loads, and no B in shared memory. ``rescale``: D is written
+    rescaled (:class:`Rescale`), contiguous. ``fields``: make_inputs, reference,
+    gemm_form."""
     def operands(ptx: Ptx, at: Coords, p: dict[str, str]) -> tuple[StagedRows, Source]:
         return (StagedRows(ptx, at, p[rows], p[row_pitch], rows=p["R"], k_limit=p[contraction]),
                 FragmentTernary(ptx, at, p["w"], cols=p[cols]))
@@ -230,12 +263,13 @@ def ternary_specs(family: str, tiles: tuple[Tile, ...], out: str, rows: str, row
     def width(name: str) -> Callable[[Dims], int]:
         return lambda d: getattr(d, name)
 
+    output = (pitched_output(out, width("R"), width(cols)) if rescale is None
+              else rescaled_output(out, rescale, width("R"), width(cols)))
     return tuple(staged_spec(
         family, tile, gemm=("R", cols, contraction),
-        buffers=(pitched_output(out, width("R"), width(cols)), pitched_rows(rows, width("R"), width(contraction)),
-                 planes_param("w", order)),
+        buffers=(output, pitched_rows(rows, width("R"), width(contraction)), planes_param("w", order)),
         pitch=pitch_param(row_pitch, width(contraction)), operands=operands, b_bits=2,
-        loop_instructions=loop_instructions, operand_lines=operand_lines, b_shared=False, **fields,
+        loop_family=loop_family, operand_lines=operand_lines, b_shared=False, rescale=rescale, **fields,
     ) for tile in tiles)
 
 
@@ -247,8 +281,8 @@ def entry_name(family: str, tile: Tile) -> str:
 
 def staged_spec(family: str, tile: Tile, gemm: tuple[str, str, str], buffers: tuple[BufferSpec, ...],
                 pitch: BufferSpec, operands: Callable[[Ptx, Coords, dict[str, str]], tuple["StagedRows", "Source"]],
-                b_bits: int, loop_instructions: dict[str, int], operand_lines: Callable[[Dims, Tile], int],
-                b_shared: bool = True, **fields: Any) -> KernelSpec:
+                b_bits: int, operand_lines: Callable[[Dims, Tile], int], loop_family: str | None = None,
+                b_shared: bool = True, rescale: "Rescale | None" = None, **fields: Any) -> KernelSpec:
     """``family`` on ``tile`` as a KernelSpec: what every staged kernel shares, so a kernel
     module says only what differs.
 
@@ -256,37 +290,60 @@ def staged_spec(family: str, tile: Tile, gemm: tuple[str, str, str], buffers: tu
     ("R", "N", "K" for forward); ``buffers`` are the output and the inputs, followed by the
     u32 sizes R, K, N, ``pitch`` and the split's ``kspan``; ``operands(ptx, at, p)`` builds
     the A and B sources from the loaded parameters ``p``; the output's row pitch ``ldo``
-    (``kernels.pitch.output_pitch`` words) follows ``pitch``; ``b_bits``,
-    ``loop_instructions[tile.label]`` and ``operand_lines(dims, tile)`` (the global lines
-    a chunk's copies and loads touch) and ``b_shared`` (B passes through shared memory)
-    feed the tile rule (:func:`rule_cost`); ``fields``
-    are the rest of the KernelSpec (make_inputs, reference, gemm_form, max_rows)."""
+    (``kernels.pitch.output_pitch`` words) follows ``pitch``; ``b_bits``, the loop's
+    instructions per chunk (counted from ptxas's SASS into ledger/loop_counts.json, read
+    by ``kernels.cost.loop_counts``: this tile's entry of ``loop_family``, the int32
+    family whose main loop the kernel shares, its own by default), ``operand_lines(dims,
+    tile)`` (the global lines a chunk's copies and loads touch) and ``b_shared`` (B passes
+    through shared memory) feed the tile rule (:func:`rule_cost`); ``fields``
+    are the rest of the KernelSpec (make_inputs, reference, gemm_form, max_rows).
+
+    With ``rescale`` the output is the rescaled float tile (:class:`Rescale`): its
+    buffers follow ``buffers``, its scalars follow ``pitch`` (the output's rows are D's
+    columns apart). Without partials there is no ``ldo`` and no ``kspan`` (no split: one
+    CTA per tile walks the whole contraction); with them ``ldo`` (the partials' row
+    pitch) and ``kspan`` come last, and the plan is the cheaper by the rule of split_k's
+    and one split."""
     name = entry_name(family, tile)
     rows, cols, contraction = gemm
 
     def extents(d: Dims) -> tuple[int, int, int]:
         return getattr(d, rows), getattr(d, cols), getattr(d, contraction)
 
-    def plan(d: Dims) -> Plan:
-        return split_k(*extents(d), tile=tile)
+    def rule(d: Dims, plan: Plan | None = None) -> tuple[int, int]:
+        loop = cost.loop_counts(entry_name(loop_family or family, tile)).fast.instructions
+        return rule_cost(*extents(d), tile, b_bits=b_bits, loop_instructions=loop,
+                         operand_lines=operand_lines(d, tile), b_shared=b_shared,
+                         rescaled_bytes=rescale.element_bytes if rescale else 0,
+                         rescaled_split=bool(rescale and rescale.splits), plan=plan)
 
-    params = (*buffers, *(BufferSpec(n, "uint32", None) for n in ("R", "K", "N")), pitch,
-              BufferSpec("ldo", "uint32", None, value=lambda d: output_pitch(getattr(d, cols))),  # output words a row
-              BufferSpec("kspan", "uint32", None, value=lambda d: plan(d).span))  # k bytes per split
+    def plan(d: Dims) -> Plan:
+        if rescale is not None and rescale.splits:  # split only where the rule says it pays
+            return min((split_k(*extents(d), tile=tile), split_k(*extents(d), tile=tile, split=False)),
+                       key=lambda candidate: rule(d, candidate))
+        return split_k(*extents(d), tile=tile, split=rescale is None)
+
+    sizes = tuple(BufferSpec(n, "uint32", None) for n in ("R", "K", "N"))
+    split_params = (BufferSpec("ldo", "uint32", None, value=lambda d: output_pitch(getattr(d, cols))),  # int32 words a row
+                    BufferSpec("kspan", "uint32", None, value=lambda d: plan(d).span))  # k bytes per split
+    if rescale is None:
+        params = (*buffers, *sizes, pitch, *split_params)
+    else:
+        params = (*buffers, *rescale.buffers, *sizes, pitch, *rescale.scalars, *(split_params if rescale.splits else ()))
 
     def emit() -> str:
         ptx, p = begin(name, params, tile)
-        at = Coords(ptx, p["kspan"], tile)
+        at = Coords(ptx, p["kspan"] if "kspan" in p else p[contraction], tile)
         a, b = operands(ptx, at, p)
         emit_staged(ptx, at, a, b, k_limit=p[contraction], out=p[buffers[0].name], rows=p[rows], cols=p[cols],
-                    out_pitch=p["ldo"])
+                    out_pitch=p["ldo"] if rescale is None else p[cols],
+                    rescale=None if rescale is None else (rescale, p))
         return ptx.render()
 
     return KernelSpec(
         name=name, emit=emit, params=params, stages=tile.stages, family=family, tile=tile.label,
         geometry=lambda d: geometry(rows=getattr(d, rows), cols=getattr(d, cols), plan=plan(d), tile=tile),
-        cost=lambda d: rule_cost(*extents(d), tile, b_bits=b_bits, loop_instructions=loop_instructions[tile.label],
-                                 operand_lines=operand_lines(d, tile), b_shared=b_shared),
+        cost=lambda d: rule(d, plan(d)),
         **fields)
 
 
@@ -517,13 +574,18 @@ def ring_step(ptx: Ptx, offset: str, stages: int, steps: int, into: str | None =
 
 
 def emit_staged(ptx: Ptx, at: Coords, a: StagedRows, b: Source, k_limit: str, out: str,
-                rows: str, cols: str, out_pitch: str) -> None:
+                rows: str, cols: str, out_pitch: str,
+                rescale: "tuple[Rescale, dict[str, str]] | None" = None) -> None:
     """The staged chunk loop over this CTA's split of k and the int32 output (rows
     ``out_pitch`` words apart, ``Epilogue``): stored straight from the accumulators, 16
     bytes a lane, when the launch has one split; staged through the A ring and added with
     red.global.add.s32 (into a zeroed output) when it has several. Rows past ``rows`` are
     neither; columns past ``cols`` are only stored, into the pitch's padding, when they
-    share a lane's 16 bytes with one inside."""
+    share a lane's 16 bytes with one inside. With ``rescale`` (the :class:`Rescale` and
+    the loaded parameters) the output is floats, ``out_pitch`` elements a row: with one
+    split the sums are staged the same way, then rescaled and stored
+    (:class:`RescaledRows`); with several they go through the partials
+    (:func:`emit_split_rescale`)."""
     stages = at.tile.stages
     acc = [[[ptx.mov(0) for _ in range(4)] for _ in range(N_TILES)] for _ in range(at.tile.m_tiles)]
     sources = (a, b)
@@ -560,6 +622,20 @@ def emit_staged(ptx: Ptx, at: Coords, a: StagedRows, b: Source, k_limit: str, ou
     ptx.cp_async_wait(None)  # no copy outlives the CTA or lands in the ring the output reuses
 
     out = Epilogue(ptx, at, acc, a.ring, b, out, rows, cols, out_pitch, stages * STAGE_BYTES)
+    if rescale is not None:
+        ptx.barrier()  # every warp's last fragments are read: the A ring is free to stage the sums
+        spec, p = rescale
+        if spec.splits:
+            ptx.branch("rescale_alone", guard=ptx.setp("eq", ptx.special("%nctaid.z"), 1, "u32"))
+            partial = Epilogue(ptx, at, acc, a.ring, b, p[spec.partials], rows, cols, p["ldo"], stages * STAGE_BYTES)
+            emit_split_rescale(ptx, at, out, partial, spec, p)
+            ptx.branch("rescale_done")
+            ptx.label("rescale_alone")
+        writer = RescaledRows(out, spec, p)
+        out.emit(writer.write_row, "rescale", prepare=writer.prepare)
+        if spec.splits:
+            ptx.label("rescale_done")
+        return
     ptx.branch("add_out", guard=ptx.setp("gt", ptx.special("%nctaid.z"), 1, "u32"))
     out.store_fragments()
     ptx.branch("out_done")
@@ -676,13 +752,37 @@ class Epilogue:
             value = ptx.load("shared", "b32", self.read_at, self.tile.warps * j * self.row_bytes + 128 * c)
             ptx.red_add(ptr, value, 128 * c, guard=ptx.setp("gt", self.cols_left, 32 * c))
 
-    def emit(self, write_row, path: str) -> None:
+    def each_row(self, write_row, path: str, prepare: Callable[[], None] | None = None) -> None:
+        """The rows :meth:`emit` gives ``write_row``, in the same order and to the same warps,
+        with nothing staged: for a writer that reads the sums from global memory."""
+        self.staging()
+        if prepare is not None:
+            prepare()
+        for mi in range(self.tile.m_tiles):
+            self.pass_rows(mi, write_row, path)
+
+    def pass_rows(self, mi: int, write_row, path: str) -> None:
+        """Give ``write_row(row, j)`` each row this warp reads back in pass ``mi``, skipping
+        (a branch the whole warp takes) a row past the last."""
+        ptx = self.ptx
+        for j in range(self.read_rows):
+            skip = f"{path}_written_{mi}_{j}"
+            step = 16 * mi + self.tile_row(j)
+            row = ptx.add(self.first_row, step) if step else self.first_row
+            ptx.branch(skip, guard=ptx.setp("ge", row, self.rows, "u32"))
+            write_row(row, j)
+            ptx.label(skip)
+
+    def emit(self, write_row, path: str, prepare: Callable[[], None] | None = None) -> None:
         """All passes, each read-back row given to ``write_row(row, j)`` (its D row and
         its index among this warp's rows of the pass); ``path`` names this copy's labels.
         A warp skips reading back and storing a row past the last (the row is the same
-        for all its lanes)."""
+        for all its lanes). ``prepare`` runs once, after the read-back places are known
+        and before the first pass (a writer's per-column values)."""
         ptx = self.ptx
         self.staging()
+        if prepare is not None:
+            prepare()
         for mi in range(self.tile.m_tiles):
             if mi:
                 ptx.barrier()  # the previous pass is read back
@@ -692,10 +792,155 @@ class Epilogue:
                     ptx.store("shared", f"v{len(values)}.b32", self.write_at, values,
                               8 * half * self.row_bytes + 4 * first)
             ptx.barrier()  # the pass is written
-            for j in range(self.read_rows):
-                skip = f"{path}_written_{mi}_{j}"
-                step = 16 * mi + self.tile_row(j)
-                row = ptx.add(self.first_row, step) if step else self.first_row
-                ptx.branch(skip, guard=ptx.setp("ge", row, self.rows, "u32"))
-                write_row(row, j)
-                ptx.label(skip)
+            self.pass_rows(mi, write_row, path)
+
+
+# -0.0 is the bias where there is none: x + -0.0 is x for every x, +0 and -0 included
+NEGATIVE_ZERO_HALF = 0x8000  # -0.0 in f16 and in bf16 alike (the sign bit alone)
+PTX_FLOAT = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}  # PTX type of each float dtype
+
+
+class Rescale(NamedTuple):
+    """A fused epilogue: the tile's int32 sums written as floats of ``dtype`` ("float32",
+    "float16", "bfloat16"), each element (f32(acc) * row factor) * second factor
+    (+ bias), every operation rounded to nearest even and none fused
+    (``kernels.stepmath.rescale_rows`` / ``rescale_cols`` are the same arithmetic in
+    numpy). The second factor is ``beta`` (one f32, read on the device: forward and dX)
+    or ``col_scales`` (an f32 per D column: dW). ``bias`` (``dtype`` per D column) is
+    added where the u32 ``has_bias`` is not 0.
+
+    A split's partial sums must not be rounded one by one, so without ``partials`` a
+    rescaled launch never splits: one CTA per tile walks the whole contraction
+    (:func:`split_k` with ``split=False``). With ``partials`` and ``tickets`` it splits as
+    the int32 kernels do and reduces in int32 (:func:`emit_split_rescale`): the rescale
+    happens once, on the whole sum, so the result does not depend on the split. The
+    kernel module's docstring gives the tile rule's figures for each choice."""
+
+    dtype: str
+    buffers: tuple[BufferSpec, ...]  # the float inputs, in parameter order
+    row_scales: str  # f32 per D row: the activations' row scales, or dW's dY column scales
+    beta: str | None = None
+    col_scales: str | None = None
+    bias: str | None = None
+    has_bias: str | None = None
+    # split-K: int32 partial sums (rows x output_pitch(width), zero between launches) and an
+    # arrival count per output tile (zero between launches), both among ``buffers``
+    partials: str | None = None
+    tickets: str | None = None
+
+    @property
+    def splits(self) -> bool:
+        return self.partials is not None
+
+    @property
+    def element_bytes(self) -> int:
+        return 4 if self.dtype == "float32" else 2
+
+    @property
+    def scalars(self) -> tuple[BufferSpec, ...]:
+        """The u32 switch of the bias; a verify cell always adds one (``value``)."""
+        return (BufferSpec(self.has_bias, "uint32", None, value=lambda d: 1),) if self.has_bias else ()
+
+
+def rescaled_output(name: str, rescale: Rescale, rows: Callable[[Dims], int],
+                    width: Callable[[Dims], int]) -> BufferSpec:
+    """The float output of a :class:`Rescale`: rows x width of its dtype, contiguous (the
+    caller's tensor as it is: no pitch, the stores are one element each)."""
+    return BufferSpec(name, rescale.dtype, lambda d: (rows(d), width(d)))
+
+
+class RescaledRows:
+    """The row writer of :meth:`Epilogue.emit` for a :class:`Rescale`: warp w holds read-back
+    row ``row`` a word per lane, lane l on column n_base + l + 32 c of each of the
+    COLUMN_GROUPS groups c; it rescales each word and stores it at its place in the
+    contiguous output (``out_pitch`` = D's columns). A row's factor is one load all lanes
+    share; the per-column values (dW's column scales, the bias, -0.0 where there is none,
+    so the add changes nothing) and beta are loaded once, before the first pass. Every
+    store is one element, so any width and any row start are aligned. An element's index
+    is a u32 (row x width + column): outputs of up to 2^32 elements."""
+
+    def __init__(self, out: Epilogue, rescale: Rescale, p: dict[str, str], from_partials: bool = False):
+        self.out, self.rescale, self.p = out, rescale, p
+        self.bytes = rescale.element_bytes
+        # the words come from the int32 partial sums in global memory (zeroed as read)
+        # instead of the ring (Epilogue.each_row)
+        self.from_partials = from_partials
+
+    def prepare(self) -> None:
+        """Column predicates, beta, and this lane's column scales and bias (-0.0 past the
+        last column or without a bias)."""
+        out, rescale, p = self.out, self.rescale, self.p
+        ptx = out.ptx
+        self.in_cols = [ptx.setp("gt", out.cols_left, 32 * c) for c in range(out.COLUMN_GROUPS)]
+        self.second = [ptx.load_f32("global", p[rescale.beta])] * out.COLUMN_GROUPS if rescale.beta else []
+        if rescale.col_scales:
+            at = ptx.byte_offset(p[rescale.col_scales], out.col, 4)
+            self.second = [ptx.load("global", "f32", at, 128 * c, guard=ok, into=ptx.fmov(0.0))
+                           for c, ok in enumerate(self.in_cols)]
+        self.bias = []
+        if rescale.bias:
+            on = ptx.setp("ne", p[rescale.has_bias], 0, "u32")
+            at = ptx.byte_offset(p[rescale.bias], out.col, self.bytes)
+            for c, ok in enumerate(self.in_cols):
+                guard = ptx.fresh("pred", "and.pred", on, ok)
+                if self.bytes == 4:
+                    self.bias.append(ptx.load("global", "f32", at, 128 * c, guard=guard, into=ptx.fmov(-0.0)))
+                else:
+                    half = ptx.fresh("b16", "mov.b16", NEGATIVE_ZERO_HALF)
+                    ptx.load("global", "b16", at, 64 * c, guard=guard, into=half)
+                    self.bias.append(ptx.cvt("f32", PTX_FLOAT[rescale.dtype], half))
+
+    def write_row(self, row: str, j: int) -> None:
+        """Rescale and store read-back row ``j`` of this warp (D row ``row``)."""
+        out, rescale = self.out, self.rescale
+        ptx = out.ptx
+        factor = ptx.load_f32("global", ptx.byte_offset(self.p[rescale.row_scales], row, 4))
+        ptr = ptx.byte_offset(out.out, ptx.mad(row, out.out_pitch, out.col), self.bytes)
+        if self.from_partials:
+            sums = ptx.byte_offset(self.p[rescale.partials], ptx.mad(row, self.p["ldo"], out.col), 4)
+            zero = ptx.mov(0)
+        for c in range(out.COLUMN_GROUPS):
+            if self.from_partials:  # read at L2 (.cg): the other splits added there; left 0 for the next launch
+                word = ptx.load("global.cg", "b32", sums, 128 * c, guard=self.in_cols[c], zero_fill=True)
+                ptx.store("global", "b32", sums, zero, 128 * c, guard=self.in_cols[c])
+            else:
+                word = ptx.load("shared", "b32", out.read_at, out.tile.warps * j * out.row_bytes + 128 * c)
+            value = ptx.fmul(ptx.fmul(ptx.cvt("f32", "s32", word, rnd="rn"), factor), self.second[c])
+            if self.bias:
+                value = ptx.fadd(value, self.bias[c])
+            if self.bytes == 4:
+                ptx.store("global", "f32", ptr, value, 128 * c, guard=self.in_cols[c])
+            else:
+                ptx.store("global", "b16", ptr, ptx.cvt(PTX_FLOAT[rescale.dtype], "f32", value, rnd="rn"), 64 * c,
+                          guard=self.in_cols[c])
+
+
+def emit_split_rescale(ptx: Ptx, at: Coords, out: Epilogue, partial: Epilogue, rescale: Rescale,
+                       p: dict[str, str]) -> None:
+    """One split of a split rescaled launch: add this CTA's int32 sums into the partials
+    (staged, red.global.add.s32, as the int32 split-K does: exact in any order), then take
+    the tile's arrival ticket; the CTA that arrives last reads the whole sums back, rescales
+    them once (:class:`RescaledRows` over :meth:`Epilogue.each_row`) and leaves the
+    partials and the ticket at 0 for the next launch, so no launch clears them.
+
+    Ordering (PTX ISA 8, the memory consistency model): every thread fences
+    (``fence.acq_rel.gpu``) after its reds and before the barrier that precedes thread 0's
+    ticket, so a CTA that sees the count reach ``splits`` - 1 sees every other split's
+    sums once it has fenced too; it reads them at L2 (``ld.global.cg``). The verdict is
+    passed to the CTA through the A ring's first word (no warp reads the ring any more)."""
+    partial.emit(partial.added_row, "add")
+    ptx.fence()  # this thread's sums are out before the ticket
+    ptx.barrier()  # every thread's sums are out, and nobody reads the ring any more
+    first = ptx.setp("eq", at.tid, 0, "u32")
+    tile = ptx.mad(ptx.special("%ctaid.y"), ptx.special("%nctaid.x"), ptx.special("%ctaid.x"))
+    ticket = ptx.byte_offset(p[rescale.tickets], tile, 4)
+    arrived = ptx.mov(0)
+    ptx.take_ticket(ticket, into=arrived, guard=first)
+    last = ptx.setp("eq", arrived, ptx.sub(ptx.special("%nctaid.z"), 1, "u32"), "u32")
+    ptx.store("shared", "b32", out.buffer, ptx.selp(1, 0, last), guard=first)
+    ptx.store("global", "b32", ticket, ptx.mov(0), guard=ptx.fresh("pred", "and.pred", first, last))
+    ptx.barrier()  # the verdict is in the ring
+    ptx.branch("rescale_done", guard=ptx.setp("eq", ptx.load("shared", "b32", out.buffer), 0, "u32"))
+    ptx.fence()  # the other splits' sums are seen
+    writer = RescaledRows(out, rescale, p, from_partials=True)
+    out.each_row(writer.write_row, "last", prepare=writer.prepare)

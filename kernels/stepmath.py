@@ -90,7 +90,15 @@ def weight_scale(w: np.ndarray) -> np.float32:
     count = np.asarray(w).size
     if count == 0:
         return F32(1.0)
-    beta = F32(abs_sum(w) / F32(count))
+    return scale_of_partials(abs_partials(w), count)
+
+
+def scale_of_partials(partials: np.ndarray, count: int) -> np.float32:
+    """beta from the partial sums of |W| (:func:`abs_partials`) of ``count`` elements: what
+    each CTA of the second weight-preparation launch computes from the first one's output
+    (:func:`strided_sum`, then ``div.rn.f32`` by ``cvt.rn.f32.u32(count)``; 1 when that is 0)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        beta = F32(F32(strided_sum(partials, SUM_THREADS)) / F32(count))
     return F32(1.0) if beta == 0 else beta
 
 

@@ -46,9 +46,16 @@ def pack(w: Any) -> Any:
     A numpy (or list) input gives a numpy buffer, a CuPy input a CuPy buffer.
     """
     xp = module_of(w) if hasattr(w, "dtype") else np
-    w = xp.asarray(w)
+    try:
+        w = xp.asarray(w)
+    except ValueError:  # a ragged list
+        raise PackError("pack: w is a ragged list (rows of different lengths); pass a K x N matrix") from None
     if w.ndim != 2:
         raise PackError(f"pack: expected a 2-D K x N matrix, got shape {w.shape}")
+    if 0 in w.shape:
+        raise PackError(f"pack: w has shape {w.shape} (K x N); K and N must be >= 1")
+    if w.dtype.kind not in "biuf":
+        raise PackError(f"pack: w is {w.dtype}; expected numbers -1, 0 or +1 (e.g. kernels.quant.ternarize's codes)")
     bad = ~((w == -1) | (w == 0) | (w == 1))
     if bad.any():
         i, j = (int(v) for v in xp.argwhere(bad)[0])

@@ -1,130 +1,132 @@
-"""TernaryLinear: a torch linear layer whose forward, dX and dW run the int8 kernels.
+"""TernaryLinear: a drop-in for ``torch.nn.Linear`` whose products are ternary x int8.
 
-The layer keeps latent float weights (``nn.Linear``'s layout, ``weight`` N x K) and
-ternarizes them in every forward as BitNet b1.58 does: beta = mean|W|,
-W_t = clip(round(W / beta), -1, 1). The straight-through estimator passes the gradient
-of beta * W_t to the latent W unchanged (d(beta W_t)/dW taken as the identity, beta's
-own dependence on W included, as BitNet's ``w + (q(w) - w).detach()`` does).
-Activations and output gradients are int8 (one scale per row for forward and dX, per
-column for dW: kernels/ops.py), so a layer's three products are the three kernels:
-forward, dX (skipped when the input needs no gradient) and dW.
+The layer keeps latent float weights (``nn.Linear``'s parameters: ``weight`` N x K,
+``bias`` N, same names, shapes and initialization, so an ``nn.Linear`` state_dict loads
+strictly) and ternarizes them as BitNet b1.58 does: beta = mean|W|,
+W_t = clip(rint(W / beta), -1, 1). Activations and output gradients are int8 with one
+scale per row (forward, dX) or per column (dW). The straight-through estimator passes the
+gradient of beta * W_t to the latent W unchanged (as BitNet's ``w + (q(w) - w).detach()``).
+Every float operation of the step, and its order, is fixed by kernels.stepmath, so the
+three backends give the same bits:
 
-Tensors cross into the kernels without a copy through DLPack: a CUDA tensor becomes a
-CuPy array and the PTX runs on the GPU; a CPU tensor becomes a numpy array and the PTX
-runs on the CPU emulator (exact, but it runs every thread in numpy: small shapes only).
-Results come back the same way. float16/32/64 run as they are; other float types
-(bfloat16, which numpy lacks) run in float32 and are cast back.
+- ``backend='cpu'`` (the default for CPU tensors): kernels.layer_cpu, the kernels'
+  integers through float BLAS (exact: the bound is in that module);
+- ``backend='emulator'``: the step's PTX kernels on the CPU PTX emulator (exact, slow);
+- ``backend='cuda'`` (the default for CUDA tensors): the PTX kernels on the GPU, launched on
+  torch's current stream with memory from torch's allocator and nothing read back, so a
+  step can be captured in a CUDA graph.
 
-``TernaryLinear(..., kernels=False)`` is the same layer with float matmuls on the same
-STE weights: the reference the int8 path is measured against.
+The step is two ``torch.library`` operators (kernels.torch_ops), so ``torch.compile(model,
+fullgraph=True)`` traces it without a graph break.
+
+dtypes: parameters and inputs may be float32, float16 or bfloat16 (any mix); the step
+widens them to f32 exactly, y and dX come out in x's dtype, dW in the weight's, db in the
+bias's, each rounded to nearest even. Under autocast, x is first cast to the autocast
+dtype (as ``nn.Linear``'s inputs are), so y is in that dtype; the latent weight is read as
+it is. float64 is refused (the kernels read 16- and 32-bit floats; ``kernels=False`` runs
+it), as are bool, integer and complex inputs (``nn.Linear`` refuses those too).
+
+NaN and inf: a non-finite value in a row of x makes that row's scale non-finite and the
+whole row of y NaN (the same holds for dY's rows in dX and its columns in dW, and a
+non-finite weight makes y and dX NaN), as ``nn.Linear`` propagates it; nothing is
+checked on the host, so no step waits for the device.
+
+Double backward is refused. ``TernaryLinear(..., kernels=False)`` is the same layer with
+float matmuls on the same STE weights: the reference the int8 path is measured against.
 """
 from __future__ import annotations
 
-import math
 from typing import Any
 
-import numpy as np
 import torch
 
-from kernels import ops
-from kernels.quant import ternarize
-from kernels.ternary import pack
-from kernels.validate import LaunchError
-
-KERNEL_DTYPES = (torch.float16, torch.float32, torch.float64)
-
-
-def to_array(tensor: torch.Tensor) -> Any:
-    """A numpy (CPU) or CuPy (CUDA) view of ``tensor``'s memory, no copy (DLPack)."""
-    tensor = tensor.detach()
-    if tensor.device.type == "cuda":
-        import cupy  # optional: only a CUDA tensor needs it
-
-        return cupy.from_dlpack(tensor)
-    if tensor.device.type == "cpu":
-        return np.from_dlpack(tensor)
-    raise LaunchError(f"TernaryLinear: tensors on '{tensor.device}' are not supported; use a CPU or CUDA device")
-
-
-def to_tensor(array: Any) -> torch.Tensor:
-    """The tensor viewing a numpy or CuPy array's memory, no copy (DLPack)."""
-    return torch.from_dlpack(array)
+from kernels import torch_ops
+from kernels.torch_ops import BACKEND_DEVICE, BACKENDS, STEP_DTYPES
 
 
 def ste_weight(weight: torch.Tensor) -> torch.Tensor:
-    """beta * W_t in value, the identity in gradient (the float path's weight)."""
+    """beta * W_t in value, the identity in gradient (the float reference's weight)."""
     beta = weight.detach().abs().mean()
-    beta = torch.where(beta > 0, beta, torch.ones_like(beta))  # all-zero W: as kernels.quant.ternarize
+    beta = torch.where(beta > 0, beta, torch.ones_like(beta))  # all-zero or empty W: beta = 1
     quantized = (weight.detach() / beta).round().clamp(-1, 1) * beta
     return weight + (quantized - weight).detach()
 
 
-class TernaryLinearFunction(torch.autograd.Function):
-    """y = x (beta W_t)^T for x R x K, latent ``weight`` N x K, through the int8 kernels.
+def ternary_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                   backend: str | None = None) -> torch.Tensor:
+    """The layer's function: y = x (beta W_t)^T + bias for x (..., K), ``weight`` N x K.
+    ``backend`` None picks 'cpu' or 'cuda' from x's device."""
+    rows = x.flatten(0, -2) if x.dim() > 1 else x[None]  # flatten, not reshape(-1, K): K may be 0
+    backend = backend or ("cuda" if x.is_cuda else "cpu")
+    keep_for_dw = torch.is_grad_enabled() and weight.requires_grad  # else forward keeps nothing for dW
+    y, _, _ = torch_ops.linear(rows, weight, bias, backend, keep_for_dw)
+    return y.reshape(*x.shape[:-1], weight.shape[0])
 
-    forward runs hslm_fwd_s8; backward runs hslm_dx_s8 for x's gradient and hslm_dw_s8
-    for the weight's (straight through the ternarization).
-    """
 
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        x = x if dtype in KERNEL_DTYPES else x.float()
-        t, beta = ternarize(to_array(weight))  # t: N x K int8
-        packed = pack(t.T)  # pack takes W as K x N
-        ctx.save_for_backward(x)
-        ctx.packed, ctx.beta, ctx.weight_dtype = packed, beta, weight.dtype
-        return to_tensor(ops.forward(to_array(x), packed, beta)).to(dtype)
+class TernaryLinearFunction:
+    """The layer's function as ``TernaryLinearFunction.apply(x, weight, bias=None,
+    backend=None)`` (kernels.torch_linear.ternary_linear), for callers of the functional form."""
 
-    @staticmethod
-    def backward(ctx: Any, dy: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        (x,) = ctx.saved_tensors
-        dy_array = to_array(dy if dy.dtype in KERNEL_DTYPES else dy.float())
-        dx = dw = None
-        if ctx.needs_input_grad[0]:
-            dx = to_tensor(ops.grad_input(dy_array, ctx.packed, ctx.beta, x.shape[1])).to(dy.dtype)
-        if ctx.needs_input_grad[1]:
-            dw = to_tensor(ops.grad_weight(to_array(x), dy_array).T).to(ctx.weight_dtype)  # K x N -> N x K
-        return dx, dw
+    apply = staticmethod(ternary_linear)
 
 
 class TernaryLinear(torch.nn.Module):
-    """A drop-in for ``nn.Linear(in_features, out_features)`` with ternary weights.
+    """``nn.Linear(in_features, out_features, bias=True, device=None, dtype=None)`` with
+    ternary weights and int8 activations.
 
-    ``weight`` (N x K) holds the latent floats the optimizer updates; every forward
-    ternarizes them (absmean beta) and runs the int8 kernels, or float matmuls on the
-    same STE weights when ``kernels`` is False. Inputs may have any leading dimensions
-    (batch, sequence); they are flattened to rows for the kernels.
+    ``kernels`` False runs float matmuls on the same STE weights (the reference).
+    ``backend``: None (pick 'cpu' or 'cuda' from the input's device), 'cpu', 'emulator' or
+    'cuda' (see the module docstring).
     """
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = False, *,
-                 kernels: bool = True, device: Any = None, dtype: Any = None) -> None:
+    __constants__ = ["in_features", "out_features"]
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, device: Any = None,
+                 dtype: Any = None, *, kernels: bool = True, backend: str | None = None) -> None:
         super().__init__()
-        self.in_features, self.out_features, self.kernels = in_features, out_features, kernels
-        self.weight = torch.nn.Parameter(torch.empty(out_features, in_features, device=device, dtype=dtype))
-        self.bias = (torch.nn.Parameter(torch.empty(out_features, device=device, dtype=dtype))
-                     if bias else None)
+        if backend is not None and backend not in BACKENDS:
+            raise ValueError(f"TernaryLinear: backend={backend!r}, expected one of {', '.join(BACKENDS)} "
+                             "or None (pick from the input's device)")
+        self.in_features, self.out_features = in_features, out_features
+        self.kernels, self.backend = kernels, backend
+        factory = {"device": device, "dtype": dtype}
+        self.weight = torch.nn.Parameter(torch.empty((out_features, in_features), **factory))
+        if bias:
+            self.bias = torch.nn.Parameter(torch.empty(out_features, **factory))
+        else:
+            self.register_parameter("bias", None)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """nn.Linear's initialization: uniform in +-1/sqrt(in_features)."""
-        bound = 1 / math.sqrt(self.in_features)
-        torch.nn.init.uniform_(self.weight, -bound, bound)
-        if self.bias is not None:
-            torch.nn.init.uniform_(self.bias, -bound, bound)
+        """nn.Linear's initialization, the same draws from the same generator."""
+        torch.nn.Linear.reset_parameters(self)  # type: ignore[arg-type]
+
+    def _name(self) -> str:
+        return f"TernaryLinear({self.in_features}, {self.out_features})"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not x.is_floating_point():
+            raise TypeError(f"{self._name()}: x is {x.dtype}; expected a float tensor (float32, float16 or "
+                            "bfloat16), as nn.Linear does: cast it with x.float()")
         if x.dim() < 1 or x.shape[-1] != self.in_features:
-            raise LaunchError(f"TernaryLinear: x has shape {tuple(x.shape)}, expected last dimension "
-                              f"in_features={self.in_features}; pass (..., {self.in_features})")
-        rows = x.reshape(-1, self.in_features)
-        if self.kernels:
-            y = TernaryLinearFunction.apply(rows, self.weight)
-        else:
-            y = torch.nn.functional.linear(rows, ste_weight(self.weight))
-        y = y.reshape(*x.shape[:-1], self.out_features)
-        return y if self.bias is None else y + self.bias
+            raise ValueError(f"{self._name()}: x has shape {tuple(x.shape)}, expected last dimension "
+                             f"in_features={self.in_features}; pass (..., {self.in_features})")
+        if not self.kernels:
+            return torch.nn.functional.linear(x, ste_weight(self.weight), self.bias)
+        if x.device.type in BACKEND_DEVICE.values() and torch.is_autocast_enabled(x.device.type):
+            x = x.to(torch.get_autocast_dtype(x.device.type))
+        backend = self.backend or ("cuda" if x.is_cuda else "cpu")  # meta tensors: shapes only
+        for name, tensor in (("x", x), ("weight", self.weight), ("bias", self.bias)):
+            if tensor is not None and tensor.dtype not in STEP_DTYPES:
+                raise TypeError(f"{self._name()}: {name} is {tensor.dtype}; the int8 step reads float32, "
+                                "float16 or bfloat16 (cast the layer with .float() or .bfloat16(), or use "
+                                "kernels=False for other float types)")
+            if tensor is not None and tensor.device.type not in (BACKEND_DEVICE[backend], "meta"):
+                raise ValueError(f"{self._name()}: {name} is on '{tensor.device}', backend '{backend}' "
+                                 f"runs on {BACKEND_DEVICE[backend]} tensors; move the layer and its "
+                                 "input with .to(device)")
+        return ternary_linear(x, self.weight, self.bias, backend)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
-                f"bias={self.bias is not None}, kernels={self.kernels}")
+                f"bias={self.bias is not None}, kernels={self.kernels}, backend={self.backend}")

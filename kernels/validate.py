@@ -35,14 +35,58 @@ def module_of(*arrays: Any, op: str = "") -> Any:
     )
 
 
-def float_matrix(op: str, name: str, a: Any, axes: str) -> tuple[int, int]:
+def _scalar(value: Any) -> Any:
+    """A 0-d numpy or CuPy array of numbers as its Python scalar; anything else as it is."""
+    if getattr(value, "ndim", None) == 0 and getattr(getattr(value, "dtype", None), "kind", "") in "biuf":
+        return value.item()
+    return value
+
+
+def whole_number(op: str, name: str, value: Any, low: int = 1) -> int:
+    """``value`` as an int when it is a whole number >= ``low`` given as an integer (a bool, a
+    float such as 20.0, or a string such as '20' is refused: each hides a caller's mistake)."""
+    value = _scalar(value)
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise LaunchError(f"{op}: {name}={value!r} is a {type(value).__name__}; expected an int >= {low}")
+    if value < low:
+        raise LaunchError(f"{op}: {name}={value} is below {low}; expected an int >= {low}")
+    return int(value)
+
+
+def real_number(op: str, name: str, value: Any, what: str = "a finite float") -> float:
+    """``value`` as a float when it is a finite real number (int, float or a numpy scalar, not a
+    string or a bool); ``what`` says in the refusal what it should have been."""
+    value = _scalar(value)
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise LaunchError(f"{op}: {name}={value!r} is a {type(value).__name__}; expected {what}")
+    if not np.isfinite(value):
+        raise LaunchError(f"{op}: {name} is {value}; expected {what}")
+    return float(value)
+
+
+def check_dims(op: str, dims: Any) -> None:
+    """Every field of a Dims (R, K, N) a whole number >= 1, else one LaunchError line naming it."""
+    for field, value in zip(getattr(dims, "_fields", ("R", "K", "N")), dims):
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            raise LaunchError(f"{op}: Dims.{field}={value!r} is a {type(value).__name__}; sizes are ints >= 1")
+        if value < 1:
+            raise LaunchError(f"{op}: R, K, N must be >= 1, got {tuple(dims)}; an empty problem has nothing to "
+                              "compute: skip the launch")
+
+
+def float_matrix(op: str, name: str, a: Any, axes: str, reshape: str | None = None) -> tuple[int, int]:
     """The (rows, cols) of a non-empty 2-D real array, or a LaunchError naming ``name``.
 
-    ``axes`` names the two dimensions for the message, e.g. ``"R x K"``.
+    ``axes`` names the two dimensions for the message, e.g. ``"R x K"``; ``reshape`` is the
+    reshape that fits a 1-D or n-D array where the caller knows a dimension (``"(27, -1)"``:
+    dY's rows are X's), else one row of its last dimension's width is suggested.
     """
-    shape = tuple(getattr(a, "shape", ()))
+    if not hasattr(a, "shape") or not hasattr(a, "dtype"):
+        raise LaunchError(f"{op}: {name} is a {type(a).__name__}; expected a 2-D numpy or cupy array ({axes})")
+    shape = tuple(a.shape)
     if len(shape) != 2:
-        hint = f"; reshape it, e.g. {name}.reshape(-1, {shape[-1]})" if shape else ""
+        fits = reshape or f"(-1, {shape[-1]})"
+        hint = f"; reshape it, e.g. {name}.reshape{fits}" if shape else ""
         raise LaunchError(f"{op}: {name} must be a 2-D array ({axes}), got shape {shape}{hint}")
     if 0 in shape:
         raise LaunchError(

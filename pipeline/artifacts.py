@@ -19,9 +19,11 @@ import os
 import re
 import shutil
 import stat
+import tempfile
 from pathlib import Path
 from typing import Iterable, TypeVar
 
+import yaml
 from pydantic import BaseModel, ValidationError
 
 from pipeline.config import ROOT, WRITTEN_DIRS
@@ -97,6 +99,32 @@ def sweep_temp_files(folders: Iterable[Path] = WRITTEN_DIRS, everything: bool = 
     return removed
 
 
+SCRATCH = re.compile(r"^(ptxas|sass)-(\d+)-[^/]+$")  # <tool>-<pid>-<random>, see scratch_folder
+
+
+def scratch_folder(tool: str) -> tempfile.TemporaryDirectory:
+    """A context-managed scratch folder for one tool run, named ``<tool>-<pid>-...`` in the
+    system temp folder: removed when the ``with`` ends, and, when a SIGKILL skips that, by
+    :func:`sweep_scratch_folders` once the pid is gone."""
+    return tempfile.TemporaryDirectory(prefix=f"{tool}-{os.getpid()}-")
+
+
+def sweep_scratch_folders(folder: Path | None = None) -> list[Path]:
+    """Remove the scratch folders (:func:`scratch_folder`) of processes that are gone."""
+    removed = []
+    root = Path(folder or tempfile.gettempdir())
+    try:
+        candidates = list(root.iterdir())
+    except OSError:
+        return removed
+    for path in candidates:
+        match = SCRATCH.match(path.name)
+        if match and path.is_dir() and not path.is_symlink() and not alive(int(match.group(2))):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
 def write_model(path: Path, model: BaseModel) -> None:
     """Write a result model as indented JSON, atomically."""
     write_atomic(path, model.model_dump_json(indent=2) + "\n")
@@ -109,15 +137,109 @@ def field_error(path: Path, exc: ValidationError) -> str:
     return f"{rel(path)}: field '{field}': {first['msg']}"
 
 
+# --- reading what people and stages wrote: one line for every way it can be wrong -------
+
+MAX_DOCUMENT_BYTES = 64 * 1024 * 1024  # far above any record; a link to /dev/zero never ends
+
+
+def read_document(path: Path) -> str:
+    """The text of a JSON or YAML file the project reads, or an :class:`ArtifactError` line:
+    missing, not a regular file (a folder, a device, a link to one), too large, or not
+    UTF-8 (naming the first bad byte and its offset)."""
+    path = Path(path)
+    if not path.exists() and not path.is_symlink():
+        raise ArtifactError(f"{rel(path)}: missing; run the stage that writes it")
+    if not path.is_file():
+        raise ArtifactError(f"{rel(path)}: not a regular file (a folder, a device or a dangling link)")
+    if path.stat().st_size > MAX_DOCUMENT_BYTES:
+        raise ArtifactError(f"{rel(path)}: {path.stat().st_size} bytes, over {MAX_DOCUMENT_BYTES}; not a record")
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ArtifactError(f"{rel(path)}: cannot be read ({exc.strerror or exc})") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ArtifactError(f"{rel(path)}: line {line}: byte 0x{data[exc.start]:02x} at offset {exc.start} is not "
+                            "UTF-8 text") from None
+
+
+def _unique_object(path: Path):
+    """A json ``object_pairs_hook`` that refuses a key given twice (json keeps the last)."""
+    def build(pairs: list[tuple[str, object]]) -> dict:
+        seen: dict[str, object] = {}
+        for key, value in pairs:
+            if key in seen:
+                raise ArtifactError(f"{rel(path)}: duplicate key {key!r} (JSON keeps only the last): give each key once")
+            seen[key] = value
+        return seen
+
+    return build
+
+
+def parse_json(path: Path, text: str) -> object:
+    """``text`` (the content of ``path``) as JSON; a syntax error or a duplicate key is an
+    :class:`ArtifactError` naming the file."""
+    try:
+        return json.loads(text, object_pairs_hook=_unique_object(path))
+    except json.JSONDecodeError as exc:
+        raise ArtifactError(f"{rel(path)}: unreadable JSON ({exc})") from None
+    except RecursionError:
+        raise ArtifactError(f"{rel(path)}: unreadable JSON (nested too deeply)") from None
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses a mapping key given twice (PyYAML keeps the last)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: set = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                duplicate = key in seen
+            except TypeError:  # an unhashable key: SafeLoader's own error names it
+                break
+            if duplicate:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (YAML keeps only the last); give each key once",
+                    key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def parse_yaml(path: Path, text: str) -> object:
+    """``text`` (the content of ``path``) as YAML with PyYAML's safe loader, refusing
+    duplicate keys; any error is one :class:`ArtifactError` line with the file and line."""
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" line {mark.line + 1}:" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ArtifactError(f"{rel(path)}:{line} not valid YAML ({problem})") from None
+    except RecursionError:
+        raise ArtifactError(f"{rel(path)}: not valid YAML (nested too deeply)") from None
+
+
+def read_json(path: Path) -> object:
+    """:func:`read_document` + :func:`parse_json`."""
+    return parse_json(path, read_document(path))
+
+
+def read_yaml(path: Path) -> object:
+    """:func:`read_document` + :func:`parse_yaml`."""
+    return parse_yaml(path, read_document(path))
+
+
 def read_model(path: Path, model_type: type[M]) -> M:
     """Read a result JSON; a missing or malformed file is an :class:`ArtifactError`."""
     path = Path(path)
     try:
-        raw = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ArtifactError(f"{rel(path)}: missing; run the stage that writes it") from None
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ArtifactError(f"{rel(path)}: unreadable JSON ({exc}); delete it and re-run") from None
+        raw = read_json(path)
+    except ArtifactError as exc:
+        text = str(exc)
+        raise ArtifactError(text if "missing;" in text else f"{text}; delete it and re-run") from None
     try:
         return model_type.model_validate(raw)
     except ValidationError as exc:
@@ -155,10 +277,12 @@ def check_artifact(path: Path, sha256: str) -> None:
 
 def rel(path: Path) -> str:
     """Path relative to the project root when it is inside it (for messages)."""
-    try:
-        return str(Path(path).resolve().relative_to(ROOT))
-    except ValueError:
-        return str(path)
+    for absolute in (Path(path).absolute(), Path(path).resolve()):  # a link is named as it is, first
+        try:
+            return str(absolute.relative_to(ROOT))
+        except ValueError:
+            continue
+    return str(path)
 
 
 def remove_folder(path: Path) -> None:

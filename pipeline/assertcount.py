@@ -140,10 +140,13 @@ class AssertCounter:
         counts: dict[str, Counter[str]] = defaultdict(Counter)
         failures: dict[str, str] = {}
         vacuous: dict[str, list[str]] = defaultdict(list)
+        files: dict[str, set[str]] = defaultdict(set)
         for nodeid, kernels in self.kernels.items():
             outcome = self.outcome.get(nodeid)
             if outcome is None:  # deselected or never run
                 continue
+            for kernel in kernels:  # a seal pins these files' hashes beside the counts
+                files[kernel].add(nodeid.split("::")[0])
             empty = outcome == "passed" and self.checks[nodeid] == 0
             for kernel in kernels:
                 tally = counts[kernel]
@@ -160,4 +163,5 @@ class AssertCounter:
             exitstatus=int(exitstatus),
             kernels={k: TestCounts(**{f: c[f] for f in fields}) for k, c in sorted(counts.items())},
             failures=failures, vacuous_tests=dict(vacuous), errors=self.errors,
+            files={k: sorted(f) for k, f in sorted(files.items())},
         ))

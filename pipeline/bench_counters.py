@@ -3,11 +3,20 @@
 The CPU emulator counts per-kernel figures (warp instructions, global and shared loads
 per mma); the same figures read from the hardware calibrate it. tools/on-device.sh asks
 ``ncu --metrics`` for :data:`METRICS`, keeping only the names the device's ncu lists
-(``ncu --query-metrics``), since one unknown name makes ncu profile nothing; this module
-then turns the CSV it wrote into ratios per kernel (:func:`derive`).
+(``ncu --query-metrics``), since one unknown name makes ncu profile nothing; the names
+left out are said on stderr, never dropped in silence. This module then turns the CSV
+ncu wrote into ratios per kernel (:func:`derive`).
+
+Since sm_80 the staged operand loads have counters of their own: ``cp.async`` runs as
+LDGSTS (global to shared, no register) and ``ldmatrix`` as LDSM, and neither is counted
+by the plain global-load (``op_ld``) or shared-load metrics; those see only the direct
+loads and the epilogue. The LDGSTS and LDSM names below are the ones Nsight Compute's
+Profiling Guide ("Metrics Decoder": ``op_ldgsts``, ``op_ldsm``, the ``sm__sass_``
+instrumented counters) and public ``ncu --metrics`` lists for sm_80 / sm_90 use; the
+run-time filter says which the device's ncu does not list.
 
 ``python -m pipeline.bench_counters metrics [QUERY.txt]`` prints the comma list to pass;
-``python -m pipeline.bench_counters table NCU.csv`` prints the ratios.
+``python -m pipeline.bench_counters table NCU.csv [--out FILE.md]`` prints the ratios.
 """
 from __future__ import annotations
 
@@ -17,9 +26,9 @@ import re
 import sys
 from pathlib import Path
 
-from pipeline.artifacts import rel
+from pipeline.artifacts import rel, write_atomic
 from pipeline.errors import UserError
-from pipeline.bench_cli import run_cli
+from pipeline.bench_cli import OneLineParser, run_cli
 
 # name -> what it counts (warp-level unless it says otherwise)
 METRICS: dict[str, str] = {
@@ -40,6 +49,20 @@ METRICS: dict[str, str] = {
     "dram__bytes_read.sum": "DRAM bytes read",
     "dram__bytes_write.sum": "DRAM bytes written",
     "sm__warps_active.avg.pct_of_peak_sustained_active": "achieved occupancy, %",
+    # cp.async (LDGSTS): the staged A / dY / X tiles; .cg is the L1-bypassing form
+    "smsp__inst_executed_op_ldgsts.sum": "LDGSTS (cp.async) instructions",
+    "l1tex__t_requests_pipe_lsu_mem_global_op_ldgsts.sum": "LDGSTS global requests",
+    "l1tex__t_sectors_pipe_lsu_mem_global_op_ldgsts.sum": "LDGSTS global sectors (32 B)",
+    "sm__sass_l1tex_t_requests_pipe_lsu_mem_global_op_ldgsts_cache_bypass.sum":
+        "LDGSTS.BYPASS (cp.async.cg) global requests, instrumented",
+    "sm__sass_l1tex_t_sectors_pipe_lsu_mem_global_op_ldgsts_cache_bypass.sum":
+        "LDGSTS.BYPASS (cp.async.cg) global sectors (32 B), instrumented",
+    "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ldgsts.sum": "LDGSTS shared-side wavefronts",
+    # ldmatrix (LDSM): the fragments read from the staged tiles
+    "smsp__sass_inst_executed_op_ldsm.sum": "LDSM (ldmatrix) instructions, instrumented",
+    "sm__sass_l1tex_data_pipe_lsu_wavefronts_mem_shared_op_ldsm.sum": "LDSM wavefronts, instrumented",
+    "sm__sass_l1tex_data_bank_conflicts_pipe_lsu_mem_shared_op_ldsm.sum":
+        "LDSM bank conflicts, instrumented",
 }
 CORE = ("gpu__time_duration.sum", "smsp__inst_executed.sum")  # the retry when a full list fails
 
@@ -58,15 +81,46 @@ RATIOS: dict[str, tuple[str, str]] = {
                                                "smsp__inst_executed_op_shared_ld.sum"),
     "shared store wavefronts per instruction": ("l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum",
                                                 "smsp__inst_executed_op_shared_st.sum"),
+    "cp.async instructions per mma": ("smsp__inst_executed_op_ldgsts.sum",
+                                      "sm__inst_executed_pipe_tensor_op_imma.sum"),
+    "cp.async sectors per request": ("l1tex__t_sectors_pipe_lsu_mem_global_op_ldgsts.sum",
+                                     "l1tex__t_requests_pipe_lsu_mem_global_op_ldgsts.sum"),
+    "cp.async.cg sectors per request": (
+        "sm__sass_l1tex_t_sectors_pipe_lsu_mem_global_op_ldgsts_cache_bypass.sum",
+        "sm__sass_l1tex_t_requests_pipe_lsu_mem_global_op_ldgsts_cache_bypass.sum"),
+    "cp.async shared wavefronts per instruction": ("l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ldgsts.sum",
+                                                   "smsp__inst_executed_op_ldgsts.sum"),
+    "ldmatrix instructions per mma": ("smsp__sass_inst_executed_op_ldsm.sum",
+                                      "sm__inst_executed_pipe_tensor_op_imma.sum"),
+    "ldmatrix wavefronts per instruction": ("sm__sass_l1tex_data_pipe_lsu_wavefronts_mem_shared_op_ldsm.sum",
+                                            "smsp__sass_inst_executed_op_ldsm.sum"),
 }
+
+
+def listed_names(query_text: str) -> set[str]:
+    """The metric base names an ``ncu --query-metrics`` listing names."""
+    return set(re.findall(r"^\s*([a-z0-9_]+__[a-z0-9_]+)", query_text, flags=re.M))
 
 
 def available(query_text: str, wanted: tuple[str, ...] = tuple(METRICS)) -> list[str]:
     """The names in ``wanted`` whose base (before the first '.') ``ncu --query-metrics``
     listed; all of them when the listing names none (it could not be read)."""
-    listed = set(re.findall(r"^\s*([a-z0-9_]+__[a-z0-9_]+)", query_text, flags=re.M))
+    listed = listed_names(query_text)
     keep = [m for m in wanted if m.split(".")[0] in listed]
     return keep or list(wanted)
+
+
+def left_out(query_text: str, wanted: tuple[str, ...] = tuple(METRICS)) -> str | None:
+    """One line naming what :func:`available` leaves out of ``wanted``, or None when nothing."""
+    if not listed_names(query_text):
+        return ("ncu --query-metrics listed no metric names (its output could not be read): "
+                f"asking for all {len(wanted)}, unchecked")
+    keep = available(query_text, wanted)
+    missing = [m for m in wanted if m not in keep]
+    if not missing:
+        return None
+    return (f"ncu does not list {len(missing)} of the {len(wanted)} metrics, left out: "
+            + ", ".join(missing))
 
 
 def _number(text: str) -> float | None:
@@ -110,21 +164,41 @@ def ratio_table(ratios: dict[str, dict[str, float]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def parser() -> OneLineParser:
+    p = OneLineParser(prog="python -m pipeline.bench_counters",
+                      description="The Nsight Compute counters tools/on-device.sh asks for, and their ratios.")
+    sub = p.add_subparsers(dest="command", required=True, metavar="{metrics,core,table}")
+    m = sub.add_parser("metrics", help="print the comma list of metrics to pass to ncu --metrics; "
+                                       "the names the listing lacks go to stderr")
+    m.add_argument("query", nargs="?", type=Path,
+                   help="what `ncu --query-metrics` printed (without it: every name, unchecked)")
+    sub.add_parser("core", help="print the two core counters (the retry when a full list fails)")
+    t = sub.add_parser("table", help="the ratios per kernel from an `ncu --csv --log-file` file, as markdown")
+    t.add_argument("csv", type=Path, help="the CSV ncu wrote")
+    t.add_argument("--out", type=Path, help="write the markdown table here (default: stdout)")
+    return p
+
+
 def _main(args: list[str]) -> int:
-    if args[:1] == ["metrics"] and len(args) <= 2:
-        query = Path(args[1]) if len(args) == 2 else None
-        print(",".join(available(query.read_text(errors="replace") if query and query.is_file() else "")))
-    elif args == ["core"]:
+    opts = parser().parse_args(args)
+    if opts.command == "metrics":
+        query = opts.query.read_text(errors="replace") if opts.query and opts.query.is_file() else ""
+        if opts.query and not opts.query.is_file():
+            print(f"{rel(opts.query)}: missing; asking for every metric, unchecked", file=sys.stderr)
+        elif (line := left_out(query)) is not None:
+            print(line, file=sys.stderr)
+        print(",".join(available(query)))
+    elif opts.command == "core":
         print(",".join(CORE))
-    elif args[:1] == ["table"] and len(args) == 2:
-        path = Path(args[1])
-        if not path.is_file():
-            raise UserError(f"{rel(path)}: missing; it is what `ncu --csv --log-file` wrote")
-        print(ratio_table(derive(parse_ncu_csv(path.read_text(errors="replace")))), end="")
     else:
-        print("usage: python -m pipeline.bench_counters metrics [QUERY.txt] | core | table NCU.csv",
-              file=sys.stderr)
-        return 2
+        if not opts.csv.is_file():
+            raise UserError(f"{rel(opts.csv)}: missing; it is what `ncu --csv --log-file` wrote")
+        table = ratio_table(derive(parse_ncu_csv(opts.csv.read_text(errors="replace"))))
+        if opts.out:
+            write_atomic(opts.out, table)
+            print(f"wrote {rel(opts.out)}")
+        else:
+            print(table, end="")
     return 0
 
 

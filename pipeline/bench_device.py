@@ -4,10 +4,13 @@
 >= 1) and stops with one line saying which was missing and what to do.
 :func:`probe_device` reads name, driver, clocks, L2 and library versions for the
 report's header; clocks come from a read-only nvidia-smi query taken right after the
-timed loops, while the clocks are still up.
+timed loops, while the clocks are still up. :func:`is_sticky` tells a CUDA error that
+leaves the process's context unusable (a kernel fault) from one that does not, so the
+GPU tools can carry on in a fresh process instead of failing everything after it.
 """
 from __future__ import annotations
 
+import re
 import subprocess
 from typing import Any
 
@@ -20,6 +23,32 @@ from pipeline.verify import one_line
 CUPY_BUILDS = ("CuPy >= 13 built for the machine's CUDA major: cupy-cuda12x "
                "(pip install -e '.[gpu-cuda12]', also what '.[gpu]' installs) or cupy-cuda13x "
                "(pip install -e '.[gpu-cuda13]')")
+
+
+# Errors after which "the process is in an inconsistent state and any further CUDA work
+# will return the same error; to continue using CUDA, the process must be terminated and
+# relaunched" (CUDA Runtime API, enum cudaError): as the runtime, the driver
+# (CUDA_ERROR_*) and torch ("CUDA error: <description>") word them.
+STICKY_ERRORS = (
+    "cudaErrorIllegalAddress", "CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered",
+    "cudaErrorLaunchFailure", "CUDA_ERROR_LAUNCH_FAILED", "unspecified launch failure",
+    "cudaErrorIllegalInstruction", "CUDA_ERROR_ILLEGAL_INSTRUCTION", "an illegal instruction was encountered",
+    "cudaErrorMisalignedAddress", "CUDA_ERROR_MISALIGNED_ADDRESS", "misaligned address",
+    "cudaErrorInvalidAddressSpace", "CUDA_ERROR_INVALID_ADDRESS_SPACE",
+    "cudaErrorInvalidPc", "CUDA_ERROR_INVALID_PC",
+    "cudaErrorHardwareStackError", "CUDA_ERROR_HARDWARE_STACK_ERROR",
+    "cudaErrorAssert", "CUDA_ERROR_ASSERT", "device-side assert triggered",
+    "cudaErrorLaunchTimeout", "CUDA_ERROR_LAUNCH_TIMEOUT",
+    "cudaErrorECCUncorrectable", "CUDA_ERROR_ECC_UNCORRECTABLE", "uncorrectable ECC error",
+)
+_STICKY = re.compile("|".join(re.escape(s) for s in STICKY_ERRORS), flags=re.I)
+
+
+def is_sticky(error: BaseException | str | None) -> bool:
+    """Whether ``error`` (an exception or its recorded one-line text) is a sticky CUDA error."""
+    if error is None:
+        return False
+    return bool(_STICKY.search(error if isinstance(error, str) else f"{type(error).__name__}: {error}"))
 
 
 class NoGpu(UserError):

@@ -107,21 +107,55 @@ def read_steps(log: str) -> list[StepResult]:
     return list(steps.values())
 
 
+def member_problem(member: tarfile.TarInfo) -> str | None:
+    """Why a member of rest.tgz may not be unpacked (None: a plain file or folder with a
+    relative path that stays inside the landing folder). Names are checked, never trusted:
+    an absolute part, a '..', a doubled or empty part ('artifacts/verify//tmp/x' joins to
+    /tmp/x), a link or a device is refused (Python's tarfile 'data' filter rules)."""
+    name = member.name.removeprefix("./")
+    if name in ("", ".") and member.isdir():
+        return None  # the archive's own top folder ("tar -C out ." writes it)
+    parts = name.split("/")
+    if name.startswith("/") or "\\" in name:
+        return "an absolute path"
+    if any(part in ("", ".", "..") for part in parts[:-1]) or parts[-1] in (".", ".."):
+        return "a path that leaves the landing folder ('..', '.', or an empty part)"
+    if member.issym() or member.islnk():
+        return f"a link (to {member.linkname!r})"
+    if not (member.isfile() or member.isdir()):
+        return "not a plain file or folder"
+    return None
+
+
 def unpack_rest(tgz: Path, dest: Path) -> None:
-    """The verify reports (artifacts/verify/...) and per-step logs out of rest.tgz."""
-    with tarfile.open(tgz) as tar:
-        for member in tar.getmembers():
-            name = member.name.removeprefix("./")
-            if not member.isfile() or ".." in Path(name).parts:
-                continue
-            if name.startswith("artifacts/verify/") and name.endswith(".json"):
-                target = dest / "verify" / name.removeprefix("artifacts/verify/")
-            elif "/" not in name and name.endswith(".log"):
-                target = dest / "logs" / name
-            else:
-                continue
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(tar.extractfile(member).read())
+    """The verify reports (artifacts/verify/...) and per-step logs out of rest.tgz; a
+    :class:`UserError` naming the member, before anything is written, when any member's
+    path could leave ``dest`` (:func:`member_problem`)."""
+    try:
+        with tarfile.open(tgz) as tar:
+            members = tar.getmembers()
+            for member in members:
+                if problem := member_problem(member):
+                    raise UserError(f"{tgz}: member {member.name!r} is {problem}; refused, nothing unpacked: "
+                                    "rest.tgz holds only relative paths of plain files (tools/on-device.sh)")
+            root = Path(dest).resolve()
+            for member in members:
+                name = member.name.removeprefix("./")
+                if not member.isfile():
+                    continue
+                if name.startswith("artifacts/verify/") and name.endswith(".json"):
+                    target = dest / "verify" / name.removeprefix("artifacts/verify/")
+                elif "/" not in name and name.endswith(".log"):
+                    target = dest / "logs" / name
+                else:
+                    continue
+                if not target.resolve().is_relative_to(root):  # a folder of dest that is a link
+                    raise UserError(f"{tgz}: member {member.name!r} would land outside {dest}; refused")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                write_atomic(target, tar.extractfile(member).read())
+    except (tarfile.TarError, EOFError, OSError) as exc:
+        raise UserError(f"{tgz}: not a readable tar.gz ({' '.join(str(exc).split())}); "
+                        "copy rest.tgz again from the device run") from None
 
 
 def slug(name: str) -> str:

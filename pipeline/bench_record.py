@@ -9,7 +9,6 @@ refused (a hand-edited or stale file is caught, not rendered).
 """
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Literal
@@ -17,8 +16,8 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, ValidationError, model_validator
 
-from pipeline.artifacts import rel
-from pipeline.errors import UserError
+from pipeline.artifacts import read_json, rel
+from pipeline.errors import ArtifactError, UserError
 from pipeline.models import Record
 
 
@@ -256,6 +255,10 @@ class BenchReport(Record):
     shape_set: str
     created: str  # ISO 8601, UTC
     synthetic: bool = False  # True only for made-up sample data (tests); never a measurement
+    # False while the run is still going (the record is rewritten after every row, so a
+    # run cut off by a time limit leaves the rows it finished) or after an interruption
+    complete: bool = True
+    stopped: str | None = None  # why rows were left unrun (the time budget, an interruption)
     device: Device
     method: Method
     ptx_sha256: dict[str, str]  # kernel -> the PTX that was timed
@@ -287,12 +290,12 @@ class Prediction(Record):
 def load_predictions(path: Path) -> list[Prediction]:
     """A JSON list of {kernel, shape, predicted_us}; anything else is one :class:`UserError` line."""
     name = rel(Path(path))
+    if not Path(path).exists():
+        raise UserError(f"{name}: prediction file missing")
     try:
-        raw = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise UserError(f"{name}: prediction file missing") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UserError(f"{name}: not readable JSON ({exc})") from None
+        raw = read_json(Path(path))  # strict: refuses duplicate keys and non-UTF-8 bytes
+    except ArtifactError as exc:
+        raise UserError(str(exc)) from None
     if not isinstance(raw, list):
         raise UserError(f"{name}: expected a JSON list of {{kernel, shape, predicted_us}}, "
                         f"got {type(raw).__name__}")

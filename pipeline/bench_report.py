@@ -2,8 +2,10 @@
 
 No GPU is needed, so all of it is tested on the CPU against recorded sample data
 (tests/data/bench/sample_*.json, marked ``synthetic``).
-``python -m pipeline.bench_report FILE.json [PREDICTIONS.json]`` re-renders a record's
-markdown, CSV and PNG beside it, with a performance model's predictions when given.
+``python -m pipeline.bench_report FILE.json [PREDICTIONS.json] [--out DIR]`` re-renders a
+record's markdown, CSV and PNG (beside it, or in DIR), with a performance model's
+predictions when given. The PNG needs matplotlib; where it is not importable (a bare GPU
+image) the plot is left out with one line and the rest is written.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from pathlib import Path
 from kernels.registry import KERNELS, choose
 from kernels.spec import Dims
 from pipeline.artifacts import read_model, rel, write_atomic, write_model
-from pipeline.bench_cli import run_cli
+from pipeline.bench_cli import OneLineParser, run_cli
 from pipeline.bench_record import (IMPLS, BenchReport, Row, Timing, load_predictions,
                                    with_predictions)
 from pipeline.models import Record
@@ -56,6 +58,10 @@ def markdown(report: BenchReport) -> str:
     lines = [f"# bench: shape set `{report.shape_set}`", ""]
     if report.synthetic:
         lines += [SYNTHETIC_BANNER, ""]
+    if not report.complete or report.stopped:
+        lines += [f"> **Partial record** ({len(report.rows)} rows"
+                  + ("" if report.complete else ", the run did not finish")
+                  + (f"; {report.stopped}" if report.stopped else "") + ").", ""]
     clocks = ", ".join(f"{k} {v}" for k, v in dev.clocks.items()) or "not read"
     libs = ", ".join(f"{k} {v}" for k, v in dev.libraries.items())
     peak = (f"{dev.peak_int8_tops:g} TOPS int8 dense, no sparsity ({dev.peak_source})"
@@ -286,33 +292,50 @@ def output_paths(folder: Path, stem: str) -> list[Path]:
 
 def write_outputs(report: BenchReport, folder: Path, stem: str | None = None,
                   json_too: bool = True) -> list[Path]:
-    """The record and what is rendered from it, atomically; returns the paths written."""
+    """The record and what is rendered from it, atomically; returns the paths written (the
+    PNG is left out, with one line, where matplotlib is not importable)."""
     paths = output_paths(folder, stem or report.shape_set)
     if json_too:
         write_model(paths[0], report)
     write_atomic(paths[1], markdown(report))
     write_atomic(paths[2], csv_text(report))
-    write_atomic(paths[3], plot_png(report))
-    return paths if json_too else paths[1:]
+    written = paths if json_too else paths[1:]
+    try:
+        png = plot_png(report)
+    except ImportError as exc:  # matplotlib is optional (the `plot` extra)
+        print(f"{rel(paths[3])}: not drawn, matplotlib is not importable ({exc}); "
+              "re-render it elsewhere with python -m pipeline.bench_report", flush=True)
+        return written[:-1]
+    write_atomic(paths[3], png)
+    return written
+
+
+def parser() -> OneLineParser:
+    p = OneLineParser(prog="python -m pipeline.bench_report",
+                      description="Re-render a bench record's markdown, CSV and PNG.")
+    p.add_argument("record", type=Path, help="the bench record (bench-<set>.json)")
+    p.add_argument("predictions", nargs="?", type=Path,
+                   help="a prediction file (`doit model`): fills model_us, and the record is rewritten with it")
+    p.add_argument("--out", type=Path, help="folder for what is written (default: beside the record)")
+    return p
 
 
 def _main(args: list[str]) -> int:
-    if len(args) not in (1, 2):
-        print("usage: python -m pipeline.bench_report FILE.json [PREDICTIONS.json]", file=sys.stderr)
-        return 2
-    path = Path(args[0])
+    opts = parser().parse_args(args)
+    path = opts.record
     report = read_model(path, BenchReport)
-    preds = load_predictions(Path(args[1])) if len(args) == 2 else None
+    preds = load_predictions(opts.predictions) if opts.predictions else None
     if preds is not None:
         report = with_predictions(report, preds)
-    for written in write_outputs(report, path.parent, path.stem, json_too=preds is not None):
+    for written in write_outputs(report, opts.out or path.parent, path.stem, json_too=preds is not None):
         print(f"wrote {rel(written)}")
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m pipeline.bench_report FILE.json [PREDICTIONS.json]``: re-render the
-    markdown, CSV and PNG beside FILE (and FILE itself with the predictions filled in)."""
+    """``python -m pipeline.bench_report FILE.json [PREDICTIONS.json] [--out DIR]``: re-render the
+    markdown, CSV and PNG beside FILE or in DIR (and FILE itself, or its copy in DIR, with
+    the predictions filled in)."""
     return run_cli(_main, argv)
 
 

@@ -17,10 +17,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Iterator
 
-import yaml
 from pydantic import ValidationError
 
-from pipeline.artifacts import field_error, rel
+from pipeline.artifacts import field_error, read_yaml
 from pipeline.config import ALLOWED_FILE, ROOT
 from pipeline.errors import ArtifactError
 from pipeline.models import AllowedDuplicates, DuplicateGroup, FunctionRef
@@ -119,10 +118,8 @@ def find_duplicates(root: Path = ROOT, scope: tuple[str, ...] = SCOPE) -> list[D
 def read_allowed(path: Path = ALLOWED_FILE) -> AllowedDuplicates:
     """The allowed-duplicates list; :class:`ArtifactError` when it is unreadable."""
     try:
-        raw = yaml.safe_load(Path(path).read_text()) if Path(path).exists() else None
+        raw = read_yaml(Path(path)) if Path(path).exists() else None  # refuses duplicate keys
         return AllowedDuplicates.model_validate(raw or {})
-    except yaml.YAMLError as exc:
-        raise ArtifactError(f"{rel(path)}: not valid YAML ({' '.join(str(exc).split())})") from None
     except ValidationError as exc:
         raise ArtifactError(field_error(path, exc)) from None
 

@@ -9,13 +9,16 @@ command (a failing cell is evidence, not an error: pipeline.tasks_build); then
     KIND  cell-or-file: what  -> the command that fixes it
 
 Exit 0 green, 1 red, 2 when the ledger, a seal, the allowed-duplicates list or the
-run's own results cannot be read (no verdict is given on unread input).
+run's own results cannot be read (no verdict is given on unread input): a key given twice,
+a byte that is not UTF-8, a seal that is a link or a folder. A ``base=REF`` that cannot be
+read is one line, and the gate judges without it.
 
 :func:`pipeline.results.summarize` turns the artifacts into a :class:`RunSummary`;
 :func:`compare` is a pure function of (run, ledger, seals, allowed duplicates) built
 from the small rules in :data:`RULES`.
 
-Findings (all red but NOT RUN, which is informational):
+Findings (all red but NOT RUN, FASTER, ACCEPTED SLOWER and ACCEPTED LOOSENING, which are
+informational):
 
 - UNEXPECTED FAILURE: a cell ran worse than its ledger verdict (pass < pass_vacuous <
   blocked < fail).
@@ -34,12 +37,26 @@ Findings (all red but NOT RUN, which is informational):
 - BAD SEAL: a seal whose own evidence does not pass: an arch missing, spilling or over
   budget, a sealed shape with mismatches or rows_checked != R, a verify cell the seal
   lacks, a failed or vacuous test, or no passing test.
+- SEAL MISMATCH: a current seal whose figures are not what this run produced, one line per
+  field (``SEAL MISMATCH <kernel>: <field> sealed X, now Y``): the PTX size and ptxas
+  version, ptxas registers, spills, shared and stack bytes per arch, the sealed sets' shapes
+  (name, R, K, N) against shapes.yaml, mismatches and rows checked of each verify report
+  read, the verify backend, the test counts, the sha256 of each test file, the SASS figures
+  (pipeline.seal.mismatches). Only ``doit seal`` and ``doit bless`` clear it.
+- LOOSENED: a ledger looser than bless writes it: ``max_not_pass`` above the entries not
+  passing, a SASS level above the current seal's figure; with ``base=REF`` (``--base``),
+  every loosening against the ledger committed at REF (pipeline.ledger.loosenings) that
+  does not carry what bless records for it. ACCEPTED LOOSENING (informational): one that
+  does, shown on its own line so a review sees it.
 - DUPLICATE BODY: see pipeline.dupbody.
 - SCHEMA DRIFT: a committed schemas/<Record>.json that is not the export of its model
   (pipeline.schemas).
 - SLOWER: a kernel's SASS per IMMA or LSU per IMMA (fast or tail body, per arch) rose
   above the ledger's level (pipeline.sass_ratchet). MISSING: a figure the ledger holds
   that was not counted now, or one counted now that the ledger does not hold.
+- The layer step's counts (pipeline.layer_ratchet, ledger/layer.json, counted afresh here): a
+  rise is SLOWER, a fall FASTER, a level or count without the other MISSING, levels sealed on
+  another step source STALE SEAL, counts with no levels UNSEALED.
 - FASTER (informational): a figure fell below the ledger's level; ``doit seal && doit
   bless`` records it as the new level.
 - ACCEPTED SLOWER (informational): a rise the ledger accepted with a reason from
@@ -53,24 +70,32 @@ Findings (all red but NOT RUN, which is informational):
 from __future__ import annotations
 
 import argparse
+import re
 import sys
+from pathlib import Path
 from typing import Callable, Iterable, Literal, NamedTuple
 
-from pipeline import config
-from pipeline.artifacts import rel, write_model
+from pydantic import ValidationError
+
+from pipeline import config, proc
+from pipeline.artifacts import field_error, parse_json, read_yaml, rel, write_model
 from pipeline.config import ALLOWED_FILE, GATE_DIR, LEDGER_FILE, SEALS_DIR
 from pipeline.dupbody import allowed_group, read_allowed, stale_allowances
 from pipeline.errors import ArtifactError, UserError
-from pipeline.ledger import RANK, REASONS, cell_name, read_ledger
+from pipeline.gate_new_kernel import fold_new_kernels
+from pipeline.layer_ratchet import LAYER_LEDGER, gate_findings as layer_findings
+from pipeline.ledger import CELL_REASONS, RANK, REASONS, cell_name, loosenings, read_ledger
 from pipeline.models import AllowedDuplicates, Ledger, RunSummary, Seal
 from pipeline.results import summarize
-from pipeline.sass_ratchet import changes, judge_sass, ledger_levels
-from pipeline.seal import read_seals, seal_path, stale
+from pipeline.sass_ratchet import EPSILON, changes, flat, judge_sass, ledger_levels
+from pipeline.seal import mismatches, read_seals, seal_path, stale
 
 Kind = Literal["UNEXPECTED FAILURE", "UNEXPECTED PASS", "UNLISTED", "STALE", "OVER CAP",
-               "BAD REASON", "STALE SEAL", "UNSEALED", "BAD SEAL", "DUPLICATE BODY", "SCHEMA DRIFT",
-               "NOT RUN", "SLOWER", "FASTER", "MISSING", "ACCEPTED SLOWER"]
-INFORMATIONAL: frozenset[str] = frozenset({"NOT RUN", "FASTER", "ACCEPTED SLOWER"})
+               "BAD REASON", "STALE SEAL", "UNSEALED", "BAD SEAL", "SEAL MISMATCH", "DUPLICATE BODY",
+               "SCHEMA DRIFT", "NOT RUN", "SLOWER", "FASTER", "MISSING", "ACCEPTED SLOWER", "LOOSENED",
+               "ACCEPTED LOOSENING", "NEW KERNEL"]
+INFORMATIONAL: frozenset[str] = frozenset({"NOT RUN", "FASTER", "ACCEPTED SLOWER", "ACCEPTED LOOSENING"})
+SHOWN_MISMATCHES = 8  # per seal; the rest are counted on one more line
 
 
 class Finding(NamedTuple):
@@ -92,6 +117,8 @@ class Inputs(NamedTuple):
     ledger: Ledger
     seals: dict[str, Seal]
     allowed: AllowedDuplicates
+    base: Ledger | None = None  # the ledger at ``base=REF``, when given and readable
+    base_ref: str = ""
 
 
 Rule = Callable[[Inputs], Iterable[Finding]]
@@ -149,9 +176,9 @@ def bad_reasons(i: Inputs) -> Iterable[Finding]:
         if e.verdict == "pass" and (e.reason or e.blocker):
             yield Finding("BAD REASON", cell_name(e.key), "a passing entry has a blocker/reason",
                           f"edit {LEDGER}: set both to null")
-        elif e.verdict != "pass" and (e.reason not in REASONS or not e.blocker):
+        elif e.verdict != "pass" and (e.reason not in CELL_REASONS or not e.blocker):
             yield Finding("BAD REASON", cell_name(e.key), f"{e.verdict} with reason {e.reason!r}, blocker {e.blocker!r}",
-                          f"edit {LEDGER}: give it its first error line and a reason from {', '.join(REASONS)}")
+                          f"edit {LEDGER}: give it its first error line and a reason from {', '.join(CELL_REASONS)}")
 
 
 def seals(i: Inputs) -> Iterable[Finding]:
@@ -201,6 +228,61 @@ def sealed_evidence(i: Inputs) -> Iterable[Finding]:
             more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
             yield Finding("BAD SEAL", rel(seal_path(kernel)), problems[0] + more,
                           f"fix it, then doit seal:{kernel}")
+
+
+def sealed_against_run(i: Inputs) -> Iterable[Finding]:
+    """Each current seal against what this run produced, field by field (pipeline.seal.mismatches):
+    a seal edited by hand, copied from another kernel, or of other shapes, tests or
+    figures is red until doit seal and doit bless are run again."""
+    current = {s.kernel: s for s in i.run.kernels}
+    for kernel, seal in sorted(i.seals.items()):
+        state, now = current.get(kernel), i.run.evidence.get(kernel)
+        if state is None or now is None or stale(seal, state):
+            continue  # STALE SEAL / UNSEALED say it already
+        found = mismatches(seal, now)
+        fix = f"doit seal:{kernel} && doit bless (a seal pins what was run; it is never edited)"
+        for field, sealed, got in found[:SHOWN_MISMATCHES]:
+            yield Finding("SEAL MISMATCH", kernel, f"{field} sealed {sealed}, now {got}", fix)
+        if len(found) > SHOWN_MISMATCHES:
+            yield Finding("SEAL MISMATCH", kernel, f"{len(found) - SHOWN_MISMATCHES} more fields differ", fix)
+
+
+def loose_cap(i: Inputs) -> Iterable[Finding]:
+    """bless sets max_not_pass to the number of entries not passing; a cap above it is a hand edit
+    that would let the next bless record new failures."""
+    if i.ledger.max_not_pass > i.ledger.not_pass:
+        yield Finding("LOOSENED", LEDGER, f"max_not_pass {i.ledger.max_not_pass} with {i.ledger.not_pass} entries "
+                      "not passing (bless writes their number)", "doit bless (sets the cap to the entries not passing)")
+
+
+def loose_sass(i: Inputs) -> Iterable[Finding]:
+    """A ledger SASS level above the figures of the kernel's current seal: bless records a fall as the
+    new level, so only a hand edit leaves a level above what was sealed."""
+    current = {s.kernel: s for s in i.run.kernels}
+    for e in i.ledger.sass:
+        seal, state = i.seals.get(e.kernel), current.get(e.kernel)
+        if seal is None or state is None or stale(seal, state) or e.arch not in seal.sass:
+            continue
+        sealed = flat(seal.sass[e.arch])
+        for name, level in flat(e.level).items():
+            if name in sealed and level > sealed[name] + EPSILON:
+                yield Finding("LOOSENED", f"sass {e.kernel} {e.arch}",
+                              f"{name} {level:g} in the ledger, above the sealed {sealed[name]:g}",
+                              "doit bless (records the sealed level)")
+
+
+def against_base(i: Inputs) -> Iterable[Finding]:
+    """Every loosening of the ledger against ``base=REF``, one line each (pipeline.ledger.loosenings):
+    informational when it carries what doit bless writes for it, red otherwise."""
+    if i.base is None:
+        return
+    for loosening in loosenings(i.base, i.ledger):
+        where = f"{loosening.subject} (against {i.base_ref})"
+        if loosening.reason is None:
+            yield Finding("LOOSENED", where, loosening.what, f"undo the edit; {loosening.fix}")
+        else:
+            yield Finding("ACCEPTED LOOSENING", where, f"{loosening.what}, reason {loosening.reason}",
+                          "review it: the reason is what doit bless recorded")
 
 
 def duplicates(i: Inputs) -> Iterable[Finding]:
@@ -261,15 +343,39 @@ def not_run(i: Inputs) -> Iterable[Finding]:
                       rerun(check, target))
 
 
-RULES: tuple[Rule, ...] = (verdicts, unlisted, stale_entries, over_cap, bad_reasons, seals, sealed_evidence,
-                           duplicates, schemas, sass_levels, not_run)
+# The gate's rules, in the order their findings print; a new ratchet adds its rule here.
+RULES: tuple[Rule, ...] = (verdicts, unlisted, stale_entries, over_cap, loose_cap, bad_reasons, seals,
+                           sealed_evidence, sealed_against_run, duplicates, schemas, sass_levels, loose_sass,
+                           against_base, not_run)
 
 
 def compare(run: RunSummary, ledger: Ledger, sealed: dict[str, Seal], allowed: AllowedDuplicates,
-            rules: tuple[Rule, ...] = RULES) -> list[Finding]:
+            rules: tuple[Rule, ...] = RULES, base: Ledger | None = None, base_ref: str = "") -> list[Finding]:
     """Every finding of ``rules`` on these inputs (pure: reads nothing)."""
-    inputs = Inputs(run, ledger, sealed, allowed)
-    return [finding for rule in rules for finding in rule(inputs)]
+    inputs = Inputs(run, ledger, sealed, allowed, base, base_ref)
+    return fold_new_kernels([finding for rule in rules for finding in rule(inputs)], inputs)
+
+
+GIT_REF = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_./~^@{}+-]*")
+
+
+def read_base(ref: str) -> tuple[Ledger | None, str]:
+    """The ledger as committed at git ``ref``, or (None, the one line that says why not)."""
+    if not GIT_REF.fullmatch(ref) or ".." in ref:
+        return None, f"base={ref!r} is not a git ref (a commit, branch or tag, e.g. HEAD~1)"
+    source = Path(f"{ref}:{LEDGER}")
+    try:
+        done = proc.run(["git", "-C", str(config.ROOT), "show", f"{ref}:{LEDGER}"])
+    except OSError as exc:
+        return None, f"base={ref}: git could not run ({exc.strerror or exc})"
+    if done.returncode:
+        return None, f"base={ref}: {(done.stderr.strip().splitlines() or ['git show failed'])[0]}"
+    try:
+        return Ledger.model_validate(parse_json(source, done.stdout)), ""
+    except ArtifactError as exc:
+        return None, f"base={ref}: {exc}"
+    except ValidationError as exc:
+        return None, f"base={ref}: {field_error(source, exc)}"
 
 
 # --- the CLI -------------------------------------------------------------------------
@@ -278,16 +384,28 @@ def main(argv: list[str] | None = None) -> int:
     """Judge the artifacts on disk (``doit gate`` brings them up to date first)."""
     parser = argparse.ArgumentParser(prog="python -m pipeline.gate", description=__doc__.split("\n\n")[0])
     parser.add_argument("--sets", default=",".join(config.VERIFY_SETS), help="verify sets to judge")
+    parser.add_argument("--base", default="", help="a git ref: every loosening of the ledger against it")
     args = parser.parse_args(argv)
     sets = tuple(s for s in args.sets.split(",") if s)
     try:
+        if ALLOWED_FILE.exists() or ALLOWED_FILE.is_symlink():
+            read_yaml(ALLOWED_FILE)  # not UTF-8, a key twice, not a file: one line before it is parsed
         ledger, sealed, allowed = read_ledger(LEDGER_FILE), read_seals(SEALS_DIR), read_allowed(ALLOWED_FILE)
         run = summarize(sets)
+        # the layer step's counts against ledger/layer.json (pipeline.layer_ratchet); a ledger folder
+        # other than the project's (a test's) need not hold them
+        layer = layer_findings(REASONS, LEDGER_FILE.with_name(LAYER_LEDGER.name),
+                               required=LEDGER_FILE == config.LEDGER_FILE)
     except (ArtifactError, UserError, ImportError) as exc:
         print(f"gate: cannot read {exc}; no verdict", file=sys.stderr)
         return 2
+    base = None
+    if args.base:
+        base, why = read_base(args.base)
+        if base is None:
+            print(f"gate: {why}; judging without a base")
     write_model(GATE_DIR / "run.json", run)
-    findings = compare(run, ledger, sealed, allowed)
+    findings = compare(run, ledger, sealed, allowed, base=base, base_ref=args.base) + [Finding(*f) for f in layer]
     for finding in findings:
         print(finding)
     red = sum(f.red for f in findings)

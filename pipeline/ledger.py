@@ -7,10 +7,16 @@ the ratchet's rules:
 - hand-written reasons are kept while a cell stays non-pass;
 - a cell the ledger says passes may not come back as ``fail`` (fix it instead);
 - the cap ``max_not_pass`` is never raised by bless alone: without ``accept_new`` the
-  not-passing entries must fit the old cap, and the cap is tightened to their number;
-  with ``accept_new`` it is raised by exactly the not-passing entries new to the ledger;
+  not-passing entries must fit the old cap (never more than the old ledger's not-passing
+  entries, so a cap raised by hand buys nothing); with ``accept_new`` it may grow by
+  exactly the not-passing entries new to the ledger; either way it is written as the
+  number not passing;
 - the SASS levels (``sass``, per kernel x arch) follow drops and refuse a rise unless
-  ``accept_slower`` gives its reason (pipeline.sass_ratchet.bless_sass).
+  ``accept_slower`` gives its reason (pipeline.sass_ratchet.bless_sass); so do the layer
+  step's counts, in ledger/layer.json beside it (pipeline.layer_ratchet, :func:`bless_file`).
+
+:func:`loosenings` lists every way a ledger is looser than an earlier one (the gate's
+``base=REF``), each with what bless recorded for it, if anything.
 
 ledger.json holds one entry per line (see :func:`dump_ledger`) so a diff is one line
 per cell that changed.
@@ -19,13 +25,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Iterable, get_args
+from typing import Callable, Iterable, NamedTuple, get_args
 
 from pipeline.artifacts import read_committed, rel, write_atomic
 from pipeline.config import LEDGER_FILE
 from pipeline.errors import BlessRefused
+from pipeline.layer_ratchet import LAYER_LEDGER, planned_bless, write_layer_ledger
 from pipeline.models import CellKey, CellResult, Ledger, SassEntry, Verdict
-from pipeline.sass_ratchet import Levels, bless_sass
+from pipeline.sass_ratchet import Levels, bless_sass, rises
 
 # The fixed list of reasons a cell may be non-pass, and what each means.
 REASONS: dict[str, str] = {
@@ -40,6 +47,9 @@ REASONS: dict[str, str] = {
     "not-run": "the cell has no result yet",
     "trade-off": "a SASS rise on some arch accepted for a larger fall elsewhere in the same change",
 }
+
+# A cell's non-pass entry takes these; "trade-off" is for a SASS level only.
+CELL_REASONS: dict[str, str] = {k: v for k, v in REASONS.items() if k != "trade-off"}
 
 # worse verdicts rank higher; the gate compares ranks
 RANK: dict[str, int] = {v: i for i, v in enumerate(get_args(Verdict))}
@@ -104,7 +114,8 @@ def bless(old: Ledger | None, universe: list[CellKey], results: list[CellResult]
     archs = {(kernel, target) for kernel, check, target in universe if check == "ptxas"}
     sass_entries, sass_notes = bless_sass(old.sass if old else [], sass or {}, archs, accept_slower)
     old_entries = {e.key: e for e in (old.entries if old else [])}
-    old_cap = old.max_not_pass if old else 0
+    # bless writes the cap as the number not passing, so a cap above it is a hand edit: it buys nothing
+    old_cap = min(old.max_not_pass, old.not_pass) if old else 0
     exists = set(universe)
     new: dict[CellKey, CellResult] = {k: e for k, e in old_entries.items() if k in exists}
     for result in results:
@@ -130,11 +141,13 @@ def bless(old: Ledger | None, universe: list[CellKey], results: list[CellResult]
                 else "; fix them")
         raise BlessRefused(f"bless refused: {len(not_pass)} entries not passing, over the cap {cap} "
                            f"(new: {listing(added) or 'none'}){hint}")
-    ledger = make_ledger(new.values(), cap if accept_new else len(not_pass), sass_entries)
+    ledger = make_ledger(new.values(), len(not_pass), sass_entries)
     notes = []
     if accept_new:
         notes.append(f"cap: old {old_cap} + {len(added)} new not-passing "
-                     f"({listing(added, 20) or 'none'}) = new cap {cap}; {len(not_pass)} not passing now")
+                     f"({listing(added, 20) or 'none'}) = new cap {len(not_pass)}; {len(not_pass)} not passing now"
+                     + (f" ({cap - len(not_pass)} fewer than it allows: the cap is their number)"
+                        if cap > len(not_pass) else ""))
     else:
         notes.append(f"cap: {old_cap} -> {ledger.max_not_pass} ({len(not_pass)} not passing)")
     dropped = sorted(set(old_entries) - exists)
@@ -146,11 +159,92 @@ def bless(old: Ledger | None, universe: list[CellKey], results: list[CellResult]
     return ledger, notes + sass_notes
 
 
+# --- loosenings against an earlier ledger (doit gate base=REF) ----------------------------
+
+class Loosening(NamedTuple):
+    """One way a ledger is looser than an earlier one. ``reason``: what doit bless recorded for
+    it, from the fixed list; None when the ledger does not carry one (a hand edit)."""
+
+    subject: str
+    what: str
+    reason: str | None
+    fix: str
+
+
+def newly_not_passing(base: Ledger, now: Ledger) -> list[CellResult]:
+    """Entries of ``now`` that do not pass and ranked better (or were absent) in ``base``."""
+    before = {e.key: e for e in base.entries}
+    return [e for e in now.entries if e.verdict != "pass"
+            and (e.key not in before or RANK[e.verdict] > RANK[before[e.key].verdict])]
+
+
+def _carried(entry: CellResult) -> str | None:
+    return entry.reason if entry.reason in CELL_REASONS and entry.blocker else None
+
+
+def cap_loosenings(base: Ledger, now: Ledger) -> Iterable[Loosening]:
+    """A cap above the earlier one: bless raises it (accept_new=1) by at most the entries new to the
+    ledger, each with its reason, and writes it as the number not passing."""
+    if now.max_not_pass <= base.max_not_pass:
+        return
+    new = newly_not_passing(base, now)
+    reasons = [_carried(e) for e in new]
+    fits = now.max_not_pass - base.max_not_pass <= len(new) and now.max_not_pass == now.not_pass
+    yield Loosening("max_not_pass", f"{base.max_not_pass} -> {now.max_not_pass}",
+                    f"accept_new=1 for {', '.join(sorted(set(reasons)))}" if fits and new and None not in reasons
+                    else None, "only doit bless accept_new=1 raises it, by the entries new to the ledger")
+
+
+def entry_loosenings(base: Ledger, now: Ledger) -> Iterable[Loosening]:
+    """Each entry that does not pass and did (or was absent) before: bless records the run's blocker
+    and a reason, and never a fail where the earlier ledger said pass."""
+    before = {e.key: e for e in base.entries}
+    for e in newly_not_passing(base, now):
+        was = before.get(e.key)
+        refused = was is not None and was.verdict in ("pass", "pass_vacuous") and e.verdict == "fail"
+        yield Loosening(cell_name(e.key), f"{was.verdict if was else 'no entry'} -> {e.verdict}",
+                        None if refused else _carried(e),
+                        "fix the cell (bless never records a fail where the ledger said pass)" if refused
+                        else f"doit bless accept_new=1, with a reason from {', '.join(CELL_REASONS)}")
+
+
+def sass_loosenings(base: Ledger, now: Ledger) -> Iterable[Loosening]:
+    """A SASS level above the earlier one: bless records it only with accept_slower=<reason>, keeping
+    the earlier level in rose_from; a rose_from or reason set without a rise is a hand edit."""
+    before = {e.key: e for e in base.sass}
+    for e in now.sass:
+        was = before.get(e.key)
+        if was is None:
+            continue  # a kernel or arch new to the ledger starts at its level
+        up = rises(was.level, e.level)
+        if up:
+            accepted = e.reason in REASONS and e.rose_from == (was.rose_from or was.level)
+            yield Loosening(f"sass {e.kernel} {e.arch}", ", ".join(up), e.reason if accepted else None,
+                            "doit bless accept_slower=<reason> records a rise (with the level before it)")
+        elif (e.reason, e.rose_from) != (was.reason, was.rose_from) and e.rose_from is not None:
+            yield Loosening(f"sass {e.kernel} {e.arch}", f"reason {e.reason!r} and rose_from set without a rise",
+                            None, "only doit bless sets them, on a rise")
+
+
+# Each kind of loosening, in the order the gate prints them; a new ratchet adds its function.
+LOOSENINGS: tuple[Callable[[Ledger, Ledger], Iterable[Loosening]], ...] = (
+    cap_loosenings, entry_loosenings, sass_loosenings)
+
+
+def loosenings(base: Ledger, now: Ledger) -> list[Loosening]:
+    """Every way ``now`` is looser than ``base``."""
+    return [found for kind in LOOSENINGS for found in kind(base, now)]
+
+
 def bless_file(universe: list[CellKey], results: list[CellResult], accept_new: bool = False,
                path: Path = LEDGER_FILE, sass: Levels | None = None,
                accept_slower: str | None = None) -> tuple[Ledger, list[str]]:
     """:func:`bless` the ledger at ``path`` and write it; a refusal raises before any write."""
     ledger, notes = bless(read_committed(path, Ledger) if path.exists() else None, universe, results, accept_new,
                           sass, accept_slower)
+    # the layer step's levels (ledger/layer.json), beside the project's ledger only (not a test's)
+    layer_path = path.with_name(LAYER_LEDGER.name)
+    layer, layer_notes = planned_bless(accept_slower, layer_path) if path == LEDGER_FILE else (None, [])
     write_ledger(ledger, path)
-    return ledger, notes
+    write_layer_ledger(layer, layer_path)
+    return ledger, notes + layer_notes

@@ -14,14 +14,18 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, mo
 
 # A name that becomes a file or folder name (shape sets, shapes): safe characters and
 # at least one that is not a dot (so never "." or "..").
-NAME_RULE = "letters, digits, '_', '.', '-', not only dots"
+# At most MAX_NAME characters: a file name may have 255 bytes, and the verify report's
+# name and the temp files beside it add to the shape's.
+MAX_NAME = 100
+NAME_RULE = f"letters, digits, '_', '.', '-', not only dots, at most {MAX_NAME} characters"
 _NAME = re.compile(r"[A-Za-z0-9_.-]*[A-Za-z0-9_-][A-Za-z0-9_.-]*")
 
 
 def safe_name(name: str) -> str:
     """``name`` when it is safe as a file name (:data:`NAME_RULE`), else ValueError."""
-    if not _NAME.fullmatch(name):
-        raise ValueError(f"{name!r} is not a safe name: use {NAME_RULE}")
+    if len(name) > MAX_NAME or not _NAME.fullmatch(name):
+        shown = repr(name) if len(name) <= 40 else f"{name[:20]!r}... ({len(name)} characters)"
+        raise ValueError(f"{shown} is not a safe name: use {NAME_RULE}")
     return name
 
 
@@ -101,10 +105,14 @@ class PtxasReport(Document):
 
 
 class Mismatch(Record):
+    """The first element that differs: its value, or a float's bit pattern as an unsigned
+    integer; ``output`` names the buffer for a kernel with several ("" for the only one)."""
+
     row: int
     col: int
     got: int
     want: int
+    output: str = ""
 
 
 class MemoryAccess(Record):
@@ -144,8 +152,9 @@ class VerifyReport(Document):
     driver: str | None = None  # CUDA driver version when a GPU ran it
     mismatches: int
     rows_checked: int
-    max_abs_diff: int
+    max_abs_diff: int  # integer outputs: |got - want|; float outputs: units in the last place
     first_mismatch: Mismatch | None = None
+    output_mismatches: dict[str, int] = {}  # per output, for a kernel with several
     seconds: float
     ptx_sha256: str
     error: str | None = None  # the emulator's or driver's error, when the launch failed
@@ -191,6 +200,7 @@ class KernelTestRun(Document):
     failures: dict[str, str] = {}  # kernel -> "nodeid: first error line" of its first failure
     vacuous_tests: dict[str, list[str]] = {}  # kernel -> node ids of its vacuous tests
     errors: list[str] = []  # collection/internal errors: the counts cannot be trusted
+    files: dict[str, list[str]] = {}  # kernel -> the test files (relative paths) its tests are in
 
 
 class SealedShape(Record):
@@ -257,8 +267,29 @@ class Seal(Document):
     ptxas: list[PtxasArch]
     verify: SealedVerify
     tests: TestCounts
+    test_files: dict[str, str] = {}  # path -> sha256 of each test file the kernel's tests are in
     sass: dict[str, SassLevel] = {}  # arch -> figures of the sealed PTX
     sealed_at: str
+
+
+class SealEvidence(Record):
+    """What the gate's own run shows of one kernel, in a seal's terms, so each sealed
+    figure is compared with one just produced (pipeline.seal.mismatches). None (or an
+    empty list) where this run has no such evidence: that figure is not compared.
+
+    ``defined``: the sealed sets' shapes as shapes.yaml defines them now (mismatches and
+    rows_checked 0); ``verify``: the verify reports of the current PTX this run read.
+    """
+
+    ptx_bytes: int | None = None
+    ptxas_version: str | None = None
+    ptxas: list[PtxasArch] | None = None
+    defined: list[SealedShape] = []
+    verify: list[SealedShape] = []
+    runs: list[tuple[str, str, str | None]] = []  # distinct (backend, device, driver) of those reports
+    tests: TestCounts | None = None
+    test_files: dict[str, str] | None = None
+    sass: dict[str, SassLevel] | None = None
 
 
 class CellResult(Record):
@@ -359,3 +390,4 @@ class RunSummary(Document):
     duplicates: list[DuplicateGroup]
     schema_drift: list[str] = []  # schemas/ files that differ from the models (pipeline.schemas)
     sass: dict[str, dict[str, SassLevel]] = {}  # kernel -> arch -> figures of the current PTX
+    evidence: dict[str, SealEvidence] = {}  # kernel -> what this run shows, in a seal's terms

@@ -1,58 +1,55 @@
-"""A first-order performance model: lower bounds per kernel x shape on one GPU, the largest
-taken as the predicted device time. MODEL figures, never measurements.
+"""``doit model``'s side of the one cost model (kernels/cost.py): validated device facts,
+the committed loop counts, each kernel x shape's serial phases beside the reference
+class, and the calibration against published measurements. MODEL figures, never
+measurements.
 
 Inputs, all read from records (nothing typed in): the SASS counts per loop trip
-(artifacts/sass, pipeline.sass), registers and shared memory per arch
-(artifacts/ptxas), the launch geometry (``spec.geometry``), the emulator's memory
-counts when a verify report or the emulator provides them, and the GPU assumptions in
-pipeline/gpus.yaml (one source per number). Bounds, each on the busiest SM unless said:
+(artifacts/sass, pipeline.sass) and ptxas's stall counts of the same bodies
+(ledger/loop_counts.json, written by :func:`build_counts` from the cubin's control
+bits), registers and shared memory per arch (artifacts/ptxas), the launch geometry
+(``spec.geometry``), the emulator's memory counts when a verify report or the emulator
+provides them, and kernels/devices.json (one source per number).
 
-- issue: warp instructions / (schedulers x clock);
-- tensor: mma ops / (int8 dense peak per SM x the fraction mma.sync reaches);
-- L1: wavefronts / (wavefronts per clock x clock): the emulator's when known (shared bank
-  wavefronts, and one per 128-byte line of each global request), else the ideal from SASS
-  (an LSU instruction moves width x 32 lanes, 128 B a wavefront) plus the output's ideal;
-- latency: one dependent global load (L2 hit) plus, when the loop stages through shared
-  memory, one shared round trip, per chunk when nothing is prefetched; with a copy ring
-  of ``spec.stages`` chunks (stages - 1 in flight), one round trip to fill it and then
-  one per stages - 1 chunks; per wave of resident CTAs;
-- L2 (whole GPU): the emulator's global sectors x 32 B when known, else the bytes the
-  SASS global loads request / L2 bandwidth;
-- DRAM (whole GPU): every operand and the output moved once / DRAM bandwidth.
-
-The reference class (a CUTLASS 2.x int8 GEMM, figures in gpus.yaml) gets the same bounds
-on the problem padded to its tile, its L1 and L2 counted as ours are: global copies a
-wavefront per 128-byte line, and the epilogue's int32 tile (through shared memory, out to
-global) included. Its issue bound is its main loop's alone (a class figure per IMMA),
-where ours counts every instruction outside the loop too.
+Control bits (Volta and later, one 128-bit word an instruction): bits 105-108 hold the
+stall count, the clocks the scheduler waits before this warp's next instruction (the
+fixed-latency dependencies ptxas resolved); variable-latency results (loads, shared
+memory) are waited on through scoreboards, which the cost model's latency terms count.
+The layout is the one documented by Jia et al., "Dissecting the NVIDIA Volta GPU
+Architecture via Microbenchmarking" (arXiv 1804.06826, chapter 2, control information), and used by
+public assemblers for sm_70-sm_90 (e.g. CuAssembler).
 """
 from __future__ import annotations
 
-import json
 import math
+import re
+import statistics
+import subprocess
+import tempfile
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
-import yaml
-from pydantic import ValidationError
+from pydantic import Field, ValidationError
 
+from kernels import cost
 from kernels.backends import load_ptx
 from kernels.launch import launch
-from kernels.staged_tile import CHUNK_K, output_wavefronts as staged_output_wavefronts
 from kernels.ptxemu import LaunchStats
 from kernels.registry import choose
 from kernels.spec import Dims, KernelSpec
-from pipeline.artifacts import rel, sha256_file
-from pipeline.errors import UserError
+from kernels.staged_tile import CHUNK_K, output_wavefronts as staged_output_wavefronts
+from pipeline.artifacts import read_json, read_yaml, rel, sha256_file
+from pipeline.errors import ArtifactError, UserError
 from pipeline.models import MemoryAccess, PtxasArch, Record, Shape
-from pipeline.sass import Body, SassArch, class_width, is_lsu
+from pipeline.ptxas import PtxasError
+from pipeline.sass import Body, SassArch, SassReport, class_width, cubin, find_cuobjdump
 
-GPUS_FILE = Path(__file__).with_name("gpus.yaml")
-IMMA_OPS = 2 * 16 * 8 * 32  # one m16n8k32 mma: multiply and add per product
+DEVICES_FILE = cost.DEVICES_FILE
+COUNTS_FILE = cost.COUNTS_FILE
+CALIBRATION_FILE = Path(cost.__file__).with_name("calibration.yaml")
 FAST_SLACK_BYTES = 4  # a chunk runs the fast body while it and one word more lie inside every row
-UNSIZED_LSU_BITS = 128  # LDGSTS and LDSM as the kernels' class uses them: 16 B a lane
-BOUNDS = ("issue", "tensor", "l1", "latency", "l2", "dram")
+BOUNDS = ("serial", "l1", "l2", "dram", "reds")
+PHASES = ("prologue", "chunks", "outside", "epilogue", "drain")
 
 
 # ---- assumptions ---------------------------------------------------------------------
@@ -60,7 +57,7 @@ BOUNDS = ("issue", "tensor", "l1", "latency", "l2", "dram")
 
 class Assumption(Record):
     value: float
-    source: str
+    source: str = Field(min_length=20)
 
 
 class GpuModel(Record):
@@ -69,13 +66,19 @@ class GpuModel(Record):
     sms: Assumption
     clock_ghz: Assumption
     int8_dense_tops: Assumption
+    bf16_dense_tflops: Assumption
     mma_sync_fraction: Assumption
+    library_tensor_fraction: Assumption
     l2_latency_cycles: Assumption
     dram_latency_cycles: Assumption
     shared_latency_cycles: Assumption
     l2_bandwidth_gbs: Assumption
+    rule_l2_bandwidth_gbs: Assumption
     dram_bandwidth_gbs: Assumption
+    dram_efficiency: Assumption
+    red_gbs: Assumption
     launch_us: Assumption
+    kernel_fixed_us: Assumption
     l1_wavefronts_per_clock: Assumption
     schedulers_per_sm: Assumption
     max_ctas_per_sm: Assumption
@@ -92,24 +95,14 @@ class GpuModel(Record):
         return self.int8_dense_tops.value * 1e12 / (self.sms.value * self.clock_hz)
 
 
-class ReferenceClass(Record):
-    name: str
-    tile_m: Assumption
-    tile_n: Assumption
-    tile_k: Assumption
-    warps: Assumption
-    sass_per_imma: Assumption
-    ldsm_per_imma: Assumption
-    wavefronts_per_ldsm: Assumption
-    copy_lines_per_row: Assumption
-    epilogue_passes: Assumption
-    ctas_per_sm: Assumption
-    exposed_latencies: Assumption
-
-
 class Assumptions(Record):
-    gpus: dict[str, GpuModel]
-    reference: ReferenceClass
+    note: str
+    devices: dict[str, GpuModel]
+    reference: dict[str, object]  # the former single-configuration reference, kept for its sources
+
+    @property
+    def gpus(self) -> dict[str, GpuModel]:
+        return self.devices
 
 
 def first_problem(exc: ValidationError) -> str:
@@ -118,14 +111,13 @@ def first_problem(exc: ValidationError) -> str:
     return f"field '{'.'.join(map(str, error['loc'])) or '(top level)'}': {error['msg']}"
 
 
-def load_assumptions(path: Path = GPUS_FILE) -> Assumptions:
-    """gpus.yaml, validated; a bad file is one :class:`UserError` line naming the field."""
+def load_assumptions(path: Path = DEVICES_FILE) -> Assumptions:
+    """devices.json, read strictly (UTF-8, no duplicate key) and validated; a bad file is
+    one :class:`UserError` line naming the field."""
     try:
-        raw = yaml.safe_load(Path(path).read_text())
-    except FileNotFoundError:
-        raise UserError(f"{rel(path)}: missing; it holds the model's GPU assumptions") from None
-    except yaml.YAMLError as exc:
-        raise UserError(f"{rel(path)}: not valid YAML ({str(exc).splitlines()[0]})") from None
+        raw = read_json(Path(path))
+    except ArtifactError as exc:
+        raise UserError(f"{exc}; it holds the cost model's device facts") from None
     try:
         return Assumptions.model_validate(raw)
     except ValidationError as exc:
@@ -133,9 +125,127 @@ def load_assumptions(path: Path = GPUS_FILE) -> Assumptions:
 
 
 def gpu(assumptions: Assumptions, name: str) -> GpuModel:
-    if name not in assumptions.gpus:
-        raise UserError(f"unknown gpu '{name}' (gpu=...); known in {rel(GPUS_FILE)}: {', '.join(assumptions.gpus)}")
-    return assumptions.gpus[name]
+    if name not in assumptions.devices:
+        raise UserError(f"unknown gpu '{name}' (gpu=...); known in {rel(DEVICES_FILE)}: "
+                        f"{', '.join(assumptions.devices)}")
+    return assumptions.devices[name]
+
+
+def as_device(g: GpuModel) -> cost.Device:
+    """The validated entry as the cost module's values-only record."""
+    dumped = g.model_dump()
+    return cost.devices_from({"devices": {"x": dumped}}, DEVICES_FILE)["x"]
+
+
+# ---- loop counts from the cubin's control bits ---------------------------------------
+
+CUOBJDUMP_LINE = re.compile(r"/\*([0-9a-f]{4,})\*/[^;]*;\s*/\*\s*0x[0-9a-f]{16}\s*\*/")
+CONTROL_WORD = re.compile(r"^\s*/\*\s*(0x[0-9a-f]{16})\s*\*/\s*$")
+STALL_SHIFT, STALL_MASK = 41, 0xF  # bits 105-108 of the instruction = bits 41-44 of its upper word
+
+
+def stall_count(control: int) -> int:
+    """The stall count in the upper 64-bit word of an instruction."""
+    return (control >> STALL_SHIFT) & STALL_MASK
+
+
+def control_stalls(listing: str, function: str) -> dict[int, int]:
+    """Address -> stall count of every instruction of ``function`` in a ``cuobjdump -sass``
+    listing (each instruction's line carries the lower word, the next line the upper)."""
+    stalls: dict[int, int] = {}
+    lines = listing.splitlines()
+    inside = False
+    for i, line in enumerate(lines):
+        if "Function :" in line:
+            inside = line.split("Function :", 1)[1].strip() == function
+            continue
+        if not inside or not (m := CUOBJDUMP_LINE.search(line)) or i + 1 >= len(lines):
+            continue
+        if upper := CONTROL_WORD.match(lines[i + 1]):
+            stalls[int(m.group(1), 16)] = stall_count(int(upper.group(1), 16))
+    if not stalls:
+        raise ArtifactError(f"cuobjdump listing: no instructions with control words for '{function}'")
+    return stalls
+
+
+def body_addresses(body: Body) -> list[int]:
+    out = []
+    for run in body.runs:
+        first, last = (int(x, 16) for x in run.split("-"))
+        out += range(first, last + 16, 16)
+    return out
+
+
+def body_counts(body: Body, stalls: dict[int, int]) -> dict:
+    missing = [a for a in body_addresses(body) if a not in stalls]
+    if missing:
+        raise ArtifactError(f"the SASS record's body runs {body.runs} are not in the cubin's listing "
+                            f"(first missing {missing[0]:#x}); run `doit sass` again")
+    return {"instructions": body.instructions, "imma": body.imma,
+            "issue_clocks": sum(stalls[a] for a in body_addresses(body)),
+            "direct_loads": any(c.startswith("ldg") and c != "ldgsts" for c in body.classes)}
+
+
+def arch_counts(arch: SassArch, stalls: dict[int, int]) -> dict:
+    loop = next(lp for lp in arch.loops if lp.start == arch.steady_loop)
+    return {"fast": body_counts(arch.fast, stalls), "tail": body_counts(arch.tail, stalls) if arch.tail else None,
+            "outside_instructions": arch.instructions - loop.instructions}
+
+
+def cuobjdump_listing(ptx: Path, arch: str) -> str:
+    """``cuobjdump -sass`` of ``ptx`` assembled for ``arch`` by the same ptxas call `doit
+    sass` makes: nvdisasm's listing leaves the control words out, cuobjdump prints them."""
+    with tempfile.TemporaryDirectory(prefix="counts-") as tmp:
+        binary = cubin(ptx, arch, Path(tmp) / f"{arch}.cubin")
+        proc = subprocess.run([str(find_cuobjdump()), "-sass", str(binary)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise PtxasError(f"cuobjdump {rel(ptx)} ({arch}): {proc.stderr.strip().splitlines()[-1:]}")
+    return proc.stdout
+
+
+def kernel_counts(report: SassReport, ptx: Path, entry: str) -> dict:
+    """One kernel's record for ledger/loop_counts.json, from its SASS report and cubins."""
+    if report.ptx_sha256 != sha256_file(ptx):
+        raise UserError(f"{report.kernel}: the SASS record is older than {rel(ptx)}; run `doit sass`")
+    archs = {}
+    for a in report.archs:
+        if a.fast is None:
+            raise UserError(f"{report.kernel} {a.arch}: the SASS record has no loop; run `doit sass`")
+        archs[a.arch] = arch_counts(a, control_stalls(cuobjdump_listing(ptx, a.arch), entry))
+    return {"ptx_sha256": report.ptx_sha256, "archs": archs}
+
+
+COUNTS_NOTE = ("Per warp per trip of each GEMM kernel's steady loop, as ptxas compiled it: instructions and IMMA "
+               "(the counts `doit sass` makes), issue_clocks = ptxas's stall counts summed over the body (control "
+               "bits 105-108), direct_loads = the body loads an operand from global into registers; and the "
+               "function's instructions outside the loop. Written by `doit model:counts`; the gate checks it "
+               "against artifacts/sass.")
+
+
+def counts_problems(counts: dict, reports: dict[str, SassReport]) -> list[str]:
+    """Where the committed counts disagree with what `doit sass` counted (one line each):
+    a kernel missing, a PTX it was not counted from, or a body's instructions or IMMA."""
+    problems = []
+    kernels = counts.get("kernels") or {}
+    for name, report in reports.items():
+        entry = kernels.get(name)
+        if entry is None:
+            problems.append(f"{rel(COUNTS_FILE)}: no counts for {name}; run `doit model:counts`")
+            continue
+        if entry.get("ptx_sha256") != report.ptx_sha256:
+            problems.append(f"{rel(COUNTS_FILE)}: {name} was counted from other PTX; run `doit model:counts`")
+            continue
+        for a in report.archs:
+            have = (entry.get("archs") or {}).get(a.arch)
+            for part in ("fast", "tail"):
+                body = getattr(a, part)
+                got = (have or {}).get(part)
+                want = None if body is None else (body.instructions, body.imma)
+                seen = None if not got else (got.get("instructions"), got.get("imma"))
+                if want != seen:
+                    problems.append(f"{rel(COUNTS_FILE)}: {name} {a.arch} {part}: (instructions, imma) {seen}, "
+                                    f"the SASS {want}; run `doit model:counts`")
+    return problems
 
 
 # ---- the kernel's work, from its spec, SASS and ptxas records ------------------------
@@ -152,12 +262,10 @@ class Work(Record):
     stages: int  # copy ring depth (1: nothing prefetched)
     instructions_per_warp: float
     imma_per_warp: int
-    lsu_wavefronts_per_warp: float  # ideal, from SASS
-    global_bytes_per_warp: float  # requested by global loads, from SASS
     compulsory_bytes: int
-    stages_through_shared: bool
     output_bytes_per_cta: float  # the int32 output one CTA writes (its share of rows x cols)
     splits: int  # CTAs along the contraction (split-K adds their sums)
+    global_bytes_per_warp: float  # requested by the loop's global loads, from SASS
 
 
 def chunks(contraction: int, has_tail_body: bool = True) -> tuple[int, int]:
@@ -175,15 +283,10 @@ def per_trip(sass: SassArch, name: str) -> Body | None:
     return getattr(sass, name) or sass.fast or sass.tail
 
 
-def wavefronts(classes: dict[str, int]) -> float:
-    """Ideal L1 wavefronts of one warp's LSU instructions: width x 32 lanes / 128 B, at least 1."""
-    return sum(n * max(1.0, (class_width(cls) or UNSIZED_LSU_BITS) / 32) for cls, n in classes.items() if is_lsu(cls))
-
-
 def global_bytes(classes: dict[str, int]) -> float:
-    """Bytes a warp's global loads and global->shared copies (LDGSTS) request, at least one
-    32-B sector each."""
-    return sum(n * max(32.0, (class_width(cls) or UNSIZED_LSU_BITS) / 8 * 32) for cls, n in classes.items()
+    """Bytes a warp's global loads and global->shared copies (LDGSTS) request, at least
+    one 32-B sector each (LDGSTS as the kernels use it: 16 B a lane)."""
+    return sum(n * max(32.0, (class_width(cls) or 128) / 8 * 32) for cls, n in classes.items()
                if cls.startswith("ldg"))
 
 
@@ -198,19 +301,15 @@ def work(spec: KernelSpec, dims: Dims, sass: SassArch) -> Work:
     if fbody is None:
         raise UserError(f"{spec.name} {sass.arch}: the SASS record has no loop; run `doit sass`")
     loop = next(lp for lp in sass.loops if lp.start == sass.steady_loop)
-    outside = sass.instructions - loop.instructions
     buffers = sum(math.prod((p.logical or p.shape)(dims)) * np.dtype(p.dtype).itemsize  # the caller's layout
                   for p in spec.params if p.shape)
     return Work(
         ctas=math.prod(geometry.grid), warps_per_cta=math.prod(geometry.block) // 32,
-        contraction=contraction, fast_chunks=fast, tail_chunks=tail,
-        instructions_per_warp=fast * fbody.instructions + tail * tbody.instructions + outside,
-        imma_per_warp=fast * fbody.imma + tail * tbody.imma,
-        lsu_wavefronts_per_warp=fast * wavefronts(fbody.classes) + tail * wavefronts(tbody.classes),
-        global_bytes_per_warp=fast * global_bytes(fbody.classes) + tail * global_bytes(tbody.classes),
-        compulsory_bytes=buffers, stages=spec.stages,
-        stages_through_shared=any(c.startswith(("lds", "ldsm")) for c in fbody.classes),
+        contraction=contraction, fast_chunks=fast, tail_chunks=tail, stages=spec.stages,
+        instructions_per_warp=fast * fbody.instructions + tail * tbody.instructions + sass.instructions - loop.instructions,
+        imma_per_warp=fast * fbody.imma + tail * tbody.imma, compulsory_bytes=buffers,
         output_bytes_per_cta=4 * rows * cols / (geometry.grid[0] * geometry.grid[1]), splits=splits,
+        global_bytes_per_warp=fast * global_bytes(fbody.classes) + tail * global_bytes(tbody.classes),
     )
 
 
@@ -232,9 +331,10 @@ def memory_rows_from_report(path: Path) -> list[MemoryAccess] | None:
     if not Path(path).is_file():
         return None
     try:
-        rows = (json.loads(Path(path).read_text()).get("launch_stats") or {}).get("memory")
+        raw = read_json(Path(path))
+        rows = ((raw.get("launch_stats") if isinstance(raw, dict) else None) or {}).get("memory")
         return None if rows is None else [MemoryAccess.model_validate(r) for r in rows]
-    except (json.JSONDecodeError, ValidationError, AttributeError) as exc:
+    except (ArtifactError, ValidationError, AttributeError) as exc:
         raise UserError(f"{rel(path)}: launch_stats.memory unreadable ({str(exc).splitlines()[0]}); "
                         "delete the report and re-run `doit verify`") from None
 
@@ -258,13 +358,40 @@ def memory_rows_from_emulator(spec: KernelSpec, shape: Shape, ptx: str) -> list[
     return [MemoryAccess.model_validate(r if isinstance(r, dict) else r._asdict()) for r in fn.stats.memory]
 
 
-# ---- bounds --------------------------------------------------------------------------
+def l1_wavefronts(row: MemoryAccess) -> int:
+    """L1 data wavefronts of one traced line: shared accesses as the emulator counts their
+    bank wavefronts; a global access takes one per distinct 128-byte line a request touches
+    (first order: L1TEX returns at most one 128-byte line per wavefront)."""
+    return row.wavefronts if row.space == "shared" else row.lines
+
+
+def l1_per_cta(w: Work, memory: list[MemoryAccess] | None, source: str) -> tuple[float, str]:
+    """Wavefronts per CTA from the emulator when known (``source`` says whence); without
+    them the loop's share stays in the per-chunk chain and only the output is counted."""
+    if memory:
+        return sum(l1_wavefronts(r) for r in memory if r.space in MEMORY_SPACES) / w.ctas, source
+    return staged_output_wavefronts(w.output_bytes_per_cta, w.splits), "output only (no emulator memory counts)"
+
+
+def l2_bytes(w: Work, memory: list[MemoryAccess] | None) -> float:
+    """Bytes through L2: the emulator's global sectors x 32 B when known, else what the
+    loop's global loads request and the output."""
+    if memory:
+        return 32.0 * sum(r.sectors for r in memory if r.space == "global")
+    return w.ctas * (w.warps_per_cta * w.global_bytes_per_warp + w.output_bytes_per_cta)
+
+
+# ---- rows ----------------------------------------------------------------------------
 
 
 class Prediction(Record):
-    """One implementation on one shape: its bounds (us) and the largest, the limiter."""
+    """One implementation on one shape: its phases and bounds (us), the device time
+    (the fixed cost + the largest bound), per call (+ the host's launch cost)."""
 
+    config: str
+    phases: dict[str, float]
     bounds: dict[str, float]
+    fixed_us: float
     device_us: float
     per_call_us: float
     limiter: str
@@ -284,141 +411,188 @@ class ModelRow(Record):
     waves: int
     fast_chunks: int
     tail_chunks: int
+    clocks_per_instruction: float  # ptxas's stall clocks per instruction of the fast body
     l1_source: str
     ours: Prediction
     reference: Prediction
 
 
+class LayerRow(Record):
+    """One layer step (forward + dX + dW, the rule's picks) beside bf16 nn.Linear's three GEMMs."""
+
+    kind: Literal["MODEL"] = "MODEL"
+    shape: str
+    ours_per_call_us: float
+    torch_bf16_per_call_us: float
+
+
 class ModelReport(Record):
     kind: Literal["MODEL"] = "MODEL"
-    note: str = "first-order model predictions, not measurements"
+    note: str = "cost-model predictions, not measurements"
     shape_set: str
     gpu: str
     gpu_name: str
     arch: str
     assumptions_sha256: str
+    counts_sha256: str
     sass_tools: dict[str, str]  # kernel -> "ptxas X / nvdisasm Y"
     rows: list[ModelRow]
+    layer_steps: list[LayerRow] = []
 
 
-def predict(g: GpuModel, bounds: dict[str, float], useful_ops: float) -> Prediction:
-    device = max(bounds.values())
-    limiter = max(bounds, key=bounds.get)
-    pct = 100 * useful_ops / (device * 1e-6) / (g.int8_dense_tops.value * 1e12)
-    return Prediction(bounds={k: round(v, 4) for k, v in bounds.items()}, device_us=round(device, 4),
-                      per_call_us=round(device + g.launch_us.value, 4), limiter=limiter, pct_int8_peak=round(pct, 3))
+def prediction(dev: cost.Device, config: str, p: cost.Phases, useful_ops: float) -> Prediction:
+    return Prediction(config=config, phases={k: round(getattr(p, k), 4) for k in PHASES},
+                      bounds={k: round(getattr(p, k), 4) for k in BOUNDS}, fixed_us=round(p.fixed, 4),
+                      device_us=round(p.device_us, 4), per_call_us=round(p.per_call_us, 4), limiter=p.limiter,
+                      pct_int8_peak=round(p.pct_peak(useful_ops, dev.int8_dense_tops), 3))
 
 
-def seconds_us(cycles: float, g: GpuModel) -> float:
-    return cycles / g.clock_hz * 1e6
-
-
-def exposed_round_trips(w: Work) -> float:
-    """Global round trips a CTA waits out: one a chunk when nothing is prefetched; with a
-    ring of ``stages`` chunks, one to fill it, then one per ``stages - 1`` chunks."""
-    trips = w.fast_chunks + w.tail_chunks
-    return trips if w.stages <= 1 else 1 + trips / (w.stages - 1)
-
-
-def bounds_for(g: GpuModel, w: Work, resident: int, l1_wavefronts_per_cta: float,
-               l2_bytes: float) -> tuple[dict[str, float], int]:
-    """Our kernel's six bounds, and the waves of resident CTAs."""
-    sms = int(g.sms.value)
-    busiest = math.ceil(w.ctas / sms)  # CTAs the busiest SM runs in all
-    waves = math.ceil(w.ctas / (sms * max(resident, 1)))
-    warps = busiest * w.warps_per_cta
-    latency = g.l2_latency_cycles.value + (g.shared_latency_cycles.value if w.stages_through_shared else 0)
-    return {
-        "issue": seconds_us(warps * w.instructions_per_warp / g.schedulers_per_sm.value, g),
-        "tensor": seconds_us(warps * w.imma_per_warp * IMMA_OPS
-                             / (g.peak_ops_per_sm_clock * g.mma_sync_fraction.value), g),
-        "l1": seconds_us(busiest * l1_wavefronts_per_cta / g.l1_wavefronts_per_clock.value, g),
-        "latency": seconds_us(waves * exposed_round_trips(w) * latency, g),
-        "l2": l2_bytes / (g.l2_bandwidth_gbs.value * 1e3),
-        "dram": w.compulsory_bytes / (g.dram_bandwidth_gbs.value * 1e3),
-    }, waves
-
-
-def reference_l1_per_cta(ref: ReferenceClass, k_tiles: int) -> float:
-    """The reference CTA's L1 wavefronts, counted as ours are: its fragment loads
-    (ldmatrix, 4 wavefronts each), its copies one wavefront per 128-byte line they touch
-    (each k-tile row its own line), and its epilogue, which passes the int32 tile through
-    shared memory to global (``epilogue_passes`` x the tile's bytes / 128)."""
-    tm, tn, tk = (int(a.value) for a in (ref.tile_m, ref.tile_n, ref.tile_k))
-    imma_per_tile = tm * tn * tk / (16 * 8 * 32)
-    fragments = imma_per_tile * ref.ldsm_per_imma.value * ref.wavefronts_per_ldsm.value
-    copies = (tm + tn) * ref.copy_lines_per_row.value
-    return k_tiles * (fragments + copies) + ref.epilogue_passes.value * 4 * tm * tn / 128
-
-
-def reference_bounds(g: GpuModel, ref: ReferenceClass, rows: int, cols: int, contraction: int,
-                     compulsory_bytes: int) -> dict[str, float]:
-    """The reference class on the problem padded to its tile."""
-    tm, tn, tk = (int(a.value) for a in (ref.tile_m, ref.tile_n, ref.tile_k))
-    mp, np_, kp = (-(-x // t) * t for x, t in ((rows, tm), (cols, tn), (contraction, tk)))
-    ctas = (mp // tm) * (np_ // tn)
-    sms = int(g.sms.value)
-    busiest = math.ceil(ctas / sms)
-    imma_per_cta = tm * tn * kp / (16 * 8 * 32)
-    waves = math.ceil(ctas / (sms * ref.ctas_per_sm.value))
-    latency = g.l2_latency_cycles.value + g.shared_latency_cycles.value
-    return {
-        "issue": seconds_us(busiest * imma_per_cta * ref.sass_per_imma.value / g.schedulers_per_sm.value, g),
-        "tensor": seconds_us(busiest * imma_per_cta * IMMA_OPS
-                             / (g.peak_ops_per_sm_clock * g.mma_sync_fraction.value), g),
-        "l1": seconds_us(busiest * reference_l1_per_cta(ref, kp // tk) / g.l1_wavefronts_per_clock.value, g),
-        "latency": seconds_us(waves * ref.exposed_latencies.value * latency, g),
-        "l2": ctas * ((tm + tn) * kp + 4 * tm * tn) / (g.l2_bandwidth_gbs.value * 1e3),  # operands in, int32 tile out
-        "dram": compulsory_bytes / (g.dram_bandwidth_gbs.value * 1e3),
-    }
-
-
-def l1_wavefronts(row: MemoryAccess) -> int:
-    """L1 data wavefronts of one traced line: shared accesses as the emulator counts their
-    bank wavefronts; a global access takes one per distinct 128-byte line a request touches
-    (first order: L1TEX returns at most one 128-byte line per wavefront)."""
-    return row.wavefronts if row.space == "shared" else row.lines
-
-
-def output_wavefronts(w: Work) -> float:
-    """The ideal L1 wavefronts of one CTA's output, by the epilogue's path
-    (``kernels.staged_tile.output_wavefronts``)."""
-    return staged_output_wavefronts(w.output_bytes_per_cta, w.splits)
-
-
-def l1_per_cta(w: Work, memory: list[MemoryAccess] | None, source: str) -> tuple[float, str]:
-    """Wavefronts per CTA: the emulator's when known (``source`` says whence), else the
-    loop's SASS ideal plus the output's (the reference class's L1 counts its output too)."""
-    if memory:
-        return sum(l1_wavefronts(r) for r in memory if r.space in MEMORY_SPACES) / w.ctas, source
-    return (w.lsu_wavefronts_per_warp * w.warps_per_cta + output_wavefronts(w),
-            "SASS ideal loop + output (no emulator memory counts)")
-
-
-def l2_bytes(w: Work, memory: list[MemoryAccess] | None) -> float:
-    """Bytes through L2: the emulator's global sectors x 32 B when known, else what the
-    SASS global loads request (one sector at least each)."""
-    if memory:
-        return 32.0 * sum(r.sectors for r in memory if r.space == "global")
-    return w.ctas * w.warps_per_cta * w.global_bytes_per_warp
-
-
-def model_row(spec: KernelSpec, shape: Shape, g: GpuModel, ref: ReferenceClass, sass: SassArch,
+def model_row(spec: KernelSpec, shape: Shape, g: GpuModel, sass: SassArch, counts: cost.KernelCounts,
               ptxas: PtxasArch, memory: list[MemoryAccess] | None, memory_source: str) -> ModelRow:
+    dev = as_device(g)
     dims = Dims(shape.R, shape.K, shape.N)
     w = work(spec, dims, sass)
     resident = ctas_per_sm(g, w.warps_per_cta, ptxas)
     l1, l1_source = l1_per_cta(w, memory, memory_source)
-    ours, waves = bounds_for(g, w, resident, l1, l2_bytes(w, memory))
+    staged = cost.StagedWork(
+        ctas=w.ctas, warps_per_cta=w.warps_per_cta, resident=resident, fast_chunks=w.fast_chunks,
+        tail_chunks=w.tail_chunks, stages=w.stages, counts=counts,
+        epilogue_wavefronts=staged_output_wavefronts(w.output_bytes_per_cta, w.splits),
+        output_bytes_per_cta=w.output_bytes_per_cta, splits=w.splits, l2_bytes=l2_bytes(w, memory),
+        dram_bytes=w.compulsory_bytes, l1_wavefronts_per_cta=l1)
+    ours = cost.staged_phases(dev, staged)
     rows, cols = spec.output.logical(dims)
-    dense_bytes = rows * w.contraction + w.contraction * cols + 4 * rows * cols  # int8 A, B; int32 C
+    ref_cfg, ref = cost.best_dense(dev, rows, cols, w.contraction, "int8")
     useful = 2.0 * dims.R * dims.K * dims.N
     return ModelRow(kernel=spec.name, shape=shape.name, R=shape.R, K=shape.K, N=shape.N,
                     rule_pick=choose(spec.family_name, dims).name == spec.name, ctas=w.ctas,
-                    ctas_per_sm=resident, waves=waves, fast_chunks=w.fast_chunks, tail_chunks=w.tail_chunks,
-                    l1_source=l1_source, ours=predict(g, ours, useful),
-                    reference=predict(g, reference_bounds(g, ref, rows, cols, w.contraction, dense_bytes), useful))
+                    ctas_per_sm=resident, waves=math.ceil(w.ctas / (dev.sms * max(1, resident))),
+                    fast_chunks=w.fast_chunks, tail_chunks=w.tail_chunks,
+                    clocks_per_instruction=round(counts.clocks_per_instruction, 3), l1_source=l1_source,
+                    ours=prediction(dev, spec.tile or spec.name, ours, useful),
+                    reference=prediction(dev, ref_cfg.label, ref, useful))
 
 
-def assumptions_sha256(path: Path = GPUS_FILE) -> str:
+LAYER_FAMILIES = ("hslm_fwd_s8", "hslm_dx_s8", "hslm_dw_s8")
+
+
+def layer_steps(rows: list[ModelRow], shapes: list[Shape], g: GpuModel) -> list[LayerRow]:
+    """Per shape, the rule's forward, dX and dW picks per call, beside torch bf16 nn.Linear."""
+    dev = as_device(g)
+    out = []
+    for shape in shapes:
+        picked = [r for r in rows if r.shape == shape.name and r.rule_pick
+                  and any(r.kernel == f or r.kernel.startswith(f + "_m") for f in LAYER_FAMILIES)]
+        if len(picked) != len(LAYER_FAMILIES):
+            continue
+        out.append(LayerRow(shape=shape.name, ours_per_call_us=round(sum(r.ours.per_call_us for r in picked), 3),
+                            torch_bf16_per_call_us=round(cost.torch_linear_step(dev, shape.R, shape.K, shape.N), 3)))
+    return out
+
+
+def assumptions_sha256(path: Path = DEVICES_FILE) -> str:
     return sha256_file(path)
+
+
+# ---- calibration against published measurements --------------------------------------
+
+
+class CalibrationPoint(Record):
+    """One published measurement: what was timed, on which device, at which shape, its
+    source, and the figure."""
+
+    name: str
+    device: str  # a key of kernels/devices.json
+    kind: Literal["gemm", "stream"]  # a GEMM's throughput, or a streaming kernel's bandwidth
+    dtype: Literal["int8", "bf16", "fp16", "fp32"]
+    M: int = Field(default=0, ge=0)
+    N: int = Field(default=0, ge=0)
+    K: int = Field(default=0, ge=0)
+    bytes: int = Field(default=0, ge=0)  # a stream's bytes moved (read + written)
+    resident: Literal["dram", "l2"] = "dram"  # where a stream's data lives between launches
+    timed: Literal["kernel", "host_loop"]  # device time, or a host loop of back-to-back launches
+    metric: Literal["TFLOPS", "GB/s", "us"]
+    published: float = Field(gt=0)
+    library: str
+    source: str = Field(min_length=20)  # URL + table / figure + the exact line
+    fit: bool = False  # used to set a device figure: shown, not counted in the error
+    note: str = ""  # why a point misses, or how it was read
+
+
+class Calibration(Record):
+    points: list[CalibrationPoint] = Field(min_length=1)
+
+
+class CalibrationRow(Record):
+    kind: Literal["MODEL"] = "MODEL"
+    name: str
+    device: str
+    what: str
+    metric: str
+    published: float
+    predicted: float
+    error_pct: float  # 100 x (predicted / published - 1)
+    config: str
+    limiter: str
+    fit: bool
+    source: str
+    note: str
+
+
+def load_calibration(path: Path = CALIBRATION_FILE) -> Calibration:
+    try:
+        raw = read_yaml(Path(path))
+    except ArtifactError as exc:
+        raise UserError(f"{exc}; it holds the published points the model is calibrated against") from None
+    try:
+        return Calibration.model_validate(raw)
+    except ValidationError as exc:
+        raise UserError(f"{rel(path)}: {first_problem(exc)}; fix the entry") from None
+
+
+def predict_point(point: CalibrationPoint, dev: cost.Device) -> tuple[float, str, str]:
+    """(the model's figure in the point's metric, the configuration, the limiter)."""
+    if point.kind == "gemm":
+        if not (point.M and point.N and point.K):
+            raise UserError(f"{rel(CALIBRATION_FILE)}: point '{point.name}': a gemm needs M, N and K")
+        dtype = "int8" if point.dtype == "int8" else "bf16"
+        cfg, p = cost.best_dense(dev, point.M, point.N, point.K, dtype, per_call=False)
+        seconds = (cost.host_loop_us(p) if point.timed == "host_loop" else p.device_us) * 1e-6
+        ops = 2.0 * point.M * point.N * point.K
+        label, limiter = cfg.label, p.limiter
+    else:
+        if not point.bytes:
+            raise UserError(f"{rel(CALIBRATION_FILE)}: point '{point.name}': a stream needs bytes")
+        rate = dev.l2_bandwidth_gbs if point.resident == "l2" else dev.dram_bandwidth_gbs * dev.dram_efficiency
+        device_us = dev.kernel_fixed_us + point.bytes / (rate * 1e3)
+        seconds = (max(device_us, dev.launch_us) if point.timed == "host_loop" else device_us) * 1e-6
+        ops, label, limiter = 0.0, "elementwise", point.resident
+    if point.metric == "TFLOPS":
+        return ops / seconds / 1e12, label, limiter
+    if point.metric == "GB/s":
+        return point.bytes / seconds / 1e9, label, limiter
+    return seconds * 1e6, label, limiter
+
+
+def calibration_rows(calibration: Calibration, devices: dict[str, GpuModel]) -> list[CalibrationRow]:
+    rows = []
+    for point in calibration.points:
+        if point.device not in devices:
+            raise UserError(f"{rel(CALIBRATION_FILE)}: point '{point.name}': unknown device '{point.device}'; "
+                            f"known in {rel(DEVICES_FILE)}: {', '.join(devices)}")
+        predicted, config, limiter = predict_point(point, as_device(devices[point.device]))
+        shape = f"{point.M}x{point.N}x{point.K}" if point.kind == "gemm" else f"{point.bytes} B"
+        rows.append(CalibrationRow(
+            name=point.name, device=point.device, what=f"{point.library} {point.dtype} {point.kind} {shape} "
+            f"({point.timed})", metric=point.metric, published=point.published, predicted=round(predicted, 3),
+            error_pct=round(100 * (predicted / point.published - 1), 1), config=config, limiter=limiter,
+            fit=point.fit, source=point.source, note=point.note))
+    return rows
+
+
+def calibration_summary(rows: list[CalibrationRow]) -> str:
+    """The one closing line: points counted (fit points left out), median and max |error|."""
+    errors = [abs(r.error_pct) for r in rows if not r.fit]
+    if not errors:
+        return "calibration: 0 points"
+    return f"calibration: {len(errors)} points, median |error| {statistics.median(errors):.1f}%, max {max(errors):.1f}%"

@@ -14,11 +14,10 @@ import importlib.util
 import os
 import re
 import shutil
-import tempfile
 from pathlib import Path
 
 from pipeline import proc
-from pipeline.artifacts import rel, sha256_file
+from pipeline.artifacts import rel, scratch_folder, sha256_file
 from pipeline.config import Budget
 from pipeline.errors import PtxasError, UserError
 from pipeline.models import PtxasArch, PtxasReport, PtxasUsage
@@ -124,7 +123,7 @@ def first_error(stderr: str, returncode: int) -> str:
 def run_ptxas(ptxas: Path, ptx: Path, arch: str) -> str:
     """Assemble ``ptx`` for ``arch`` (the cubin goes to a scratch folder that is removed
     however the run ends); returns the -v stderr."""
-    with tempfile.TemporaryDirectory(prefix="ptxas-") as tmp:
+    with scratch_folder("ptxas") as tmp:
         done = proc.run([str(ptxas), "-v", f"-arch={arch}", "-o", str(Path(tmp) / "out.cubin"), str(ptx)])
     if done.returncode != 0:
         raise PtxasError(f"{rel(ptx)} ({arch}): {first_error(done.stderr, done.returncode)}")

@@ -6,6 +6,8 @@ tasks print the failing lines. Everything here reads result JSONs and writes tex
 from __future__ import annotations
 
 import json
+import os
+import sys
 from typing import Any, Sequence
 
 from pipeline import config
@@ -91,3 +93,19 @@ def last_run(kernels: Sequence[str], cells: Sequence[VerifyCell], fmt: str) -> s
     parts = [table(PTXAS_COLUMNS, [row for r in ptxas for row in ptxas_rows(r)]) if ptxas else "ptxas: no reports",
              table(VERIFY_COLUMNS, [verify_row(r) for r in verify]) if verify else "verify: no reports"]
     return "\n\n".join(parts + [p.read_text().rstrip() for p in bench])
+
+
+def print_to_pipe(text: str) -> bool:
+    """Print ``text``; False when the reader went away first (``doit report | head``).
+
+    A closed pipe is the reader's choice, not an error: stdout is pointed at /dev/null so
+    nothing later in the process (doit's own output, the interpreter's last flush) raises
+    again, and the caller ends normally."""
+    try:
+        print(text, flush=True)
+        return True
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return False

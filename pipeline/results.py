@@ -13,13 +13,13 @@ from typing import Iterable
 
 from kernels.registry import KERNELS
 from pipeline import config
-from pipeline.artifacts import read_present, rel
+from pipeline.artifacts import read_present, rel, sha256_file
 from pipeline.dupbody import find_duplicates
 from pipeline.schemas import drift
 from pipeline.errors import ArtifactError
 from pipeline.models import (
-    CellKey, CellResult, EmitResult, KernelState, KernelTestRun, PtxasReport, RunSummary, Shape,
-    Verdict, VerifyReport,
+    CellKey, CellResult, EmitResult, KernelState, KernelTestRun, PtxasReport, RunSummary, SassLevel, SealedShape,
+    SealEvidence, Shape, TestCounts, Verdict, VerifyReport,
 )
 from pipeline.sass import SassReport
 from pipeline.sass_ratchet import current_figures
@@ -139,6 +139,41 @@ def collect(kernels: dict[str, str], archs: Iterable[str], sets: dict[str, tuple
     return sorted(results, key=lambda r: r.key)
 
 
+def hashes_of_test_files(files: Iterable[str]) -> dict[str, str]:
+    """{path: sha256} of test files named relative to the project root ("(missing)" for
+    one that is gone): what a seal pins and the gate compares."""
+    return {name: sha256_file(config.ROOT / name) if (config.ROOT / name).is_file() else "(missing)"
+            for name in sorted(files)}
+
+
+def sealed_shapes(sets: dict[str, tuple[Shape, ...]]) -> list[SealedShape]:
+    """The shapes of the sealed sets as shapes.yaml defines them now, in a seal's terms."""
+    return [SealedShape(shape_set=s, shape=shape.name, R=shape.R, K=shape.K, N=shape.N, mismatches=0,
+                        rows_checked=0) for s in config.VERIFY_SETS if s in sets for shape in sets[s]]
+
+
+def evidence_of(kernel: str, emitted: EmitResult, sets: dict[str, tuple[Shape, ...]], ran: Iterable[str],
+                tests: KernelTestRun, sass: dict[str, SassLevel] | None) -> SealEvidence:
+    """What this run shows of ``kernel`` (its emit result is of the current source), in a
+    seal's terms: ptxas figures and verify reports of the current PTX (of the sealed sets
+    among ``ran``), the sealed sets' shapes, test counts and test file hashes, SASS."""
+    ptxas = read_present(config.ptxas_json(kernel), PtxasReport)
+    current = ptxas is not None and ptxas.ptx_sha256 == emitted.ptx_sha256
+    reports = [r for s in ran if s in config.VERIFY_SETS for shape in sets.get(s, ())
+               if (r := read_present(config.verify_json(kernel, s, shape.name), VerifyReport)) is not None
+               and r.ptx_sha256 == emitted.ptx_sha256]
+    zero = TestCounts.model_validate(dict.fromkeys(TestCounts.model_fields, 0))
+    return SealEvidence(
+        ptx_bytes=emitted.ptx_bytes, ptxas_version=ptxas.ptxas_version if current else None,
+        ptxas=ptxas.archs if current else None, defined=sealed_shapes(sets),
+        verify=[SealedShape(shape_set=r.shape_set, shape=r.shape, R=r.R, K=r.K, N=r.N, mismatches=r.mismatches,
+                            rows_checked=r.rows_checked) for r in reports],
+        runs=sorted({(r.backend, r.device, r.driver) for r in reports}, key=str),
+        tests=tests.kernels.get(kernel, zero), test_files=hashes_of_test_files(tests.files.get(kernel, [])),
+        sass=sass,
+    )
+
+
 def kernel_sources() -> dict[str, str]:
     """Each registered kernel and its current source hash."""
     return {name: source_sha256(spec) for name, spec in KERNELS.items()}
@@ -155,7 +190,7 @@ def summarize(sets: tuple[str, ...]) -> RunSummary:
         raise ArtifactError(f"{rel(config.TESTS_JSON)}: the kernels' tests could not be collected: {tests.errors[0]}")
     universe = select_sets(tuple(dict.fromkeys((*config.VERIFY_SETS, *sets))))
     results = collect(sources, config.ARCHS, {s: universe[s] for s in sets}, tests)
-    states, counted = [], []
+    states, counted, evidence = [], [], {}
     for kernel, source in sources.items():
         emitted = read_present(config.emit_json(kernel), EmitResult)
         current = emitted is not None and emitted.source_sha256 == source
@@ -164,6 +199,9 @@ def summarize(sets: tuple[str, ...]) -> RunSummary:
         report = read_present(config.sass_json(kernel), SassReport) if current else None
         if report is not None and report.ptx_sha256 == emitted.ptx_sha256:
             counted.append(report)
+        if current:
+            evidence[kernel] = evidence_of(kernel, emitted, universe, sets, tests,
+                                           current_figures(counted).get(kernel))
     return RunSummary(cells=cells(sources, config.ARCHS, universe), results=results,
                       kernels=states, duplicates=find_duplicates(), schema_drift=drift(),
-                      sass=current_figures(counted))
+                      sass=current_figures(counted), evidence=evidence)

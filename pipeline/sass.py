@@ -346,14 +346,17 @@ def longest(bodies: list[Body]) -> Body | None:
     return max(bodies, key=lambda b: (b.imma, b.instructions), default=None)
 
 
-def analyse(listing: Listing, arch: str) -> SassArch:
-    """Loops, and the fast and tail bodies of the loop with the most IMMA."""
+def analyse(listing: Listing, arch: str, bodies: bool = True) -> SassArch:
+    """Loops, and the fast and tail bodies of the loop with the most IMMA. Without
+    ``bodies`` (a kernel that is not a GEMM: its loops' guarded loads and division slow
+    paths branch, so paths multiply past counting, and there is no IMMA to count them
+    by), only the loops' and the function's instructions."""
     loops = find_loops(listing)
-    paths = [loop_paths(listing, loop) for loop in loops]
+    paths = [loop_paths(listing, loop) for loop in loops] if bodies else [[] for _ in loops]
     counted = [loop_counts(listing, loop, len(p)) for loop, p in zip(loops, paths)]
     whole = count(listing.instrs)
     fast = tail = steady = None
-    if loops:
+    if loops and bodies:
         best = max(range(len(loops)), key=lambda i: (counted[i].classes.get("tensor", 0), -i))
         steady = counted[best].start
         bodies = [body(listing, p) for p in paths[best]]
@@ -366,9 +369,10 @@ def analyse(listing: Listing, arch: str) -> SassArch:
 
 
 def sass_report(kernel: str, entry: str, ptx: Path, archs: tuple[str, ...],
-                sass_dir: Path | None = None) -> SassReport:
+                sass_dir: Path | None = None, bodies: bool = True) -> SassReport:
     """Assemble and disassemble ``ptx`` per arch and count; the listings are kept in
-    ``sass_dir`` as ``<kernel>.<arch>.sass`` when given (for reading, not re-parsed)."""
+    ``sass_dir`` as ``<kernel>.<arch>.sass`` when given (for reading, not re-parsed).
+    ``bodies``: find the fast and tail loop bodies (GEMMs; see :func:`analyse`)."""
     ptxas, nvdisasm = find_ptxas(), find_nvdisasm()
     results = []
     with tempfile.TemporaryDirectory(prefix="sass-") as tmp:
@@ -376,6 +380,6 @@ def sass_report(kernel: str, entry: str, ptx: Path, archs: tuple[str, ...],
             text = disassemble(cubin(ptx, arch, Path(tmp) / f"{arch}.cubin", ptxas), nvdisasm)
             if sass_dir is not None:
                 write_atomic(sass_dir / f"{kernel}.{arch}.sass", text)
-            results.append(analyse(parse_listing(text, entry), arch))
+            results.append(analyse(parse_listing(text, entry), arch, bodies))
     return SassReport(kernel=kernel, ptx_sha256=sha256_file(ptx), ptxas_version=ptxas_version(ptxas),
                       nvdisasm_version=disassembler_version(nvdisasm), archs=results)

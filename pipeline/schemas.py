@@ -12,15 +12,18 @@ from pathlib import Path
 
 from pipeline.artifacts import rel, write_atomic
 from pipeline.config import SCHEMAS_DIR
+from pydantic import BaseModel
+
+from pipeline.layer_records import LayerBenchReport, LayerLedger, LayerReport
 from pipeline.models import (
-    Document, EmitResult, KernelTestRun, Ledger, PtxasReport, RunSummary, Seal, VerifyReport,
+    EmitResult, KernelTestRun, Ledger, PtxasReport, RunSummary, Seal, VerifyReport,
 )
 
-DOCUMENTS: tuple[type[Document], ...] = (EmitResult, PtxasReport, VerifyReport, KernelTestRun, Seal, Ledger,
-                                          RunSummary)
+DOCUMENTS: tuple[type[BaseModel], ...] = (EmitResult, PtxasReport, VerifyReport, KernelTestRun, Seal, Ledger,
+                                           RunSummary, LayerReport, LayerLedger, LayerBenchReport)
 
 
-def schema_text(model: type[Document]) -> str:
+def schema_text(model: type[BaseModel]) -> str:
     return json.dumps(model.model_json_schema(), indent=2, sort_keys=True) + "\n"
 
 
@@ -44,9 +47,9 @@ def drift(folder: Path = SCHEMAS_DIR) -> list[str]:
         if not path.exists():
             found.append(f"{rel(path)}: missing")
         elif path.read_text() != schema_text(model):
-            found.append(f"{rel(path)}: differs from pipeline.models.{model.__name__}")
+            found.append(f"{rel(path)}: differs from {model.__module__}.{model.__name__}")
     extra = sorted(p for p in Path(folder).glob("*.json") if p.name not in expected) if Path(folder).is_dir() else []
-    return found + [f"{rel(p)}: no such record in pipeline.models" for p in extra]
+    return found + [f"{rel(p)}: no such record in pipeline.schemas.DOCUMENTS" for p in extra]
 
 
 if __name__ == "__main__":

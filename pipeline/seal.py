@@ -4,8 +4,12 @@ A seal records the kernel's source hash (its module and the kernels/ modules it
 imports: pipeline.sources), its PTX
 sha256 and size, ptxas figures per arch, the SASS per IMMA and LSU per IMMA of its loop
 bodies per arch (pipeline.sass_ratchet), the verify evidence of every shape of the
-sealed sets, and the counts of the kernel's own tests. It is stale as soon as the
-current source or PTX hash differs, so nothing verified can change silently.
+sealed sets, the counts of the kernel's own tests and the sha256 of each test file they
+are in. It is stale as soon as the current source or PTX hash differs, so nothing
+verified can change silently; :func:`mismatches` compares every other sealed figure with
+what the gate's run produced (pipeline.results.evidence_of), so a seal edited by hand,
+copied from another kernel, or of other shapes or tests is red too. :func:`read_seals`
+refuses a seal that is a link or a folder.
 
 Sealing refuses, and writes nothing, unless every shape of the sealed sets passed
 verify on the current PTX, the ptxas and SASS reports are of the current PTX, and none of the
@@ -20,11 +24,11 @@ from pathlib import Path
 from pipeline.artifacts import check_artifact, read_committed, read_model, rel, write_model
 from pipeline.config import SEALS_DIR, emit_json, ptx_path, ptxas_json, sass_json, verify_json
 from pipeline.errors import ArtifactError, SealRefused
-from pipeline.results import verify_results
+from pipeline.results import hashes_of_test_files, verify_results
 from pipeline.sass import SassReport
-from pipeline.sass_ratchet import current_figures
+from pipeline.sass_ratchet import current_figures, flat
 from pipeline.models import (
-    EmitResult, KernelState, KernelTestRun, PtxasReport, Seal, SealedShape, SealedVerify, Shape,
+    EmitResult, KernelState, KernelTestRun, PtxasReport, Seal, SealEvidence, SealedShape, SealedVerify, Shape,
     TestCounts, VerifyReport,
 )
 
@@ -71,6 +75,7 @@ def build_seal(kernel: str, source_sha256: str, sets: dict[str, tuple[Shape, ...
                                 mismatches=r.mismatches, rows_checked=r.rows_checked) for r in reports],
         ),
         tests=counts or TestCounts.model_validate(dict.fromkeys(TestCounts.model_fields, 0)),
+        test_files=hashes_of_test_files(tests.files.get(kernel, [])),
         sass=current_figures([counted]).get(kernel, {}),
         sealed_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
     )
@@ -87,10 +92,17 @@ def write_seal(seal: Seal, folder: Path = SEALS_DIR) -> bool:
 
 
 def read_seals(folder: Path = SEALS_DIR) -> dict[str, Seal]:
-    """Every seal in ``folder`` by kernel; :class:`ArtifactError` when one is unreadable
-    or names another kernel than its file."""
+    """Every seal in ``folder`` by kernel; :class:`ArtifactError` when one is unreadable,
+    is not a regular file inside the project (a link, a folder), or names another kernel
+    than its file."""
     seals = {}
-    for path in sorted(Path(folder).glob("*.json")):
+    folder = Path(folder)
+    if folder.is_symlink():
+        raise ArtifactError(f"{rel(folder)}: a link; the seals are committed files in the project: git checkout it")
+    for path in sorted(folder.glob("*.json")):
+        if path.is_symlink() or not path.is_file() or not path.resolve().is_relative_to(folder.resolve()):
+            raise ArtifactError(f"{rel(path)}: not a regular file inside the project (a link or a folder); "
+                                f"a seal is the file doit seal writes: remove it and run doit seal, or git checkout it")
         seal = read_committed(path, Seal)
         if seal.kernel != path.stem:
             raise ArtifactError(f"{rel(path)}: field 'kernel': '{seal.kernel}' in the seal of '{path.stem}'")
@@ -103,3 +115,65 @@ def stale(seal: Seal, state: KernelState) -> list[str]:
     return [f"{what} changed ({getattr(seal, field)[:12]} -> {getattr(state, field)[:12]})"
             for what, field in (("source", "source_sha256"), ("PTX", "ptx_sha256"))
             if getattr(seal, field) != getattr(state, field)]
+
+
+# --- the sealed evidence against the gate's own run ---------------------------------------
+
+Mismatch = tuple[str, str, str]  # (field, sealed, now)
+PTXAS_FIGURES = ("registers", "spill_stores", "spill_loads", "shared_bytes", "stack_bytes")
+SHAPE_FIGURES = ("R", "K", "N")
+ROW_FIGURES = ("mismatches", "rows_checked")
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, str) and len(value) == 64:  # a sha256
+        return value[:12]
+    return "none" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _keyed(field: str, sealed: dict, now: dict) -> list[Mismatch]:
+    """One mismatch per key of two flat dicts whose value differs or that one lacks."""
+    return [(f"{field} {key}", _shown(sealed.get(key, "(absent)")), _shown(now.get(key, "(absent)")))
+            for key in sorted(set(sealed) | set(now), key=str) if sealed.get(key) != now.get(key)]
+
+
+def _shape_rows(shapes: list[SealedShape], figures: tuple[str, ...]) -> dict[str, object]:
+    return {f"{s.shape_set}/{s.shape} {f}": getattr(s, f) for s in shapes for f in figures}
+
+
+def _sass_rows(levels: dict) -> dict[str, float]:
+    return {f"{arch} {name}": value for arch, level in levels.items() for name, value in flat(level).items()}
+
+
+def mismatches(seal: Seal, now: SealEvidence) -> list[Mismatch]:
+    """Every sealed figure that differs from what the gate's run produced, field by field:
+    the PTX size and ptxas version, ptxas figures per arch, the sealed sets' shapes (name,
+    R, K, N) against shapes.yaml, mismatches and rows checked of every verify report the
+    run read, the verify backend, the test counts, the hash of every test file, the SASS
+    figures. Empty: the seal is of what just ran."""
+    found: list[Mismatch] = []
+    if now.ptx_bytes is not None and now.ptx_bytes != seal.ptx_bytes:
+        found.append(("ptx_bytes", str(seal.ptx_bytes), str(now.ptx_bytes)))
+    if now.ptxas_version is not None and now.ptxas_version != seal.ptxas_version:
+        found.append(("ptxas_version", seal.ptxas_version, now.ptxas_version))
+    if now.ptxas is not None:
+        found += _keyed("ptxas", {f"{a.arch} {f}": getattr(a, f) for a in seal.ptxas for f in PTXAS_FIGURES},
+                        {f"{a.arch} {f}": getattr(a, f) for a in now.ptxas for f in PTXAS_FIGURES})
+    if now.defined:
+        found += _keyed("shape", _shape_rows(seal.verify.shapes, SHAPE_FIGURES), _shape_rows(now.defined, SHAPE_FIGURES))
+    if now.verify:
+        ran = {f"{s.shape_set}/{s.shape}" for s in now.verify}
+        sealed = [s for s in seal.verify.shapes if f"{s.shape_set}/{s.shape}" in ran]
+        found += _keyed("verify", _shape_rows(sealed, ROW_FIGURES), _shape_rows(now.verify, ROW_FIGURES))
+    if now.runs:
+        sealed_run = (seal.verify.backend, seal.verify.device, seal.verify.driver)
+        if [tuple(r) for r in now.runs] != [sealed_run]:
+            found.append(("verify backend", "/".join(map(_shown, sealed_run)),
+                          ", ".join("/".join(map(_shown, r)) for r in now.runs)))
+    if now.tests is not None:
+        found += _keyed("tests", seal.tests.model_dump(), now.tests.model_dump())
+    if now.test_files is not None:
+        found += _keyed("test file", seal.test_files, now.test_files)
+    if now.sass is not None:
+        found += _keyed("sass", _sass_rows(seal.sass), _sass_rows(now.sass))
+    return found

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
 from pydantic import ValidationError
 
-from pipeline.artifacts import rel
+from pipeline.artifacts import read_yaml, rel
 from pipeline.config import SHAPES_FILE
-from pipeline.errors import UserError
+from pipeline.errors import ArtifactError, UserError
 from pipeline.models import NAME_RULE, Shape, safe_name
 
 
@@ -29,28 +28,29 @@ def _entry_error(where: str, exc: ValidationError) -> UserError:
 def load_shape_sets(path: Path = SHAPES_FILE) -> dict[str, tuple[Shape, ...]]:
     """Every set in ``path``, in file order; raises :class:`UserError` on any bad entry."""
     name = rel(path)
+    if not Path(path).exists() and not Path(path).is_symlink():
+        raise UserError(f"{name}: missing; it lists the shape sets (see the README)")
     try:
-        raw = yaml.safe_load(Path(path).read_text())
-    except FileNotFoundError:
-        raise UserError(f"{name}: missing; it lists the shape sets (see the README)") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f" line {mark.line + 1}:" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise UserError(f"{name}:{line} not valid YAML ({problem})") from None
+        raw = read_yaml(path)
+    except ArtifactError as exc:  # not a file, not UTF-8, not YAML, a key twice: one line
+        raise UserError(f"{exc}; fix it (or git checkout it to start again)") from None
     if not isinstance(raw, dict) or not raw:
         raise UserError(f"{name}: expected a mapping of set name -> list of shapes")
     sets: dict[str, tuple[Shape, ...]] = {}
     for set_name, entries in raw.items():
         try:
-            safe_name(set_name if isinstance(set_name, str) else "")
-        except ValueError:
-            raise UserError(f"{name}: set name {set_name!r} is not a safe name: use {NAME_RULE}") from None
+            if not isinstance(set_name, str):
+                raise ValueError(f"{set_name!r} is not a safe name: use {NAME_RULE}")
+            safe_name(set_name)
+        except ValueError as exc:
+            raise UserError(f"{name}: set name {exc}") from None
         if not isinstance(entries, list) or not entries:
             raise UserError(f"{name}: set '{set_name}' must be a non-empty list of shapes")
         shapes: list[Shape] = []
         for number, entry in enumerate(entries, start=1):
             label = entry.get("name") if isinstance(entry, dict) else None
+            if isinstance(label, str) and len(label) > 40:
+                label = f"{label[:20]}..."  # the field error says how long it is
             where = f"{name}: set '{set_name}' entry {number}" + (f" ('{label}')" if label else "")
             try:
                 shape = Shape.model_validate(entry)

@@ -6,7 +6,13 @@ transitively (read from the AST: ``import kernels.x``, ``from kernels import x``
 :func:`check_hash` covers what decides a verify verdict besides the PTX: the kernel's
 input generator and reference, the functions of its module they call, and the
 source closure of the other modules they use; an edit elsewhere in the kernel
-module (its emitter, a comment) does not re-run verify.
+module (its emitter) does not re-run verify.
+
+Both hash meaning, not text (:func:`code_sha256`): the code's syntax tree without
+docstrings, line numbers or comments (the tokenizer drops those before the tree is
+built), so an edit to the prose leaves every seal fresh and only a change that can
+alter the PTX, the launch or the reference stales one. Emit still re-runs on any
+byte of change (its file_dep), and finds the same PTX.
 """
 from __future__ import annotations
 
@@ -65,10 +71,42 @@ def source_files(spec: KernelSpec) -> list[Path]:
     return list(closure(spec.module))
 
 
+def without_docstrings(tree: ast.AST) -> ast.AST:
+    """``tree`` with the docstring of every module, class and function taken out (in place)."""
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+                node.body = node.body[1:] or [ast.Pass()]
+    return tree
+
+
+def code_text_sha256(text: str, filename: str = "<source>") -> str:
+    """sha256 of what ``text`` means as Python: its syntax tree without docstrings, comments
+    or positions. Text that does not parse on its own (a lambda cut out of a longer
+    expression) is hashed as it is."""
+    try:
+        tree = ast.parse(inspect.cleandoc(text) if text[:1].isspace() else text, filename=filename)
+    except SyntaxError:
+        return sha256_bytes(text.encode())
+    return sha256_bytes(ast.dump(without_docstrings(tree), include_attributes=False).encode())
+
+
+@functools.lru_cache(maxsize=None)
+def _code_sha256(path: Path, content_sha256: str) -> str:
+    return code_text_sha256(path.read_text(), str(path))
+
+
+def code_sha256(path: Path) -> str:
+    """:func:`code_text_sha256` of a file, parsed once per content (the file's byte hash
+    keys the cache, so an edit is always seen)."""
+    return _code_sha256(path, sha256_file(path))
+
+
 def source_sha256(spec: KernelSpec) -> str:
-    """One hash over the kernel's source files (relative path + content each): the kernel's
+    """One hash over the kernel's source files (relative path + code hash each): the kernel's
     source identity, which a seal pins."""
-    parts = [f"{rel(path)}\0{sha256_file(path)}\n" for path in source_files(spec)]
+    parts = [f"{rel(path)}\0{code_sha256(path)}\n" for path in source_files(spec)]
     return sha256_bytes("".join(parts).encode())
 
 
@@ -86,7 +124,7 @@ def _used_by(fn: Callable[..., Any], home: str, functions: dict[str, str], modul
     key = getattr(fn, "__qualname__", repr(fn))
     if key in functions:
         return
-    functions[key] = inspect.getsource(fn)
+    functions[key] = code_text_sha256(inspect.getsource(fn))
     for name in code_names(fn.__code__):
         value = fn.__globals__.get(name)
         owner = value.__name__ if isinstance(value, types.ModuleType) else getattr(value, "__module__", None)
@@ -106,5 +144,5 @@ def check_hash(spec: KernelSpec) -> str:
     for fn in (spec.make_inputs, spec.reference):
         _used_by(fn, spec.module, functions, modules)
     files = sorted({path for module in modules for path in closure(module)})
-    parts = [functions[k] for k in sorted(functions)] + [f"{rel(p)}\0{sha256_file(p)}" for p in files]
+    parts = [functions[k] for k in sorted(functions)] + [f"{rel(p)}\0{code_sha256(p)}" for p in files]
     return sha256_bytes("\n".join(parts).encode())

@@ -28,10 +28,14 @@ with one line; ``doit list`` and ``doit emit`` still work.
 """
 from __future__ import annotations
 
+import atexit
 import functools
+import os
+from pathlib import Path
 from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 from doit.exceptions import TaskFailed
+from doit.task import clean_targets
 from doit.tools import config_changed
 
 from kernels.registry import KERNELS
@@ -91,6 +95,40 @@ def chosen_sets() -> dict[str, tuple[Shape, ...]]:
     return select_sets(parse_set_names(var("shape")))
 
 
+# ---- clean ---------------------------------------------------------------------------
+
+DATABASE = ".doit.db"  # dodo.py's dep_file: sqlite3 writes this file, the dbm backends a few beside it
+_after_clean: set[bool] = set()
+
+
+def prune_empty_folders(top: Path) -> None:
+    """Remove every empty folder under ``top``, deepest first, and ``top`` when it ends empty."""
+    if not top.is_dir():
+        return
+    for folder, _, _ in os.walk(top, topdown=False):
+        try:
+            os.rmdir(folder)
+        except OSError:  # not empty: something not the graph's is there, or a file left
+            pass
+
+
+def _leave_nothing(database: bool) -> None:
+    prune_empty_folders(config.ARTIFACTS)
+    if database:
+        for path in config.ROOT.glob(f"{DATABASE}*"):
+            path.unlink(missing_ok=True)
+
+
+def clean_leftovers(database: bool = False) -> None:
+    """A `doit clean` action: when the command ends (after every task's clean, and after doit
+    closed its database), the folders the cleaning emptied go, and with ``database`` the
+    graph's database too. Emit's clean asks for that: without the PTX every stage re-runs,
+    so the recorded state says nothing any more."""
+    if database not in _after_clean:
+        _after_clean.add(database)
+        atexit.register(_leave_nothing, database)
+
+
 # ---- emit ----------------------------------------------------------------------------
 
 @one_line_failure
@@ -109,7 +147,7 @@ def task_emit() -> Iterator[dict]:
             "file_dep": [str(p) for p in source_files(spec)],
             "targets": [str(ptx), str(result)],
             "uptodate": [targets_intact()],
-            "clean": True,
+            "clean": [clean_targets, (clean_leftovers, [True])],
         }
 
 
@@ -176,7 +214,7 @@ def task_ptxas() -> Iterator[dict]:
             "targets": [str(result)],
             "uptodate": [config_changed(_ptxas_config(spec.name)), targets_intact()],
             "meta": {"stage": "ptxas"},
-            "clean": True,
+            "clean": [clean_targets, clean_leftovers],
         }
     kernels = list(KERNELS)
     yield {
@@ -260,7 +298,7 @@ def cell_task(kernel: str, shape_set: str, shape: Shape) -> str:
 
 @fails_on_user_error
 def task_verify() -> Iterator[dict]:
-    """Run every kernel on the shape sets and compare exactly (variables: see the help line)."""
+    # its doc, the line `doit list` shows, names the variables: set after the definition
     chosen, backend, force = verify_plan()
     emulator = backend_hash(backend)
     checked_by = {k: check_hash(KERNELS[k]) for k in dict.fromkeys(k for k, _, _ in chosen)}
@@ -276,7 +314,7 @@ def task_verify() -> Iterator[dict]:
             "targets": [str(config.verify_json(kernel, shape_set, shape.name))],
             "uptodate": [config_changed(params), targets_intact()],
             "meta": {"stage": "verify", "cell": (kernel, shape_set, shape.name)},
-            "clean": True,
+            "clean": [clean_targets, clean_leftovers],
         }
     cells = [(k, s, shape.name) for k, s, shape in chosen]
     yield {
@@ -293,14 +331,14 @@ task_verify.__doc__ = f"Run every kernel on the shape sets, compare exactly: {de
 
 # ---- report --------------------------------------------------------------------------
 
-@one_line_failure
+@one_line_failure  # an unreadable report is one line, not a traceback
 def _report(kernels: Sequence[str], cells: Sequence[tuple[str, str, str]], fmt: str) -> None:
-    print(report.last_run(kernels, cells, fmt))
+    report.print_to_pipe(report.last_run(kernels, cells, fmt))  # `doit report | head` ends quietly
 
 
 @fails_on_user_error
 def task_report() -> Iterator[dict]:
-    """Re-print the last ptxas and verify tables (and bench's); see the help line for variables."""
+    # its doc (`doit list`) names the variables: set after the definition
     fmt = var("format")
     if fmt not in ("text", "json"):
         raise UserError(f"format={fmt}: expected text or json")

@@ -4,9 +4,12 @@
   counts -> artifacts/sass/<kernel>.json (+ the listings as <kernel>.<arch>.sass);
   re-runs when the PTX bytes, pipeline/sass.py, the archs or a tool version change; ``sass:summary``
   prints the per-IMMA table.
-- ``doit model shape=<set> gpu=<name>`` (default hslm, h200): the first-order
-  performance model (pipeline.perf_model) -> artifacts/model/<set>-<gpu>.json and a
-  table; every figure is a MODEL prediction, never a measurement.
+- ``doit model shape=<set> gpu=<name>`` (default hslm, h200): the cost model
+  (kernels/cost.py, through pipeline.perf_model): ``model:counts`` writes
+  ledger/loop_counts.json from the cubins' stall counts, ``model:run`` the phases per
+  kernel x shape -> artifacts/model/<set>-<gpu>.json and a table, ``model:calibrate``
+  the table beside published measurements ->
+  docs/calibration.md; every figure is a MODEL prediction, never a measurement.
 """
 from __future__ import annotations
 
@@ -16,10 +19,11 @@ from typing import Any, Iterator
 
 from doit.tools import config_changed
 
+from kernels import cost
 from kernels.registry import KERNELS
 from kernels.spec import KernelSpec
 from pipeline import config, perf_model, sass
-from pipeline.artifacts import read_model, rel, remove_folder, write_atomic, write_model
+from pipeline.artifacts import read_model, rel, remove_folder, sha256_file, write_atomic, write_model
 from pipeline.bench_record import Prediction as BenchPrediction
 from pipeline.cmdline import var
 from pipeline.config import MODEL_DIR, SASS_DIR, sass_json
@@ -67,17 +71,39 @@ def sass_rows(report: SassReport) -> list[list[Any]]:
 
 @one_line_failure
 def _sass(kernel: str) -> None:
-    report = sass_report(kernel, kernel, config.ptx_path(kernel), config.ARCHS, SASS_DIR)
+    report = sass_report(kernel, kernel, config.ptx_path(kernel), config.ARCHS, SASS_DIR, bodies=KERNELS[kernel].is_gemm)
     write_model(sass_json(kernel), report)
     print(f"{kernel}: SASS counted on {', '.join(config.ARCHS)} "
           f"(ptxas {report.ptxas_version}, nvdisasm {report.nvdisasm_version})")
 
 
+ELEMENT_COLUMNS = ("kernel", "arch", "loops", "SASS", "elements", "SASS/element")
+
+
+def element_rows(report: SassReport, spec: KernelSpec) -> list[list[Any]]:
+    """A non-GEMM kernel's cost: the whole function's SASS (each loop body counted once,
+    NOPs left out) per element one warp handles in one pass of that code
+    (``KernelSpec.trip_elements``: a trip of each loop, or the whole run of a loop-free
+    kernel)."""
+    per = spec.trip_elements
+    return [[report.kernel, a.arch, len(a.loops), a.instructions, per or "-",
+             round(a.instructions / per, 4) if per else "-"] for a in report.archs]
+
+
 @one_line_failure
 def _sass_summary(kernels: list[str]) -> None:
-    rows = [row for k in kernels for row in sass_rows(read_model(sass_json(k), SassReport))]
-    print(table(SASS_COLUMNS, rows))
-    print("per warp per loop trip; NOPs left out; fast = steady-state body, tail = predicated tail body (- : the loop has one body)")
+    gemms = [k for k in kernels if KERNELS[k].is_gemm]
+    if gemms:
+        rows = [row for k in gemms for row in sass_rows(read_model(sass_json(k), SassReport))]
+        print(table(SASS_COLUMNS, rows))
+        print("per warp per loop trip; NOPs left out; fast = steady-state body, tail = predicated tail body "
+              "(- : the loop has one body)")
+    others = [row for k in kernels if k not in gemms
+              for row in element_rows(read_model(sass_json(k), SassReport), KERNELS[k])]
+    if others:
+        print(table(ELEMENT_COLUMNS, others))
+        print("kernels that are not GEMMs: the function's SASS per warp, each loop body once, and per element "
+              "of one pass (a trip of each loop)")
 
 
 def task_sass() -> Iterator[dict]:
@@ -104,9 +130,12 @@ def task_sass() -> Iterator[dict]:
 # ---- model ---------------------------------------------------------------------------
 
 DEFAULT_MODEL_SET = "hslm"
-MODEL_COLUMNS = ("", "kernel", "pick", "shape", "CTAs", "waves", "issue", "tensor", "L1", "latency", "L2", "DRAM",
-                 "device us", "per call us", "limiter", "% int8 peak", "ref device us", "ref limiter",
-                 "ref % peak")
+MODEL_COLUMNS = ("", "kernel", "pick", "shape", "CTAs", "waves", "clk/instr", "prologue", "chunks", "outside",
+                 "epilogue", "drain", "serial", "L2", "DRAM", "reds", "device us", "per call us", "limiter",
+                 "ref config", "ref device us", "ref per call us", "ours/ref per call")
+CALIBRATION_COLUMNS = ("point", "device", "what", "metric", "published", "MODEL", "error %", "config", "limiter",
+                       "fit")
+CALIBRATION_DOC = config.ROOT / "docs" / "calibration.md"
 
 
 def model_paths(shape_set: str, gpu_name: str) -> tuple[Path, Path]:
@@ -127,44 +156,77 @@ def memory_counts(spec: KernelSpec, shape_set: str, shape: Shape, ptx: str) -> t
     return perf_model.memory_rows_from_emulator(spec, shape, ptx), "emulator (run by the model)"
 
 
+def gemm_kernels() -> list[str]:
+    """The kernels the cost model times: the GEMMs (its phases and reference are a GEMM's)."""
+    return [name for name, spec in KERNELS.items() if spec.is_gemm]
+
+
+@one_line_failure
+def _counts(kernels: list[str]) -> None:
+    records = {k: perf_model.kernel_counts(read_model(sass_json(k), SassReport), config.ptx_path(k), k)
+               for k in kernels}
+    write_atomic(perf_model.COUNTS_FILE,
+                 json.dumps({"note": perf_model.COUNTS_NOTE, "kernels": records}, indent=1, sort_keys=True) + "\n")
+    cpi = [r["archs"]["sm_90"]["fast"]["issue_clocks"] / r["archs"]["sm_90"]["fast"]["instructions"]
+           for r in records.values() if "sm_90" in r["archs"]]
+    print(f"{rel(perf_model.COUNTS_FILE)}: {len(records)} kernels; sm_90 fast bodies "
+          f"{min(cpi):.2f}-{max(cpi):.2f} stall clocks per instruction")
+
+
 def build_model(shape_set: str, gpu_name: str) -> perf_model.ModelReport:
     assumptions = perf_model.load_assumptions()
     g = perf_model.gpu(assumptions, gpu_name)
     shapes = select_sets((shape_set,))[shape_set]
     rows, tools = [], {}
-    for name, spec in KERNELS.items():
+    for name in gemm_kernels():
+        spec = KERNELS[name]
         counts = read_model(sass_json(name), SassReport)
         ptxas = next((a for a in read_model(config.ptxas_json(name), PtxasReport).archs if a.arch == g.arch), None)
         if ptxas is None:
             raise UserError(f"{rel(config.ptxas_json(name))}: no figures for {g.arch} ({gpu_name}); "
                             f"add it to ARCHS in pipeline/config.py")
+        try:
+            loop = cost.loop_counts(name, g.arch)
+        except cost.CostInputError as exc:
+            raise UserError(str(exc)) from None
         tools[name] = f"ptxas {counts.ptxas_version} / nvdisasm {counts.nvdisasm_version}"
         ptx = config.ptx_path(name).read_text()
         for shape in shapes:
             memory, source = memory_counts(spec, shape_set, shape, ptx)
-            rows.append(perf_model.model_row(spec, shape, g, assumptions.reference, counts.arch(g.arch), ptxas,
-                                             memory, source))
+            rows.append(perf_model.model_row(spec, shape, g, counts.arch(g.arch), loop, ptxas, memory, source))
     return perf_model.ModelReport(shape_set=shape_set, gpu=gpu_name, gpu_name=g.name, arch=g.arch,
-                                  assumptions_sha256=perf_model.assumptions_sha256(), sass_tools=tools, rows=rows)
+                                  assumptions_sha256=perf_model.assumptions_sha256(),
+                                  counts_sha256=sha256_file(perf_model.COUNTS_FILE), sass_tools=tools, rows=rows,
+                                  layer_steps=perf_model.layer_steps(rows, list(shapes), g))
 
 
 def model_table(report: perf_model.ModelReport) -> str:
-    rows = [["MODEL", r.kernel, "*" if r.rule_pick else "", r.shape, r.ctas, r.waves,
-             *(r.ours.bounds[b] for b in perf_model.BOUNDS), r.ours.device_us, r.ours.per_call_us, r.ours.limiter,
-             r.ours.pct_int8_peak, r.reference.device_us, r.reference.limiter, r.reference.pct_int8_peak]
+    rows = [["MODEL", r.kernel, "*" if r.rule_pick else "", r.shape, r.ctas, r.waves, r.clocks_per_instruction,
+             *(r.ours.phases[p] for p in perf_model.PHASES), r.ours.bounds["serial"], r.ours.bounds["l2"],
+             r.ours.bounds["dram"], r.ours.bounds["reds"], r.ours.device_us, r.ours.per_call_us, r.ours.limiter,
+             r.reference.config, r.reference.device_us, r.reference.per_call_us,
+             round(r.ours.per_call_us / r.reference.per_call_us, 3)]
             for r in report.rows]
     sources = sorted({r.l1_source for r in report.rows})
     picks = [r for r in report.rows if r.rule_pick]
-    at_or_below = sum(r.ours.device_us <= r.reference.device_us for r in picks)
-    return "\n".join([
+    at_or_below = sum(r.ours.per_call_us <= r.reference.per_call_us for r in picks)
+    lines = [
         f"MODEL (predictions, not measurements): {report.gpu_name}, {report.arch}, shape set {report.shape_set}; "
-        "bounds in us, device us = the largest",
+        "phases and bounds in us; device us = fixed cost + the largest bound; per call adds the host's launch",
         table(MODEL_COLUMNS, rows),
         f"MODEL L1 wavefronts from: {'; '.join(sources)}",
-        "MODEL ref = CUTLASS 2.x int8 GEMM class, 128x128x64 tile, 3 stages, on the problem padded to its tile",
+        "MODEL ref = the best per call of the library-like configurations (kernels.cost.dense_configs: 64x64, "
+        "128x64, 128x128 (+128x256 cluster on sm_90), each alone, split-K 2/4/8 with a reduction kernel, "
+        "stream-K) on the same phase model",
         f"MODEL pick (*) = the configuration the tile rule runs (kernels.registry.choose); {at_or_below} of "
-        f"{len(picks)} picked cells at or below the reference's time",
-    ])
+        f"{len(picks)} picked cells at or below the best reference per call",
+    ]
+    if report.layer_steps:
+        lines.append(table(("", "shape", "HSLM fwd+dX+dW per call us", "torch bf16 nn.Linear (3 GEMMs) per call us",
+                            "ratio"),
+                           [["MODEL", s.shape, s.ours_per_call_us, s.torch_bf16_per_call_us,
+                             round(s.ours_per_call_us / s.torch_bf16_per_call_us, 3)] for s in report.layer_steps]))
+    return "\n".join(lines)
 
 
 @one_line_failure
@@ -178,25 +240,78 @@ def _model(shape_set: str, gpu_name: str) -> None:
     print(model_table(report))
 
 
+def calibration_table(rows: list[perf_model.CalibrationRow]) -> str:
+    return table(CALIBRATION_COLUMNS, [[r.name, r.device, r.what, r.metric, r.published, r.predicted, r.error_pct,
+                                        r.config, r.limiter, "fit" if r.fit else ""] for r in rows])
+
+
+def calibration_markdown(rows: list[perf_model.CalibrationRow]) -> str:
+    """docs/calibration.md: the table with each point's source and, where it misses, why."""
+    def cell(text: object) -> str:
+        return str(text).replace("|", "\\|").replace("\n", " ")
+
+    head = ["# Calibration of the cost model (MODEL beside published measurements)", "",
+            f"Generated by `doit model:calibrate` from `{rel(perf_model.CALIBRATION_FILE)}` and "
+            f"`{rel(perf_model.DEVICES_FILE)}`; do not edit by hand. MODEL = the prediction of `kernels/cost.py` "
+            "(the best library-like configuration on the phase model); error = MODEL / published - 1. "
+            "Points marked fit set a device figure and are not counted.", "",
+            "| point | device | what was timed | metric | published | MODEL | error % | config | limiter | fit "
+            "| source | note |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    body = [f"| {cell(r.name)} | {r.device} | {cell(r.what)} | {r.metric} | {r.published} | {r.predicted} | "
+            f"{r.error_pct} | {cell(r.config)} | {r.limiter} | {'fit' if r.fit else ''} | {cell(r.source)} | "
+            f"{cell(r.note)} |" for r in rows]
+    return "\n".join(head + body + ["", perf_model.calibration_summary(rows), ""])
+
+
+@one_line_failure
+def _calibrate() -> None:
+    rows = perf_model.calibration_rows(perf_model.load_calibration(), perf_model.load_assumptions().devices)
+    write_atomic(CALIBRATION_DOC, calibration_markdown(rows))
+    print("MODEL beside published measurements (kernels/calibration.yaml; sources in docs/calibration.md)")
+    print(calibration_table(rows))
+    print(perf_model.calibration_summary(rows))
+
+
 @fails_on_user_error
 def task_model() -> Iterator[dict]:
-    """First-order MODEL of device time per kernel x shape (shape=<set>, default hslm; gpu=h200|rtx4090|a100)."""
+    """Cost-model MODEL of each GEMM kernel x shape (shape=<set>, default hslm; gpu=h200|h100|rtx4090|a100|a800_pcie);
+    model:counts writes ledger/loop_counts.json, model:calibrate the calibration table."""
     shape_set, gpu_name = var("shape", DEFAULT_MODEL_SET), var("gpu")
     perf_model.gpu(perf_model.load_assumptions(), gpu_name)  # an unknown gpu stops here, one line
     shapes = select_sets((shape_set,))[shape_set]
-    reports = [config.verify_json(k, shape_set, s.name) for k in KERNELS for s in shapes]
+    gemms = gemm_kernels()
+    reports = [config.verify_json(k, shape_set, s.name) for k in gemms for s in shapes]
     yield {
-        "basename": "model",
+        "name": "counts",
+        "doc": "ptxas's stall counts of each GEMM loop body -> ledger/loop_counts.json (read by kernels/cost.py)",
+        "actions": [(_counts, [gemms])],
+        "file_dep": [str(p) for k in gemms for p in (sass_json(k), config.ptx_path(k))] + [perf_model.__file__],
+        "targets": [str(perf_model.COUNTS_FILE)],
+        "verbosity": 2,
+    }
+    yield {
+        "name": "run",
         "doc": task_model.__doc__,
         "actions": [(_model, [shape_set, gpu_name])],
-        "file_dep": [str(p) for k in KERNELS for p in (sass_json(k), config.ptxas_json(k), config.ptx_path(k))]
-        + [str(perf_model.GPUS_FILE), str(config.SHAPES_FILE), perf_model.__file__]
+        "file_dep": [str(p) for k in gemms for p in (sass_json(k), config.ptxas_json(k), config.ptx_path(k))]
+        + [str(perf_model.DEVICES_FILE), str(perf_model.COUNTS_FILE), str(config.SHAPES_FILE), perf_model.__file__,
+           cost.__file__]
         # the kernels' sources hold the tile rule that marks each row's pick
-        + sorted({str(p) for spec in KERNELS.values() for p in source_files(spec)})
+        + sorted({str(p) for k in gemms for p in source_files(KERNELS[k])})
         + [str(p) for p in reports if p.is_file()],
         "targets": [str(p) for p in model_paths(shape_set, gpu_name)],
         "clean": [(remove_folder, [MODEL_DIR])],
         "uptodate": [config_changed({"shape": shape_set, "gpu": gpu_name,
                                      "emulator_memory": perf_model.emulator_counts_memory()})],
+        "verbosity": 2,
+    }
+    yield {
+        "name": "calibrate",
+        "doc": "the cost model beside published measurements; ends with 'calibration: <n> points, median ..., max ...'",
+        "actions": [(_calibrate, [])],
+        "file_dep": [str(perf_model.CALIBRATION_FILE), str(perf_model.DEVICES_FILE), cost.__file__,
+                     perf_model.__file__],
+        "targets": [str(CALIBRATION_DOC)],
+        "uptodate": [False],  # it prints the table each time it is asked for
         "verbosity": 2,
     }

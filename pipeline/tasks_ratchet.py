@@ -98,7 +98,8 @@ def task_bless() -> dict:
 
 
 def _gate(sets: list[str]) -> None:
-    code = gate.main(["--sets", ",".join(sets)])
+    base = var("base")
+    code = gate.main(["--sets", ",".join(sets)] + (["--base", base] if base else []))
     if code:
         raise SystemExit(code)  # doit exits with it: 1 red, 2 unreadable input
 
@@ -118,5 +119,5 @@ def task_gate() -> dict:
 
 
 task_gate.__doc__ = (f"CI: emit, ptxas, sass, verify, kernel tests, then judged vs ledger and seals: "
-                     f"{describe('shape', 'backend')}")
+                     f"{describe('shape', 'backend', 'base')}")
 task_bless.__doc__ = f"Write ledger/ledger.json from the last run: {describe('accept_new', 'accept_slower')}"

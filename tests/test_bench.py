@@ -19,7 +19,8 @@ from kernels.backends import gpu_available
 from kernels.registry import KERNELS
 from kernels.spec import Dims, GemmForm, Operand
 from pipeline import bench, bench_baselines, bench_device, bench_timing
-from pipeline.artifacts import read_model
+from pipeline.artifacts import read_model, write_model
+from pipeline.errors import UserError
 from pipeline.config import ROOT
 from pipeline.bench_record import BenchReport, Method
 from pipeline.models import Shape
@@ -46,7 +47,7 @@ def test_calls_per_sample():
 
 # ---- the GEMM each kernel is ----------------------------------------------------------
 
-@pytest.mark.parametrize("kernel", list(KERNELS))
+@pytest.mark.parametrize("kernel", bench.GEMM_KERNELS)
 def test_gemm_form_is_the_kernel(kernel):
     """Baselines compute A @ Bt.T; it must be exactly what the kernel's reference gives."""
     spec = KERNELS[kernel]
@@ -275,7 +276,7 @@ def test_bench_flow_on_a_stand_in_gpu(standin_gpu, monkeypatch, tmp_path):
     paths = bench.run_bench("smoke", method=method, out_dir=tmp_path / "out", ceiling_n=32, model=pred)
     assert [p.name for p in paths] == ["smoke.json", "smoke.md", "smoke.csv", "smoke.png"]
     report = read_model(paths[0], BenchReport)
-    assert len(report.rows) == len(KERNELS) * 3 * 6  # smoke has 3 shapes, 6 implementations
+    assert len(report.rows) == len(bench.GEMM_KERNELS) * 3 * 6  # smoke has 3 shapes, 6 implementations
     rows = lambda impl, kernel=None: [r for r in report.rows  # noqa: E731
                                       if r.impl == impl and kernel in (None, r.kernel)]
     # our PTX ran (on the emulator, standing in for the GPU) and matched exactly ...
@@ -295,5 +296,37 @@ def test_bench_flow_on_a_stand_in_gpu(standin_gpu, monkeypatch, tmp_path):
     assert all(s.best_baseline in ("cublas_f16", "cublas_f32") for s in report.summary)
     assert report.device.name == "STAND-IN numpy GPU" and not report.synthetic
     assert report.device.ceiling_int8_tops is None and "did not give a figure" in report.device.ceiling_source
-    assert set(report.ptx_sha256) == set(KERNELS)
+    assert set(report.ptx_sha256) == set(bench.GEMM_KERNELS)
     assert [r.model_us for r in report.rows if r.model_us] == [2.5]
+
+
+def test_bench_resumes_only_the_ptx_it_started_with(standin_gpu, monkeypatch, tmp_path):
+    """A fresh process carries on from the partial record; PTX changed since is refused in one line."""
+    for kernel in bench.GEMM_KERNELS:
+        (tmp_path / f"{kernel}.ptx").write_text(KERNELS[kernel].emit())
+    monkeypatch.setattr(bench, "ptx_path", lambda k: tmp_path / f"{k}.ptx")
+    method = Method(warmup=1, repeats=3, target_sample_us=1.0, l2_multiple=2.0)
+    paths = bench.run_bench("smoke", method=method, out_dir=tmp_path / "out", ceiling_n=0,
+                            kernels=("hslm_fwd_s8",), budget_s=1e-9)  # out of budget at once
+    report = read_model(paths[0], BenchReport)
+    assert report.complete and "time budget" in report.stopped
+    assert len(report.rows) == 3 * 6 and all(r.not_run for r in report.rows)
+    partial = report.model_copy(update={"rows": report.rows[:6], "complete": False, "stopped": None,
+                                        "summary": bench.summarize(report.rows[:6], None)})
+    write_model(paths[0], partial)
+    again = read_model(bench.run_bench("smoke", resume=paths[0])[0], BenchReport)
+    assert again.rows[:6] == partial.rows and len(again.rows) == 3 * 6 and again.complete
+    assert sum(r.ok for r in again.rows if r.impl == "ours") == 2  # the two shapes it still had to run
+    (tmp_path / "hslm_fwd_s8.ptx").write_text(KERNELS["hslm_fwd_s8"].emit() + "\n// changed\n")
+    with pytest.raises(UserError, match="the PTX of hslm_fwd_s8 changed since the record was started"):
+        bench.run_bench("smoke", resume=paths[0])
+
+
+@pytest.mark.parametrize("args,fragment", [(["--ceiling", "-1"], "--ceiling -1: expected 0"),
+                                           (["--budget-s", "0"], "--budget-s 0: expected"),
+                                           (["--kernels", "hslm_fwd_f32"], "not an int8 GEMM kernel"),
+                                           (["--nope"], "unrecognized arguments: --nope")])
+def test_python_m_bench_bad_arguments_are_one_line(args, fragment, capsys):
+    assert bench.main(["smoke", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and fragment in err and err.count("\n") == 1

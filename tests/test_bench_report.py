@@ -12,6 +12,7 @@ import csv
 import io
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -261,7 +262,7 @@ def test_predictions_fill_model_us_of_our_rows_only(sample, tmp_path):
 
 
 @pytest.mark.parametrize("content,fragment", [
-    ("{not json", "not readable JSON"),
+    ("{not json", "unreadable JSON"),
     ('{"kernel": "a"}', "expected a JSON list"),
     ('[{"kernel": "a", "shape": "b"}]', "entry 1: field 'predicted_us': Field required"),
     ('[{"kernel": "a", "shape": "b", "predicted_us": -1}]', "entry 1: field 'predicted_us'"),
@@ -312,7 +313,44 @@ def test_cli_bad_file_is_one_line_exit_2(tmp_path, content):
 
 
 def test_cli_usage_exit_2(capsys):
-    assert main([]) == 2 and "usage" in capsys.readouterr().err
+    assert main([]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "record" in err and "--help" in err and err.count("\n") == 1
+
+
+def test_cli_help_is_help_not_a_file_name(tmp_path):
+    """--help prints the usage and exits 0; it is never read as the record's name."""
+    res = subprocess.run([sys.executable, "-m", "pipeline.bench_report", "--help"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert res.returncode == 0 and res.stderr == ""
+    assert res.stdout.startswith("usage: python -m pipeline.bench_report") and "--out" in res.stdout
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cli_writes_where_it_is_told(sample, tmp_path, capsys):
+    src, out = tmp_path / "in", tmp_path / "elsewhere"
+    src.mkdir()
+    path = src / "bench-hslm.json"
+    path.write_text(SAMPLE.read_text())
+    assert main([str(path), "--out", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["bench-hslm.csv", "bench-hslm.md", "bench-hslm.png"]
+    assert [p.name for p in src.iterdir()] == ["bench-hslm.json"]  # nothing beside the input
+
+
+def test_png_is_left_out_with_one_line_without_matplotlib(sample, tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    written = write_outputs(sample, tmp_path, "r")
+    assert [p.name for p in written] == ["r.json", "r.md", "r.csv"]
+    assert not (tmp_path / "r.png").exists()
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and "r.png: not drawn, matplotlib is not importable" in out
+
+
+def test_partial_record_says_so(sample):
+    partial = sample.model_copy(update={"complete": False, "stopped": "interrupted after 3 rows"})
+    assert "> **Partial record**" in markdown(partial) and "interrupted after 3 rows" in markdown(partial)
+    assert "Partial record" not in markdown(sample)
 
 
 def _raced(sample: BenchReport, small_us: float) -> BenchReport:

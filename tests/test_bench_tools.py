@@ -1,10 +1,14 @@
-"""The device tools' own inputs: counter names and ncu's CSV, the one-launch runner and
-the GPU verify entry refusing bad input in one line, and the CuPy extras per CUDA major."""
+"""The device tools' own inputs: counter names (the staged loads' too) and ncu's CSV, the
+one-launch runner and the GPU verify entry refusing bad input in one line and carrying on
+past a failing cell or a sticky CUDA error, the stand-in tools checking their options as
+the real ones do, --help on every entry point, and the CuPy extras per CUDA major."""
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -12,8 +16,8 @@ import pytest
 from kernels.registry import KERNELS
 from pipeline.config import ROOT
 from pipeline.errors import UserError
-from pipeline.bench_counters import CORE, METRICS, available, derive, main, parse_ncu_csv
-from pipeline.bench_device import CUPY_BUILDS
+from pipeline.bench_counters import CORE, METRICS, available, derive, left_out, main, parse_ncu_csv
+from pipeline.bench_device import CUPY_BUILDS, is_sticky
 
 STANDIN = Path(__file__).parent / "data" / "bench" / "standin"
 
@@ -109,3 +113,165 @@ def test_gpu_extras_one_per_cuda_major():
     assert extras["gpu"] in (["hslm-ptx[gpu-cuda12]"], ["hslm-ptx[gpu-cuda13]"])
     for name in ("cupy-cuda12x", "cupy-cuda13x", "gpu-cuda12", "gpu-cuda13"):
         assert name in CUPY_BUILDS
+
+
+# ---- the staged loads' counters, and what the filter leaves out ------------------------
+
+def test_staged_load_counters_are_asked_for_and_divided():
+    """cp.async (LDGSTS) and ldmatrix (LDSM) have counters of their own on sm_80 and later."""
+    for name in ("smsp__inst_executed_op_ldgsts.sum", "l1tex__t_sectors_pipe_lsu_mem_global_op_ldgsts.sum",
+                 "l1tex__t_requests_pipe_lsu_mem_global_op_ldgsts.sum",
+                 "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ldgsts.sum",
+                 "smsp__sass_inst_executed_op_ldsm.sum",
+                 "sm__sass_l1tex_data_pipe_lsu_wavefronts_mem_shared_op_ldsm.sum"):
+        assert name in METRICS
+    found = {"hslm_dw_s8": {"smsp__inst_executed_op_ldgsts.sum": 40.0,
+                            "sm__inst_executed_pipe_tensor_op_imma.sum": 20.0,
+                            "l1tex__t_sectors_pipe_lsu_mem_global_op_ldgsts.sum": 160.0,
+                            "l1tex__t_requests_pipe_lsu_mem_global_op_ldgsts.sum": 40.0}}
+    assert derive(found)["hslm_dw_s8"] == {"cp.async instructions per mma": 2.0, "cp.async sectors per request": 4.0}
+
+
+def test_names_the_listing_lacks_are_said_on_stderr(tmp_path, capsys):
+    query = tmp_path / "query.txt"
+    query.write_text("Metric Name   Description\nsmsp__inst_executed   Counter\ngpu__time_duration  Counter\n")
+    assert main(["metrics", str(query)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.strip() == "gpu__time_duration.sum,smsp__inst_executed.sum"
+    assert captured.err.count("\n") == 1
+    assert captured.err.startswith(f"ncu does not list {len(METRICS) - 2} of the {len(METRICS)} metrics, left out: ")
+    assert "smsp__inst_executed_op_ldgsts.sum" in captured.err and "gpu__time_duration.sum" not in captured.err
+
+
+def test_an_unreadable_listing_is_said_too(tmp_path, capsys):
+    query = tmp_path / "query.txt"
+    query.write_text("==ERROR== LibraryNotLoaded\n")
+    assert main(["metrics", str(query)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.strip() == ",".join(METRICS) and "listed no metric names" in captured.err
+    assert main(["metrics", str(tmp_path / "none.txt")]) == 0
+    assert "none.txt: missing; asking for every metric, unchecked" in capsys.readouterr().err
+
+
+def test_nothing_left_out_is_silent():
+    listing = "\n".join(m.split(".")[0] + "  Counter" for m in METRICS)
+    assert left_out(listing) is None and available(listing) == list(METRICS)
+
+
+def test_counters_table_writes_where_it_is_told(tmp_path, capsys):
+    path = tmp_path / "ncu.csv"
+    path.write_text(NCU_CSV)
+    assert main(["table", str(path), "--out", str(tmp_path / "t" / "ratios.md")]) == 0
+    assert "| hslm_fwd_s8 | 12.34 |" in (tmp_path / "t" / "ratios.md").read_text()
+    assert capsys.readouterr().out.startswith("wrote ")
+
+
+# ---- the stand-in tools check their command lines as the real ones do -------------------
+
+def _standin_tool(*args: str, **env: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(STANDIN), **env}
+    return subprocess.run([str(STANDIN / "bin" / args[0]), *args[1:]], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def _profile(tmp_path, *flags: str) -> subprocess.CompletedProcess:
+    return _standin_tool("ncu", "--clock-control", "none", "--kernel-name", "regex:^hslm_", *flags,
+                         "--csv", "--log-file", str(tmp_path / "ncu.csv"), sys.executable,
+                         "tools/one_launch.py", "hslm_fwd_s8,hslm_dx_s8,hslm_dw_s8", "tiny")
+
+
+def test_standin_ncu_profiles_no_more_than_the_launch_count(tmp_path):
+    res = _profile(tmp_path, "--launch-count", "2", "--metrics", "smsp__inst_executed.sum")
+    assert res.returncode == 0, res.stderr
+    assert list(parse_ncu_csv((tmp_path / "ncu.csv").read_text())) == ["hslm_fwd_s8", "hslm_dx_s8"]
+    res = _profile(tmp_path, "--metrics", "smsp__inst_executed.sum")  # no count: every launch
+    assert list(parse_ncu_csv((tmp_path / "ncu.csv").read_text())) == ["hslm_fwd_s8", "hslm_dx_s8", "hslm_dw_s8"]
+
+
+@pytest.mark.parametrize("flags,fragment", [
+    (("--metrics", "smsp__inst_executed.sum,dram__bytes_read.sum"), "Failed to find metric dram__bytes_read.sum"),
+    (("--launch-count", "three", "--metrics", "smsp__inst_executed.sum"), "invalid --launch-count 'three'"),
+    (("--no-such-option", "1"), "unrecognised option '--no-such-option'"),
+])
+def test_standin_ncu_refuses_what_the_real_one_refuses(tmp_path, flags, fragment):
+    res = _profile(tmp_path, *flags)
+    assert res.returncode == 1 and fragment in res.stderr
+    assert not (tmp_path / "ncu.csv").exists()  # nothing profiled
+
+
+def test_standin_sanitizer_refuses_an_unknown_tool_or_option():
+    for args, fragment in ((("--tool", "nocheck"), "invalid tool 'nocheck'"), (("--bogus", "1"), "unrecognized option")):
+        res = _standin_tool("compute-sanitizer", *args, "true")
+        assert res.returncode == 1 and fragment in res.stderr
+
+
+# ---- a per-cell failure of gpu_verify is that cell's error -----------------------------
+
+def _gpu_verify_module():
+    spec = importlib.util.spec_from_file_location("gpu_verify_under_test", ROOT / "tools" / "gpu_verify.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_gpu_verify_turns_any_error_of_a_cell_into_that_cells_failure(monkeypatch, capsys):
+    """A RuntimeError outside the launch's own handling (a CUDA runtime error, say) fails
+    its cell; every other cell still runs."""
+    gv = _gpu_verify_module()
+
+    def cell(spec, shape_set, shape, backend):
+        if spec.name == "hslm_dx_s8" and shape.name == "small":
+            raise RuntimeError("cudaErrorInvalidValue: invalid argument")
+        return types.SimpleNamespace(passed=True, error=None, kernel=spec.name)
+
+    monkeypatch.setattr(gv, "resolve_backend", lambda name: "gpu")
+    monkeypatch.setattr(gv, "emit", lambda spec: types.SimpleNamespace(ptx_path=spec.name, ptx_sha256="0" * 12))
+    monkeypatch.setattr(gv, "verify_cell", cell)
+    monkeypatch.setattr(gv, "verdict", lambda report: f"{report.kernel}: ok")
+    assert gv.main(["smoke"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    failed = [line for line in lines if line.startswith("FAILED")]
+    assert failed == ["FAILED hslm_dx_s8 smoke/small: RuntimeError: cudaErrorInvalidValue: invalid argument"]
+    assert sum(line.endswith(": ok") for line in lines) == 3 * len(KERNELS) - 1
+    assert lines[-1] == f"{3 * len(KERNELS)} cells on gpu: 1 FAILED"
+    assert not any("fresh process" in line for line in lines)  # not a sticky error: same process
+
+
+def test_sticky_errors_are_told_from_the_others():
+    for text in ("CUDARuntimeError: cudaErrorIllegalAddress: an illegal memory access was encountered",
+                 "CUDADriverError: CUDA_ERROR_LAUNCH_FAILED: unspecified launch failure",
+                 "RuntimeError: CUDA error: device-side assert triggered"):
+        assert is_sticky(text) and is_sticky(RuntimeError(text))
+    for text in ("CUDADriverError: CUDA_ERROR_INVALID_PTX: a PTX JIT compilation failed",
+                 "CUDARuntimeError: cudaErrorMemoryAllocation: out of memory", None):
+        assert not is_sticky(text)
+
+
+# ---- --help is help -------------------------------------------------------------------
+
+@pytest.mark.parametrize("command", [("-m", "pipeline.bench"), ("-m", "pipeline.bench_counters"),
+                                     ("-m", "pipeline.bench_report"), ("tools/gpu_verify.py",),
+                                     ("tools/one_launch.py",)])
+def test_every_entry_point_answers_help(command, tmp_path):
+    res = subprocess.run([sys.executable, *[str(ROOT / c) if c.startswith("tools/") else c for c in command],
+                          "--help"], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and res.stderr == "" and res.stdout.startswith("usage: ")
+    assert list(tmp_path.iterdir()) == []  # --help wrote nothing
+
+
+def test_one_launch_lists_the_kernels_a_profiler_should_expect():
+    res = _tool("one_launch.py", "--list", "all")
+    assert res.returncode == 0 and res.stdout.split() == list(KERNELS)
+    res = _tool("one_launch.py", "--list", "hslm_dx_s8,hslm_dw_s8")
+    assert res.stdout.split() == ["hslm_dx_s8", "hslm_dw_s8"]
+
+
+def test_one_launch_after_a_kernel_fault_runs_the_rest_in_a_fresh_process():
+    res = _tool("one_launch.py", "hslm_fwd_s8,hslm_dx_s8,hslm_dw_s8", "tiny", STANDIN_FAULT="hslm_dx_s8")
+    assert res.returncode == 1
+    lines = res.stdout.splitlines()
+    assert lines[0] == "hslm_fwd_s8 tiny R=16 K=32 N=8: exact"
+    assert lines[1].startswith("hslm_dx_s8 tiny R=16 K=32 N=8: error: CUDARuntimeError: cudaErrorIllegalAddress")
+    assert lines[2:] == ["sticky CUDA error: the 1 kernels left run in a fresh process",
+                         "hslm_dw_s8 tiny R=16 K=32 N=8: exact"]  # a new context: it ran

@@ -12,7 +12,8 @@ from pipeline.ledger import dump_ledger, make_ledger
 from pipeline.results import cells
 from pipeline.models import (
     AllowedDuplicate, AllowedDuplicates, CellResult, DuplicateGroup, FunctionRef, KernelState,
-    PtxasArch, RunSummary, SassEntry, SassFigures, SassLevel, Seal, SealedShape, SealedVerify, Shape, TestCounts,
+    PtxasArch, RunSummary, SassEntry, SassFigures, SassLevel, Seal, SealedShape, SealedVerify, SealEvidence, Shape,
+    TestCounts,
 )
 
 KERNELS = ("kern_a", "kern_b")
@@ -64,17 +65,51 @@ def green() -> gate.Inputs:
                          sass=[SassEntry(kernel=k, arch=a, level=LEVEL) for k in KERNELS for a in ARCHS])
     allowed = AllowedDuplicates(allowed=[AllowedDuplicate(functions=[m.name for m in ALLOWED_PAIR.members],
                                                           reason="kept apart on purpose")])
-    return gate.Inputs(run, ledger, {k: seal(k) for k in KERNELS}, allowed)
+    seals = {k: seal(k) for k in KERNELS}
+    run = run.model_copy(update={"evidence": {k: evidence_of(s) for k, s in seals.items()}})
+    return gate.Inputs(run, ledger, seals, allowed)
 
 
-def with_seal(i: gate.Inputs, kernel: str = "kern_a", **update) -> gate.Inputs:
-    """The world with one seal's evidence changed (``update`` applies to the seal's parts)."""
+def evidence_of(s: Seal) -> SealEvidence:
+    """What a run that produced exactly this seal shows (the gate compares the two)."""
+    return SealEvidence(ptx_bytes=s.ptx_bytes, ptxas_version=s.ptxas_version, ptxas=s.ptxas,
+                        defined=s.verify.shapes, verify=s.verify.shapes,
+                        runs=[(s.verify.backend, s.verify.device, s.verify.driver)], tests=s.tests,
+                        test_files=s.test_files, sass=s.sass)
+
+
+def with_evidence(i: gate.Inputs, kernel: str = "kern_a", **update) -> gate.Inputs:
+    """The world with what the run shows of ``kernel`` changed (the seal stays as it was)."""
+    now = i.run.evidence[kernel].model_copy(update=update)
+    return i._replace(run=i.run.model_copy(update={"evidence": {**i.run.evidence, kernel: now}}))
+
+
+def base_where_blocked_passed(i: gate.Inputs) -> gate.Inputs:
+    """A base ledger in which the blocked cell still passed: the blocked entry is a loosening
+    since then, with the reason and blocker bless recorded."""
+    base = make_ledger([result(e.key) for e in i.ledger.entries], i.ledger.max_not_pass, i.ledger.sass)
+    return i._replace(base=base, base_ref="HEAD~1")
+
+
+def with_seal(i: gate.Inputs, kernel: str = "kern_a", forged: bool = False, **update) -> gate.Inputs:
+    """The world with one seal's evidence changed (``update`` applies to the seal's parts): as
+    the run showed it, or ``forged`` (the run showed what the seal had before)."""
     s = i.seals[kernel]
     parts = {"ptxas": [a.model_copy(update=update.get("ptxas", {})) if a.arch == "sm_90" else a for a in s.ptxas],
              "verify": s.verify.model_copy(update={"shapes": [
                  sh.model_copy(update=update.get("shape", {})) for sh in s.verify.shapes]}),
              "tests": s.tests.model_copy(update=update.get("tests", {}))}
-    return i._replace(seals={**i.seals, kernel: s.model_copy(update=parts)})
+    changed = s.model_copy(update=parts)
+    if not forged:
+        i = i._replace(run=i.run.model_copy(update={"evidence": {**i.run.evidence, kernel: evidence_of(changed)}}))
+    return i._replace(seals={**i.seals, kernel: changed})
+
+
+def resealed(i: gate.Inputs, kernel: str = "kern_a", **fields) -> gate.Inputs:
+    """The world with fields of one seal replaced, as a run that showed them would seal them."""
+    changed = i.seals[kernel].model_copy(update=fields)
+    run = i.run.model_copy(update={"evidence": {**i.run.evidence, kernel: evidence_of(changed)}})
+    return i._replace(run=run, seals={**i.seals, kernel: changed})
 
 
 def with_result(i: gate.Inputs, key, verdict: str) -> gate.Inputs:
@@ -101,6 +136,7 @@ def with_sass_entry(i: gate.Inputs, entry: SassEntry | None, kernel="kern_a", ar
 def accepted(i: gate.Inputs, reason="known-bug") -> gate.Inputs:
     """A rise to SLOWER on kern_a sm_90 that the ledger accepted with ``reason``."""
     entry = SassEntry(kernel="kern_a", arch="sm_90", level=SLOWER, reason=reason, rose_from=LEVEL)
+    i = resealed(i, sass={**i.seals["kern_a"].sass, "sm_90": SLOWER})
     return with_counted(with_sass_entry(i, entry), SLOWER)
 
 
@@ -127,12 +163,12 @@ PLANTED = {
     "seal claims spills": (lambda i: with_seal(i, ptxas={"spill_stores": 8, "spill_loads": 8}), "BAD SEAL",
                            gate.sealed_evidence),
     "seal over budget": (lambda i: with_seal(i, ptxas={"registers": 255}), "BAD SEAL", gate.sealed_evidence),
-    "seal lacks an arch": (lambda i: i._replace(seals={**i.seals, "kern_a": i.seals["kern_a"].model_copy(
-        update={"ptxas": i.seals["kern_a"].ptxas[:1]})}), "BAD SEAL", gate.sealed_evidence),
+    "seal lacks an arch": (lambda i: resealed(i, ptxas=i.seals["kern_a"].ptxas[:1]), "BAD SEAL",
+                           gate.sealed_evidence),
     "seal with 7 mismatches": (lambda i: with_seal(i, shape={"mismatches": 7}), "BAD SEAL", gate.sealed_evidence),
     "seal with 0 rows checked": (lambda i: with_seal(i, shape={"rows_checked": 0}), "BAD SEAL", gate.sealed_evidence),
-    "seal lacks a verify cell": (lambda i: i._replace(seals={**i.seals, "kern_a": i.seals["kern_a"].model_copy(
-        update={"verify": i.seals["kern_a"].verify.model_copy(update={"shapes": []})})}), "BAD SEAL", gate.sealed_evidence),
+    "seal lacks a verify cell": (lambda i: resealed(i, verify=i.seals["kern_a"].verify.model_copy(
+        update={"shapes": []})), "BAD SEAL", gate.sealed_evidence),
     "seal with 5 failed tests": (lambda i: with_seal(i, tests={"failed": 5, "total": 7}), "BAD SEAL", gate.sealed_evidence),
     "seal with a vacuous test": (lambda i: with_seal(i, tests={"vacuous": 1}), "BAD SEAL", gate.sealed_evidence),
     "seal with no passing test": (lambda i: with_seal(i, tests={"passed": 0, "skipped": 2}), "BAD SEAL",
@@ -142,8 +178,7 @@ PLANTED = {
     "duplicate body": (lambda i: i._replace(run=i.run.model_copy(update={"duplicates": [ALLOWED_PAIR, COPY]})),
                        "DUPLICATE BODY", gate.duplicates),
     "stale allowance": (lambda i: i._replace(run=i.run.model_copy(update={"duplicates": []})), "STALE", gate.duplicates),
-    "seal lacks SASS figures": (lambda i: i._replace(seals={**i.seals, "kern_a": i.seals["kern_a"].model_copy(
-        update={"sass": {}})}), "BAD SEAL", gate.sealed_evidence),
+    "seal lacks SASS figures": (lambda i: resealed(i, sass={}), "BAD SEAL", gate.sealed_evidence),
     "sass slower": (lambda i: with_counted(i, SLOWER), "SLOWER", gate.sass_levels),
     "sass faster": (lambda i: with_counted(i, FASTER), "FASTER", gate.sass_levels),
     "sass not counted": (lambda i: with_counted(i, None), "MISSING", gate.sass_levels),
@@ -152,11 +187,20 @@ PLANTED = {
     "sass rise with a bad reason": (lambda i: accepted(i, reason="flaky"), "BAD REASON", gate.sass_levels),
     "sass reason without rose_from": (lambda i: with_sass_entry(i, SassEntry(
         kernel="kern_a", arch="sm_90", level=LEVEL, reason="known-bug")), "BAD REASON", gate.sass_levels),
+    "seal says 32 registers": (lambda i: with_seal(i, forged=True, ptxas={"registers": 32}), "SEAL MISMATCH",
+                               gate.sealed_against_run),
+    "shape shrunk under its name": (lambda i: with_evidence(i, defined=[
+        sh.model_copy(update={"R": 2}) for sh in i.run.evidence["kern_a"].defined]), "SEAL MISMATCH",
+                                    gate.sealed_against_run),
+    "cap raised by hand": (lambda i: with_entries(i, i.ledger.entries, cap=99), "LOOSENED", gate.loose_cap),
+    "sass level above the seal": (lambda i: with_sass_entry(with_counted(i, SLOWER), SassEntry(
+        kernel="kern_a", arch="sm_90", level=SLOWER)), "LOOSENED", gate.loose_sass),
+    "blocked since the base": (base_where_blocked_passed, "ACCEPTED LOOSENING", gate.against_base),
 }
 
 
 def findings(i: gate.Inputs, rules=gate.RULES) -> list[gate.Finding]:
-    return gate.compare(i.run, i.ledger, i.seals, i.allowed, rules)
+    return gate.compare(i.run, i.ledger, i.seals, i.allowed, rules, base=i.base, base_ref=i.base_ref)
 
 
 def test_green_control():
@@ -181,9 +225,9 @@ def test_a_gate_without_one_rule_misses_its_planted_cases(rule):
         assert findings(planted, tuple(r for r in gate.RULES if r is not rule)) == []
 
 
-def test_only_not_run_faster_and_accepted_slower_are_informational():
+def test_only_not_run_faster_and_the_accepted_ones_are_informational():
     assert {k for k in gate.Kind.__args__ if not gate.Finding(k, "", "", "").red} == {
-        "NOT RUN", "FASTER", "ACCEPTED SLOWER"}
+        "NOT RUN", "FASTER", "ACCEPTED SLOWER", "ACCEPTED LOOSENING"}
     line = str(findings(PLANTED["unexpected pass"][0](green()))[0])
     assert line.startswith("UNEXPECTED PASS  kern_b ptxas sm_90: ledger blocked, now pass  -> doit bless")
 
@@ -264,6 +308,8 @@ def test_main_reads_the_ledgers_sass_levels(world, monkeypatch, capsys, plant, c
     """The levels go through ledger.json and back: a rise is red, an accepted one or a drop is not."""
     planted = PLANTED[plant][0](green())
     world["ledger"].write_text(dump_ledger(planted.ledger))
+    for kernel, s in planted.seals.items():
+        write_model(world["seals"] / f"{kernel}.json", s)
     monkeypatch.setattr(gate, "summarize", lambda sets: planted.run)
     assert gate.main([]) == code
     assert PLANTED[plant][1] in capsys.readouterr().out

@@ -1,10 +1,17 @@
 """The doit graph re-runs exactly the stale stages, judged by content, never by mtime.
 
-One copy of the project (dodo.py, kernels/, pipeline/, shapes.yaml, ledger/, tests/)
-per module in a temp folder; each test runs ``python -m doit`` there and reads which
-tasks ran (``.  name``) from doit's output; up-to-date tasks are only counted, in one
-line per stage (pipeline.reporter). Tests run in file order and each leaves the copy
-up to date for the next.
+One copy of the project (dodo.py, kernels/, pipeline/, shapes.yaml, ledger/) per module
+in a temp folder; each test runs ``python -m doit`` there and reads which tasks ran
+(``.  name``) from doit's output; up-to-date tasks are only counted, in one line per
+stage (pipeline.reporter). Tests run in file order and each leaves the copy up to date
+for the next.
+
+The graph's behaviour does not depend on how many kernels there are, so the copy's
+registry keeps the three int8 families (:data:`GRAPH_MODULES`) and its tests/ folder
+holds one kernel-marked test per kernel (:data:`KERNEL_TESTS`): the gate's kernel_tests
+stage runs, re-runs and feeds the gate as it does on the whole suite, in seconds (the
+kernel tests themselves run in this suite directly). The two SASS-ratchet cases share
+one gate run (:func:`sass_gate`).
 """
 from __future__ import annotations
 
@@ -21,17 +28,36 @@ from typing import NamedTuple
 import pytest
 from doit.task import Task
 
-from kernelcases import family_configs
-
-from kernels.registry import KERNELS
+from kernels import registry
 from pipeline.artifacts import sha256_file
 from pipeline.checker import ContentChecker, targets_intact
+from pipeline.cmdline import VARIABLES
 from pipeline.config import ROOT
 from pipeline.ledger import dump_ledger, make_ledger, read_ledger
 from pipeline.models import SassEntry
 from pipeline.sass import SassReport
 from pipeline.sass_ratchet import current_figures
 
+GRAPH_MODULES = ("kernels.hslm_fwd_s8", "kernels.hslm_dx_s8", "kernels.hslm_dw_s8")
+KERNELS = {name: spec for name, spec in registry.KERNELS.items() if spec.module in GRAPH_MODULES}
+# appended to the copy's kernels/registry.py: its kernels are these modules' only
+RESTRICT = f"""
+
+GRAPH_MODULES = {GRAPH_MODULES!r}
+KERNELS = {{name: spec for name, spec in KERNELS.items() if spec.module in GRAPH_MODULES}}
+FAMILIES = {{family: configs for family, configs in FAMILIES.items() if configs[0].name in KERNELS}}
+"""
+# the copy's whole tests/ folder: what the gate's kernel_tests stage runs there
+KERNEL_TESTS = """
+import pytest
+
+from kernels.registry import KERNELS
+
+
+@pytest.mark.parametrize("kernel", list(KERNELS))
+def test_emits_its_entry(kernel):
+    assert f".visible .entry {kernel}(" in KERNELS[kernel].emit()
+"""
 EMIT = {f"emit:{k}" for k in KERNELS}
 PTXAS = {f"ptxas:{k}" for k in KERNELS}
 SASS = {f"sass:{k}" for k in KERNELS}
@@ -48,10 +74,14 @@ class Run(NamedTuple):
 def project(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("project")
     skip = shutil.ignore_patterns("__pycache__", "*.pyc", ".*.tmp")
-    for name in ("kernels", "pipeline", "ledger", "tests", "schemas"):
+    for name in ("kernels", "pipeline", "ledger", "schemas"):
         shutil.copytree(ROOT / name, root / name, ignore=skip)
     for name in ("dodo.py", "shapes.yaml", "pyproject.toml"):
         shutil.copy2(ROOT / name, root / name)
+    with open(root / "kernels" / "registry.py", "a") as registry_file:
+        registry_file.write(RESTRICT)
+    (root / "tests").mkdir()
+    (root / "tests" / "test_kernels_emit.py").write_text(KERNEL_TESTS)
     first = doit(root, "ptxas")
     assert first.rc == 0, first.out + first.err
     assert first.ran == EMIT | PTXAS  # ptxas:check is up to date: every report passes
@@ -234,7 +264,9 @@ def test_user_errors_fail_only_the_tasks_that_read_them(project):
 def test_unknown_variable_is_refused(project):
     run = doit(project, "verify", "shap=smoke")
     assert (run.rc, run.out) == (3, "")
-    assert run.err == "error: unknown variable 'shap'; known: shape, backend, force, gpu, model, ceiling, accept_new, format, accept_slower\n"
+    known = ", ".join(VARIABLES)
+    assert known.startswith("shape, backend, force, ") and "accept_new" in known
+    assert run.err == f"error: unknown variable 'shap'; known: {known}\n"
 
 
 def test_bad_shapes_yaml_blocks_only_what_reads_it(project):
@@ -259,7 +291,7 @@ CELLS = {f"verify:{k}/smoke/{s}" for k in KERNELS for s in SMOKE}
 
 def family_emits(family: str) -> set[str]:
     """The emit tasks an edit of a family's module re-runs: one per configuration."""
-    return {f"emit:{k}" for k in family_configs(family)}
+    return {f"emit:{spec.name}" for spec in registry.FAMILIES[family]}
 
 
 def test_verify_runs_only_stale_cells(project):
@@ -352,34 +384,56 @@ def test_gate_judges_a_failing_cell(project):
     assert sorted(failures) == sorted(SMOKE)
 
 
-@pytest.mark.parametrize("accepted", [False, True], ids=["slower", "accepted-with-reason"])
-def test_gate_judges_the_sass_counts_against_the_ledger(project, accepted):
-    """A ledger level below the current count: SLOWER, red; the same rise accepted with a
-    reason: informational. The counts come from the graph's own up-to-date sass task."""
+class SassGate(NamedTuple):
+    run: Run
+    slower: float  # hslm_fwd_s8 sm_80's fast SASS per IMMA now: the ledger says 1
+    accepted: float  # hslm_dx_s8 sm_80's: the ledger accepted the rise from 1, with a reason
+
+
+@pytest.fixture(scope="module")
+def sass_gate(project) -> SassGate:
+    """One gate run on a ledger with two SASS levels planted below the current counts:
+    hslm_fwd_s8 sm_80 as a plain level (SLOWER, red), hslm_dx_s8 sm_80 as a rise
+    accepted with a reason (informational). The counts come from the graph's own
+    up-to-date sass task."""
     ledger_file = project / "ledger" / "ledger.json"
     original = ledger_file.read_text()
     assert doit(project, "sass").rc == 0  # up to date first (an earlier test may have edited a kernel)
     reports = [SassReport.model_validate_json((project / f"artifacts/sass/{k}.json").read_text()) for k in KERNELS]
     now = current_figures(reports)
-    best = now["hslm_fwd_s8"]["sm_80"].fast.model_copy(update={"sass_per_imma": 1.0})
-    lower = now["hslm_fwd_s8"]["sm_80"].model_copy(update={"fast": best})
+
+    def lowered(kernel: str):
+        level = now[kernel]["sm_80"]
+        return level.model_copy(update={"fast": level.fast.model_copy(update={"sass_per_imma": 1.0})})
+
     entries = [SassEntry(kernel=k, arch=a, level=v) for k, archs in now.items() for a, v in archs.items()]
-    planted = [e.model_copy(update={"reason": "known-bug", "rose_from": lower} if accepted else {"level": lower})
-               if e.key == ("hslm_fwd_s8", "sm_80") else e for e in entries]
+    planted = {("hslm_fwd_s8", "sm_80"): {"level": lowered("hslm_fwd_s8")},
+               ("hslm_dx_s8", "sm_80"): {"reason": "known-bug", "rose_from": lowered("hslm_dx_s8")}}
+    entries = [e.model_copy(update=planted[e.key]) if e.key in planted else e for e in entries]
     ledger = read_ledger(ledger_file)
     try:
-        ledger_file.write_text(dump_ledger(make_ledger(ledger.entries, ledger.max_not_pass, planted)))
+        ledger_file.write_text(dump_ledger(make_ledger(ledger.entries, ledger.max_not_pass, entries)))
         run = doit(project, "gate", "shape=smoke")
     finally:
         ledger_file.write_text(original)
+    return SassGate(run, now["hslm_fwd_s8"]["sm_80"].fast.sass_per_imma, now["hslm_dx_s8"]["sm_80"].fast.sass_per_imma)
+
+
+def test_gate_judges_the_sass_counts_against_the_ledger(sass_gate):
+    """A ledger level below the current count is SLOWER, red; the gate reuses the graph's
+    SASS counts rather than counting again."""
+    run = sass_gate.run
     assert not SASS & run.ran and "Traceback" not in run.out + run.err
-    current = now["hslm_fwd_s8"]["sm_80"].fast.sass_per_imma
-    if accepted:
-        assert f"INFO ACCEPTED SLOWER  hslm_fwd_s8 sm_80: fast SASS/IMMA 1 -> {current:g} accepted: known-bug" in run.out
-        assert "\nSLOWER" not in run.out
-    else:
-        assert run.rc == 1
-        assert f"\nSLOWER  hslm_fwd_s8 sm_80: fast SASS/IMMA 1 in the ledger -> {current:g} now  -> " in run.out
+    assert run.rc == 1
+    assert f"\nSLOWER  hslm_fwd_s8 sm_80: fast SASS/IMMA 1 in the ledger -> {sass_gate.slower:g} now  -> " in run.out
+
+
+def test_gate_shows_an_accepted_rise_as_informational(sass_gate):
+    """The same rise accepted with a reason: one informational line, not SLOWER."""
+    run = sass_gate.run
+    assert (f"INFO ACCEPTED SLOWER  hslm_dx_s8 sm_80: fast SASS/IMMA 1 -> {sass_gate.accepted:g} accepted: known-bug"
+            in run.out)
+    assert "\nSLOWER  hslm_dx_s8" not in run.out and "\nSLOWER  hslm_fwd_s8" in run.out
 
 
 def test_interrupted_verify_keeps_the_finished_cells(project):
@@ -388,7 +442,7 @@ def test_interrupted_verify_keeps_the_finished_cells(project):
     shutil.rmtree(project / "artifacts" / "verify", ignore_errors=True)
     environ = {**{k: v for k, v in os.environ.items() if k != "PTXAS"}, "PYTHONPATH": str(project),
                "PYTHONUNBUFFERED": "1"}  # each line as it is printed
-    proc = subprocess.Popen([sys.executable, "-m", "doit", "verify", "shape=hslm", "backend=emulator"],
+    proc = subprocess.Popen([sys.executable, "-m", "doit", "verify", "shape=tails", "backend=emulator"],
                             cwd=project, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     started = []
     for line in proc.stdout:
@@ -401,7 +455,7 @@ def test_interrupted_verify_keeps_the_finished_cells(project):
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130 and "Traceback" not in err
     assert err.strip().startswith("interrupted (signal 15); the tasks that finished are saved")
-    again = doit(project, "verify", "shape=hslm", "backend=emulator")
+    again = doit(project, "verify", "shape=tails", "backend=emulator")
     assert again.rc == 0 and again.ran  # the rest of the cells
     assert not {f"verify:{cell}" for cell in finished} & again.ran
 
@@ -417,13 +471,40 @@ def test_report_reprints_the_last_tables(project):
     assert bad.rc == 1 and "format=xml: expected text or json" in bad.out
 
 
+def test_report_into_a_closed_pipe_ends_quietly(project):
+    """`doit report format=json | head`: the reader leaves before the report is written
+    (here: before it starts); no BrokenPipeError traceback, exit 0."""
+    environ = {**os.environ, "PYTHONPATH": str(project)}
+    proc = subprocess.Popen([sys.executable, "-m", "doit", "report", "shape=smoke", "format=json"], cwd=project,
+                            env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()  # no reader: the first write fails with EPIPE
+    with proc.stderr:
+        err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 0 and err == ""
+
+
+@pytest.mark.parametrize("quiet", [True, False], ids=["print_to_pipe", "plain-print"])
+def test_print_to_pipe_swallows_only_a_closed_pipe(quiet):
+    """Negative included: a plain print into the same closed pipe leaves a BrokenPipeError."""
+    write = "from pipeline.report import print_to_pipe; print_to_pipe('x' * 100000)" if quiet else "print('x' * 100000)"
+    proc = subprocess.Popen([sys.executable, "-c", write], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    proc.stdout.close()
+    with proc.stderr:
+        err = proc.stderr.read()
+    proc.wait(timeout=60)
+    assert ("BrokenPipeError" in err) is not quiet
+
+
 def test_clean_removes_everything_the_graph_wrote(project):
-    """Runs last: `doit clean` leaves no file under artifacts/ (temp files of killed runs included)."""
+    """Runs last: `doit clean` leaves nothing under artifacts/ (temp files of killed runs
+    included, and the folders), and no database."""
     assert (project / "artifacts" / "gate" / "run.json").exists() and (project / "artifacts" / "tests").exists()
     stray = project / "artifacts" / "verify" / ".x.json.tmp-999999999"
     stray.parent.mkdir(parents=True, exist_ok=True)
     stray.write_text("half")
+    assert list(project.glob(".doit.db*"))  # the database the earlier runs wrote
     run = doit(project, "clean")
     assert run.rc == 0 and "TaskError" not in run.out + run.err, run.out + run.err
-    left = [p for p in (project / "artifacts").rglob("*") if p.is_file()]
-    assert left == []
+    assert not (project / "artifacts").exists(), sorted(map(str, (project / "artifacts").rglob("*")))
+    assert list(project.glob(".doit.db*")) == []

@@ -8,12 +8,11 @@ README describes so a refactor of the emitters cannot drop it silently.
 import re
 
 import pytest
-from kernelcases import family_configs, per_kernel, tile_of
+from kernelcases import INT32_EPILOGUE, STAGED, TERNARY, TWO_STAGED, per_kernel, tile_of
 
 from kernels.registry import KERNELS, get_kernel
 from kernels.staged_tile import N_TILES, TILE_N
 
-TERNARY = family_configs("hslm_fwd_s8") + family_configs("hslm_dx_s8")
 MMA = "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32"
 
 
@@ -30,7 +29,7 @@ def test_emission_is_deterministic_and_targets_sm80(name):
     assert f".visible .entry {name}(" in ptx
 
 
-@pytest.mark.parametrize("name", per_kernel())
+@pytest.mark.parametrize("name", per_kernel(INT32_EPILOGUE))
 def test_staged_loop_is_one_uniform_body_of_all_mma(name):
     ptx, tile = KERNELS[name].emit(), tile_of(name)
     body = loop(ptx)
@@ -46,7 +45,7 @@ def test_staged_loop_is_one_uniform_body_of_all_mma(name):
     assert body.count("bar.sync 0;") == 1  # one barrier per chunk
 
 
-@pytest.mark.parametrize("name", per_kernel())
+@pytest.mark.parametrize("name", per_kernel(INT32_EPILOGUE))
 def test_output_is_stored_or_added_once_per_accumulator(name):
     ptx, tile = KERNELS[name].emit(), tile_of(name)
     stores, adds = ptx.split("add_out:\n", 1)
@@ -56,7 +55,7 @@ def test_output_is_stored_or_added_once_per_accumulator(name):
     assert "red.global.add" not in stores and " st.global" not in adds and "st.global.s32" not in ptx
 
 
-@pytest.mark.parametrize("name", per_kernel())
+@pytest.mark.parametrize("name", per_kernel(INT32_EPILOGUE))
 def test_one_split_stores_from_registers_and_split_k_stages_one_pass_per_m_tile(name):
     ptx, passes = KERNELS[name].emit(), tile_of(name).m_tiles
     after = ptx.split("bra.uni chunk;", 1)[1]
@@ -74,19 +73,20 @@ def test_one_split_stores_from_registers_and_split_k_stages_one_pass_per_m_tile(
     assert adds.count("ld.shared.b32") == 16 * passes  # read back as words, one per output element
 
 
-@pytest.mark.parametrize("name", per_kernel())
+@pytest.mark.parametrize("name", per_kernel(STAGED))
 def test_staged_loop_copies_ahead_and_reads_fragments_with_ldmatrix(name):
     ptx = KERNELS[name].emit()
     body = loop(ptx)
     tile = tile_of(name)
     stages = tile.stages  # 16-byte copies per thread and chunk: A's rows, and dW's B rows
-    copies = tile.copies(tile.m) + (tile.copies(TILE_N) if KERNELS[name].family_name == "hslm_dw_s8" else 0)
+    two_staged = name not in TERNARY  # B by cp.async too (dW), else decoded from W in registers
+    copies = tile.copies(tile.m) + (tile.copies(TILE_N) if two_staged else 0)
     found = re.findall(r"cp\.async\.cg\.shared\.global \[[^]]+\], \[[^]]+\], 16, (%[pr]\d+);", body)
     assert len(found) == copies and ptx.count("cp.async.cg") == stages * copies  # stages - 1 ahead
     assert body.count("cp.async.commit_group") == 1 and ptx.count("cp.async.commit_group") == stages
     assert body.count(f"cp.async.wait_group {stages - 2};") == 1  # this chunk landed, newer in flight
     a_loads = 2 * tile.m_tiles  # A: m tiles x 2 k steps; B: 4 per chunk (dW), none in registers (W)
-    b_loads = 4 if KERNELS[name].family_name == "hslm_dw_s8" else 0
+    b_loads = 4 if two_staged else 0
     assert body.count("ldmatrix.sync.aligned.m8n8.x4.shared.b16") == a_loads + b_loads and ".trans" not in body
     assert "ld.shared" not in body and "ld.global.u8" not in body  # no byte or scalar gathers
 
@@ -120,7 +120,7 @@ def test_ternary_kernels_read_w_from_one_pointer_under_the_loops_own_predicate(n
     assert "min.u32" not in body
 
 
-@pytest.mark.parametrize("name", per_kernel(family_configs("hslm_dw_s8")))
+@pytest.mark.parametrize("name", per_kernel(TWO_STAGED))
 def test_dw_is_a_tn_gemm_of_two_copied_operands(name):
     body, tile = loop(get_kernel(name).emit()), tile_of(name)
     assert "ld.global" not in body and "st.shared" not in body  # everything by cp.async

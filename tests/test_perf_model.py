@@ -7,8 +7,8 @@ import json
 import math
 
 import pytest
-import yaml
 
+from kernels import cost
 from kernels.registry import KERNELS
 from kernels.spec import Dims, Launch
 from pipeline import config, perf_model, sass
@@ -16,14 +16,14 @@ from pipeline.errors import UserError
 from pipeline.models import PtxasArch, Shape
 
 ASSUMPTIONS = perf_model.load_assumptions()
-H200 = ASSUMPTIONS.gpus["h200"]
+H200 = ASSUMPTIONS.devices["h200"]
 
 
 # ---- the assumptions file ------------------------------------------------------------
 
-@pytest.mark.parametrize("name", list(ASSUMPTIONS.gpus))
+@pytest.mark.parametrize("name", list(ASSUMPTIONS.devices))
 def test_every_number_has_a_source_and_the_peaks_agree_with_sms_and_clock(name):
-    g = ASSUMPTIONS.gpus[name]
+    g = ASSUMPTIONS.devices[name]
     numbers = [v for v in g.model_dump().values() if isinstance(v, dict)]
     assert numbers and all(len(n["source"]) > 20 for n in numbers)
     assert g.arch in config.ARCHS
@@ -33,17 +33,33 @@ def test_every_number_has_a_source_and_the_peaks_agree_with_sms_and_clock(name):
 
 
 def test_bad_assumptions_file_is_one_line_naming_the_field(tmp_path):
-    raw = yaml.safe_load(perf_model.GPUS_FILE.read_text())
-    del raw["gpus"]["a100"]["clock_ghz"]["source"]
-    bad = tmp_path / "gpus.yaml"
-    bad.write_text(yaml.safe_dump(raw))
-    with pytest.raises(UserError, match=r"field 'gpus\.a100\.clock_ghz\.source': Field required"):
+    raw = json.loads(perf_model.DEVICES_FILE.read_text())
+    del raw["devices"]["a100"]["clock_ghz"]["source"]
+    bad = tmp_path / "devices.json"
+    bad.write_text(json.dumps(raw))
+    with pytest.raises(UserError, match=r"field 'devices\.a100\.clock_ghz\.source': Field required"):
         perf_model.load_assumptions(bad)
+
+
+def test_the_assumptions_reader_refuses_a_duplicate_key_and_non_utf8(tmp_path):
+    text = perf_model.DEVICES_FILE.read_text()
+    twice = tmp_path / "twice.json"
+    twice.write_text(text.replace('"devices": {', '"devices": {"h200": {}, ', 1))
+    with pytest.raises(UserError, match="duplicate"):
+        perf_model.load_assumptions(twice)
+    latin = tmp_path / "latin.json"
+    latin.write_bytes(text.encode("utf-8").replace(b"Hopper", b"Hopp\xe9r", 1))
+    with pytest.raises(UserError, match="UTF-8|utf-8"):
+        perf_model.load_assumptions(latin)
 
 
 def test_unknown_gpu_lists_the_known_ones():
     with pytest.raises(UserError, match="unknown gpu 'v100'.*h200, rtx4090, a100"):
         perf_model.gpu(ASSUMPTIONS, "v100")
+
+
+def test_the_validated_entry_is_the_cost_module_s_device():
+    assert perf_model.as_device(H200) == cost.device("h200")
 
 
 # ---- the work of a launch ------------------------------------------------------------
@@ -77,81 +93,44 @@ def test_work_by_hand():
     assert (w.ctas, w.warps_per_cta, w.contraction, w.fast_chunks, w.tail_chunks) == (224, 4, 243, 3, 1)
     assert w.instructions_per_warp == 3 * 80 + 160 + (300 - 240)
     assert w.imma_per_warp == 32
-    # wavefronts: LDG.32 1 each, STS.128 and LDS.128 4 each; LDG.8 1 each
-    assert w.lsu_wavefronts_per_warp == 3 * (2 + 4 + 16) + (32 + 4 + 16)
     assert w.global_bytes_per_warp == 3 * 2 * 128 + 32 * 32
     assert w.compulsory_bytes == 1782 * 243 * 4 + 1782 * 243 + 243 * 16 * 4  # y int32, x int8, w packed
-    assert w.stages_through_shared
 
 
-def test_bounds_by_hand():
-    w = perf_model.work(FWD, Dims(1782, 243, 243), SASS)
-    bounds, waves = perf_model.bounds_for(H200, w, resident=7, l1_wavefronts_per_cta=4 * w.lsu_wavefronts_per_warp,
-                                          l2_bytes=perf_model.l2_bytes(w, None))
-    clock = 1.83e9
-    # 224 CTAs on 132 SMs: the busiest runs 2, i.e. 8 warps on 4 schedulers
-    assert math.isclose(bounds["issue"], 8 * 460 / 4 / clock * 1e6)
-    assert math.isclose(bounds["tensor"], 8 * 32 * 8192 / (8192 * 0.70) / clock * 1e6, rel_tol=1e-3)
-    assert math.isclose(bounds["l1"], 2 * 4 * 118 / 1.0 / clock * 1e6)
-    assert waves == 1 and math.isclose(bounds["latency"], 4 * (300 + 30) / clock * 1e6)
-    assert math.isclose(bounds["l2"], 224 * 4 * 1792 / 12000e3)
-    assert math.isclose(bounds["dram"], w.compulsory_bytes / 4800e3)
-    row = perf_model.predict(H200, bounds, 2.0 * 1782 * 243 * 243)
-    assert row.device_us == round(max(bounds.values()), 4) and row.limiter == max(bounds, key=bounds.get)
-    assert math.isclose(row.per_call_us, row.device_us + 5.0)
+# the stall clocks and the outside instructions of the invented loop
+COUNTS = cost.KernelCounts(fast=cost.LoopFigures(80, 8, 240, True), tail=cost.LoopFigures(160, 8, 400, True),
+                           outside_instructions=60)
 
 
 def test_a_planted_regression_raises_the_prediction():
-    slower = SASS.model_copy(update={"fast": body(400, 8, FAST.classes)})
     shape = Shape(name="s", R=1782, K=729, N=243)
-    before = perf_model.model_row(FWD, shape, H200, ASSUMPTIONS.reference, SASS, PTXAS, None, "-")
-    after = perf_model.model_row(FWD, shape, H200, ASSUMPTIONS.reference, slower, PTXAS, None, "-")
-    assert after.ours.bounds["issue"] == pytest.approx(before.ours.bounds["issue"] * (11 * 400 + 220) / (11 * 80 + 220), rel=1e-3)
+    before = perf_model.model_row(FWD, shape, H200, SASS, COUNTS, PTXAS, None, "-")
+    slower = COUNTS._replace(fast=COUNTS.fast._replace(issue_clocks=2400))
+    after = perf_model.model_row(FWD, shape, H200, SASS, slower, PTXAS, None, "-")
+    assert after.ours.phases["chunks"] > before.ours.phases["chunks"]
     assert after.ours.device_us > before.ours.device_us and after.kind == "MODEL"
     assert after.reference == before.reference  # the reference class does not read our SASS
 
 
-def test_split_k_and_a_copy_ring_by_hand():
+def test_every_prediction_is_at_or_above_the_device_floor():
+    for shape in (Shape(name="a", R=1, K=1, N=1), Shape(name="b", R=27, K=243, N=243)):
+        row = perf_model.model_row(FWD, shape, H200, SASS, COUNTS, PTXAS, None, "-")
+        assert row.ours.device_us >= H200.kernel_fixed_us.value <= row.reference.device_us
+        assert row.ours.per_call_us == pytest.approx(row.ours.device_us + H200.launch_us.value, abs=1e-3)
+
+
+def test_split_k_by_hand():
     # the same problem split in two along z, 4-stage ring, one loop body (no tail body)
     split = dataclasses.replace(FWD, stages=4,
                                 geometry=lambda d: Launch(grid=(-(-d.N // 32), -(-d.R // 64), 2), block=(128, 1, 1)))
     one_body = SASS.model_copy(update={"tail": None})
     w = perf_model.work(split, Dims(1782, 243, 243), one_body)
     # K=243 is 4 chunks of 64; 2 splits -> 2 chunks a CTA, both on the one body
-    assert (w.ctas, w.fast_chunks, w.tail_chunks, w.stages) == (448, 2, 0, 4)
-    assert perf_model.exposed_round_trips(w) == 1 + 2 / 3  # fill the ring, then 1 per 3 chunks
-    nothing_prefetched = w.model_copy(update={"stages": 1})
-    assert perf_model.exposed_round_trips(nothing_prefetched) == 2  # one a chunk
-
-
-def test_reference_pads_to_its_tile():
-    # 27 x 243 output, contraction 243 -> padded 128 x 256 x 256: 2 CTAs, 1024 IMMA each
-    b = perf_model.reference_bounds(H200, ASSUMPTIONS.reference, 27, 243, 243, 0)
-    assert math.isclose(b["issue"], 1024 * 2.5 / 4 / 1.83e9 * 1e6)
-    assert math.isclose(b["l2"], 2 * (256 * 256 + 4 * 128 * 128) / 12000e3)  # operands in, int32 tile out
-
-
-def test_the_output_s_ideal_wavefronts_follow_the_epilogue_path():
-    """One split: stored from the accumulators, 64 contiguous bytes a row (bytes / 64);
-    split-K: staged and added, three passes of bytes / 128."""
-    one = perf_model.work(FWD, Dims(1782, 243, 243), SASS)
-    assert perf_model.output_wavefronts(one) == one.output_bytes_per_cta / (64 if one.splits == 1 else 128 / 3)
-    assert perf_model.output_wavefronts(one.model_copy(update={"splits": 1, "output_bytes_per_cta": 65536})) == 1024
-    assert perf_model.output_wavefronts(one.model_copy(update={"splits": 4, "output_bytes_per_cta": 65536})) == 1536
-
-
-def test_reference_l1_counts_fragments_copies_and_its_epilogue():
-    """Per 64-deep k-tile: 256 IMMA x 0.25 LDSM.x4 x 4 wavefronts = 256, and 128 + 128
-    rows copied, a line each; then the 64 KiB int32 tile through shared memory and out
-    (3 x 512). The epilogue is what an R = 27 dW (one k-tile) is mostly made of."""
-    ref = ASSUMPTIONS.reference
-    assert perf_model.reference_l1_per_cta(ref, 1) == 256 + 256 + 3 * 512
-    assert perf_model.reference_l1_per_cta(ref, 4) - perf_model.reference_l1_per_cta(ref, 3) == 512
-    b = perf_model.reference_bounds(H200, ref, 243, 243, 27, 0)  # dW at R = 27: 4 CTAs, one k-tile
-    assert math.isclose(b["l1"], (256 + 256 + 1536) / 1.83e9 * 1e6)
-    # negative: without its epilogue the same CTA would need a quarter of that
-    assert perf_model.reference_l1_per_cta(ref.model_copy(update={"epilogue_passes": ref.epilogue_passes.model_copy(
-        update={"value": 0})}), 1) == 512
+    assert (w.ctas, w.fast_chunks, w.tail_chunks, w.stages, w.splits) == (448, 2, 0, 4, 2)
+    row = perf_model.model_row(split, Shape(name="s", R=1782, K=243, N=243), H200, one_body, COUNTS, PTXAS, None, "-")
+    # the reds: every CTA adds its int32 share at the atomic rate
+    assert row.ours.bounds["reds"] == pytest.approx(448 * w.output_bytes_per_cta / (H200.red_gbs.value * 1e3),
+                                                    abs=1e-4)
 
 
 def test_occupancy_from_ptxas():
@@ -175,10 +154,10 @@ def test_memory_rows_from_a_verify_report_feed_l1(tmp_path):
     w = perf_model.work(FWD, Dims(1782, 243, 243), SASS)
     # global: one wavefront per 128-byte line (20); shared: its bank wavefronts (300); param: none
     assert perf_model.l1_per_cta(w, rows, "emulator (cell.json)") == ((20 + 300) / 224, "emulator (cell.json)")
-    ideal, source = perf_model.l1_per_cta(w, None, "-")
-    assert source.startswith("SASS ideal") and ideal == w.lsu_wavefronts_per_warp * w.warps_per_cta + perf_model.output_wavefronts(w)
+    output, source = perf_model.l1_per_cta(w, None, "-")
+    assert source.startswith("output only") and output == w.output_bytes_per_cta / 64  # one split: bytes / 64
     assert perf_model.l2_bytes(w, rows) == 32 * 80  # global rows only
-    assert perf_model.l2_bytes(w, None) == 224 * 4 * w.global_bytes_per_warp
+    assert perf_model.l2_bytes(w, None) == 224 * (4 * w.global_bytes_per_warp + w.output_bytes_per_cta)
     no_stats = tmp_path / "old.json"
     no_stats.write_text(json.dumps({"kernel": "k"}))
     assert perf_model.memory_rows_from_report(no_stats) is None
@@ -211,9 +190,56 @@ def test_emulator_memory_rows_when_the_emulator_counts_them(monkeypatch):
 
 def test_each_row_says_whether_the_tile_rule_runs_that_configuration():
     shape = Shape(name="s", R=27, K=729, N=243)  # the rule runs the 32-row tile here
-    rows = {name: perf_model.model_row(KERNELS[name], shape, H200, ASSUMPTIONS.reference, SASS, PTXAS, None, "-")
+    rows = {name: perf_model.model_row(KERNELS[name], shape, H200, SASS, COUNTS, PTXAS, None, "-")
             for name in ("hslm_fwd_s8", "hslm_fwd_s8_m32")}
     assert not rows["hslm_fwd_s8"].rule_pick and rows["hslm_fwd_s8_m32"].rule_pick
-    big = perf_model.model_row(FWD, Shape(name="b", R=4096, K=4096, N=4096), H200, ASSUMPTIONS.reference,
-                               SASS, PTXAS, None, "-")
+    big = perf_model.model_row(FWD, Shape(name="b", R=4096, K=4096, N=4096), H200, SASS, COUNTS, PTXAS, None, "-")
     assert big.rule_pick
+
+
+# ---- loop counts from the control bits -------------------------------------------------
+
+LISTING = """\
+\tFunction : k
+        /*0000*/                   MOV R1, c[0x0][0x28] ;                     /* 0x00000a0000017a02 */
+                                                                              /* 0x000fca0000000f00 */
+        /*0010*/                   IMMA.16832.S8.S8 R4, R92.ROW, R84.COL, R4 ; /* 0x000000545c047237 */
+                                                                              /* 0x008fe20000405c04 */
+        /*0020*/                   BRA 0x10 ;                                 /* 0xfffffffc00f47947 */
+                                                                              /* 0x000fc0000383ffff */
+\tFunction : other
+        /*0000*/                   EXIT ;                                     /* 0x000000000000794d */
+                                                                              /* 0x000fea0003800000 */
+"""
+
+
+def test_stall_counts_are_bits_41_to_44_of_the_upper_word():
+    # 0x000fca...: stall field 0b0101 = 5; 0x008fe2...: 1; 0x000fc0...: 0
+    assert perf_model.control_stalls(LISTING, "k") == {0x0: 5, 0x10: 1, 0x20: 0}
+    assert perf_model.control_stalls(LISTING, "other") == {0x0: 5}
+    assert perf_model.stall_count(0xF << 41) == 15 and perf_model.stall_count(1 << 45) == 0  # the yield bit is not it
+    with pytest.raises(perf_model.ArtifactError, match="no instructions with control words for 'absent'"):
+        perf_model.control_stalls(LISTING, "absent")
+
+
+def test_body_counts_sum_the_stalls_of_the_path():
+    body = sass.Body(runs=["0x10-0x20"], instructions=2, nops=0, imma=1, lsu=1, classes={"tensor": 1, "ldg32": 1},
+                     per_imma=2.0, lsu_per_imma=1.0, guarded_global_loads=0)
+    counts = perf_model.body_counts(body, {0x0: 5, 0x10: 1, 0x20: 3})
+    assert counts == {"instructions": 2, "imma": 1, "issue_clocks": 4, "direct_loads": True}
+    with pytest.raises(perf_model.ArtifactError, match="first missing 0x20"):
+        perf_model.body_counts(body, {0x10: 1})
+
+
+def test_counts_problems_name_a_disagreeing_body():
+    report = sass.SassReport(kernel="k", ptx_sha256="ab", ptxas_version="1", nvdisasm_version="1", archs=[SASS])
+    good = {"kernels": {"k": {"ptx_sha256": "ab", "archs": {"sm_90": {
+        "fast": {"instructions": 80, "imma": 8}, "tail": {"instructions": 160, "imma": 8}}}}}}
+    assert perf_model.counts_problems(good, {"k": report}) == []
+    bad = json.loads(json.dumps(good))
+    bad["kernels"]["k"]["archs"]["sm_90"]["fast"]["instructions"] = 79
+    assert any("k sm_90 fast" in p for p in perf_model.counts_problems(bad, {"k": report}))
+    stale = json.loads(json.dumps(good))
+    stale["kernels"]["k"]["ptx_sha256"] = "cd"
+    assert "other PTX" in perf_model.counts_problems(stale, {"k": report})[0]
+    assert "no counts for k" in perf_model.counts_problems({"kernels": {}}, {"k": report})[0]

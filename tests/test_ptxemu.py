@@ -13,47 +13,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from emucases import M32, PROLOGUE, module, prmt_model, s32
+
 from kernels.ptxemu import Module
 
-pytestmark = pytest.mark.filterwarnings("error")   # a numpy warning is a bug here
 
-M32 = 0xFFFFFFFF
 EDGES = [0, 1, 2, 31, 32, 33, 0x7F, 0x80, 0xFF, 0x7FFFFFFF, 0x80000000, 0x80000001, M32]
-
-
-def module(body: str, params=("out", "a", "b", "c"), shared: str = "") -> str:
-    """A one-entry module `k` with the usual registers; u64 params unless `name:u32`."""
-    decl = ",\n".join(f"  .param .{(p.split(':') + ['u64'])[1]} {p.split(':')[0]}"
-                      for p in params)
-    return (".version 8.0\n.target sm_80\n.address_size 64\n"
-            f".visible .entry k(\n{decl}\n)\n{{\n"
-            "  .reg .pred %p<8>;\n  .reg .b16 %rs<8>;\n  .reg .b32 %r<64>;\n"
-            f"  .reg .b64 %rd<32>;\n{shared}{body}\n  ret;\n}}\n")
-
-
-# thread gid; %rd3 = &out[gid] (u32); %r5, %r6, %r7 = a[gid], b[gid], c[gid]
-PROLOGUE = """
-  mov.u32 %r1, %tid.x;
-  mov.u32 %r2, %ctaid.x;
-  mov.u32 %r3, %ntid.x;
-  mad.lo.s32 %r4, %r2, %r3, %r1;
-  mul.wide.u32 %rd2, %r4, 4;
-  ld.param.u64 %rd1, [out];
-  cvta.to.global.u64 %rd1, %rd1;
-  add.s64 %rd3, %rd1, %rd2;
-  ld.param.u64 %rd4, [a];
-  cvta.to.global.u64 %rd4, %rd4;
-  add.s64 %rd5, %rd4, %rd2;
-  ld.global.u32 %r5, [%rd5];
-  ld.param.u64 %rd6, [b];
-  cvta.to.global.u64 %rd6, %rd6;
-  add.s64 %rd7, %rd6, %rd2;
-  ld.global.u32 %r6, [%rd7];
-  ld.param.u64 %rd8, [c];
-  cvta.to.global.u64 %rd8, %rd8;
-  add.s64 %rd9, %rd8, %rd2;
-  ld.global.u32 %r7, [%rd9];
-"""
 
 
 def run(body: str, a, b=None, c=None, block: int = 64, **kw) -> np.ndarray:
@@ -76,15 +41,6 @@ def pairs(values=EDGES, extra: int = 0, seed: int = 0):
     n = -(-(a.size + extra) // 64) * 64
     ra, rb = rng.integers(0, 1 << 32, (2, n - a.size), dtype=np.uint64)
     return np.concatenate([a, ra]), np.concatenate([b, rb])
-
-
-def s32(x) -> int:
-    x = int(x) & M32
-    return x - (1 << 32) if x >> 31 else x
-
-
-def line_of(text: str, snippet: str) -> int:
-    return next(i for i, ln in enumerate(text.splitlines(), 1) if snippet in ln)
 
 
 # ---- arithmetic ------------------------------------------------------------------------
@@ -191,16 +147,6 @@ def test_setp_combining_and_two_destinations():
 
 
 # ---- bit manipulation -------------------------------------------------------------------
-
-def prmt_model(a: int, b: int, c: int) -> int:
-    pool, r = (b << 32) | a, 0
-    for k in range(4):
-        sel = (c >> (4 * k)) & 15
-        x = (pool >> (8 * (sel & 7))) & 0xFF
-        if sel & 8:
-            x = 0xFF if x & 0x80 else 0
-        r |= x << (8 * k)
-    return r
 
 
 @pytest.mark.parametrize("a, b, c, want", [

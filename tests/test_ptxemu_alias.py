@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_ptxemu import module
-from test_ptxemu_mma import a_index, b_index, c_index
+from emucases import mma_model, module
 
 from kernels.ptxemu import Module
 
-pytestmark = pytest.mark.filterwarnings("error")
 
 LANES = np.arange(32)
 
@@ -91,22 +89,6 @@ def test_setp_destination_aliases_c(bop, dests):
 
 
 # ---- mma: one D register aliased to each A, B and C register ------------------------
-
-def mma_model(regs: np.ndarray, k: int) -> np.ndarray:
-    """D fragments from the ISA's per-element layout; regs = [lane, A.. B.. C..] words."""
-    na, nb = k // 8, k // 16
-    abytes = regs[:, :na].copy().view(np.int8).reshape(32, na, 4)
-    bbytes = regs[:, na:na + nb].copy().view(np.int8).reshape(32, nb, 4)
-    A, B = np.zeros((16, k), np.int64), np.zeros((k, 8), np.int64)
-    ar, ac = a_index(k)
-    br, bc = b_index(k)
-    A[ar, ac] = abytes
-    B[br, bc] = bbytes
-    C = np.zeros((16, 8), np.int64)
-    cr, cc = c_index()
-    C[cr, cc] = regs[:, na + nb:na + nb + 4].view(np.int32)
-    D = (A @ B + C).astype(np.int32)
-    return D[cr, cc].view(np.uint32)
 
 
 def mma_alias_cases():

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_ptxemu import PROLOGUE, module
-from test_ptxemu_errors import expect
+from emucases import PROLOGUE, expect, module
 
 from kernels.ptxemu import EmulatorError, Module
 

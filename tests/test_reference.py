@@ -2,7 +2,7 @@
 math of each kernel stays inside the bound that follows from |x - s q| <= s/2."""
 import numpy as np
 import pytest
-from kernelcases import per_kernel
+from kernelcases import GEMMS, per_kernel
 
 from kernels.quant import quantize_cols, quantize_rows, ternarize
 from kernels.registry import KERNELS
@@ -10,6 +10,8 @@ from kernels.spec import Dims
 from kernels.ternary import pack, unpack
 
 DIMS = [Dims(1, 17, 3), Dims(27, 243, 29), Dims(5, 64, 8)]
+# what each family computes, written out independently of the kernel modules; a GEMM
+# without an entry is checked against its GEMM form (KernelSpec.gemm_operands) instead
 EINSUM = {
     "hslm_fwd_s8": lambda d, v: np.einsum("ri,ij->rj", v["x"], unpack(v["w"], d.K).astype(np.float64)),
     "hslm_dx_s8": lambda d, v: np.einsum("rj,ij->ri", v["dy"], unpack(v["w"], d.K).astype(np.float64)),
@@ -17,27 +19,42 @@ EINSUM = {
 }
 
 
+def gemm_form_product(spec):
+    def product(d, v):
+        a, bt = spec.gemm_operands(v, d)
+        return a.astype(np.float64) @ bt.T.astype(np.float64)
+    return product
+
+
 @pytest.mark.parametrize("dims", DIMS, ids=str)
-@pytest.mark.parametrize("name", per_kernel())
+@pytest.mark.parametrize("name", per_kernel(GEMMS))
 def test_reference_matches_float64_einsum(name, dims):
     spec = KERNELS[name]
     inputs = spec.make_inputs(dims, np.random.default_rng(7))
     got = spec.reference(dims, inputs)
-    floats = {k: v if k == "w" else v.astype(np.float64) for k, v in inputs.items()}
-    want = EINSUM[spec.family_name](dims, floats)
+    if spec.family_name in EINSUM:
+        floats = {k: v if v.dtype == np.uint32 else v.astype(np.float64) for k, v in inputs.items()}
+        want = EINSUM[spec.family_name](dims, floats)
+    else:
+        want = gemm_form_product(spec)(dims, inputs)
     assert got.dtype == np.int32 and got.shape == spec.output.logical(dims)
     assert np.array_equal(got, want)  # float64 is exact far beyond these sums
 
 
-@pytest.mark.parametrize("name", per_kernel())
+@pytest.mark.parametrize("name", per_kernel(GEMMS))
 def test_verify_inputs_reach_the_extremes(name):
+    """A GEMM's operands span their range: packed W all three codes, int8 +-127 (other
+    kernels' inputs, scales and float buffers, are checked by their own tests)."""
     spec = KERNELS[name]
     inputs = spec.make_inputs(Dims(27, 243, 29), np.random.default_rng(3))
-    for key, value in inputs.items():
-        if key == "w":
+    operands = {op.name for op in spec.gemm_form}
+    assert operands <= set(inputs)
+    for key in operands:
+        value = inputs[key]
+        if value.dtype == np.uint32:
             assert set(np.unique(unpack(value, 243))) == {-1, 0, 1}
         else:
-            assert value.min() <= -127 and value.max() == 127
+            assert value.dtype == np.int8 and value.min() <= -127 and value.max() == 127
 
 
 def _layer(rng, R=48, K=200, N=72):

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import SHAPES
+from artifactcases import SHAPES
 
 from pipeline.models import CellResult, KernelTestRun, TestCounts
 from pipeline.results import cells, collect
@@ -85,3 +85,35 @@ def test_tests_cell(fake_artifacts, run, verdict, reason):
     got = by_key(collect({"k": "src"}, ARCHS, SHAPES, run))[("k", "tests", "tests")]
     assert (got.verdict, got.reason) == (verdict, reason)
     assert (got.blocker is None) == (verdict == "pass")
+
+
+# --- the gate's evidence, in a seal's terms ------------------------------------------------
+
+def test_a_fresh_seal_matches_the_evidence_of_the_same_artifacts(fake_artifacts, monkeypatch):
+    """build_seal and the gate's evidence_of read the same artifacts: no field differs, until one does."""
+    from pipeline import config
+    from pipeline.artifacts import read_model
+    from pipeline.results import evidence_of
+    from pipeline.sass import SassReport
+    from pipeline.sass_ratchet import current_figures
+    from pipeline.seal import build_seal, mismatches
+
+    monkeypatch.setattr(config, "VERIFY_SETS", ("smoke",))
+    emitted = fake_artifacts.all_pass("k")
+    tests = KernelTestRun(exitstatus=0, kernels={"k": counts()}, files={"k": ["tests/test_results.py"]})
+    seal = build_seal("k", "src", SHAPES, tests)
+    assert seal.test_files["tests/test_results.py"] != "(missing)"
+
+    def now(sets=SHAPES):
+        figures = current_figures([read_model(config.sass_json("k"), SassReport)])["k"]
+        return evidence_of("k", emitted, sets, ("smoke",), tests, figures)
+
+    assert mismatches(seal, now()) == []
+    tiny, tail = SHAPES["smoke"]
+    fake_artifacts.verify(emitted, "smoke", tiny, mismatches=2)
+    assert [f for f, _, _ in mismatches(seal, now())] == ["verify smoke/tiny mismatches"]
+    fake_artifacts.verify(emitted, "smoke", tiny)
+    shrunk = {"smoke": (tiny.model_copy(update={"R": 2}), tail)}
+    assert [f for f, _, _ in mismatches(seal, now(shrunk))] == ["shape smoke/tiny R"]
+    fake_artifacts.ptxas(emitted, archs=("sm_80",))
+    assert {f for f, _, _ in mismatches(seal, now())} >= {"ptxas sm_90 registers"}

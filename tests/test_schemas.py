@@ -25,7 +25,7 @@ def test_drift_is_found(tmp_path):
     (tmp_path / "Old.json").write_text("{}")
     found = drift(tmp_path)
     assert [line.split(": ", 1)[1] for line in found] == [
-        "differs from pipeline.models.Seal", "missing", "no such record in pipeline.models"]
+        "differs from pipeline.models.Seal", "missing", "no such record in pipeline.schemas.DOCUMENTS"]
 
 
 def test_every_record_file_names_its_schema_version():

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import SHAPES
+from artifactcases import SHAPES
 
 from pipeline.errors import ArtifactError, SealRefused
 from pipeline.models import KernelState, KernelTestRun, TestCounts

@@ -55,10 +55,10 @@ def bad(tmp_path, text: str) -> str:
     ("tails:\n  - {name: a, R: 1, K: 2, N: 32.0}\n", ": set 'tails' entry 1 ('a'): field 'N': Input should be a valid integer"),
     ("tails:\n  - {name: '..', R: 1, K: 2, N: 3}\n",
      ": set 'tails' entry 1 ('..'): field 'name': Value error, '..' is not a safe name: use letters, digits, "
-     "'_', '.', '-', not only dots"),
+     "'_', '.', '-', not only dots, at most 100 characters"),
     ("tails:\n  - {name: 'a b', R: 1, K: 2, N: 3}\n",
      ": set 'tails' entry 1 ('a b'): field 'name': Value error, 'a b' is not a safe name: use letters, "
-     "digits, '_', '.', '-', not only dots"),
+     "digits, '_', '.', '-', not only dots, at most 100 characters"),
     ("tails:\n  - {name: a, R: 1, K: 2, N: 3}\n  - {name: a, R: 2, K: 2, N: 3}\n",
      ": set 'tails' entry 2 ('a'): field 'name': duplicate name in set 'tails'"),
     ("tails:\n  - 5\n", ": set 'tails' entry 1: Input should be a valid dictionary or instance of Shape"),
@@ -66,12 +66,12 @@ def bad(tmp_path, text: str) -> str:
     ("tails: []\n", ": set 'tails' must be a non-empty list of shapes"),
     ("- {name: a, R: 1, K: 1, N: 1}\n", ": expected a mapping of set name -> list of shapes"),
     ("'bad set':\n  - {name: a, R: 1, K: 1, N: 1}\n",
-     ": set name 'bad set' is not a safe name: use letters, digits, '_', '.', '-', not only dots"),
+     ": set name 'bad set' is not a safe name: use letters, digits, '_', '.', '-', not only dots, at most 100 characters"),
     ("'..':\n  - {name: a, R: 1, K: 1, N: 1}\n",
-     ": set name '..' is not a safe name: use letters, digits, '_', '.', '-', not only dots"),
+     ": set name '..' is not a safe name: use letters, digits, '_', '.', '-', not only dots, at most 100 characters"),
     ("7:\n  - {name: a, R: 1, K: 1, N: 1}\n",
-     ": set name 7 is not a safe name: use letters, digits, '_', '.', '-', not only dots"),
-    ("tails:\n  - {name: a, R: 1\n", ": line 3: not valid YAML (expected ',' or '}', but got '<stream end>')"),
+     ": set name 7 is not a safe name: use letters, digits, '_', '.', '-', not only dots, at most 100 characters"),
+    ("tails:\n  - {name: a, R: 1\n", ": line 3: not valid YAML (expected ',' or '}', but got '<stream end>'); fix it (or git checkout it to start again)"),
 ])
 def test_bad_entry_is_one_line(tmp_path, text, expected):
     assert bad(tmp_path, text) == expected

@@ -5,15 +5,25 @@ import dataclasses
 
 from kernels.registry import KERNELS
 from pipeline.config import ROOT
-from pipeline.sources import check_hash, imported_modules, source_files, source_sha256
+from pipeline.sources import check_hash, code_sha256, imported_modules, source_files, source_sha256
 
 
 def test_closure_follows_the_imports():
-    names = {p.name for p in source_files(KERNELS["hslm_fwd_s8"])}
+    files = source_files(KERNELS["hslm_fwd_s8"])
+    names = {p.name for p in files}
     # the kernel module, what it imports, and what those import (staged_tile -> ptx_emit)
-    assert names == {"hslm_fwd_s8.py", "staged_tile.py", "pitch.py", "planes.py", "ptx_emit.py", "spec.py", "ternary.py",
-                     "testdata.py", "reference.py", "validate.py"}
+    assert {"hslm_fwd_s8.py", "staged_tile.py", "planes.py", "ptx_emit.py", "spec.py", "ternary.py", "testdata.py",
+            "reference.py"} <= names
+    # and nothing else: every other file is imported by one of them
+    imported = {name for p in files for name in imported_modules(p)}
+    assert all(p.name == "hslm_fwd_s8.py" or module_file_name(p) in imported for p in files)
     assert all(p.is_relative_to(ROOT / "kernels") for spec in KERNELS.values() for p in source_files(spec))
+
+
+def module_file_name(path) -> str:
+    """kernels/x/y.py -> kernels.x.y (a package's __init__.py -> the package)."""
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def test_every_import_form_is_seen(tmp_path):
@@ -31,6 +41,60 @@ def test_check_hash_covers_reference_and_inputs_not_the_emitter():
     assert check_hash(dataclasses.replace(spec, emit=lambda: "// other")) == base
     assert check_hash(dataclasses.replace(spec, reference=lambda d, i: 0)) != base
     assert check_hash(dataclasses.replace(spec, make_inputs=lambda d, rng: {})) != base
-    by_family = {s.family_name: source_sha256(s) for s in KERNELS.values()}  # a family's configurations share a module
-    assert len(set(by_family.values())) == len(by_family) == 3
-    assert all(source_sha256(s) == by_family[s.family_name] for s in KERNELS.values())
+    by_module = {s.module: source_sha256(s) for s in KERNELS.values()}  # a family's configurations share a module
+    assert len(set(by_module.values())) == len(by_module) >= 3
+    assert all(source_sha256(s) == by_module[s.module] for s in KERNELS.values())
+
+
+def kernel_copy(tmp_path, text: str):
+    """A one-file stand-in kernel module: the closure of a module outside kernels/ is its file."""
+    path = tmp_path / "k.py"
+    path.write_text(text)
+    return path
+
+
+KERNEL = '''"""A kernel."""
+import numpy as np
+
+
+def reference(d, inputs):
+    """The product."""
+    return inputs["x"] @ inputs["w"]  # exact in int64
+'''
+
+
+def test_docstring_or_comment_edits_leave_the_code_hash_alone(tmp_path):
+    path = kernel_copy(tmp_path, KERNEL)
+    base = code_sha256(path)
+    edits = [KERNEL.replace('"""The product."""', '"""The product, said at length\n    over two lines."""'),
+             KERNEL.replace("# exact in int64", "# exact: int64 never overflows here"),
+             KERNEL.replace('"""A kernel."""\n', '"""A kernel.\n\nWith a longer module docstring."""\n# and a comment\n'),
+             KERNEL.replace("    return", "\n    return")]  # a blank line: every later line number moves
+    for text in edits:
+        path.write_text(text)
+        assert code_sha256(path) == base, text
+
+
+def test_a_code_edit_changes_the_code_hash(tmp_path):
+    """Negative: the normalisation keeps everything the code means, strings included."""
+    path = kernel_copy(tmp_path, KERNEL)
+    base = code_sha256(path)
+    for text in (KERNEL.replace("@", "*"), KERNEL.replace('inputs["w"]', 'inputs["W"]'),
+                 KERNEL.replace('    """The product."""\n', '    "The product."\n    x = "not a docstring"\n')):
+        path.write_text(text)
+        assert code_sha256(path) != base, text
+    path.write_text(KERNEL)
+    assert code_sha256(path) == base
+
+
+def test_a_kernel_modules_docstring_edit_keeps_its_code_hash(tmp_path):
+    """On a real kernel module (a copy): its module docstring reworded keeps the hash the
+    seal's source hash is made of (path + code hash per file); a code edit does not."""
+    text = (ROOT / "kernels" / "hslm_fwd_s8.py").read_text()
+    path = kernel_copy(tmp_path, text)
+    base = code_sha256(path)
+    assert text.startswith('"""')
+    path.write_text(text.replace('"""', '"""Reworded prose. ', 1))
+    assert code_sha256(path) == base
+    path.write_text(text + "\nEXTRA = 1\n")
+    assert code_sha256(path) != base

@@ -1,8 +1,11 @@
 """The spec's dense GEMM form (what bench times) and the exact product the references use."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
+from kernelcases import GEMMS, per_kernel
 
 from kernels import reference
 from kernels.reference import exact_matmul, float64_is_exact
@@ -10,7 +13,7 @@ from kernels.registry import KERNELS
 from kernels.spec import Dims
 
 
-@pytest.mark.parametrize("kernel", list(KERNELS))
+@pytest.mark.parametrize("kernel", per_kernel(GEMMS))
 def test_gemm_form_is_the_kernel_product(kernel):
     spec, dims = KERNELS[kernel], Dims(5, 37, 11)
     inputs = spec.make_inputs(dims, np.random.default_rng(1))
@@ -31,3 +34,17 @@ def test_exact_matmul_in_blocks_and_past_the_float64_bound(monkeypatch):
     big = np.full((2, 3), 2**26, dtype=np.int64)  # 3 * 2^52 > 2^53: float64 would round
     assert not float64_is_exact(big, big.T) and float64_is_exact(a, b)
     assert np.array_equal(exact_matmul(big, big.T), big @ big.T)
+
+
+def test_warnings_are_errors_in_the_emulator_tests_only(pytester):
+    """tests/conftest.py, run as it is on two stand-in test modules: int8 overflow fails
+    the emulator's test and only warns in the other (the negative: without the rule
+    both would pass)."""
+    tests = Path(__file__).parent
+    pytester.makeconftest((tests / "conftest.py").read_text())
+    pytester.makepyfile(artifactcases=(tests / "artifactcases.py").read_text())
+    overflow = "import numpy as np\n\ndef test_overflow():\n    np.int8(127) + np.int8(1)\n"
+    pytester.makepyfile(test_ptxemu_stand_in=overflow, test_other_stand_in=overflow)
+    result = pytester.runpytest("-p", "no:cacheprovider", "-q")
+    result.assert_outcomes(passed=1, failed=1, warnings=1)
+    assert "test_ptxemu_stand_in.py::test_overflow" in result.stdout.str().split("short test summary")[-1]

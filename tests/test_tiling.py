@@ -13,21 +13,26 @@ HSLM = [Dims(27, 243, 243), Dims(27, 243, 729), Dims(27, 729, 243)]
 LARGE = [Dims(4096, 4096, 4096), Dims(8192, 4096, 4096)]
 
 
+# the families with a choice of tile: the staged ones built on both
+TILED = [f for f, configs in FAMILIES.items() if {s.tile for s in configs} >= {"32x128", "128x128"}]
+
+
 def test_every_configuration_belongs_to_one_family_and_has_its_own_entry():
-    assert set(FAMILIES) == {"hslm_fwd_s8", "hslm_dx_s8", "hslm_dw_s8"}
+    assert {"hslm_fwd_s8", "hslm_dx_s8", "hslm_dw_s8"} <= set(TILED)
     assert sorted(s.name for f in FAMILIES.values() for s in f) == sorted(KERNELS)
     for family, configs in FAMILIES.items():
-        assert configs[0].name == family and len({s.tile for s in configs}) == len(configs) >= 2
+        assert configs[0].name == family and len({s.tile for s in configs}) == len(configs)
+        assert len(configs) == 1 or all(s.cost is not None for s in configs)  # a choice needs its rule
         assert all(f".visible .entry {s.name}(" in s.emit() for s in configs)
 
 
-@pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.parametrize("family", TILED)
 def test_short_batches_take_the_small_tile_and_large_problems_the_large_one(family):
     assert all(choose(family, d).tile == "32x128" for d in HSLM)
     assert all(choose(family, d).tile == "128x128" for d in LARGE)
 
 
-@pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.parametrize("family", [f for f, configs in FAMILIES.items() if len(configs) > 1])
 def test_the_rule_picks_the_lowest_score(family):
     for dims in HSLM + LARGE + [Dims(1782, 243, 729), Dims(1, 1, 1), Dims(65536, 729, 243)]:
         chosen = choose(family, dims)

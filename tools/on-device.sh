@@ -1,75 +1,137 @@
 #!/usr/bin/env bash
 # tools/on-device.sh: the whole GPU session as one command, run ON the GPU machine from
 # the project root:   bash tools/on-device.sh
-# with .whl/ beside it (made here by `bash tools/prepare-wheels.sh` and carried along).
+# with .whl/ beside it (made here by `bash tools/prepare-wheels.sh` and carried along) and,
+# for the bench's model column, $MODEL_FILE (made here by `doit model shape=hslm gpu=h200`;
+# artifacts/ is not tracked, so carry artifacts/model).
 #
-# Steps, in order; each is timed, has its own time limit, and a failing step is logged
-# and the next one runs (the whole run is sized to end within TOTAL_S, 450 s):
-#   wheels     pip-install .whl/*.whl into $SITE (doit, pydantic: the image lacks them)
-#   facts      device, driver, clocks; nvidia-smi, ptxas, ncu, compute-sanitizer,
-#              python, cupy, torch versions (read-only queries) -> facts.txt
-#   verify     every kernel on smoke, tails, hslm on the GPU from the emitted PTX
-#              (tools/gpu_verify.py: no ptxas, no doit; every cell runs)
-#   bench      doit bench shape=hslm -> bench-hslm.{json,md,csv,png}; with a model column
-#              when $MODEL_FILE was carried (doit model shape=hslm gpu=h200, made here)
-#   sanitize   compute-sanitizer memcheck, racecheck, synccheck, initcheck, each on one
-#              launch of each kernel (tools/one_launch.py all attn_r27)
-#   counters   Nsight Compute counters for one launch of each kernel on ffn_up_r1782
-#              (--clock-control none: the card's clocks are left alone) -> ncu.csv
-# What it writes under $OUT (default /tmp/out): 8 files, no folders:
+# Steps, in order; each has a time cap, the caps of the steps run add to at most TOTAL_S
+# less PACKAGE_S (450 s: 435 s of steps, 15 s to package), the plan (cap and expected
+# time per step) is printed before the first starts, and a failing step is logged and the
+# next one runs:
+#   wheels       pip-install .whl/*.whl into $SITE (doit, pydantic, pyyaml, pytest, ...), each
+#                package the image already has left alone
+#   facts        device, driver, clocks; nvidia-smi, ptxas, ncu, compute-sanitizer, python,
+#                cupy, torch versions (read-only queries) -> facts.txt; ncu and
+#                compute-sanitizer each probed once on one tiny launch: a tool that cannot
+#                run here makes its steps skipped with one line, not retried
+#   verify       every kernel on smoke, tails, hslm on the GPU from the emitted PTX
+#                (tools/gpu_verify.py: no ptxas, no doit; every cell runs)
+#   bench        python -m pipeline.bench $BENCH_SET -> bench-<set>.{json,md,png} (the CSV in
+#                rest.tgz); the record is rewritten after every row and the bench stops
+#                starting rows before its cap, so a cut-off run still returns its rows
+#   layer        python -m pipeline.bench_layer -> bench-layer.json (the layer step's rows),
+#                when pipeline/bench_layer.py is in the tree
+#   torch-tests  pytest on the torch layer's CUDA tests ($TORCH_TESTS, those present), when
+#                pytest imports
+#   sanitize     compute-sanitizer memcheck, racecheck, synccheck, initcheck, each on one
+#                launch of each kernel (tools/one_launch.py all attn_r27)
+#   counters     Nsight Compute counters for one launch of every kernel on ffn_up_r1782
+#                (--clock-control none: the card's clocks are left alone) -> ncu.csv
+# What it writes under $OUT (default /tmp/out): at most 8 files, no folders:
 #   device.log   every step's output and time, appended as it runs (a timeout keeps it)
-#   facts.txt    "key: value" lines: device, driver, clocks, tool versions
-#   bench-hslm.json, .md, .csv, .png   the bench record and its renderings
+#   facts.txt    "key: value" lines: device, driver, clocks, tool versions, tool probes
+#   bench-<set>.json, .md, .png   the bench record and its renderings
+#   bench-layer.json              the layer step's rows
 #   ncu.csv      the counters, as ncu --csv wrote them
-#   rest.tgz     artifacts/ (PTX, verify reports) and each step's own log
+#   rest.tgz     artifacts/ (PTX, verify reports), bench-<set>.csv, each step's own log
 # Land it afterwards, on the CPU machine: python -m pipeline.bench_land <folder they came back in>
 # (copies them to bench/results/<gpu>/ with results.json and README.md).
-# Knobs (environment): STEPS (names above, space-separated; default all), TOTAL_S,
-# VERIFY_SETS ("smoke tails hslm"), BENCH_SET (hslm), BENCH_CEILING (8192; 0 skips the
-# cuBLAS ceiling run), MODEL_FILE (artifacts/model/hslm-h200.predictions.json), SANITIZE_SHAPE (attn_r27), COUNTERS_SHAPE (ffn_up_r1782), SITE.
+# Knobs (environment): STEPS (names above, space-separated; default all), TOTAL_S (450),
+# PACKAGE_S (15), PLAN (name:cap_s:expected_s ...), PLAN_ONLY (1: print the plan, run nothing), VERIFY_SETS ("smoke tails hslm"),
+# BENCH_SET (hslm), BENCH_CEILING (8192; 0 skips the cuBLAS ceiling run), MODEL_FILE
+# (artifacts/model/$BENCH_SET-h200.predictions.json), TORCH_TESTS, LAUNCH_KERNELS (all: the
+# kernels launched under the sanitizers and ncu, or a comma list), PROBE_SHAPE (tiny),
+# SANITIZE_SHAPE (attn_r27), COUNTERS_SHAPE (ffn_up_r1782), SITE.
 # It never changes the card's settings (clocks, power, persistence, MIG).
-# Exit 0 when every step passed, 1 when any failed or was skipped for time.
+# Exit 0 when every step passed, 1 when any failed, or was skipped for time or because
+# its tool cannot run here; 2 when the plan does not fit TOTAL_S.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 MPLBACKEND=Agg
-OUT=${OUT:-/tmp/out}
-SITE=${SITE:-/tmp/site}
-TOTAL_S=${TOTAL_S:-450}
-STEPS=${STEPS:-wheels facts verify bench sanitize counters}
-VERIFY_SETS=${VERIFY_SETS:-smoke tails hslm}
-BENCH_SET=${BENCH_SET:-hslm}
-BENCH_CEILING=${BENCH_CEILING:-8192}
-MODEL_FILE=${MODEL_FILE:-artifacts/model/hslm-h200.predictions.json}
-SANITIZE_SHAPE=${SANITIZE_SHAPE:-attn_r27}
-COUNTERS_SHAPE=${COUNTERS_SHAPE:-ffn_up_r1782}
-WORK=$(mktemp -d /tmp/on-device.XXXXXX)
+# every setting the steps read is exported: they run in a child bash (under timeout)
+export OUT=${OUT:-/tmp/out}
+export SITE=${SITE:-/tmp/site}
+export TOTAL_S=${TOTAL_S:-450}
+export PACKAGE_S=${PACKAGE_S:-15}
+export STEPS=${STEPS:-wheels facts verify bench layer torch-tests sanitize counters}
+export VERIFY_SETS=${VERIFY_SETS:-smoke tails hslm}
+export BENCH_SET=${BENCH_SET:-hslm}
+export BENCH_CEILING=${BENCH_CEILING:-8192}
+export BENCH_TAIL_S=${BENCH_TAIL_S:-20}  # of the bench's cap, kept for its tables and exit
+export MODEL_FILE=${MODEL_FILE:-artifacts/model/$BENCH_SET-h200.predictions.json}
+export TORCH_TESTS=${TORCH_TESTS:-tests/test_torch_linear.py tests/test_torch_compile.py tests/test_layer_step.py}
+export LAUNCH_KERNELS=${LAUNCH_KERNELS:-all}  # what one_launch.py launches under the tools
+export PROBE_SHAPE=${PROBE_SHAPE:-tiny}
+export PROBE_S=${PROBE_S:-20}
+export SANITIZE_SHAPE=${SANITIZE_SHAPE:-attn_r27}
+export COUNTERS_SHAPE=${COUNTERS_SHAPE:-ffn_up_r1782}
+# name:cap_s:expected_s; the caps add to 435 s, TOTAL_S (450) less PACKAGE_S (15)
+PLAN=${PLAN:-wheels:15:5 facts:50:30 verify:60:35 bench:145:120 layer:35:25 torch-tests:30:20
+sanitize-memcheck:15:8 sanitize-racecheck:15:10 sanitize-synccheck:15:8 sanitize-initcheck:15:8
+counters:40:25}
+export WORK=$(mktemp -d /tmp/on-device.XXXXXX)
 mkdir -p "$OUT" "$SITE"
-LOG="$OUT/device.log"
-FACTS="$OUT/facts.txt"
+export LOG="$OUT/device.log"
+export FACTS="$OUT/facts.txt"
 : > "$LOG"
 export PYTHONPATH="$SITE:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export PATH="$SITE/bin:$PATH:/usr/local/cuda/bin:/usr/local/nvidia/bin"
 START=$(date +%s)
 RC=0
+BACK=(device.log facts.txt "bench-$BENCH_SET.json" "bench-$BENCH_SET.md" "bench-$BENCH_SET.png"
+      bench-layer.json ncu.csv rest.tgz)  # what comes back: the device tool's 8 files
 
 note() { echo "$*" | tee -a "$LOG"; }
 
-wanted() { case " $STEPS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+wanted() { case " $STEPS " in *" $1 "*|*" ${1%%-*} "*) return 0 ;; *) return 1 ;; esac; }
 
-# step NAME LIMIT_S COMMAND...: run COMMAND with its output appended to the log and to
-# $WORK/NAME.log, under min(LIMIT_S, time left before TOTAL_S less 20 s to package).
+declare -A CAP EXPECT
+plan() {  # the caps of the wanted steps, scaled down to fit TOTAL_S less PACKAGE_S
+  local entry name cap expect sum=0 expected=0 names=()
+  for entry in $PLAN; do
+    IFS=: read -r name cap expect <<< "$entry"
+    wanted "$name" || continue
+    CAP[$name]=$cap; EXPECT[$name]=$expect; names+=("$name")
+    sum=$(( sum + cap )); expected=$(( expected + expect ))
+  done
+  local room=$(( TOTAL_S - PACKAGE_S ))
+  if [ "$room" -lt 1 ]; then
+    note "=== plan: TOTAL_S $TOTAL_S s leaves no time after PACKAGE_S $PACKAGE_S s"; exit 2
+  fi
+  if [ "$sum" -gt "$room" ]; then
+    for name in "${names[@]}"; do CAP[$name]=$(( ${CAP[$name]} * room / sum )); done
+    note "=== plan: the caps ($sum s) are scaled to the $room s that TOTAL_S $TOTAL_S s leaves"
+    sum=0; for name in "${names[@]}"; do sum=$(( sum + ${CAP[$name]} )); done
+  fi
+  note "=== plan: ${#names[@]} steps, caps $sum s + $PACKAGE_S s packaging of TOTAL_S $TOTAL_S s; expected ~$expected s"
+  for name in "${names[@]}"; do
+    note "$(printf '=== plan: %-18s cap %4s s, expected ~%s s' "$name" "${CAP[$name]}" "${EXPECT[$name]}")"
+  done
+}
+
+# step NAME COMMAND...: run COMMAND with its output appended to the log and to
+# $WORK/NAME.log, under min(its cap, time left before TOTAL_S less PACKAGE_S); the command
+# sees its limit as $STEP_LIMIT_S.
 step() {
-  local name=$1 cap=$2; shift 2
-  local left=$(( START + TOTAL_S - 20 - $(date +%s) ))
+  local name=$1; shift
+  local cap=${CAP[$name]:-0}
+  local left=$(( START + TOTAL_S - PACKAGE_S - $(date +%s) ))
   local limit=$(( cap < left ? cap : left ))
   if [ "$limit" -lt 5 ]; then
     note "=== step $name: skipped, out of time ($left s left)"; RC=1; return
   fi
-  note "=== step $name (limit ${limit}s): $*"
+  note "=== step $name (limit ${limit}s, expected ~${EXPECT[$name]:-?} s): $*"
   local t0=$(date +%s)
-  timeout -k 10 "$limit" bash -c '"$@"' "$name" "$@" 2>&1 | tee -a "$LOG" "$WORK/$name.log"
+  STEP_LIMIT_S=$limit timeout -k 5 "$limit" bash -c '"$@"' "$name" "$@" 2>&1 | tee -a "$LOG" "$WORK/$name.log"
   local status=${PIPESTATUS[0]}
   note "=== step $name: exit $status after $(( $(date +%s) - t0 )) s (at $(( $(date +%s) - START )) s)"
   [ "$status" = 0 ] || RC=1
+}
+
+skip() {  # skip NAME WHY COUNTS: one line; COUNTS=1 when the run should have done it
+  note "=== step $1: skipped, $2"
+  [ "${3:-0}" = 1 ] && RC=1
+  return 0
 }
 
 tool() {  # the first of: PATH, the CUDA toolkits, Nsight Compute's own folder
@@ -77,16 +139,51 @@ tool() {  # the first of: PATH, the CUDA toolkits, Nsight Compute's own folder
   ls /usr/local/cuda*/bin/"$1" /opt/nvidia/nsight-compute/*/"$1" 2>/dev/null | head -1
 }
 
+usable() {  # usable NAME: the facts step's probe found it working, or did not probe it
+  [ ! -f "$WORK/probe-$1" ] || [ "$(head -1 "$WORK/probe-$1")" = ok ]
+}
+
 install_wheels() {
   shopt -s nullglob
-  local wheels=(.whl/*.whl)
+  local wheels=(.whl/*.whl) keep=() w
   shopt -u nullglob
   if [ ${#wheels[@]} -eq 0 ]; then
     echo "no wheels in .whl/: run tools/prepare-wheels.sh on the CPU machine and carry .whl"
     return 3
   fi
+  for w in "${wheels[@]}"; do  # the image's own numpy, torch and CuPy builds are never shadowed
+    case $(basename "$w" | tr 'A-Z' 'a-z') in
+      numpy-*|torch-*|cupy*|nvidia_*|nvidia-*) echo "left alone (the image's own build is used): $(basename "$w")" ;;
+      *) keep+=("$w") ;;
+    esac
+  done
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target "$SITE" "${wheels[@]}" && ls "$SITE"
+    --target "$SITE" "${keep[@]}" && ls "$SITE"
+}
+
+probe() {  # probe NAME: one tiny launch under the tool; "ok" or why not, in $WORK/probe-NAME
+  local name=$1 path out status verdict first
+  case $name in ncu) path=$(tool ncu) ;; compute-sanitizer) path=$(tool compute-sanitizer) ;; esac
+  first=$(python3 tools/one_launch.py --list "$LAUNCH_KERNELS" 2>/dev/null | head -1)
+  if [ -z "$path" ]; then verdict="not found"
+  elif [ -z "$first" ]; then verdict="not probed: tools/one_launch.py --list $LAUNCH_KERNELS named no kernel"
+  elif [ "$name" = ncu ]; then
+    out=$(timeout -k 5 "$PROBE_S" "$path" --clock-control none --target-processes all \
+          --kernel-name regex:^hslm_ --launch-count 1 --metrics gpu__time_duration.sum --csv \
+          --log-file "$WORK/probe-ncu.csv" python3 tools/one_launch.py "$first" "$PROBE_SHAPE" 2>&1); status=$?
+    # the tool works when it profiled the launch, whatever the kernels computed
+    if grep -q gpu__time_duration "$WORK/probe-ncu.csv" 2>/dev/null; then verdict=ok
+    else verdict="cannot run here (exit $status): $(grep -iE 'error|fail' <<< "$out" | tail -1 | cut -c1-200)"; fi
+  else
+    out=$(timeout -k 5 "$PROBE_S" "$path" --tool memcheck --error-exitcode 1 \
+          python3 tools/one_launch.py "$first" "$PROBE_SHAPE" 2>&1); status=$?
+    # the tool works when it watched the program to its summary and did not refuse the device
+    if grep -q "ERROR SUMMARY: " <<< "$out" && ! grep -qiE "not supported|unsupported|LibraryNotLoaded" <<< "$out"; then
+      verdict=ok
+    else verdict="cannot run here (exit $status): $(grep -iE 'error|fail' <<< "$out" | tail -1 | cut -c1-200)"; fi
+  fi
+  echo "$verdict" > "$WORK/probe-$name"
+  echo "$verdict"
 }
 
 facts() {
@@ -105,6 +202,9 @@ facts() {
     echo "torch: $(python3 -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda, torch.cuda.is_available())' 2>&1 | tail -1)"
     echo "doit: $(python3 -m doit --version 2>&1 | head -1)"
     echo "pydantic: $(python3 -c 'import pydantic; print(pydantic.VERSION)' 2>&1 | tail -1)"
+    echo "pytest: $(python3 -c 'import pytest; print(pytest.__version__)' 2>&1 | tail -1)"
+    echo "ncu_probe: $(probe ncu)"
+    echo "compute_sanitizer_probe: $(probe compute-sanitizer)"
   } > "$FACTS"
   cat "$FACTS"
   [ -n "$nvsmi" ]
@@ -112,33 +212,44 @@ facts() {
 
 bench() {
   # the model's predictions, when made on the CPU machine (`doit model`) and carried along
-  local model=""; [ -f "$MODEL_FILE" ] && model="model=$MODEL_FILE"
-  python3 -m doit bench shape="$BENCH_SET" ceiling="$BENCH_CEILING" $model; local status=$?
-  for f in artifacts/bench/"$BENCH_SET".{json,md,csv,png}; do
-    [ -f "$f" ] && cp "$f" "$OUT/bench-$(basename "$f")"
-  done
-  return $status
+  local model=()
+  if [ -f "$MODEL_FILE" ]; then model=(--model "$MODEL_FILE")
+  else echo "no model file at $MODEL_FILE: the model column stays empty"; fi
+  python3 tools/gpu_verify.py --emit-only || return
+  local budget=$(( STEP_LIMIT_S - BENCH_TAIL_S ))
+  python3 -m pipeline.bench "$BENCH_SET" --out "$OUT" --stem "bench-$BENCH_SET" \
+    --ceiling "$BENCH_CEILING" --budget-s $(( budget < 5 ? 5 : budget )) "${model[@]}"
+}
+
+layer() {
+  local budget=$(( STEP_LIMIT_S - 10 ))
+  python3 -m pipeline.bench_layer --out "$OUT/bench-layer.json" --budget-s $(( budget < 5 ? 5 : budget ))
+}
+
+torch_tests() {
+  local present=() f
+  for f in $TORCH_TESTS; do [ -f "$f" ] && present+=("$f"); done
+  python3 -m pytest -p no:cacheprovider -rs "${present[@]}"
 }
 
 sanitize() {  # one tool: compute-sanitizer --tool $1 on one launch of each kernel
-  local sanitizer; sanitizer=$(tool compute-sanitizer)
-  [ -n "$sanitizer" ] || { echo "compute-sanitizer not found"; return 127; }
-  "$sanitizer" --tool "$1" --target-processes all --error-exitcode 1 --print-limit 20 \
-    python3 tools/one_launch.py all "$SANITIZE_SHAPE"
+  "$(tool compute-sanitizer)" --tool "$1" --target-processes all --error-exitcode 1 --print-limit 20 \
+    python3 tools/one_launch.py "$LAUNCH_KERNELS" "$SANITIZE_SHAPE"
 }
 
 counters() {
-  local ncu metrics; ncu=$(tool ncu)
-  [ -n "$ncu" ] || { echo "ncu not found"; return 127; }
+  local ncu metrics launches; ncu=$(tool ncu)
   "$ncu" --query-metrics > "$WORK/ncu-query.txt" 2>&1
-  metrics=$(python3 -m pipeline.bench_counters metrics "$WORK/ncu-query.txt")
+  metrics=$(python3 -m pipeline.bench_counters metrics "$WORK/ncu-query.txt")  # what is left out: stderr
+  launches=$(python3 tools/one_launch.py --list "$LAUNCH_KERNELS" | wc -l)
   local run=("$ncu" --clock-control none --target-processes all --kernel-name regex:^hslm_
-             --launch-count 3 --csv --log-file "$OUT/ncu.csv")
+             --launch-count "$launches" --csv --log-file "$OUT/ncu.csv")
   echo "metrics: $metrics"
-  if ! "${run[@]}" --metrics "$metrics" python3 tools/one_launch.py all "$COUNTERS_SHAPE"; then
+  echo "profiling $launches launches, one per kernel"
+  if ! "${run[@]}" --metrics "$metrics" python3 tools/one_launch.py "$LAUNCH_KERNELS" "$COUNTERS_SHAPE"; then
     echo "ncu failed with the full list; once more with the core counters"
     "${run[@]}" --metrics "$(python3 -m pipeline.bench_counters core)" \
-      python3 tools/one_launch.py all "$COUNTERS_SHAPE" || return 1
+      python3 tools/one_launch.py "$LAUNCH_KERNELS" "$COUNTERS_SHAPE" || return 1
   fi
   python3 -m pipeline.bench_counters table "$OUT/ncu.csv"
 }
@@ -146,28 +257,58 @@ counters() {
 package() {
   trap - EXIT TERM INT
   note "=== packaging after $(( $(date +%s) - START )) s"
+  local record="$OUT/bench-$BENCH_SET.json" f
+  if [ -f "$record" ] && [ ! -f "${record%.json}.md" ]; then  # the bench was cut off: its tables now
+    timeout -k 2 "$(( PACKAGE_S / 2 ))" python3 -m pipeline.bench_report "$record" >> "$LOG" 2>&1
+  fi
+  mkdir -p "$WORK/out"
+  for f in "$OUT"/*; do  # anything but the files that come back travels in rest.tgz
+    [ -e "$f" ] || continue
+    case " ${BACK[*]} " in *" $(basename "$f") "*) ;; *) mv "$f" "$WORK/out/" ;; esac
+  done
+  local parts=(); mapfile -t parts < <(cd "$WORK" && ls -A)  # members by name: never a '.' entry
   if [ -d artifacts ]; then
-    tar czf "$OUT/rest.tgz" -C "$WORK" . -C "$PWD" artifacts 2>>"$LOG"
+    tar czf "$OUT/rest.tgz" -C "$WORK" "${parts[@]}" -C "$PWD" artifacts 2>>"$LOG"
   else
-    tar czf "$OUT/rest.tgz" -C "$WORK" . 2>>"$LOG"
+    tar czf "$OUT/rest.tgz" -C "$WORK" "${parts[@]}" 2>>"$LOG"
   fi
   ls -la "$OUT" | tee -a "$LOG"
   note "=== done: exit $RC after $(( $(date +%s) - START )) s"
 }
 trap 'RC=1; package; exit 1' TERM INT
-# steps run under timeout in a child bash: it needs the functions and settings
-export -f tool install_wheels facts bench sanitize counters
-export OUT SITE WORK LOG FACTS BENCH_SET BENCH_CEILING SANITIZE_SHAPE COUNTERS_SHAPE
+# steps run under timeout in a child bash: it needs the functions
+export -f tool install_wheels probe facts bench layer torch_tests sanitize counters
 
 note "=== on-device.sh in $PWD at $(date -u +%FT%TZ); steps: $STEPS"
-wanted wheels && step wheels 60 install_wheels
-wanted facts && step facts 60 facts
+plan
+[ "${PLAN_ONLY:-0}" = 1 ] && exit 0  # the plan alone: what would run, within what time
+wanted wheels && step wheels install_wheels
+wanted facts && step facts facts
 # shellcheck disable=SC2086  # VERIFY_SETS is a list of words
-wanted verify && step verify 150 python3 tools/gpu_verify.py $VERIFY_SETS
-wanted bench && step bench 240 bench
-if wanted sanitize; then
-  for t in memcheck racecheck synccheck initcheck; do step "sanitize-$t" 60 sanitize "$t"; done
+wanted verify && step verify python3 tools/gpu_verify.py $VERIFY_SETS
+wanted bench && step bench bench
+if wanted layer; then
+  if [ -f pipeline/bench_layer.py ]; then step layer layer
+  else skip layer "pipeline/bench_layer.py is not in this tree"; fi
 fi
-wanted counters && step counters 90 counters
+if wanted torch-tests; then
+  present=""; for f in $TORCH_TESTS; do [ -f "$f" ] && present+=" $f"; done
+  if [ -z "$present" ]; then skip torch-tests "none of $TORCH_TESTS is in this tree"
+  elif ! python3 -c 'import pytest' 2>/dev/null; then
+    skip torch-tests "pytest does not import (carry it: bash tools/prepare-wheels.sh)" 1
+  else step torch-tests torch_tests; fi
+fi
+for t in memcheck racecheck synccheck initcheck; do
+  wanted "sanitize-$t" || continue
+  if [ -z "$(tool compute-sanitizer)" ]; then skip "sanitize-$t" "compute-sanitizer not found" 1
+  elif ! usable compute-sanitizer; then
+    skip "sanitize-$t" "compute-sanitizer $(head -1 "$WORK/probe-compute-sanitizer")" 1
+  else step "sanitize-$t" sanitize "$t"; fi
+done
+if wanted counters; then
+  if [ -z "$(tool ncu)" ]; then skip counters "ncu not found" 1
+  elif ! usable ncu; then skip counters "ncu $(head -1 "$WORK/probe-ncu")" 1
+  else step counters counters; fi
+fi
 package
 exit $RC

@@ -2,17 +2,22 @@
 Nsight Compute watch.
 
     python3 tools/one_launch.py KERNEL SHAPE
+    python3 tools/one_launch.py --list KERNEL     (the kernels KERNEL names, one a line)
 
 KERNEL: a kernel name, several joined by commas, or ``all``. SHAPE: a shape name from
 shapes.yaml (``attn_r27`` or ``hslm/attn_r27``) or ``RxKxN`` (``27x243x729``). Inputs
-are the verify cell's (same seed); each launch goes through kernels.launch.launch, is
-synchronized and compared with the reference, one line per kernel. CuPy's memory pool
+are the verify cell's (same seed); each launch goes through kernels.launch.launch_outputs,
+is synchronized and every output compared with the reference as verify compares it, one
+line per kernel. After a sticky CUDA error (a kernel fault) the kernels left run in a
+fresh process (a child: the sanitizers and ncu follow it). CuPy's memory pool
 is switched off, so each buffer is its own allocation and memcheck sees its real end. Exit 0 when every
-output is exact, 1 otherwise, 2 on bad arguments or no GPU.
+output is exact, 1 otherwise, 2 on bad arguments or no GPU. ``--list`` is how many
+launches a profiler watching ``all`` should expect (tools/on-device.sh's ncu --launch-count).
 """
 from __future__ import annotations
 
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -21,16 +26,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a scri
 import numpy as np  # noqa: E402
 
 from kernels import backends  # noqa: E402
-from kernels.launch import launch  # noqa: E402
+from kernels.launch import launch_outputs  # noqa: E402
 from kernels.registry import KERNELS  # noqa: E402
 from kernels.spec import Dims  # noqa: E402
 from pipeline.errors import UserError  # noqa: E402
-from pipeline.bench_cli import run_cli  # noqa: E402
+from pipeline.bench_cli import OneLineParser, run_cli  # noqa: E402
+from pipeline.bench_device import is_sticky  # noqa: E402
 from pipeline.models import Shape  # noqa: E402
 from pipeline.shapes import load_shape_sets  # noqa: E402
-from pipeline.verify import one_line, resolve_backend, seed  # noqa: E402
+from pipeline.verify import compare_outputs, one_line, resolve_backend, seed  # noqa: E402
 
-USAGE = "usage: python3 tools/one_launch.py KERNEL|k1,k2|all SHAPE|SET/SHAPE|RxKxN"
 
 
 def find_shape(text: str) -> Shape:
@@ -56,29 +61,50 @@ def pick_kernels(text: str) -> list[str]:
     return names
 
 
+def parser() -> OneLineParser:
+    p = OneLineParser(prog="python3 tools/one_launch.py",
+                      description="Launch kernels once each on the GPU and check them exactly.")
+    p.add_argument("kernels", metavar="KERNEL", help="a kernel name, several joined by commas, or all")
+    p.add_argument("shape", metavar="SHAPE", nargs="?",
+                   help="a shapes.yaml name (attn_r27 or hslm/attn_r27) or RxKxN (27x243x729)")
+    p.add_argument("--list", action="store_true", help="print the kernels KERNEL names, one a line, and stop")
+    return p
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print(USAGE, file=sys.stderr)
-        return 2
-    names, shape = pick_kernels(argv[0]), find_shape(argv[1])
+    opts = parser().parse_args(argv)
+    names = pick_kernels(opts.kernels)
+    if opts.list:
+        print("\n".join(names))
+        return 0
+    if opts.shape is None:
+        raise UserError("SHAPE: missing; give a shapes.yaml name or RxKxN (see --help)")
+    shape = find_shape(opts.shape)
     backend = resolve_backend("gpu")
     xp = backends.array_module(backend)
     xp.cuda.set_allocator(None)  # plain cudaMalloc per buffer: the sanitizers see exact bounds
     dims = Dims(shape.R, shape.K, shape.N)
     bad = 0
-    for name in names:
+    for index, name in enumerate(names):
         spec = KERNELS[name]
         inputs = spec.make_inputs(dims, np.random.default_rng(seed(name, shape)))
         try:
             fn = backends.load_ptx(backend, spec.emit(), name)
-            out = launch(spec, fn, dims, {k: xp.asarray(v) for k, v in inputs.items()}, xp)
-            got = backends.to_host(out)
-            exact = np.array_equal(got.astype(np.int64), spec.reference(dims, inputs).astype(np.int64))
-            line = "exact" if exact else "MISMATCH"
+            outs = launch_outputs(spec, fn, dims, {k: xp.asarray(v) for k, v in inputs.items()}, xp)
+            got = {output: backends.to_host(value) for output, value in outs.items()}
+            counts, _, _ = compare_outputs(spec, got, spec.expected(dims, inputs))
+            exact = not any(counts.values())
+            line = "exact" if exact else f"MISMATCH ({sum(counts.values())} values)"
         except Exception as exc:  # the driver's or the launch's error, as one line
             exact, line = False, f"error: {one_line(exc)}"
         bad += not exact
         print(f"{name} {shape.name} R={dims.R} K={dims.K} N={dims.N}: {line}", flush=True)
+        if is_sticky(line) and index + 1 < len(names):  # this process's CUDA context is lost
+            rest = names[index + 1:]
+            print(f"sticky CUDA error: the {len(rest)} kernels left run in a fresh process", flush=True)
+            status = subprocess.run([sys.executable, str(Path(__file__).resolve()), ",".join(rest),
+                                     opts.shape]).returncode
+            return 1 if bad or status else 0
     return 1 if bad else 0
 
 

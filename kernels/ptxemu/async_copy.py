@@ -85,7 +85,7 @@ def place(cx: Ctx, tok, opcode: str, space: str, size: int) -> Access:
     return Access(opcode, cx.ins.line, space, size, 1, base, np.uint64(off & (2 ** 64 - 1)))
 
 
-def _per_thread(get, st, m, sel) -> np.ndarray:
+def per_thread(get, st, m, sel) -> np.ndarray:
     v = np.broadcast_to(np.asarray(get(st, m)), (st.T,))
     return v if m is None else v[sel]
 
@@ -132,7 +132,7 @@ def _cp_async(cx, level):
 
     def run(st, m):
         sel = st.sel(m)
-        have = _per_thread(src_size, st, m, sel).astype(np.int64)
+        have = per_thread(src_size, st, m, sel).astype(np.int64)
         over = have > size
         if over.any():
             i = int(np.flatnonzero(over)[0])

@@ -1,13 +1,20 @@
-"""red / atom .global.add on 32-bit integers: read-modify-write that no other access splits.
+"""red / atom .global.add and atom .global.exch on 32-bit words, and the fences.
 
 PTX ISA 9.7.13.5 (atom) and 9.7.13.6 (red): ``red{.sem}{.scope}.global.add.{s32,u32}
 [a], b`` adds b to the word at a; ``atom{.sem}{.scope}.global.add.{s32,u32} d, [a], b``
 also returns the word's old value in d. The address is 4-byte aligned; the sum wraps
 modulo 2^32 (two's complement), so integer sums come out the same in any order.
 
+``atom{.sem}{.scope}.global.exch.b32 d, [a], b`` stores b and returns the old word.
+
 Threads of one instruction that hit one word are applied in thread order (atom's old
 values follow that order; hardware picks some order, which only atom can observe).
 Shared-memory atomics are not supported (refused at load).
+
+Fences (PTX ISA 9.7.13.4 membar/fence) order a thread's memory accesses; the lockstep
+executor already performs every access in program order and makes it visible to every
+thread at once, so ``membar.{cta,gl,sys}`` and ``fence.{sc,acq_rel}.{cta,gpu,sys}`` are
+accepted and do nothing.
 """
 from __future__ import annotations
 
@@ -55,3 +62,43 @@ def _atomic_add(cx, op, t):
             full[sel] = old
             put(st, m, full.view(t.dtype))
     return run
+
+
+def _exchange_in_order(words: np.ndarray, at: np.ndarray, new: np.ndarray) -> np.ndarray:
+    """``old[i] = words[at[i]]; words[at[i]] = new[i]`` for every i, in order."""
+    order = np.argsort(at, kind="stable")
+    rows, vals = at[order], new[order].astype(np.uint32)
+    first = np.r_[True, rows[1:] != rows[:-1]]
+    old_sorted = np.where(first, words[rows], np.r_[np.uint32(0), vals[:-1]])
+    last = np.r_[rows[1:] != rows[:-1], True]
+    old = np.empty(at.size, np.uint32)
+    old[order] = old_sorted
+    words[rows[last]] = vals[last]
+    return old
+
+
+@form(rf"atom{_SEM}\.global\.exch\.b32")
+def _atomic_exchange(cx):
+    d, a, b = cx.nargs(3)
+    t = TYPES["b32"]
+    put, where, value = cx.dst(d, t), place(cx, a, "atom.global", "global", 4), cx.src(b, t)
+
+    def run(st, m):
+        sel = st.sel(m)
+        new = np.broadcast_to(np.asarray(value(st, m)).view(np.uint32), (st.T,))
+        new = new if m is None else new[sel]
+        old = np.zeros(sel.size, np.uint32)
+        at = where.addresses(st, m, sel)
+        where.record(st, at, sel)
+        for k, pos, rows in st.gmem.locate(at, sel, 4):
+            old[pos] = _exchange_in_order(st.gmem.words(k), rows, new[pos])
+        full = np.zeros(st.T, np.uint32)
+        full[sel] = old
+        put(st, m, full)
+    return run
+
+
+@form(r"membar\.(?:cta|gl|sys)|fence\.(?:sc|acq_rel)\.(?:cta|gpu|sys)")
+def _fence(cx):
+    cx.nargs(0)
+    return lambda st, m: None

@@ -32,13 +32,16 @@ released. So:
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
-from kernels.ptxemu import async_copy, atomics, ldmatrix  # noqa: F401 (their forms join ops.FORMS)
-from kernels.ptxemu.memory import Fault, GlobalMemory, SharedMemory
+from kernels.ptxemu import (  # noqa: F401 (their forms join ops.FORMS)
+    async_copy, atomics, float_ops, ldmatrix, warp_shuffle)
+from kernels.ptxemu import limits
+from kernels.ptxemu.memory import Fault, GlobalMemory, SharedMemory, allocation_offset
 from kernels.ptxemu.operands import TYPES, Ctx, State
 from kernels.ptxemu.ops import Exec, decode
 from kernels.ptxemu.parse import EmulatorError, Entry, Instr, fmt3, parse
@@ -61,6 +64,8 @@ class LaunchStats(NamedTuple):
     warp_instructions: int
     by_opcode: dict[str, int]  # "ld.global", "ld.shared", "mma", "prmt", ... -> count
     memory: tuple[AccessStats, ...] = ()   # per PTX line with global/shared requests
+    steps: int = 0          # lockstep steps the launch took (what the budget counts)
+    budget: int = 0         # the launch's instruction budget
 
     def per(self, opcode: str) -> float:
         """Warp instructions issued per ``opcode`` instruction (e.g. per mma)."""
@@ -96,11 +101,19 @@ def _dim3(v: Any, what: str, line: int) -> tuple[int, int, int]:
 
 
 class Function:
-    """One decoded ``.entry``; call it as CuPy's RawKernel: ``fn(grid, block, args)``."""
+    """One decoded ``.entry``; call it as CuPy's RawKernel: ``fn(grid, block, args)``.
 
-    def __init__(self, entry: Entry, strict_shared_init: bool = True):
+    ``arch`` is the GPU whose limits a launch must respect (``limits.py``);
+    ``max_dynamic_shared_size_bytes`` is the opt-in attribute as CuPy exposes it;
+    ``instruction_budget`` (None: sized from each launch's work, ``limits.default_budget``)
+    is how many lockstep steps a launch may take before it is stopped as endless."""
+
+    def __init__(self, entry: Entry, strict_shared_init: bool = True, arch: str = "sm_80"):
         self.entry, self.name, self.strict_shared_init = entry, entry.name, strict_shared_init
+        self.arch = arch
         self.stats: LaunchStats | None = None  # of the last launch
+        self.instruction_budget: int | None = None
+        self._dynamic_opt_in: int | None = None
         offsets, end, ext_align = {}, 0, 0
         for sym, align, nbytes, _ in entry.shared:
             if nbytes is not None:
@@ -109,6 +122,7 @@ class Function:
             else:
                 ext_align = max(ext_align, align)
         self.static_shared = end
+        limits.check_static_shared(end, entry.line)
         self.extern_offset = _align(end, ext_align) if ext_align else None
         for sym, _, nbytes, _ in entry.shared:
             if nbytes is None:
@@ -128,6 +142,22 @@ class Function:
                                    if s.ex.kind == "bra"])
         # race tracking grain: the smallest shared access (all are aligned to their size)
         self.grain = min([s.ex.shared_bytes for s in self.steps if s.ex.shared_bytes] + [16])
+        # the same for the CTA-conflict tracking of global stores
+        self.store_grain = min([s.ex.global_store_bytes for s in self.steps
+                                if s.ex.global_store_bytes] + [16])
+
+    @property
+    def max_dynamic_shared_size_bytes(self) -> int:
+        """cudaFuncAttributeMaxDynamicSharedMemorySize: 48 KiB less the static shared
+        memory until set."""
+        if self._dynamic_opt_in is None:
+            return limits.STATIC_SHARED_MAX - self.static_shared
+        return self._dynamic_opt_in
+
+    @max_dynamic_shared_size_bytes.setter
+    def max_dynamic_shared_size_bytes(self, value: int) -> None:
+        self._dynamic_opt_in = limits.check_dynamic_attribute(value, self.static_shared,
+                                                              self.arch, self.entry.line)
 
     def _decode(self, ins: Instr, shared_offsets: dict[str, int]) -> Step:
         cx = Ctx(self.entry, ins, shared_offsets, self.param_offsets)
@@ -158,7 +188,7 @@ class Function:
                 if not arg.flags.c_contiguous:
                     raise EmulatorError("launch", line, "", f"array for '{name}' must be "
                                         "C-contiguous (use np.ascontiguousarray)")
-                value = GlobalMemory.base(len(buffers))
+                value = GlobalMemory.base(len(buffers), allocation_offset(arg))
                 buffers.append((name, arg))
             elif isinstance(arg, np.generic) and np.issubdtype(arg.dtype, np.integer):
                 if arg.dtype.itemsize != size:
@@ -177,11 +207,13 @@ class Function:
         line = self.entry.line
         g, b = _dim3(grid, "grid", line), _dim3(block, "block", line)
         tpc, ctas = b[0] * b[1] * b[2], g[0] * g[1] * g[2]
-        if tpc > 1024:
-            raise EmulatorError("launch", line, "", f"block {b} has {tpc} threads, over 1024")
+        limits.check_geometry(g, b, line)
         if not isinstance(shared_mem, (int, np.integer)) or shared_mem < 0:
             raise EmulatorError("launch", line, "", f"shared_mem must be an int >= 0, "
                                                     f"got {shared_mem!r}")
+        limits.check_dynamic_launch(int(shared_mem), self.max_dynamic_shared_size_bytes,
+                                    self._dynamic_opt_in is not None, self.static_shared,
+                                    self.arch, line)
         params, buffers = self._bind(args)
         window = self.static_shared
         if self.extern_offset is not None:
@@ -198,18 +230,27 @@ class Function:
                 special[f"{reg}.{axis}"] = np.uint32(v)
         warps = np.arange(T) // tpc * -(-tpc // 32) + tl // 32
         traffic = Traffic(warps, tl % 32)
-        st = State(T, special, params, GlobalMemory(buffers),
+        gmem = GlobalMemory(buffers, cl if ctas > 1 else None, g, self.store_grain)
+        st = State(T, special, params, gmem,
                    SharedMemory(ctas, tpc, window, self.strict_shared_init, self.grain),
                    tpc, traffic)
         self._grid, self._block = g, b
         issued = np.zeros(len(self.steps), np.int64)
-        self._run(st, issued, warps)
+        budget = self.instruction_budget
+        if budget is None:
+            budget = limits.default_budget(len(self.steps), self._scalars(args),
+                                           [a.nbytes for _, a in buffers], T)
+        elif not isinstance(budget, (int, np.integer)) or isinstance(budget, bool) or budget < 1:
+            raise EmulatorError("launch", line, "", "instruction_budget must be None (sized "
+                                f"from the launch) or an int >= 1, got {budget!r}")
+        steps = self._run(st, issued, warps, budget)
         by_opcode: dict[str, int] = {}
         for step, count in zip(self.steps, issued.tolist()):
             if count:
                 name = opcode_class(step.ins.op)
                 by_opcode[name] = by_opcode.get(name, 0) + count
-        self.stats = LaunchStats(int(issued.sum()), by_opcode, traffic.stats(self.in_loop))
+        self.stats = LaunchStats(int(issued.sum()), by_opcode, traffic.stats(self.in_loop),
+                                 steps, budget)
 
     # ---- the executor -------------------------------------------------------------------
 
@@ -365,15 +406,36 @@ class Function:
                              f"wait at this aligned bar.sync while this thread ran line "
                              f"{did.line} and then exited without reaching it")
 
-    def _run(self, st: State, issued: np.ndarray, warps: np.ndarray) -> None:
-        """Run to the end; ``issued[i]`` counts the warps that issued step i."""
+    @staticmethod
+    def _scalars(args: Sequence[Any]) -> list[int]:
+        return [int(a) for a in args if isinstance(a, np.generic)]
+
+    def _out_of_budget(self, sch: Schedule, i: int, budget: int) -> EmulatorError:
+        """One line: the budget, and the PTX lines the running threads are at."""
+        if sch.pcs is None:
+            at = [i]
+        else:
+            pcs = sch.pcs[sch.pcs < WAIT]
+            at = sorted(set(np.unique(pcs).tolist()) | {i})
+        lines = ", ".join(str(self.steps[p].ins.line) for p in at[:8])
+        return EmulatorError("budget", self.steps[i].ins.line, self.steps[i].ins.text,
+                             f"the launch ran {budget} lockstep steps, its instruction "
+                             f"budget, with threads at line(s) {lines}: a loop that never "
+                             "ends? (a longer run: set fn.instruction_budget)")
+
+    def _run(self, st: State, issued: np.ndarray, warps: np.ndarray, budget: int) -> int:
+        """Run to the end; ``issued[i]`` counts the warps that issued step i. More than
+        ``budget`` steps stop the launch with a ``budget`` error; returns the steps."""
         sch = Schedule(st.T, warps)
         handlers = {"op": self._plain, "bar": self._barrier, "bra": self._branch,
                     "exit": self._exit}
         all_warps = int(warps[-1]) + 1
-        done = False
+        done, left = False, budget
         while not done:
             i, active = sch.next()
+            left -= 1
+            if left < 0:
+                raise self._out_of_budget(sch, i, budget)
             step = self.steps[i]
             issued[i] += all_warps if active is None else np.unique(warps[active]).size
             try:
@@ -386,6 +448,7 @@ class Function:
                 done = handlers[step.ex.kind](st, sch, step, i, active, m)
             except Fault as f:
                 raise self._fault(f, step.ins) from None
+        return budget - left
 
 
 class Schedule:
@@ -454,15 +517,19 @@ class Module:
     """A PTX module, parsed and decoded once; mirrors ``cupy.RawModule``.
 
     ``strict_shared_init``: reading a shared byte no thread of the CTA ever wrote is an
-    ``uninitialized`` error (real hardware returns garbage there).
+    ``uninitialized`` error (real hardware returns garbage there). ``arch``: the GPU whose
+    launch limits apply (default: the module's ``.target``, e.g. sm_80; a module built
+    for sm_80 also runs on an sm_90, with that GPU's larger opt-in shared memory).
     """
 
     def __init__(self, code: str | None = None, path: str | Path | None = None,
-                 strict_shared_init: bool = True):
+                 strict_shared_init: bool = True, arch: str | None = None):
         if (code is None) == (path is None):
             raise TypeError("Module needs exactly one of code= or path=")
         text = Path(path).read_text() if path is not None else code
-        self.functions = {name: Function(e, strict_shared_init)
+        target = re.search(r"^\s*\.target\s+(sm_\d+)", text, re.M)
+        self.arch = arch or (target.group(1) if target else "sm_80")
+        self.functions = {name: Function(e, strict_shared_init, self.arch)
                           for name, e in parse(text).items()}
 
     def get_function(self, name: str) -> Function:

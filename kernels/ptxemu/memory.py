@@ -5,9 +5,18 @@ global indices (for the error message). Addresses are checked for bounds and for
 alignment to the whole access (a .v4.b32 needs 16), then served through a typed view
 of the underlying bytes, so a batch is one numpy gather or scatter.
 
-Global: buffer ``i`` (in argument order among the array arguments) lives at the fake
-base ``(i + 1) << 32``, so an address names its buffer without ambiguity and any byte
-outside a buffer is out of bounds. Stores write the caller's array in place.
+Global: buffer ``i`` (in argument order among the array arguments) lives in the 4 GiB
+window from ``(i + 1) << 32``, so an address names its buffer without ambiguity and any
+byte outside a buffer is out of bounds. Inside its window a buffer starts at its byte
+offset within the allocation it views, modulo 256 (:func:`allocation_offset`): a fresh
+array stands for a ``cudaMalloc``/CuPy allocation, which is 256-byte aligned, and a view
+keeps its offset, so alignment is checked on the address as the hardware checks it
+(PTX ISA 9.7.9.8 ld, 9.7.9.10 st: the address must be aligned to the access size) and a 16-byte load
+through a view at offset 1 faults. Stores write the caller's array in place.
+
+Global stores of one launch from different CTAs to the same byte are a ``race``: CTAs
+are not ordered, so which value survives is up to the hardware. Atomics (atom, red) do
+not take part: adding into one word from many CTAs is what they are for.
 
 Shared: one window of ``size`` bytes per CTA, addressed by offset from 0. Race
 tracking keeps, per byte (grain), the last writer and the readers tagged with the CTA's
@@ -23,6 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 SPAN = 1 << 32          # each global buffer owns a 4 GiB window of fake addresses
+ALLOCATION_ALIGN = 256  # cudaMalloc and CuPy's pool return 256-byte aligned memory
 UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 _TID_BITS = 11          # tags are (epoch << 11) | linear tid; a CTA has <= 1024 threads
 
@@ -53,23 +63,47 @@ def _typed(raw: np.ndarray, elem: int, vec: int) -> np.ndarray:
     return raw[:n].view(UINT[elem]).reshape(-1, vec)
 
 
-class GlobalMemory:
-    """The launch's array arguments, reachable by fake 64-bit addresses."""
+def allocation_offset(a: np.ndarray) -> int:
+    """Where ``a``'s data starts in the allocation it views, modulo 256: its address
+    minus that of the array owning the memory (0 for an array that owns its data)."""
+    owner = a
+    while isinstance(owner.base, np.ndarray):
+        owner = owner.base
+    return (a.__array_interface__["data"][0]
+            - owner.__array_interface__["data"][0]) % ALLOCATION_ALIGN
 
-    def __init__(self, buffers: list[tuple[str, np.ndarray]]):
+
+class GlobalMemory:
+    """The launch's array arguments, reachable by fake 64-bit addresses.
+
+    ``ctas``: the CTA of each thread index, to catch stores of one byte from two CTAs
+    (None for a one-CTA launch, where there is nothing to catch); ``grid`` names them.
+    ``grain``: the smallest global store of the kernel. Every access is aligned to its
+    size on the absolute address, so two stores share a byte exactly when they share a
+    ``grain``-aligned cell, and the CTAs are tracked per cell."""
+
+    def __init__(self, buffers: list[tuple[str, np.ndarray]], ctas: np.ndarray | None = None,
+                 grid: tuple[int, int, int] = (1, 1, 1), grain: int = 1):
         self.names = [n for n, _ in buffers]
         self.raw = [a.reshape(-1).view(np.uint8) for _, a in buffers]
         self.nbytes = np.array([r.size for r in self.raw] + [0], dtype=np.int64)
+        self.start = np.array([allocation_offset(a) for _, a in buffers] + [0], dtype=np.int64)
+        self.ctas, self.grid, self.grain = ctas, grid, grain
+        self.stored: dict[int, np.ndarray] = {}     # buffer -> CTA that stored each cell
         self._views: dict[tuple[int, int, int], np.ndarray] = {}
 
     @staticmethod
-    def base(i: int) -> int:
-        return (i + 1) * SPAN
+    def base(i: int, start: int = 0) -> int:
+        """The fake address of buffer ``i`` whose data starts ``start`` bytes into an
+        aligned allocation."""
+        return (i + 1) * SPAN + start
 
     def _view(self, b: int, elem: int, vec: int) -> np.ndarray:
+        """Buffer ``b`` as [n, vec] elements from its first ``elem*vec``-aligned byte."""
         key = (b, elem, vec)
         if key not in self._views:
-            self._views[key] = _typed(self.raw[b], elem, vec)
+            lead = -int(self.start[b]) % (elem * vec)
+            self._views[key] = _typed(self.raw[b][lead:], elem, vec)
         return self._views[key]
 
     def words(self, b: int) -> np.ndarray:
@@ -77,17 +111,20 @@ class GlobalMemory:
         return self._view(b, 4, 1)[:, 0]
 
     def locate(self, addr: np.ndarray, threads: np.ndarray, size: int):
-        """Check a batch; return [(buffer, positions or slice, row index)]."""
+        """Check a batch; return [(buffer, positions or slice, row index)], rows of
+        ``_view(buffer, ...)`` for accesses of ``size`` bytes."""
         nb = len(self.raw)
         b = (addr >> np.uint64(32)).astype(np.int64) - 1
         off = (addr & np.uint64(SPAN - 1)).astype(np.int64)
         lo, hi = int(b.min()), int(b.max())
         if lo == hi and 0 <= lo < nb:
-            bad = off > self.nbytes[lo] - size
+            off = off - self.start[lo]
+            bad = (off < 0) | (off > self.nbytes[lo] - size)
             groups = [(lo, slice(None))]
         else:
             bi = np.where((b >= 0) & (b < nb), b, nb)
-            bad = off > self.nbytes[bi] - size
+            off = off - self.start[bi]
+            bad = (off < 0) | (off > self.nbytes[bi] - size)
             groups = [(k, np.flatnonzero(bi == k)) for k in range(nb)]
         if bad.any():
             i = _first(bad)
@@ -96,13 +133,15 @@ class GlobalMemory:
                      if 0 <= k < nb else "not inside any buffer argument")
             raise Fault("out_of_bounds", threads[i], f"{size}-byte access, {where}",
                         int(addr[i]))
-        mis = (off & (size - 1)) != 0
+        mis = (addr & np.uint64(size - 1)) != 0
         if mis.any():
             i = _first(mis)
-            raise Fault("misaligned", threads[i], f"{size}-byte access needs "
-                        f"{size}-byte alignment", int(addr[i]))
-        return [(k, pos, off[pos] // size) for k, pos in groups
-                if isinstance(pos, slice) or pos.size]
+            k = int(b[i])
+            raise Fault("misaligned", threads[i], f"{size}-byte access needs {size}-byte "
+                        f"alignment; buffer {k} '{self.names[k]}' starts {self.start[k]} "
+                        f"bytes past a {ALLOCATION_ALIGN}-byte boundary", int(addr[i]))
+        return [(k, pos, (off[pos] - (-int(self.start[k]) % size)) // size)
+                for k, pos in groups if isinstance(pos, slice) or pos.size]
 
     def load(self, addr, threads, elem: int, vec: int) -> np.ndarray:
         groups = self.locate(addr, threads, elem * vec)
@@ -115,8 +154,42 @@ class GlobalMemory:
         return out
 
     def store(self, addr, threads, elem: int, vec: int, values: np.ndarray) -> None:
-        for k, pos, rows in self.locate(addr, threads, elem * vec):
+        size = elem * vec
+        for k, pos, rows in self.locate(addr, threads, size):
+            if self.ctas is not None:
+                self._claim(k, rows, threads[pos], size, addr[pos])
             self._view(k, elem, vec)[rows] = values[pos]
+
+    def _claim(self, k: int, rows: np.ndarray, threads: np.ndarray, size: int,
+               addr: np.ndarray) -> None:
+        """Record which CTA stored each cell of buffer ``k``; a cell another CTA of the
+        launch stored already (now or by an earlier instruction) is a ``race``."""
+        g, start = self.grain, int(self.start[k])
+        owner = self.stored.get(k)
+        if owner is None:
+            owner = self.stored[k] = np.full((self.raw[k].size + start) // g + 1, -1, np.int32)
+        n = size // g
+        first = (rows * size + (-start % size) + start) // g   # cell of the access's byte 0
+        cells = first if n == 1 else (first[:, None] + np.arange(n)).ravel()
+        cta = self.ctas[threads] if n == 1 else np.repeat(self.ctas[threads], n)
+        prev = owner[cells]
+        bad = (prev >= 0) & (prev != cta)
+        if bad.any():
+            self._conflict(k, int(np.flatnonzero(bad)[0]) // n, int(prev[bad][0]), threads, addr)
+        if cells.size > 1 and not bool((cells[1:] > cells[:-1]).all()):
+            order = np.argsort(cells, kind="stable")
+            same = (cells[order][1:] == cells[order][:-1]) & (cta[order][1:] != cta[order][:-1])
+            if same.any():
+                j = int(np.flatnonzero(same)[0])
+                self._conflict(k, int(order[j + 1]) // n, int(cta[order[j]]), threads, addr)
+        owner[cells] = cta
+
+    def _conflict(self, k: int, i: int, other: int, threads: np.ndarray, addr) -> None:
+        gx, gy, _ = self.grid
+        where = f"({other % gx},{other // gx % gy},{other // (gx * gy)})"
+        raise Fault("race", threads[i], f"global store to buffer {k} '{self.names[k]}' "
+                    f"where CTA ctaid={where} stored in this launch: CTAs are not ordered "
+                    "(only atom/red may share a word across CTAs)", int(addr[i]))
 
 
 class SharedMemory:

@@ -28,26 +28,46 @@ from kernels.ptxemu.memory import Fault
 from kernels.ptxemu.parse import EmulatorError, Entry, Instr
 
 
+# The value dtype of each float type; bf16 (numpy has none) is carried as its bits, and
+# every bf16 conversion goes through kernels.floats.
+FLOAT_VALUES = {"f16": np.dtype(np.float16), "f32": np.dtype(np.float32),
+                "f64": np.dtype(np.float64), "bf16": np.dtype(np.uint16)}
+
+
 class Ty(NamedTuple):
     name: str
     bits: int
     signed: bool
 
     @property
+    def is_float(self) -> bool:
+        return self.name in FLOAT_VALUES
+
+    @property
     def dtype(self) -> np.dtype:
+        """The dtype an instruction of this type computes in."""
         if self.name == "pred":
             return np.dtype(bool)
+        if self.is_float:
+            return FLOAT_VALUES[self.name]
         return np.dtype(f"{'i' if self.signed else 'u'}{self.bits // 8}")
 
     @property
     def udtype(self) -> np.dtype:
         return np.dtype(f"u{self.bits // 8}")
 
+    @property
+    def storage(self) -> np.dtype:
+        """The dtype a register declared with this type holds: a float register holds
+        raw bits, so a bit-cast ``mov.b32`` between it and an integer register is exact."""
+        return self.udtype if self.is_float else self.dtype
+
 
 TYPES = {f"{k}{b}": Ty(f"{k}{b}", b, k == "s") for k in "bus" for b in (8, 16, 32, 64)}
-TYPES.update({f"f{b}": Ty(f"f{b}", b, False) for b in (16, 32, 64)})  # storage only
+TYPES.update({name: Ty(name, dt.itemsize * 8, False) for name, dt in FLOAT_VALUES.items()})
 TYPES["pred"] = Ty("pred", 1, False)
 U32, U64, PRED = TYPES["u32"], TYPES["u64"], TYPES["pred"]
+F32 = TYPES["f32"]
 
 SPECIAL = {f"%{r}.{a}" for r in ("tid", "ntid", "ctaid", "nctaid") for a in "xyz"} | {"%laneid"}
 
@@ -67,6 +87,9 @@ class State:
         self.staged: list[tuple[str, np.dtype, Any, Any]] = []   # this instruction's writes
         self.threads = np.arange(T)
         self.row8 = self.threads * 8        # byte offset of each thread's 8-byte row
+        first = special["laneid"] == 0      # every warp starts at a lane 0 of its CTA
+        self.warp_start = np.flatnonzero(first)          # first thread of each warp
+        self.warp_index = np.cumsum(first) - 1           # each thread's warp
 
     def commit(self) -> None:
         """Store the writes the instruction staged (all its sources are read by now).
@@ -127,6 +150,25 @@ def imm(tok: str, ty: Ty):
     return ty.dtype.type(v)
 
 
+def float_imm(tok: str, ty: Ty):
+    """An f32 operand literal: ``0fXXXXXXXX`` (the exact bits), ``0dXXXXXXXXXXXXXXXX`` or a
+    decimal like ``1.5e-3`` (PTX ISA "Floating-Point Constants": a double, rounded to
+    nearest even into f32)."""
+    if ty.name != "f32":
+        raise ValueError(tok)
+    if re.fullmatch(r"0[fF][0-9a-fA-F]{8}", tok):
+        return np.uint32(int(tok[2:], 16)).view(np.float32)
+    if re.fullmatch(r"0[dD][0-9a-fA-F]{16}", tok):
+        value = np.uint64(int(tok[2:], 16)).view(np.float64)
+    elif re.fullmatch(r"[-+]?(\d+\.\d*|\.\d+|\d+)([eE][-+]?\d+)?", tok) and \
+            re.search(r"[.eE]", tok):
+        value = np.float64(float(tok))
+    else:
+        raise ValueError(tok)
+    with np.errstate(all="ignore"):
+        return np.float32(value)
+
+
 def _reader(name: str, convert=None):
     """Read register ``name`` (refusing a never-written one for the threads in ``m``),
     optionally reinterpreted or truncated by ``convert``."""
@@ -161,12 +203,26 @@ class Ctx:
         return TYPES[self.entry.regs[tok]]
 
     def _width(self, tok: str, ty: Ty, relaxed: bool) -> Ty:
+        """The register's type, checked against the instruction type as ptxas checks it
+        (PTX ISA "Operand Type Information", "Operand Size Exceeding Instruction-Type
+        Size"): a bit-size register serves any type of its size; a float instruction type
+        takes its own float register or a bit-size one, an integer type never a float
+        register; a wider register (``relaxed``: ld/st/cvt) only where the ISA allows
+        one, never for .bf16 (PTX ISA 9.7.9.21)."""
         rty = self.reg_type(tok)
         if (rty.name == "pred") != (ty.name == "pred"):
             raise self.error(f"`{tok}` is .{rty.name}, the instruction wants .{ty.name}")
-        if rty.bits != ty.bits and not (relaxed and rty.bits > ty.bits):
+        if rty.bits != ty.bits and not (relaxed and rty.bits > ty.bits and ty.name != "bf16"):
             raise self.error(f"`{tok}` is a {rty.bits}-bit register, the instruction wants "
                              f"{ty.bits} bits")
+        bit_size = rty.name[0] == "b"
+        if ty.is_float and not (bit_size or (rty.name == ty.name and rty.bits == ty.bits)):
+            raise self.error(f"`{tok}` is .{rty.name}, a .{ty.name} operand needs a "
+                             f".{ty.name if ty.name != 'bf16' else 'b16'} or .b{ty.bits} "
+                             "register")
+        if ty.name[0] in "su" and rty.is_float:
+            raise self.error(f"`{tok}` is .{rty.name}, a .{ty.name} operand needs an "
+                             "integer or bit-size register")
         return rty
 
     def src(self, tok, ty: Ty, relaxed: bool = False) -> Get:
@@ -174,27 +230,33 @@ class Ctx:
         if not isinstance(tok, str):
             raise self.error(f"vector operand {{{', '.join(tok)}}} not allowed here")
         if tok in SPECIAL:
-            if ty.bits != 32:
-                raise self.error(f"special register {tok} is 32-bit")
+            if ty.bits != 32 or ty.is_float:
+                raise self.error(f"special register {tok} is a 32-bit integer")
             name = tok[1:]
             return lambda st, m: st.special[name]
         if tok in self.shared:
+            if ty.is_float:
+                raise self.error(f"shared symbol `{tok}` is an address, not a .{ty.name}")
             off = imm(str(self.shared[tok]), ty)
             return lambda st, m: off
         if tok.startswith("%") or tok in self.entry.regs:
             rty = self._width(tok, ty, relaxed)
             view = None if ty.name == "pred" else ty.dtype
             if rty.bits != ty.bits:
+                if ty.is_float:         # the low bits, reinterpreted
+                    return _reader(tok, lambda a: a.astype(ty.udtype).view(view))
                 return _reader(tok, lambda a: a.astype(view))
-            if view == rty.dtype or view is None:
+            if view == rty.storage or view is None:
                 return _reader(tok)
             return _reader(tok, lambda a: a.view(view))
         if ty.name == "pred":
             raise self.error(f"predicate operand `{tok}` must be a register")
         try:
-            v = imm(tok, ty)
+            v = float_imm(tok, ty) if ty.is_float else imm(tok, ty)
         except ValueError:
-            raise self.error(f"operand `{tok}` is not a register, integer literal, special "
+            what = ("an f32 literal (0fXXXXXXXX or a decimal with a point)" if ty.is_float
+                    else "an integer literal")
+            raise self.error(f"operand `{tok}` is not a register, {what}, special "
                              "register or shared symbol") from None
         return lambda st, m: v
 
@@ -211,7 +273,13 @@ class Ctx:
         if not isinstance(tok, str) or tok in SPECIAL:
             raise self.error(f"`{tok}` cannot be a destination")
         rty = self._width(tok, ty, relaxed)
-        dtype = rty.dtype
+        dtype = rty.storage
+        if ty.is_float:                 # stage the value's bits, not a converted value
+            value, bits = ty.dtype, ty.udtype
+
+            def put_bits(st, m, v, name=tok):
+                st.staged.append((name, dtype, m, np.asarray(v, value).view(bits)))
+            return put_bits
 
         def put(st, m, v, name=tok):
             st.staged.append((name, dtype, m, v))

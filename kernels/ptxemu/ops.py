@@ -26,6 +26,7 @@ class Exec(NamedTuple):
     uni: bool = False               # bra.uni
     warp: bool = False              # warp-collective: every lane of the warp must execute
     shared_bytes: int = 0           # ld/st.shared: bytes per thread access
+    global_store_bytes: int = 0     # st.global: bytes per thread access
 
 
 FORMS: list[tuple[re.Pattern, Callable[..., Exec]]] = []
@@ -49,7 +50,7 @@ def decode(cx: Ctx) -> Exec:
     raise cx.error(f"instruction `{cx.ins.op}` (opcode, type or modifier) is not supported")
 
 
-def _op3(cx: Ctx, t: Ty, f: Callable) -> Callable:
+def binary_op(cx: Ctx, t: Ty, f: Callable) -> Callable:
     """d = f(a, b), all operands of type t."""
     d, a, b = cx.nargs(3)
     put, ga, gb = cx.dst(d, t), cx.src(a, t), cx.src(b, t)
@@ -67,15 +68,15 @@ _ARITH = {"add": operator.add, "sub": operator.sub, "min": np.minimum, "max": np
 
 @form(rf"(?P<op>add|sub|min|max)\.{INT}")
 def _arith(cx, op, t):
-    return _op3(cx, TYPES[t], _ARITH[op])
+    return binary_op(cx, TYPES[t], _ARITH[op])
 
 
 @form(r"(?P<op>add|sub)\.sat\.s32")
 def _arith_sat(cx, op):
     f = _ARITH[op]
-    return _op3(cx, TYPES["s32"], lambda a, b: np.clip(f(np.int64(a) if np.isscalar(a) else
-                                                         a.astype(np.int64), b),
-                                                       -(1 << 31), (1 << 31) - 1))
+    return binary_op(cx, TYPES["s32"], lambda a, b: np.clip(f(np.int64(a) if np.isscalar(a) else
+                                                              a.astype(np.int64), b),
+                                                            -(1 << 31), (1 << 31) - 1))
 
 
 @form(rf"(?P<op>mul|mad)\.(?P<mode>lo|hi|wide)\.{INT}")
@@ -158,7 +159,7 @@ _LOGIC = {"and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor}
 
 @form(r"(?P<op>and|or|xor)\.(?P<t>b(?:16|32|64)|pred)")
 def _logic(cx, op, t):
-    return _op3(cx, TYPES[t], _LOGIC[op])
+    return binary_op(cx, TYPES[t], _LOGIC[op])
 
 
 @form(r"not\.(?P<t>b(?:16|32|64)|pred)")
@@ -297,6 +298,13 @@ def _setp(cx, cmp, bop, t):
         raise cx.error(f"setp.{cmp} needs a .s or .u type, not .{t.name}")
     if t.signed and cmp in ("lo", "ls", "hi", "hs"):
         raise cx.error(f"setp.{cmp} is an unsigned comparison, not for .{t.name}")
+    return setp_exec(cx, bop, t, _CMP[cmp])
+
+
+def setp_exec(cx: Ctx, bop, t: Ty, compare: Callable) -> Callable:
+    """The operands and combining of every setp: ``p = compare(a, b)``, or with
+    .and/.or/.xor ``p = compare(a, b) bop c`` and the optional ``q = !compare(a, b) bop c``
+    (PTX ISA 9.7.6.2 setp)."""
     args = cx.nargs(4 if bop else 3)
     dests = args[0].split("|") if isinstance(args[0], str) else []
     if not 1 <= len(dests) <= 2 or (len(dests) == 2 and not bop):
@@ -304,7 +312,7 @@ def _setp(cx, cmp, bop, t):
     puts = [cx.dst(x.strip(), PRED) for x in dests]
     ga, gb = cx.src(args[1], t), cx.src(args[2], t)
     gc = cx.pred(args[3]) if bop else None
-    f, comb = _CMP[cmp], _LOGIC.get(bop)
+    f, comb = compare, _LOGIC.get(bop)
 
     def run(st, m):
         r = np.broadcast_to(f(ga(st, m), gb(st, m)), (st.T,))
@@ -318,7 +326,7 @@ def _setp(cx, cmp, bop, t):
     return run
 
 
-@form(rf"selp\.{ANY}")
+@form(r"selp\.(?P<t>[bsu](?:16|32|64)|f32)")
 def _selp(cx, t):
     t = TYPES[t]
     d, a, b, p = cx.nargs(4)
@@ -326,12 +334,15 @@ def _selp(cx, t):
     return lambda st, m: put(st, m, np.where(gp(st, m), ga(st, m), gb(st, m)))
 
 
-@form(r"mov\.(?P<t>[bsu](?:16|32|64)|pred)")
+@form(r"mov\.(?P<t>[bsu](?:16|32|64)|pred|f32)")
 def _mov(cx, t):
     """Register, literal, special register, shared symbol address; a {vector} on either
-    side packs/unpacks equal parts, element 0 least significant."""
+    side packs/unpacks equal parts, element 0 least significant. ``mov.b32`` between an
+    .f32 and an integer register copies the bits (registers hold raw bits)."""
     t = TYPES[t]
     d, a = cx.nargs(2)
+    if (isinstance(d, tuple) or isinstance(a, tuple)) and t.is_float:
+        raise cx.error("mov.f32 takes no {vector}; pack with mov.b32/mov.b64")
     if isinstance(d, tuple) or isinstance(a, tuple):
         parts = d if isinstance(d, tuple) else a
         pt = TYPES[f"b{t.bits // len(parts)}"] if t.bits % len(parts) == 0 else None
@@ -378,11 +389,16 @@ def _cvta(cx):
 
 # ---- memory -------------------------------------------------------------------------
 
-_LD_HINTS = r"(?:\.(?:weak|volatile|relaxed\.(?:cta|gpu|sys)))?"
+# Memory-consistency qualifiers (PTX ISA 9.7.9.8 ld, 9.7.9.10 st; 8 "Memory Consistency
+# Model"): the lockstep executor performs every access in program order, each one
+# visible to all threads at once, so acquire/release/volatile are already honoured.
+_SCOPE = r"\.(?:cta|gpu|sys)"
+_LD_HINTS = rf"(?:\.(?:weak|volatile|relaxed{_SCOPE}|acquire{_SCOPE}))?"
+_ST_HINTS = rf"(?:\.(?:weak|volatile|relaxed{_SCOPE}|release{_SCOPE}))?"
 _SPACE = r"(?:\.(?P<space>global|shared))?"      # none: generic, = global here
 _CACHE = r"(?:\.(?P<nc>nc))?(?:\.(?:ca|cg|cs|lu|cv|wb|wt))?"
 _VEC = r"(?:\.v(?P<vec>[24]))?"
-_MTYPE = r"\.(?P<t>[bsu](?:8|16|32|64))"
+_MTYPE = r"\.(?P<t>[bsu](?:8|16|32|64)|f32)"
 
 
 class Access(NamedTuple):
@@ -482,7 +498,7 @@ def _ld(cx, space, nc, vec, t):
     return Exec("op", ld, shared_bytes=acc.shared_bytes)
 
 
-@form(rf"st{_LD_HINTS}{_SPACE}{_CACHE}{_VEC}{_MTYPE}")
+@form(rf"st{_ST_HINTS}{_SPACE}{_CACHE}{_VEC}{_MTYPE}")
 def _st(cx, space, nc, vec, t):
     """st .global (or generic) / .shared, scalar or .v2/.v4; a wider register is
     truncated to the type."""
@@ -499,7 +515,8 @@ def _st(cx, space, nc, vec, t):
         addr = acc.addresses(st, m, sel)
         acc.memory(st).store(addr, sel, acc.elem, acc.vec, data)
         acc.record(st, addr, sel)
-    return Exec("op", st_, shared_bytes=acc.shared_bytes)
+    return Exec("op", st_, shared_bytes=acc.shared_bytes,
+                global_store_bytes=acc.elem * acc.vec if acc.space == "global" else 0)
 
 
 # ---- control --------------------------------------------------------------------------

@@ -15,9 +15,10 @@ class EmulatorError(Exception):
     """One emulator failure, rendered as one line.
 
     ``kind`` is one of: unsupported, divergence, out_of_bounds, misaligned,
-    uninitialized, race, undefined, launch. ``line``/``text`` name the PTX statement;
-    ``ctaid``/``tid`` the first offending thread and ``address`` the byte address
-    (global) or shared-window offset (shared), when they apply.
+    uninitialized, race, undefined, launch (a limit of the GPU, ptxas or the driver),
+    budget (a launch that ran past its instruction budget). ``line``/``text`` name the
+    PTX statement; ``ctaid``/``tid`` the first offending thread and ``address`` the byte
+    address (global) or shared-window offset (shared), when they apply.
     """
 
     def __init__(self, kind: str, line: int | None, text: str, detail: str = "",

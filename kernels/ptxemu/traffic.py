@@ -16,8 +16,9 @@ lane) is one *request*; the counts follow NVIDIA's documented model:
   same word share it (broadcast). The conflict-free minimum (``ideal_wavefronts``)
   is one per phase with an active lane.
 
-The global addresses are the emulator's fake ones (each buffer starts 4 GiB-aligned),
-so sector and line boundaries fall where a real (256-byte aligned) allocation's do.
+The global addresses are the emulator's fake ones (each buffer's window is 4 GiB-aligned
+and the buffer starts at its offset in a 256-byte aligned allocation, ``memory.py``),
+so sector and line boundaries fall where a real allocation's do.
 """
 from __future__ import annotations
 

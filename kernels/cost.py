@@ -1,0 +1,431 @@
+"""The one cost model: device facts, loop counts, and the time of a kernel on a shape.
+
+Both the tile rule (``kernels.staged_tile.rule_cost``, called by
+``kernels.registry.choose``) and ``doit model`` (``pipeline.perf_model``) call it, so the
+configuration a caller gets and the figure the model prints come from the same numbers.
+Only numpy and the standard library: kernels/ must import without pipeline/.
+
+Inputs, all read from files, never typed into a kernel module:
+
+- ``kernels/devices.json``: the device facts, one source per number;
+- ``ledger/loop_counts.json``: per kernel entry and arch, the steady loop's fast and tail
+  bodies as ptxas compiled them (instructions, IMMA and the sum of ptxas's stall counts
+  over the body, read from the control bits of each instruction) and the instructions
+  outside the loop. ``doit model:counts`` writes it from the cubin;
+  ``pipeline.perf_model.counts_problems`` checks its instruction counts against what
+  ``doit sass`` counted (tests/test_cost.py runs that check).
+
+The time of a kernel at the low occupancy HSLM runs at (1-3 warps per scheduler, 1-12
+chunks per CTA) is a sum of serial phases per CTA, overlapped only as far as the warps
+per scheduler allow (:func:`staged_phases`):
+
+    prologue (the first copies' DRAM round trip) + chunks x the per-chunk chain
+    + the instructions outside the loop + the epilogue's output + the drain,
+
+where the per-chunk chain is the largest of: ptxas's stall clocks of one trip (the
+clocks one warp needs when nothing else issues on its scheduler), the trip's
+instructions x the warps sharing a scheduler, the trip's tensor work on the SM, the W
+round trip when W is loaded straight into registers one chunk ahead, and the A ring's
+round trip spread over the ``stages - 1`` chunks in flight. The whole-GPU bounds (L2
+bytes, DRAM bytes at the reachable fraction, split-K reds at the atomic rate) cap it
+from below; a fixed device cost per kernel is added, and the host's launch cost is
+kept apart (``per_call_us``).
+
+The reference class (:func:`best_dense`) is what a user would get from a library: the
+best of several CUTLASS/cuBLAS-like configurations on the same phase model (64x64,
+128x64 and 128x128 tiles, split-K with a reduction kernel, a stream-K-like even split),
+and :func:`torch_linear_step` is bf16 ``nn.Linear``'s three GEMMs of a layer step.
+"""
+from __future__ import annotations
+
+import json
+import math
+from functools import lru_cache
+from pathlib import Path
+from typing import NamedTuple
+
+DEVICES_FILE = Path(__file__).with_name("devices.json")
+COUNTS_FILE = Path(__file__).resolve().parents[1] / "ledger" / "loop_counts.json"
+RULE_DEVICE = "h200"  # the GPU the tile rule scores for (one CTA per SM of its 132)
+RULE_ARCH = "sm_90"
+IMMA_OPS = 2 * 16 * 8 * 32  # one m16n8k32 mma: a multiply and an add per product
+K_TILE_BYTES = 64  # bytes of k per main-loop step of every configuration here
+L1_BYTES_PER_WAVEFRONT = 128
+
+
+# ---- device facts --------------------------------------------------------------------
+
+
+class Device(NamedTuple):
+    """The figures of one GPU in devices.json (values only; the sources stay in the file)."""
+
+    name: str
+    arch: str
+    sms: int
+    clock_ghz: float
+    int8_dense_tops: float
+    bf16_dense_tflops: float
+    mma_sync_fraction: float
+    library_tensor_fraction: float
+    l2_latency_cycles: float
+    dram_latency_cycles: float
+    shared_latency_cycles: float
+    l2_bandwidth_gbs: float
+    rule_l2_bandwidth_gbs: float  # the tile rule's ranking figure (see devices.json)
+    dram_bandwidth_gbs: float
+    dram_efficiency: float
+    red_gbs: float
+    launch_us: float
+    kernel_fixed_us: float
+    l1_wavefronts_per_clock: float
+    schedulers_per_sm: int
+    max_ctas_per_sm: int
+    max_warps_per_sm: int
+    registers_per_sm: int
+    shared_per_sm_bytes: int
+
+    @property
+    def clock_hz(self) -> float:
+        return self.clock_ghz * 1e9
+
+    def peak_ops_per_sm_clock(self, dtype: str = "int8") -> float:
+        """Dense tensor ops (a multiply and an add each) per SM per clock at the datasheet peak."""
+        peak = self.int8_dense_tops if dtype == "int8" else self.bf16_dense_tflops
+        return peak * 1e12 / (self.sms * self.clock_hz)
+
+    def us(self, cycles: float) -> float:
+        return cycles / self.clock_hz * 1e6
+
+
+INT_FIELDS = ("sms", "schedulers_per_sm", "max_ctas_per_sm", "max_warps_per_sm", "registers_per_sm",
+              "shared_per_sm_bytes")
+
+
+class CostInputError(ValueError):
+    """A devices or counts file the cost model cannot use; the message is one line."""
+
+
+def read_json_file(path: Path, what: str) -> dict:
+    try:
+        return json.loads(Path(path).read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        raise CostInputError(f"{path}: missing; it holds {what}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CostInputError(f"{path}: not UTF-8 JSON ({str(exc).splitlines()[0]}); fix or restore it") from None
+
+
+def devices_from(raw: dict, path: Path) -> dict[str, Device]:
+    """Every device of a devices.json document; a missing or unsourced figure names its field."""
+    out = {}
+    for name, entry in (raw.get("devices") or {}).items():
+        values = {}
+        for field in Device._fields:
+            item = entry.get(field)
+            if field in ("name", "arch"):
+                if not isinstance(item, str):
+                    raise CostInputError(f"{path}: field 'devices.{name}.{field}': expected a string")
+                values[field] = item
+                continue
+            if not (isinstance(item, dict) and isinstance(item.get("value"), (int, float))
+                    and isinstance(item.get("source"), str) and item["source"].strip()):
+                raise CostInputError(f"{path}: field 'devices.{name}.{field}': expected "
+                                     "{value: number, source: text}; add it with its source")
+            values[field] = int(item["value"]) if field in INT_FIELDS else float(item["value"])
+        out[name] = Device(**values)
+    if not out:
+        raise CostInputError(f"{path}: field 'devices': no device; add one")
+    return out
+
+
+@lru_cache(maxsize=4)
+def load_devices(path: Path = DEVICES_FILE) -> dict[str, Device]:
+    return devices_from(read_json_file(path, "the cost model's device facts"), path)
+
+
+def device(name: str, path: Path = DEVICES_FILE) -> Device:
+    known = load_devices(path)
+    if name not in known:
+        raise CostInputError(f"unknown device '{name}'; known in {path.name}: {', '.join(known)}")
+    return known[name]
+
+
+# ---- loop counts ---------------------------------------------------------------------
+
+
+class LoopFigures(NamedTuple):
+    """One body of the steady loop, per warp per trip."""
+
+    instructions: int  # NOPs left out, as `doit sass` counts
+    imma: int
+    issue_clocks: int  # ptxas's stall counts summed over the body, NOPs included
+    direct_loads: bool  # the body loads an operand from global straight into registers
+
+
+class KernelCounts(NamedTuple):
+    fast: LoopFigures
+    tail: LoopFigures | None
+    outside_instructions: int  # the function's instructions outside the steady loop
+
+    @property
+    def clocks_per_instruction(self) -> float:
+        return self.fast.issue_clocks / self.fast.instructions
+
+
+def figures_of(entry: dict) -> LoopFigures:
+    return LoopFigures(int(entry["instructions"]), int(entry["imma"]), int(entry["issue_clocks"]),
+                       bool(entry["direct_loads"]))
+
+
+@lru_cache(maxsize=4)
+def load_counts(path: Path = COUNTS_FILE) -> dict:
+    raw = read_json_file(path, "the loop counts `doit model:counts` writes")
+    if not isinstance(raw.get("kernels"), dict):
+        raise CostInputError(f"{path}: field 'kernels': expected an object; run `doit model:counts`")
+    return raw["kernels"]
+
+
+def loop_counts(entry: str, arch: str = RULE_ARCH, path: Path = COUNTS_FILE) -> KernelCounts:
+    """The counted loop of PTX entry ``entry`` on ``arch``."""
+    kernels = load_counts(path)
+    try:
+        record = kernels[entry]["archs"][arch]
+        return KernelCounts(figures_of(record["fast"]), figures_of(record["tail"]) if record.get("tail") else None,
+                            int(record["outside_instructions"]))
+    except (KeyError, TypeError, ValueError):
+        raise CostInputError(f"{path}: no {arch} loop counts for '{entry}'; run `doit sass` then "
+                             "`doit model:counts`") from None
+
+
+# ---- the tile rule's rates -----------------------------------------------------------
+
+
+class RuleRates(NamedTuple):
+    """The rates the tile rule scores with, all from one device's facts."""
+
+    target_ctas: int  # one CTA per SM
+    macs_per_sm_clock: int  # int8 multiply-adds per SM clock that mma.sync reaches
+    l2_bytes_per_clock: int
+    schedulers: int
+
+
+def rule_rates(dev: Device) -> RuleRates:
+    return RuleRates(target_ctas=dev.sms,
+                     macs_per_sm_clock=int(dev.peak_ops_per_sm_clock("int8") * dev.mma_sync_fraction / 2),
+                     l2_bytes_per_clock=int(dev.rule_l2_bandwidth_gbs * 1e9 / dev.clock_hz),
+                     schedulers=dev.schedulers_per_sm)
+
+
+# ---- serial phases of a staged kernel ------------------------------------------------
+
+
+class StagedWork(NamedTuple):
+    """What one launch of a staged kernel does, as :func:`staged_phases` needs it."""
+
+    ctas: int
+    warps_per_cta: int
+    resident: int  # CTAs an SM holds at once (registers, shared memory, warps)
+    fast_chunks: int  # chunks one CTA runs on the fast body
+    tail_chunks: int
+    stages: int  # the A ring's depth (1: nothing prefetched)
+    counts: KernelCounts
+    epilogue_wavefronts: float  # L1 wavefronts of one CTA's output
+    output_bytes_per_cta: float
+    splits: int
+    l2_bytes: float  # through L2, whole launch
+    dram_bytes: float  # every operand and the output once
+    l1_wavefronts_per_cta: float = 0.0  # shared memory and global lines, when counted
+
+
+class Phases(NamedTuple):
+    """A kernel's predicted time, us: the serial phases of its busiest SM, the
+    whole-GPU bounds, the fixed device cost, and the host's launch cost apart."""
+
+    prologue: float
+    chunks: float
+    outside: float
+    epilogue: float
+    drain: float
+    serial: float  # waves x the phases above
+    l1: float  # the busiest SM's L1 wavefronts, when counted
+    l2: float
+    dram: float
+    reds: float
+    fixed: float
+    device_us: float  # fixed + the largest of serial, l2, dram, reds
+    launch_us: float
+    limiter: str
+
+    @property
+    def per_call_us(self) -> float:
+        return self.device_us + self.launch_us
+
+    def pct_peak(self, useful_ops: float, peak_tops: float) -> float:
+        return 100 * useful_ops / (self.device_us * 1e-6) / (peak_tops * 1e12)
+
+
+def warps_per_scheduler(dev: Device, resident: int, warps_per_cta: int) -> float:
+    return max(1.0, resident * warps_per_cta / dev.schedulers_per_sm)
+
+
+def trip_cycles(dev: Device, body: LoopFigures, w: StagedWork, active: int) -> float:
+    """One chunk of one CTA on its SM: the largest of ptxas's stall clocks of the body,
+    the body's issue when ``active`` CTAs share the schedulers, the SM's tensor work, the
+    W round trip (direct loads one chunk ahead) and the A ring's (stages - 1 ahead)."""
+    sharing = warps_per_scheduler(dev, active, w.warps_per_cta)
+    issue = sharing * body.instructions
+    tensor = active * w.warps_per_cta * body.imma * IMMA_OPS / (dev.peak_ops_per_sm_clock("int8")
+                                                                 * dev.mma_sync_fraction)
+    w_latency = dev.l2_latency_cycles if body.direct_loads else 0.0
+    ring = (dev.l2_latency_cycles + dev.shared_latency_cycles) / max(1, w.stages - 1)
+    return max(body.issue_clocks, issue, tensor, w_latency, ring)
+
+
+def staged_phases(dev: Device, w: StagedWork) -> Phases:
+    """The serial phases of a staged kernel's busiest SM (module docstring) and the
+    whole-GPU bounds."""
+    slots = dev.sms * max(1, w.resident)
+    waves = math.ceil(w.ctas / slots)
+    active = min(max(1, w.resident), math.ceil(w.ctas / dev.sms))  # CTAs sharing an SM at once
+    counts = w.counts
+    tail = counts.tail or counts.fast
+    prologue = dev.dram_latency_cycles + dev.shared_latency_cycles  # the first copies come from DRAM
+    chunks = w.fast_chunks * trip_cycles(dev, counts.fast, w, active) + w.tail_chunks * trip_cycles(dev, tail, w, active)
+    outside = counts.outside_instructions * counts.clocks_per_instruction * warps_per_scheduler(dev, active, w.warps_per_cta)
+    epilogue = active * w.epilogue_wavefronts / dev.l1_wavefronts_per_clock
+    drain = dev.l2_latency_cycles  # the last stores or reds land before the CTA retires
+    serial = waves * dev.us(prologue + chunks + outside + epilogue + drain)
+    reds = (w.ctas * w.output_bytes_per_cta / (dev.red_gbs * 1e3)) if w.splits > 1 else 0.0
+    l1 = dev.us(math.ceil(w.ctas / dev.sms) * w.l1_wavefronts_per_cta / dev.l1_wavefronts_per_clock)
+    return finish(dev, prologue, chunks, outside, epilogue, drain, serial, w.l2_bytes, w.dram_bytes, reds, waves,
+                  l1=l1)
+
+
+def finish(dev: Device, prologue: float, chunks: float, outside: float, epilogue: float, drain: float,
+           serial: float, l2_bytes: float, dram_bytes: float, reds: float, waves: int,
+           extra_device_us: float = 0.0, launches: int = 1, l1: float = 0.0) -> Phases:
+    """The phases (cycles of one CTA) as us over ``waves``, the largest bound as the limiter."""
+    bounds = {"serial": serial, "l1": l1, "l2": l2_bytes / (dev.l2_bandwidth_gbs * 1e3),
+              "dram": dram_bytes / (dev.dram_bandwidth_gbs * dev.dram_efficiency * 1e3), "reds": reds}
+    limiter = max(bounds, key=bounds.get)
+    per_phase = [waves * dev.us(c) for c in (prologue, chunks, outside, epilogue, drain)]
+    return Phases(*per_phase, serial=serial, l1=l1, l2=bounds["l2"], dram=bounds["dram"], reds=reds,
+                  fixed=dev.kernel_fixed_us * launches,
+                  device_us=dev.kernel_fixed_us * launches + bounds[limiter] + extra_device_us,
+                  launch_us=dev.launch_us * launches, limiter=limiter)
+
+
+# ---- the reference class: library-like dense GEMMs -----------------------------------
+
+
+class DenseConfig(NamedTuple):
+    """A CUTLASS/cuBLAS-like configuration: a tile_m x tile_n CTA tile of ``warps`` warps
+    with a ``stages``-deep cp.async ring, ``resident`` CTAs an SM; ``split`` > 1: split-K
+    into that many parts with a separate reduction kernel; ``stream_k``: the k-tiles of
+    all output tiles dealt out evenly over one CTA per resident slot, partial tiles fixed
+    up through a workspace in L2."""
+
+    label: str
+    tile_m: int
+    tile_n: int
+    warps: int
+    stages: int
+    resident: int
+    split: int = 1
+    stream_k: bool = False
+    multicast: int = 1  # CTAs of a cluster along M that share one load of the B tile
+
+
+# resident CTAs per SM, estimates from the shared memory each needs (stages x (tile_m +
+# tile_n) x 64 B: 32 / 48 / 48 / 72 KB of the 100-228 KB) and about 128-230 registers a thread
+TILES = (("64x64", 64, 64, 4, 4, 3, 1), ("128x64", 128, 64, 4, 4, 2, 1), ("128x128", 128, 128, 8, 3, 1, 1))
+# Hopper's libraries add wide tiles whose B tile one TMA multicast serves to a 2-CTA
+# cluster (CUTLASS 3.x sm90 kernels, ClusterShape 2x1x1; PTX ISA 9.7.9.25
+# cp.async.bulk.tensor .multicast::cluster)
+HOPPER_TILES = (("128x256 cluster 2x1", 128, 256, 8, 3, 1, 2),)
+SPLITS = (2, 4, 8)
+
+
+def dense_configs(arch: str = "sm_80") -> list[DenseConfig]:
+    """Every configuration of the reference class on ``arch``: each tile alone, split-K
+    by 2, 4 and 8, and stream-K."""
+    out = []
+    for label, tm, tn, warps, stages, resident, multicast in TILES + (HOPPER_TILES if arch == "sm_90" else ()):
+        base = DenseConfig(label, tm, tn, warps, stages, resident, multicast=multicast)
+        out.append(base)
+        out += [base._replace(label=f"{label} split-K {s}", split=s) for s in SPLITS]
+        out.append(base._replace(label=f"{label} stream-K", stream_k=True))
+    return out
+
+
+def element_bytes(dtype: str) -> int:
+    return 1 if dtype == "int8" else 2
+
+
+def output_bytes(dtype: str) -> int:
+    return 4 if dtype == "int8" else 2  # int32 sums; bf16/fp16 out
+
+
+def dense_phases(dev: Device, rows: int, cols: int, contraction: int, dtype: str, cfg: DenseConfig) -> Phases:
+    """One configuration on an M x N x K GEMM: per CTA, the DRAM round trip of the first
+    k-tile, k-tiles x the larger of the SM's tensor work and the ring's round trip over
+    stages - 1 tiles, the epilogue's output through shared memory (three passes) and the
+    drain; split-K adds the reduction kernel (its own fixed cost and launch), stream-K one
+    fix-up of a partial tile per CTA through L2."""
+    eb, ob = element_bytes(dtype), output_bytes(dtype)
+    tiles = math.ceil(rows / cfg.tile_m) * math.ceil(cols / cfg.tile_n)
+    k_tiles = math.ceil(contraction * eb / K_TILE_BYTES)
+    if cfg.stream_k:
+        ctas = min(dev.sms * cfg.resident, tiles * k_tiles)
+        per_cta = math.ceil(tiles * k_tiles / ctas)
+    else:
+        splits = min(cfg.split, k_tiles)
+        ctas = tiles * splits
+        per_cta = math.ceil(k_tiles / splits)
+    waves = math.ceil(ctas / (dev.sms * cfg.resident))
+    active = min(cfg.resident, math.ceil(ctas / dev.sms))
+    ops_per_tile = 2 * cfg.tile_m * cfg.tile_n * K_TILE_BYTES / eb
+    tensor = active * ops_per_tile / (dev.peak_ops_per_sm_clock(dtype) * dev.library_tensor_fraction)
+    ring = (dev.l2_latency_cycles + dev.shared_latency_cycles) / max(1, cfg.stages - 1)
+    prologue = dev.dram_latency_cycles + dev.shared_latency_cycles
+    chunks = per_cta * max(tensor, ring)
+    partial = 4 if (cfg.split > 1 or cfg.stream_k) else ob  # partial sums stay 32-bit
+    epilogue = active * 3 * cfg.tile_m * cfg.tile_n * partial / L1_BYTES_PER_WAVEFRONT / dev.l1_wavefronts_per_clock
+    drain = dev.l2_latency_cycles
+    fixup = (2 * dev.l2_latency_cycles) if cfg.stream_k else 0.0  # wait for and read a neighbour's partial
+    serial = waves * dev.us(prologue + chunks + epilogue + drain + fixup)
+    compulsory = (rows * contraction + contraction * cols) * eb + rows * cols * ob
+    l2_bytes = ctas * (cfg.tile_m + cfg.tile_n / cfg.multicast) * per_cta * K_TILE_BYTES + rows * cols * ob
+    extra, launches = 0.0, 1
+    if cfg.split > 1 and not cfg.stream_k:  # the partials out, then a reduction kernel reads them
+        workspace = splits * rows * cols * 4
+        l2_bytes += workspace
+        extra = dev.kernel_fixed_us + (workspace + rows * cols * ob) / (dev.l2_bandwidth_gbs * 1e3)
+        launches = 2
+    if cfg.stream_k:
+        l2_bytes += 2 * ctas * cfg.tile_m * cfg.tile_n * 4
+    phases = finish(dev, prologue, chunks, 0.0, epilogue, drain + fixup, serial, l2_bytes, compulsory, 0.0, waves,
+                    extra_device_us=extra, launches=1)
+    return phases._replace(launch_us=dev.launch_us * launches)
+
+
+def best_dense(dev: Device, rows: int, cols: int, contraction: int, dtype: str = "int8",
+               per_call: bool = True) -> tuple[DenseConfig, Phases]:
+    """The configuration a library's heuristic would pick with perfect knowledge: the
+    lowest per-call time (device + launches) of :func:`dense_configs`, or the lowest
+    device time with ``per_call=False``."""
+    scored = [(cfg, dense_phases(dev, rows, cols, contraction, dtype, cfg)) for cfg in dense_configs(dev.arch)]
+    return min(scored, key=lambda cp: cp[1].per_call_us if per_call else cp[1].device_us)
+
+
+def torch_linear_step(dev: Device, rows: int, in_features: int, out_features: int) -> float:
+    """Per-call us of bf16 ``nn.Linear``'s layer step: forward (R x K -> N), the input
+    gradient (R x N -> K) and the weight gradient (N x R -> K), each the best dense
+    configuration, each its own launch(es)."""
+    gemms = ((rows, out_features, in_features), (rows, in_features, out_features), (out_features, in_features, rows))
+    return sum(best_dense(dev, m, n, k, "bf16")[1].per_call_us for m, n, k in gemms)
+
+
+def host_loop_us(phases: Phases) -> float:
+    """A back-to-back loop of launches from the host runs at the slower of the device
+    time and the host's launch cost (launches queue while the GPU runs)."""
+    return max(phases.device_us, phases.launch_us)

@@ -1,0 +1,131 @@
+"""What the rescaled GEMMs share: the three products of a layer step with the rescale fused
+into their epilogue, writing the caller's float type straight from the accumulators
+(kernels/hslm_fwd_rescaled.py, hslm_dx_rescaled.py, hslm_dw_rescaled.py: families
+``hslm_<product>_<out>`` and ``hslm_<product>_splitk_<out>``, out in f32, f16, bf16).
+
+Each is the int32 product of its ``_s8`` module (same operands, same chunk loop, same
+tiles) whose epilogue (``staged_tile.Rescale``, ``staged_tile.RescaledRows``) stages the
+tile's int32 sums through the A ring, as split-K does, and stores every element as
+
+- forward, Y (R x N):  (f32(acc) * row_scales[r]) * beta (+ bias[j] where has_bias);
+- dX, dX (R x K):      (f32(acc) * row_scales[r]) * beta;
+- dW, dW (N x K, nn.Linear's weight layout): (f32(acc) * v[j]) * u[i];
+
+rounded to nearest even at every step (``cvt.rn.f32.s32``, ``mul.rn.f32``,
+``add.rn.f32``, then ``cvt.rn.f16.f32`` / ``cvt.rn.bf16.f32``; PTX ISA 9.7.3, 9.7.9.21),
+which is ``kernels.stepmath.rescale_rows`` / ``rescale_cols`` followed by
+``kernels.floats.from_f32``: the references below are exactly that, on the exact int32
+product of ``kernels.reference``. beta is read on the device (a pointer), never by the
+host. The outputs are contiguous (row pitch = the output's width) in the float type.
+
+Split-K. A split's partial sums must not be rescaled one by one (rounding each and adding
+would not give the rounding of the sum), so there are two families per product and type:
+
+- ``hslm_<product>_<out>`` never splits: one CTA per output tile walks the whole
+  contraction. Its parameters are the int32 kernel's inputs and the rescale's, nothing
+  else (callers need no state between launches);
+- ``hslm_<product>_splitk_<out>`` splits where the tile rule says it pays and reduces in
+  int32 (``staged_tile.emit_split_rescale``): every split adds its int32 sums into
+  ``partials`` with red.global.add.s32, takes the tile's arrival ticket, and the CTA that
+  arrives last reads the sums back, rescales them once and leaves ``partials`` and
+  ``tickets`` at 0 for the next launch (no memset launch): exact, and the same bits
+  whatever the split or the order of arrival. The caller allocates the two zeroed once
+  and keeps them (``split_workspace``); parameters ``ldo`` and ``kspan`` follow, as in the
+  int32 kernels. Where one split is cheaper it launches one, with the unsplit epilogue.
+
+The tile rule (``staged_tile.rule_cost``: clocks of the busiest SM of a 132-SM GPU, lower
+is better; ``registry.choose`` picks the tile; f32, f16 and bf16 score alike) at the HSLM
+shapes and the large ones of shapes.yaml, int32 kernel (with its splits) against each:
+
+    product shape            int32 clocks tile   splits   unsplit  tile   splits   splitk  tile   splits
+    fwd     attn_r27                  672  32x128     2      1088  32x128    1      1088  32x128     1
+    fwd     ffn_up_r27                672  32x128     2      1088  32x128    1      1088  32x128     1
+    fwd     ffn_down_r27              672  32x128     6      2240  32x128    1      1184  32x128     6
+    fwd     attn_r1782                832  32x128     1      1088  32x128    1      1088  32x128     1
+    fwd     ffn_up_r1782             2496  32x128     1      3264  32x128    1      3264  32x128     1
+    fwd     ffn_down_r1782           1984  32x128     1      2240  32x128    1      2240  32x128     1
+    fwd     r8192                  540672  128x128    1    557056  128x128   1   557056  128x128    1
+    dx      attn_r27                  672  32x128     2      1088  32x128    1      1088  32x128     1
+    dx      ffn_up_r27                672  32x128     6      2240  32x128    1      1184  32x128     6
+    dx      ffn_down_r27              672  32x128     2      1088  32x128    1      1088  32x128     1
+    dx      attn_r1782                832  32x128     1      1088  32x128    1      1088  32x128     1
+    dx      ffn_up_r1782             1984  32x128     1      2240  32x128    1      2240  32x128     1
+    dx      ffn_down_r1782           2496  32x128     1      3264  32x128    1      3264  32x128     1
+    dx      r8192                  540672  128x128    1    557056  128x128   1   557056  128x128    1
+    dw      attn_r27                  544  32x128     1       800  32x128    1       800  32x128     1
+    dw      ffn_up_r27                544  32x128     1       800  32x128    1       800  32x128     1
+    dw      ffn_down_r27              544  32x128     1       800  32x128    1       800  32x128     1
+    dw      attn_r1782               1856  32x128     7     10816  32x128    1      2368  32x128     7
+    dw      ffn_up_r1782             3840  128x128   10     10816  32x128    1      5888  128x128   10
+    dw      ffn_down_r1782           3840  128x128   10     10816  32x128    1      5888  128x128   10
+    dw      r8192                  794624  128x128    1    802816  128x128   1   802816  128x128    1
+    dw      hslm_big                73728  128x128   11    377344  32x128    1     75776  128x128   11
+
+(``tests/test_fused_epilogue.py`` recomputes every row.) So: forward and dX lose little
+without a split (at most 1568 clocks, 0.86 us at 1.83 GHz, at the one shape of each that
+splits 6 ways: the split family gets that back to 1184); dW at R >= 1782 needs the split:
+unsplit it is 2.8-5.8x the int32 kernel (3.8-4.9 us more at R = 1782, 5.1x at
+R = 65536), split it is 1.28-1.53x of it at R = 1782 and 1.03x at R = 65536. Against
+the int32 kernel plus a separate rescale pass, the fused launches save that pass's
+launch (public measurements put any kernel's launch and teardown at about 2 us of
+device time on an H100-class GPU) and the int32 tile's round trip through memory.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+
+from kernels import staged_tile
+from kernels.pitch import output_pitch
+from kernels.spec import BufferSpec, Dims
+
+OUT_TYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}  # family suffix -> float type
+F32 = np.float32
+
+
+def f32_vector(name: str, length: Callable[[Dims], int]) -> BufferSpec:
+    return BufferSpec(name, "float32", lambda d: (length(d),))
+
+
+def scales(rng: np.random.Generator, n: int) -> np.ndarray:
+    """n positive f32 scales with random mantissas over 10 binades (absmax / 127 of
+    activations), so products round in every way."""
+    return (rng.uniform(1.0, 2.0, n) * 2.0 ** rng.integers(-16, -6, n)).astype(F32)
+
+
+def row_inputs(rng: np.random.Generator, rows: int) -> dict[str, np.ndarray]:
+    """Row scales and beta (mean |W| of a layer, well inside (0, 1))."""
+    return {"row_scales": scales(rng, rows), "beta": rng.uniform(0.02, 0.5, 1).astype(F32)}
+
+
+def split_workspace(rows: Callable[[Dims], int], cols: Callable[[Dims], int]) -> tuple[tuple[BufferSpec, ...],
+                                                                                 Callable[[Dims], dict]]:
+    """The buffers a split family adds, which the caller keeps between launches, zeroed once
+    when allocated and left zeroed by every launch (``staged_tile.emit_split_rescale``):
+    ``partials`` (int32, rows x output_pitch(cols): the int32 output's layout) and
+    ``tickets`` (int32, one per output tile of the small tile's grid, the larger one, so
+    one size serves every configuration of the family); and their zeroed arrays."""
+    def tickets(d: Dims) -> int:
+        return math.prod(staged_tile.output_tiles(rows(d), cols(d), staged_tile.SMALL))
+
+    def shapes(d: Dims) -> dict[str, tuple[int, ...]]:
+        return {"partials": (rows(d), output_pitch(cols(d))), "tickets": (tickets(d),)}
+
+    buffers = tuple(BufferSpec(name, "int32", lambda d, name=name: shapes(d)[name]) for name in ("partials", "tickets"))
+    return buffers, lambda d: {name: np.zeros(shape, np.int32) for name, shape in shapes(d).items()}
+
+
+def family(product: str, suffix: str, split: bool) -> str:
+    """hslm_fwd_bf16, or hslm_fwd_splitk_bf16 for the split one."""
+    return f"hslm_{product}_{'splitk_' if split else ''}{suffix}"
+
+
+def workspace_of(split: bool, rows: Callable[[Dims], int], cols: Callable[[Dims], int]) -> tuple[
+        tuple[BufferSpec, ...], Callable[[Dims], dict], dict[str, str]]:
+    """A split family's workspace buffers, their zeroed inputs, and the Rescale fields naming them."""
+    if not split:
+        return (), lambda d: {}, {}
+    buffers, zeros = split_workspace(rows, cols)
+    return buffers, zeros, {"partials": "partials", "tickets": "tickets"}

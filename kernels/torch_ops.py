@@ -1,0 +1,265 @@
+"""The TernaryLinear step as torch operators: ``hslm::linear`` and ``hslm::linear_backward``.
+
+Both are ``torch.library.custom_op`` operators with fake implementations (shapes and
+dtypes only) and registered autograd, so ``torch.compile(fullgraph=True)`` traces a model
+of TernaryLinear layers as two opaque operators per layer, with no graph break, and
+AOTAutograd builds the backward graph from them. The operators run one of three backends:
+
+- ``cpu`` (CPU tensors): kernels.layer_cpu, the kernels' integers through float BLAS;
+- ``emulator`` (CPU tensors): kernels.layer_step on numpy arrays, the PTX on the emulator;
+- ``cuda`` (CUDA tensors): kernels.layer_step on CuPy views of torch-allocated tensors,
+  launching on torch's current stream (so a step can be captured in a CUDA graph).
+
+The prepared weight (beta and the ternary codes or planes) is cached per weight version:
+keyed on the weight's storage (held weakly, so the cache never keeps a weight alive), its
+view (offset, shape, strides), dtype, backend and ``weight._version``. Forward and
+backward of a step therefore prepare the weight once, and every in-place change (an
+optimizer step, ``load_state_dict``, ``torch.no_grad()`` edits) bumps the version and
+makes the next forward prepare it again. A change made through ``weight.data`` is not
+counted by the version counter; call :func:`forget_prepared_weights` after one. While
+a CUDA stream is being captured, forward always prepares (so the graph holds the
+preparation kernels and a replay after an optimizer step uses the new weights).
+"""
+from __future__ import annotations
+
+import functools
+import importlib
+import weakref
+from typing import Any
+
+import numpy as np
+import torch
+
+from kernels import layer_cpu
+
+BACKENDS = ("cpu", "emulator", "cuda")
+BACKEND_DEVICE = {"cpu": "cpu", "emulator": "cpu", "cuda": "cuda"}
+STEP_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+_DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
+
+
+class BackendUnavailable(RuntimeError):
+    """A backend whose runtime is not present here (kernels.layer_step or CuPy missing)."""
+
+
+def layer_step() -> Any:
+    """kernels.layer_step, or one line saying it is not available yet."""
+    try:
+        return importlib.import_module("kernels.layer_step")
+    except ModuleNotFoundError as exc:
+        if exc.name != "kernels.layer_step":
+            raise
+        raise BackendUnavailable("TernaryLinear: the 'emulator' and 'cuda' backends are not available yet "
+                                 "(kernels/layer_step.py is missing); use backend='cpu' on CPU tensors") from None
+
+
+@functools.lru_cache(maxsize=None)
+def runtime(backend: str) -> Any:
+    """The kernels.layer_step runtime of a backend, made once."""
+    return layer_step().runtime_for(BACKEND_DEVICE[backend], backend)
+
+
+# ---- tensors <-> the runtime's arrays ----------------------------------------------------
+
+def to_array(backend: str, tensor: torch.Tensor) -> Any:
+    """A numpy (emulator) or CuPy (cuda) view of a contiguous tensor, no copy; bf16 as its
+    uint16 bit patterns (kernels.floats: numpy and CuPy have no bfloat16)."""
+    tensor = tensor.detach().contiguous()
+    if backend == "cuda":
+        return runtime(backend).view(tensor, _DTYPE_NAMES.get(tensor.dtype))
+    if tensor.dtype == torch.bfloat16:
+        return tensor.view(torch.int16).numpy().view(np.uint16)
+    return tensor.numpy()
+
+
+def to_tensor(backend: str, array: Any, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """The tensor over a runtime array, no copy; ``dtype`` bfloat16 reads uint16 bits as bf16."""
+    if backend == "cuda":
+        return runtime(backend).tensor(array, "bfloat16" if dtype == torch.bfloat16 else str(array.dtype))
+    array = np.asarray(array)
+    if array.dtype == np.uint16:
+        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(array)
+
+
+# ---- the prepared-weight cache -----------------------------------------------------------
+
+_PREPARED: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
+PREPARE_COUNT = {"count": 0}  # preparations made (tests see forward and backward share one)
+
+
+def forget_prepared_weights() -> None:
+    """Drop every cached weight preparation (after a change the version counter cannot see)."""
+    _PREPARED.clear()
+
+
+def _capturing(weight: torch.Tensor) -> bool:
+    return weight.is_cuda and torch.cuda.is_current_stream_capturing()
+
+
+def prepared_weight(weight: torch.Tensor, backend: str, fresh: bool = False) -> Any:
+    """The weight's preparation for ``backend``: from the cache when its version was seen,
+    else made now (``fresh`` forces that) and cached. A weight made under
+    ``torch.inference_mode`` has no version counter: it is prepared every time."""
+    try:
+        version = weight._version
+    except RuntimeError:  # an inference tensor
+        return _prepare(weight, backend)
+    view = (weight.storage_offset(), tuple(weight.shape), weight.stride(), weight.dtype, backend)
+    slots = _PREPARED.setdefault(weight.untyped_storage(), {})
+    entry = slots.get(view)
+    if entry is not None and entry[0] == version and not fresh:
+        return entry[1]
+    prepared = slots[view] = (version, _prepare(weight, backend))
+    return prepared[1]
+
+
+def _prepare(weight: torch.Tensor, backend: str) -> Any:
+    PREPARE_COUNT["count"] += 1
+    if backend == "cpu":
+        return layer_cpu.prepare_weight(weight)
+    return layer_step().prepare_weight(runtime(backend), to_array(backend, weight))
+
+
+# ---- shapes the operators return -----------------------------------------------------------
+
+def _degenerate(R: int, K: int, N: int) -> bool:
+    """A step with an empty dimension: no product to launch (the layer_step kernels take
+    non-empty matrices), so every backend computes it with kernels.layer_cpu."""
+    return R == 0 or K == 0 or N == 0
+
+
+def saved_shape(backend: str, R: int, K: int) -> tuple[int, int]:
+    """The shape of x's column codes kept for dW: R x K on the CPU backend and for empty
+    steps, the GEMM's transposed pitched layout K x pitch(R) from kernels.layer_step."""
+    if backend == "cpu" or _degenerate(R, K, 1):
+        return (R, K)
+    from kernels.pitch import pitch
+
+    return (K, pitch(R))
+
+
+# ---- the operators -------------------------------------------------------------------------
+
+@torch.library.custom_op("hslm::linear", mutates_args=())
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, backend: str,
+           keep_for_dw: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """y = x (beta W_t)^T + bias for x R x K (y in x's dtype), and x's column codes and
+    scales kept for dW (empty when ``keep_for_dw`` is False: no weight gradient to come)."""
+    R, K = x.shape
+    N = weight.shape[0]
+    with torch.autocast(x.device.type, enabled=False):  # the step's arithmetic is fixed
+        if backend == "cpu" or _degenerate(R, K, N):
+            return _cpu_forward(x, weight, bias, keep_for_dw)
+        prepared = prepared_weight(weight, backend, fresh=_capturing(weight))
+        y, saved = layer_step().forward(runtime(backend), to_array(backend, x), prepared,
+                                        None if bias is None else to_array(backend, bias.to(x.dtype)))
+        if not keep_for_dw:
+            return to_tensor(backend, y, x.dtype), *_nothing_kept(x)
+        return (to_tensor(backend, y, x.dtype), to_tensor(backend, saved.x_t),
+                to_tensor(backend, saved.u))
+
+
+def _nothing_kept(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return x.new_empty((0, 0), dtype=torch.int8), x.new_empty((0,), dtype=torch.float32)
+
+
+def _cpu_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                 keep_for_dw: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """kernels.layer_cpu's forward; for an empty CUDA step, on CPU copies, moved back."""
+    device = x.device
+    if device.type != "cpu":
+        x, weight = x.cpu(), weight.cpu()
+        bias = None if bias is None else bias.cpu()
+    prepared = prepared_weight(weight, "cpu") if device.type == "cpu" else layer_cpu.prepare_weight(weight)
+    y, saved = layer_cpu.forward(x, prepared, bias, keep_columns=keep_for_dw)
+    if saved is None:
+        return y.to(device), *_nothing_kept(y.to(device))
+    return y.to(device), saved.codes.to(device), saved.scales.to(device)
+
+
+@linear.register_fake
+def _linear_fake(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, backend: str,
+                 keep_for_dw: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    R, K = x.shape
+    y = x.new_empty((R, weight.shape[0]))
+    if not keep_for_dw:
+        return y, *_nothing_kept(x)
+    return y, x.new_empty(saved_shape(backend, R, K), dtype=torch.int8), x.new_empty((K,), dtype=torch.float32)
+
+
+@torch.library.custom_op("hslm::linear_backward", mutates_args=())
+def linear_backward(dy: torch.Tensor, codes: torch.Tensor, scales: torch.Tensor, weight: torch.Tensor,
+                    backend: str, need_dx: bool, need_dw: bool,
+                    need_db: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dx R x K in dy's dtype, dw N x K in the weight's, db f32[N]); an empty tensor for
+    each one not asked for."""
+    R, N = dy.shape
+    K = weight.shape[1]
+    with torch.autocast(dy.device.type, enabled=False):
+        if backend == "cpu" or _degenerate(R, K, N):
+            dx, dw, db = _cpu_backward(dy, codes, scales, weight, need_dx, need_dw, need_db)
+        else:
+            step, rt = layer_step(), runtime(backend)
+            saved = step.SavedActivations(to_array(backend, codes), to_array(backend, scales), R)
+            arrays = step.backward(rt, to_array(backend, dy), saved, prepared_weight(weight, backend),
+                                   need_dx, need_dw, need_db)
+            dx, dw, db = (None if a is None else to_tensor(backend, a, dtype)
+                          for a, dtype in zip(arrays, (dy.dtype, weight.dtype, torch.float32)))
+    return (dy.new_empty((0,)) if dx is None else dx, dy.new_empty((0,), dtype=weight.dtype) if dw is None else dw,
+            dy.new_empty((0,), dtype=torch.float32) if db is None else db)  # outputs may not alias
+
+
+def _cpu_backward(dy: torch.Tensor, codes: torch.Tensor, scales: torch.Tensor, weight: torch.Tensor,
+                  need_dx: bool, need_dw: bool, need_db: bool) -> tuple[Any, Any, Any]:
+    device = dy.device
+    if device.type != "cpu":
+        dy, codes, scales, weight = dy.cpu(), codes.cpu(), scales.cpu(), weight.cpu()
+    prepared = (prepared_weight(weight, "cpu") if device.type == "cpu" and need_dx
+                else layer_cpu.prepare_weight(weight) if need_dx else None)
+    dx, dw, db = layer_cpu.backward(dy, layer_cpu.SavedColumns(codes, scales), prepared,
+                                    need_dx, need_dw, need_db)
+    return tuple(None if g is None else g.to(device) for g in (dx, None if dw is None else dw.to(weight.dtype), db))
+
+
+@linear_backward.register_fake
+def _linear_backward_fake(dy: torch.Tensor, codes: torch.Tensor, scales: torch.Tensor, weight: torch.Tensor,
+                          backend: str, need_dx: bool, need_dw: bool,
+                          need_db: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    R, N = dy.shape
+    K = weight.shape[1]
+    return (dy.new_empty((R, K) if need_dx else (0,)),
+            dy.new_empty((N, K) if need_dw else (0,), dtype=weight.dtype),
+            dy.new_empty((N,) if need_db else (0,), dtype=torch.float32))
+
+
+def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[torch.Tensor, ...]) -> None:
+    x, weight, bias, backend, keep_for_dw = inputs
+    _, codes, scales = output
+    ctx.mark_non_differentiable(codes, scales)
+    ctx.save_for_backward(codes, scales, weight)
+    ctx.backend, ctx.kept_for_dw = backend, keep_for_dw
+    ctx.bias_dtype = None if bias is None else bias.dtype
+
+
+def _backward(ctx: Any, dy: torch.Tensor, _codes: Any, _scales: Any) -> tuple[Any, Any, Any, None, None]:
+    codes, scales, weight = ctx.saved_tensors
+    need_dx, need_dw, need_db = ctx.needs_input_grad[:3]
+    if need_dw and not ctx.kept_for_dw:
+        raise RuntimeError("hslm::linear: the weight's gradient was asked for, but forward ran with "
+                           "keep_for_dw=False and kept nothing for it; pass keep_for_dw=True when the "
+                           "weight requires a gradient")
+    dx, dw, db = linear_backward(dy, codes, scales, weight, ctx.backend, need_dx, need_dw,
+                                 bool(need_db and ctx.bias_dtype is not None))
+    return (dx if need_dx else None, dw if need_dw else None,
+            db.to(ctx.bias_dtype) if need_db and ctx.bias_dtype is not None else None, None, None)
+
+
+def _refuse_double_backward(ctx: Any, *grads: Any) -> None:
+    raise RuntimeError("TernaryLinear: double backward is not supported (the int8 step's gradients are "
+                       "straight-through estimates with no derivative of their own); take one backward")
+
+
+linear.register_autograd(_backward, setup_context=_setup_context)
+linear_backward.register_autograd(_refuse_double_backward, setup_context=lambda ctx, inputs, output: None)
+

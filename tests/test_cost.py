@@ -1,0 +1,174 @@
+"""The one cost module (kernels/cost.py): its device facts, the committed loop counts
+against the SASS, the serial phases worked by hand, the reference configurations and
+the tile rule's rates."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from kernels import cost, staged_tile
+from kernels.registry import KERNELS
+from pipeline import config, perf_model
+from pipeline.artifacts import read_model
+from pipeline.sass import SassReport
+
+H200 = cost.device("h200")
+GEMMS = [name for name, spec in KERNELS.items() if spec.is_gemm]
+
+
+# ---- device facts --------------------------------------------------------------------
+
+def test_every_device_figure_has_a_source():
+    raw = json.loads(cost.DEVICES_FILE.read_text())
+    for name, entry in raw["devices"].items():
+        numbers = {k: v for k, v in entry.items() if isinstance(v, dict)}
+        assert set(numbers) == set(cost.Device._fields) - {"name", "arch"}, name
+        assert all(len(v["source"]) > 20 for v in numbers.values()), name
+
+
+def test_the_corrected_l2_and_the_floor_and_launch_are_apart():
+    assert 5500 <= H200.l2_bandwidth_gbs <= 7500  # public H100 microbenchmarks' range
+    assert H200.kernel_fixed_us >= 2.0 and H200.launch_us > 0
+
+
+def test_a_device_without_a_source_is_one_line_naming_the_field(tmp_path):
+    raw = json.loads(cost.DEVICES_FILE.read_text())
+    raw["devices"]["h200"]["red_gbs"]["source"] = " "
+    bad = tmp_path / "devices.json"
+    bad.write_text(json.dumps(raw))
+    with pytest.raises(cost.CostInputError, match=r"field 'devices\.h200\.red_gbs': expected \{value"):
+        cost.load_devices(bad)
+    with pytest.raises(cost.CostInputError, match="missing"):
+        cost.load_devices(tmp_path / "absent.json")
+    with pytest.raises(cost.CostInputError, match="unknown device 'v100'; known in devices.json: h200"):
+        cost.device("v100")
+
+
+def test_the_tile_rule_reads_its_rates_from_the_device_file():
+    rates = cost.rule_rates(H200)
+    assert (staged_tile.TARGET_CTAS, staged_tile.MACS_PER_SM_CLOCK, staged_tile.SCHEDULERS) == (
+        rates.target_ctas, rates.macs_per_sm_clock, rates.schedulers) == (132, 2867, 4)
+    assert staged_tile.L2_BYTES_PER_CLOCK == rates.l2_bytes_per_clock == int(H200.rule_l2_bandwidth_gbs / 1.83)
+
+
+# ---- loop counts ---------------------------------------------------------------------
+
+def test_no_kernel_module_carries_pasted_loop_counts():
+    sources = [p.read_text() for p in (config.ROOT / "kernels").glob("hslm_*.py")]
+    assert sources and not any("LOOP_INSTRUCTIONS" in text for text in sources)
+
+
+def test_the_committed_counts_agree_with_the_sass_records():
+    counts = json.loads(cost.COUNTS_FILE.read_text())
+    reports = {k: read_model(config.sass_json(k), SassReport) for k in GEMMS}
+    assert perf_model.counts_problems(counts, reports) == []
+    # negative: a count changed by hand is found
+    name = GEMMS[0]
+    counts["kernels"][name]["archs"]["sm_90"]["fast"]["imma"] += 1
+    assert perf_model.counts_problems(counts, reports) == [
+        f"ledger/loop_counts.json: {name} sm_90 fast: (instructions, imma) "
+        f"({counts['kernels'][name]['archs']['sm_90']['fast']['instructions']}, "
+        f"{counts['kernels'][name]['archs']['sm_90']['fast']['imma']}), the SASS "
+        f"({reports[name].arch('sm_90').fast.instructions}, {reports[name].arch('sm_90').fast.imma}); "
+        "run `doit model:counts`"]
+
+
+def test_the_stall_clocks_are_ptxas_s_for_the_forward_loop():
+    """Recount one body from a fresh cubin: the committed stall clocks are what the control
+    bits of ptxas's code say (2-3.5 clocks an instruction at one warp a scheduler)."""
+    report = read_model(config.sass_json("hslm_fwd_s8_m32"), SassReport)
+    listing = perf_model.cuobjdump_listing(config.ptx_path("hslm_fwd_s8_m32"), "sm_90")
+    fresh = perf_model.arch_counts(report.arch("sm_90"), perf_model.control_stalls(listing, "hslm_fwd_s8_m32"))
+    committed = cost.loop_counts("hslm_fwd_s8_m32", "sm_90")
+    assert fresh["fast"]["issue_clocks"] == committed.fast.issue_clocks
+    assert 2.0 <= committed.clocks_per_instruction <= 3.6
+
+
+def test_a_missing_entry_says_what_to_run(tmp_path):
+    with pytest.raises(cost.CostInputError, match="no sm_90 loop counts for 'nope'; run `doit sass` then"):
+        cost.loop_counts("nope")
+    bad = tmp_path / "counts.json"
+    bad.write_text("{")
+    with pytest.raises(cost.CostInputError, match="not UTF-8 JSON"):
+        cost.load_counts(bad)
+
+
+# ---- serial phases -------------------------------------------------------------------
+
+BODY = cost.LoopFigures(instructions=100, imma=16, issue_clocks=250, direct_loads=False)
+COUNTS = cost.KernelCounts(fast=BODY, tail=None, outside_instructions=40)
+WORK = cost.StagedWork(ctas=132, warps_per_cta=4, resident=1, fast_chunks=3, tail_chunks=0, stages=4, counts=COUNTS,
+                       epilogue_wavefronts=256, output_bytes_per_cta=16384, splits=1, l2_bytes=0, dram_bytes=0)
+
+
+def test_the_chunk_chain_is_the_largest_of_its_limits():
+    # one warp per scheduler: stall clocks 250 > issue 100 > ring (300 + 30) / 3 = 110; tensor 16 IMMA x 4 warps
+    assert cost.trip_cycles(H200, BODY, WORK, active=1) == 250
+    # W straight into registers one chunk ahead: its L2 round trip (300) is the chain
+    assert cost.trip_cycles(H200, BODY._replace(direct_loads=True), WORK, active=1) == 300
+    # three CTAs on an SM: 3 warps a scheduler issue 300 instructions a trip
+    assert cost.trip_cycles(H200, BODY, WORK, active=3) == 300
+    # nothing prefetched: the whole round trip a chunk
+    assert cost.trip_cycles(H200, BODY, WORK._replace(stages=2), active=1) == 330
+
+
+def test_staged_phases_by_hand():
+    p = cost.staged_phases(H200, WORK)
+    clocks = 600 + 30 + 3 * 250 + 40 * 2.5 + 256 + 300  # DRAM + shared, chunks, outside at 2.5 clk, epilogue, drain
+    assert p.serial == pytest.approx(clocks / 1.83e3) and p.limiter == "serial"
+    assert p.device_us == pytest.approx(2.0 + clocks / 1.83e3) and p.per_call_us == pytest.approx(p.device_us + 5.0)
+    # a second wave of CTAs doubles the serial part, never the fixed cost
+    two = cost.staged_phases(H200, WORK._replace(ctas=264))
+    assert two.serial == pytest.approx(2 * p.serial) and two.fixed == p.fixed
+    # split-K: the reds at the atomic rate
+    split = cost.staged_phases(H200, WORK._replace(splits=4, ctas=528, resident=4))
+    assert split.reds == pytest.approx(528 * 16384 / (H200.red_gbs * 1e3))
+
+
+def test_nothing_is_predicted_below_the_device_floor():
+    tiny = WORK._replace(ctas=1, fast_chunks=0, epilogue_wavefronts=0, counts=COUNTS._replace(outside_instructions=0))
+    assert cost.staged_phases(H200, tiny).device_us >= H200.kernel_fixed_us
+    for cfg in cost.dense_configs("sm_90"):
+        assert cost.dense_phases(H200, 1, 1, 1, "int8", cfg).device_us >= H200.kernel_fixed_us
+
+
+# ---- the reference class -------------------------------------------------------------
+
+def test_the_reference_class_has_the_configurations_a_user_would_get():
+    labels = {c.label for c in cost.dense_configs("sm_80")}
+    for tile in ("64x64", "128x64", "128x128"):
+        assert {tile, f"{tile} split-K 2", f"{tile} stream-K"} <= labels
+    assert not any("cluster" in label for label in labels)
+    assert any("cluster" in c.label for c in cost.dense_configs("sm_90"))
+
+
+def test_best_dense_is_the_lowest_of_them():
+    cfg, best = cost.best_dense(H200, 1782, 243, 729)
+    every = [cost.dense_phases(H200, 1782, 243, 729, "int8", c) for c in cost.dense_configs(H200.arch)]
+    assert best.per_call_us == min(p.per_call_us for p in every)
+    assert cost.dense_phases(H200, 1782, 243, 729, "int8", cfg) == best
+
+
+def test_split_k_pays_a_reduction_kernel_and_its_launch():
+    plain = cost.DenseConfig("128x128", 128, 128, 8, 3, 1)
+    split = plain._replace(label="128x128 split-K 4", split=4)
+    one, four = (cost.dense_phases(H200, 128, 128, 8192, "int8", c) for c in (plain, split))
+    assert four.launch_us == 2 * one.launch_us
+    assert four.chunks < one.chunks  # each CTA walks a quarter of the k-tiles
+    assert four.device_us > four.fixed + max(four.serial, four.l2, four.dram)  # + the reduction kernel
+
+
+def test_torch_linear_is_three_bf16_gemms():
+    want = sum(cost.best_dense(H200, m, n, k, "bf16")[1].per_call_us
+               for m, n, k in ((1782, 729, 243), (1782, 243, 729), (729, 243, 1782)))
+    assert cost.torch_linear_step(H200, 1782, 243, 729) == pytest.approx(want)
+    assert want > 3 * (H200.kernel_fixed_us + H200.launch_us)
+
+
+def test_a_big_square_gemm_is_near_the_library_tensor_rate():
+    _, p = cost.best_dense(H200, 8192, 8192, 8192, "int8", per_call=False)
+    reached = 2 * 8192 ** 3 / (p.device_us * 1e-6) / (H200.int8_dense_tops * 1e12)
+    assert 0.7 * H200.library_tensor_fraction < reached <= H200.library_tensor_fraction
+    assert math.isclose(cost.host_loop_us(p), p.device_us)

@@ -1,0 +1,599 @@
+"""The layer step's orchestration (kernels.layer_step) on the recording stand-in, and the
+stand-in itself: what one step launches, synchronizes, copies, allocates and moves.
+
+The step kernels' specs are declared here in their published parameter lists
+(:func:`standin_specs`), installed in the registry for a test, so the real
+``prepare_weight`` / ``forward`` / ``backward`` run unchanged on the recording runtime
+whether or not the kernels are registered yet; where the real kernels are registered,
+the same counts are checked on them too.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from kernels import layer_step, planes, registry
+from kernels.layer_step import (
+    EmulatorRuntime, FakeBuffer, RecordingRuntime, backward, forward, prepare_weight, quant_dims, runtime_for,
+    step_bytes_minimum, sum_partials, weight_dims,
+)
+from kernels.pitch import pitch
+from kernels.spec import BufferSpec, Dims, KernelSpec, Launch
+from kernels.validate import LaunchError
+
+SUFFIXES = ("f32", "f16", "bf16")
+FLOATS = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
+HSLM = {"attn_r27": (27, 243, 243), "ffn_up_r27": (27, 243, 729), "ffn_down_r27": (27, 729, 243),
+        "attn_r1782": (1782, 243, 243), "ffn_up_r1782": (1782, 243, 729), "ffn_down_r1782": (1782, 729, 243)}
+STEP_LAUNCHES = 9  # 2 to prepare W, 3 forward, 4 backward
+
+
+def _scalar(name: str) -> BufferSpec:
+    return BufferSpec(name, "uint32", None)
+
+
+def _buffer(name: str, dtype: str, shape) -> BufferSpec:
+    return BufferSpec(name, dtype, shape)
+
+
+def _spec(name: str, params: tuple[BufferSpec, ...], geometry, outputs: tuple[str, ...]) -> KernelSpec:
+    def never(*args):
+        raise AssertionError(f"stand-in {name} has no PTX, inputs or reference")
+
+    return KernelSpec(name=name, emit=never, geometry=geometry, params=params, make_inputs=never,
+                      reference=never, outputs=outputs)
+
+
+def _grid(rows: int, per: int = 128) -> Launch:
+    return Launch((max(1, -(-rows // per)), 1, 1), (256, 1, 1), 0)
+
+
+def standin_specs() -> list[KernelSpec]:
+    """The step kernels with the parameter lists and launch geometry they are published
+    with; shapes on the Dims the orchestration declares them on."""
+    specs = []
+    count = lambda d: d.N * d.K  # noqa: E731  (weight_dims: R=1, K, N)
+    for dt in SUFFIXES:
+        f = FLOATS[dt]
+        specs.append(_spec(f"hslm_wsum_{dt}", (
+            _buffer("partials", "float32", lambda d: (sum_partials(count(d)),)),
+            _buffer("w", f, lambda d: (count(d),)), _scalar("count")),
+            lambda d: Launch((sum_partials(count(d)), 1, 1), (256, 1, 1), 0), ("partials",)))
+        specs.append(_spec(f"hslm_wprep_{dt}", (
+            _buffer("planes", "uint32", planes.FRAGMENTS.shape), _buffer("planes_t", "uint32", planes.FRAGMENTS_T.shape),
+            _buffer("beta", "float32", lambda d: (1,)), _buffer("w", f, lambda d: (d.N, d.K)),
+            _buffer("partials", "float32", lambda d: (sum_partials(count(d)),)),
+            _scalar("N"), _scalar("K"), _scalar("P")),
+            lambda d: _grid(d.N), ("planes", "planes_t", "beta")))
+        specs.append(_spec(f"hslm_qrows_{dt}", (
+            _buffer("codes", "int8", lambda d: (d.R, pitch(d.K))), _buffer("scales", "float32", lambda d: (d.R,)),
+            _buffer("x", f, lambda d: (d.R, d.K)), _scalar("R"), _scalar("C"), _scalar("ld")),
+            lambda d: _grid(d.R, 8), ("codes", "scales")))
+        specs.append(_spec(f"hslm_qcols_{dt}", (
+            _buffer("codes_t", "int8", lambda d: (d.K, pitch(d.R))), _buffer("scales", "float32", lambda d: (d.K,)),
+            _buffer("sums", "float32", lambda d: (d.K,)), _buffer("x", f, lambda d: (d.R, d.K)),
+            _scalar("R"), _scalar("C"), _scalar("ldr")),
+            lambda d: _grid(d.K, 32), ("codes_t", "scales", "sums")))
+        specs.append(_spec(f"hslm_fwd_{dt}", (
+            _buffer("y", f, lambda d: (d.R, d.N)), _buffer("x", "int8", lambda d: (d.R, pitch(d.K))),
+            _buffer("w", "uint32", planes.FRAGMENTS.shape), _buffer("row_scales", "float32", lambda d: (d.R,)),
+            _buffer("beta", "float32", lambda d: (1,)), _buffer("bias", f, lambda d: (d.N,)),
+            _scalar("R"), _scalar("K"), _scalar("N"), _scalar("ldx"), _scalar("has_bias")),
+            lambda d: Launch((-(-d.N // 128), -(-d.R // 32), 1), (128, 1, 1), 0), ("y",)))
+        specs.append(_spec(f"hslm_dx_{dt}", (
+            _buffer("dx", f, lambda d: (d.R, d.K)), _buffer("dy", "int8", lambda d: (d.R, pitch(d.N))),
+            _buffer("w", "uint32", planes.FRAGMENTS_T.shape), _buffer("row_scales", "float32", lambda d: (d.R,)),
+            _buffer("beta", "float32", lambda d: (1,)), _scalar("R"), _scalar("K"), _scalar("N"), _scalar("ldy")),
+            lambda d: Launch((-(-d.K // 128), -(-d.R // 32), 1), (128, 1, 1), 0), ("dx",)))
+        specs.append(_spec(f"hslm_dw_{dt}", (
+            _buffer("dw", f, lambda d: (d.N, d.K)), _buffer("x_t", "int8", lambda d: (d.K, pitch(d.R))),
+            _buffer("dy_t", "int8", lambda d: (d.N, pitch(d.R))), _buffer("u", "float32", lambda d: (d.K,)),
+            _buffer("v", "float32", lambda d: (d.N,)), _scalar("R"), _scalar("K"), _scalar("N"), _scalar("ldr")),
+            lambda d: Launch((-(-d.K // 128), -(-d.N // 128), 1), (256, 1, 1), 0), ("dw",)))
+    return specs
+
+
+def install_standins(monkeypatch: pytest.MonkeyPatch, specs: list[KernelSpec] | None = None,
+                     keep_registered: bool = False) -> None:
+    """Put the stand-in specs in the registry for one test (each its own family);
+    ``keep_registered``: only for the families the registry lacks (the real kernels run
+    wherever they exist)."""
+    if not keep_registered:  # the stand-ins alone: no real split-K family beside them
+        for family in [f for f in registry.FAMILIES if "_splitk_" in f]:
+            monkeypatch.delitem(registry.FAMILIES, family)
+    for spec in specs or standin_specs():
+        if keep_registered and spec.family_name in registry.FAMILIES:
+            continue
+        monkeypatch.setitem(registry.KERNELS, spec.name, spec)
+        monkeypatch.setitem(registry.FAMILIES, spec.family_name, (spec,))
+
+
+def run_step(rt, R: int, K: int, N: int, dtype: str = "bfloat16", weight_dtype: str = "bfloat16",
+             bias: bool = True, need_dx: bool = True):
+    """One recorded step: prepare W, forward, backward with dX, dW and db."""
+    w = rt.input((N, K), weight_dtype)
+    x = rt.input((R, K), dtype)
+    prepared = prepare_weight(rt, w)
+    y, saved = forward(rt, x, prepared, rt.input((N,), dtype) if bias else None)
+    dy = rt.input(tuple(y.shape), dtype)
+    return y, backward(rt, dy, saved, prepared, need_dx=need_dx, need_dw=True, need_db=bias)
+
+
+@pytest.fixture
+def standins(monkeypatch):
+    install_standins(monkeypatch)
+
+
+# ---- the step on the recording runtime ------------------------------------------------------
+
+@pytest.mark.parametrize("shape", HSLM)
+def test_hslm_step_meets_its_targets(standins, shape):
+    R, K, N = HSLM[shape]
+    rt = RecordingRuntime()
+    y, (dx, dw, db) = run_step(rt, R, K, N)
+    rec = rt.recording
+    assert [launch.kernel for launch in rec.launches] == [
+        "hslm_wsum_bf16", "hslm_wprep_bf16", "hslm_qrows_bf16", "hslm_qcols_bf16", "hslm_fwd_bf16",
+        "hslm_qrows_bf16", "hslm_dx_bf16", "hslm_qcols_bf16", "hslm_dw_bf16"]
+    assert (rec.host_syncs, rec.h2d_copies, rec.foreign_allocations) == ([], [], [])
+    minimum = step_bytes_minimum(R, K, N, "bfloat16", "bfloat16", bias=True)
+    assert minimum <= rec.bytes_moved <= 3 * minimum
+    assert (y.shape, dx.shape, dw.shape, db.shape) == ((R, N), (R, K), (N, K), (N,))
+    assert (y.dtype, dx.dtype, dw.dtype, db.dtype) == ("bfloat16", "bfloat16", "bfloat16", "float32")
+
+
+@pytest.mark.parametrize("shape", HSLM)
+def test_hslm_step_on_the_registered_kernels_meets_its_targets(monkeypatch, shape):
+    """The same step where the real specs exist (stand-ins only for kernels not registered)."""
+    install_standins(monkeypatch, keep_registered=True)
+    R, K, N = HSLM[shape]
+    rt = RecordingRuntime()
+    run_step(rt, R, K, N)  # the first step zero-fills what a split-K kernel keeps, once
+    extra = [x.kernel for x in rt.recording.launches if not x.kernel.startswith("hslm_")]
+    assert extra == ["<not a step kernel: zero fill>"] * (len(rt.recording.launches) - STEP_LAUNCHES)
+    rt.recording = layer_step.Recording()
+    run_step(rt, R, K, N)
+    rec = rt.recording
+    assert len(rec.launches) == STEP_LAUNCHES and rec.allocations == 17  # every output and scratch buffer
+    assert (rec.host_syncs, rec.h2d_copies, rec.foreign_allocations) == ([], [], [])
+    minimum = step_bytes_minimum(R, K, N, "bfloat16", "bfloat16", bias=True)
+    assert minimum <= rec.bytes_moved <= 3 * minimum
+    fwd = layer_step.pick(("hslm_fwd_bf16", "hslm_fwd_splitk_bf16"), Dims(R, K, N))
+    assert rec.launches[4].kernel == fwd.name and rec.launches[4].grid == fwd.geometry(Dims(R, K, N)).grid
+
+
+def test_a_split_is_picked_only_where_it_pays():
+    """dW at R = 1782 splits (the rule scores the split family lower); at R = 27 nothing does
+    but forward of ffn_down and dX of ffn_up, where the split family's own pick splits 6 ways."""
+    if "hslm_dw_splitk_bf16" not in registry.FAMILIES:
+        pytest.skip("no split-K families registered")
+    splits = {shape: [layer_step.pick((f"hslm_{p}_bf16", f"hslm_{p}_splitk_bf16"), Dims(*HSLM[shape])).name
+                      for p in ("fwd", "dx", "dw")] for shape in HSLM}
+    split = {shape: [("_splitk_" in name) for name in names] for shape, names in splits.items()}
+    assert split["attn_r1782"] == split["ffn_up_r1782"] == split["ffn_down_r1782"] == [False, False, True]
+    assert split["ffn_down_r27"] == [True, False, False] and split["ffn_up_r27"] == [False, True, False]
+    assert split["attn_r27"] == [False, False, False]
+
+
+def test_geometry_and_bytes_come_from_the_specs(standins):
+    rt = RecordingRuntime()
+    run_step(rt, 27, 243, 729)
+    by_name = {launch.kernel: launch for launch in rt.recording.launches}
+    fwd = registry.KERNELS["hslm_fwd_bf16"]
+    assert by_name["hslm_fwd_bf16"].grid == fwd.geometry(Dims(27, 243, 729)).grid
+    wsum = by_name["hslm_wsum_bf16"]
+    assert wsum.grid == (sum_partials(243 * 729), 1, 1) and wsum.block == (256, 1, 1)
+    # forward reads x's codes (27 x pitch(243)), the planes, both scales, beta and the bias; writes y
+    assert dict((n, b) for n, b, _ in by_name["hslm_fwd_bf16"].buffers) == {
+        "y": 27 * 729 * 2, "x": 27 * 256, "w": math.prod(planes.FRAGMENTS.shape(Dims(27, 243, 729))) * 4,
+        "row_scales": 27 * 4, "beta": 4, "bias": 729 * 2}
+    assert [n for n, _, written in by_name["hslm_qcols_bf16"].buffers if written] == ["codes_t", "scales", "sums"]
+
+
+def test_parameter_order_is_the_specs(monkeypatch):
+    """Reorder forward's parameters: the arguments follow, nothing in the step changes."""
+    specs = standin_specs()
+    fwd = next(s for s in specs if s.name == "hslm_fwd_f32")
+    reordered = fwd.params[::-1]
+    specs = [s if s is not fwd else _spec(fwd.name, reordered, fwd.geometry, fwd.outputs) for s in specs]
+    install_standins(monkeypatch, specs)
+    seen = {}
+
+    class Capturing(RecordingRuntime):
+        def run(self, spec, geometry, args, buffers):
+            seen[spec.name] = args
+            super().run(spec, geometry, args, buffers)
+
+    rt = Capturing()
+    prepared = prepare_weight(rt, rt.input((24, 40), "float32"))
+    forward(rt, rt.input((5, 40), "float32"), prepared, None)
+    args = seen["hslm_fwd_f32"]
+    assert [type(a).__name__ for a in args[:6]] == ["uint32"] * 5 + ["FakeBuffer"]
+    assert [int(a) for a in args[:5]] == [0, pitch(40), 24, 40, 5]  # has_bias, ldx, N, K, R
+    assert args[-1].shape == (5, 24) and args[-2].shape == (5, pitch(40))  # y, then x's codes
+
+
+def test_no_bias_is_neither_read_nor_counted(standins):
+    rt = RecordingRuntime()
+    run_step(rt, 27, 243, 243, bias=False)
+    fwd = next(launch for launch in rt.recording.launches if launch.kernel == "hslm_fwd_bf16")
+    assert "bias" not in [n for n, _, _ in fwd.buffers]
+    assert len(rt.recording.launches) == STEP_LAUNCHES
+
+
+def test_backward_launches_only_what_is_asked(standins):
+    rt = RecordingRuntime()
+    prepared = prepare_weight(rt, rt.input((8, 16), "float32"))
+    _, saved = forward(rt, rt.input((4, 16), "float32"), prepared)
+    before = len(rt.recording.launches)
+    dx, dw, db = backward(rt, rt.input((4, 8), "float32"), saved, prepared, need_dx=False, need_dw=False, need_db=True)
+    assert (dx, dw) == (None, None) and db.shape == (8,)
+    assert [launch.kernel for launch in rt.recording.launches[before:]] == ["hslm_qcols_f32"]
+    dx, dw, db = backward(rt, rt.input((4, 8), "float32"), saved, prepared, need_dx=True, need_dw=False, need_db=False)
+    assert dw is None and db is None and dx.shape == (4, 16)
+
+
+def test_mixed_float_types_name_their_kernels(standins):
+    rt = RecordingRuntime()
+    run_step(rt, 3, 17, 5, dtype="float16", weight_dtype="float32")
+    names = [launch.kernel for launch in rt.recording.launches]
+    assert names[:2] == ["hslm_wsum_f32", "hslm_wprep_f32"] and names[-1] == "hslm_dw_f32"
+    assert "hslm_fwd_f16" in names and "hslm_dx_f16" in names
+
+
+@settings(max_examples=40, deadline=None)
+@given(R=st.integers(1, 3000), K=st.integers(1, 900), N=st.integers(1, 900),
+       dtype=st.sampled_from(sorted(FLOATS.values())), bias=st.booleans())
+def test_every_shape_is_nine_launches_and_at_least_the_minimum(R, K, N, dtype, bias):
+    with pytest.MonkeyPatch.context() as mp:
+        install_standins(mp)
+        rt = RecordingRuntime()
+        run_step(rt, R, K, N, dtype=dtype, weight_dtype=dtype, bias=bias)
+    rec = rt.recording
+    assert len(rec.launches) == STEP_LAUNCHES
+    assert (len(rec.host_syncs), len(rec.h2d_copies), len(rec.foreign_allocations)) == (0, 0, 0)
+    assert rec.bytes_moved >= step_bytes_minimum(R, K, N, dtype, dtype, bias)
+
+
+# ---- negative: what the stand-in catches -------------------------------------------------------
+
+def test_a_planted_host_sync_is_counted(standins, monkeypatch):
+    real = layer_step._quantize_rows
+
+    def checking(rt, a, dt):
+        out = real(rt, a, dt)
+        if bool(out["scales"].any()):  # a value check: the host waits for the device
+            pass
+        return out
+
+    monkeypatch.setattr(layer_step, "_quantize_rows", checking)
+    rt = RecordingRuntime()
+    run_step(rt, 27, 243, 243)
+    assert len(rt.recording.host_syncs) == 2  # forward's X and backward's dY
+    assert all(__file__ in where for where in rt.recording.host_syncs)
+    assert len(rt.recording.launches) == STEP_LAUNCHES + 2  # and each .any() is a launch of its own
+
+
+def test_a_planted_extra_launch_is_counted(standins, monkeypatch):
+    real = layer_step._quantize_cols
+
+    def twice(rt, a, dt):
+        real(rt, a, dt)
+        return real(rt, a, dt)
+
+    monkeypatch.setattr(layer_step, "_quantize_cols", twice)
+    rt = RecordingRuntime()
+    run_step(rt, 27, 243, 243)
+    assert len(rt.recording.launches) == STEP_LAUNCHES + 2
+
+
+def test_a_planted_foreign_op_is_a_launch_and_an_allocation(standins, monkeypatch):
+    real = layer_step.prepare_weight
+
+    def rescaled(rt, w):
+        prepared = real(rt, w)
+        return prepared._replace(beta=prepared.beta * 2)  # an elementwise op outside the step's kernels
+
+    monkeypatch.setattr(layer_step, "prepare_weight", rescaled)
+    rt = RecordingRuntime()
+    layer_step.prepare_weight(rt, rt.input((8, 16), "float32"))
+    rec = rt.recording
+    assert rec.launches[-1].kernel == "<not a step kernel: mul>"
+    assert len(rec.foreign_allocations) == 1 and rec.host_syncs == []
+
+
+@pytest.mark.parametrize("touch", [
+    lambda b: b.get(), lambda b: float(b[0]), lambda b: int(b[0]), lambda b: bool(b), lambda b: b.item(),
+    lambda b: np.asarray(b), lambda b: b.tolist(), lambda b: [0, 1][b[0]], lambda b: b[b > 0],
+])
+def test_every_read_of_a_value_is_a_host_sync(touch):
+    rt = RecordingRuntime()
+    buf = rt.empty((4,), "float32")
+    touch(buf)
+    assert len(rt.recording.host_syncs) == 1
+
+
+def test_metadata_is_free():
+    rt = RecordingRuntime()
+    buf = rt.empty((6, 32), "bfloat16")
+    views = [buf[:, :20], buf.T, buf.reshape(-1), buf.reshape(3, 64), buf[2]]
+    assert [v.shape for v in views] == [(6, 20), (32, 6), (192,), (3, 64), (32,)]
+    assert (buf.nbytes, buf.size, buf.ndim, len(buf)) == (384, 192, 2, 6)
+    rec = rt.recording
+    assert (rec.launches, rec.host_syncs, rec.h2d_copies, rec.foreign_allocations, rec.allocations) == ([], [], [], [], 1)
+
+
+def test_the_array_module_stand_in_sees_copies_and_allocations():
+    rt = RecordingRuntime()
+    rt.xp.zeros((4, 4), "float32")
+    rt.xp.asarray(np.ones(3, np.float32))
+    rt.xp.abs(rt.empty((2,), "float32"))
+    buf = rt.empty((3,), "float32")
+    buf[...] = np.zeros(3, np.float32)
+    rec = rt.recording
+    assert len(rec.foreign_allocations) == 3 and len(rec.h2d_copies) == 2
+    assert [launch.kernel for launch in rec.launches] == [
+        "<not a step kernel: fill>", "<not a step kernel: abs>", "<not a step kernel: assign>"]
+
+
+def test_a_host_array_handed_to_a_kernel_is_a_copy(standins):
+    rt = RecordingRuntime()
+    prepare_weight(rt, np.zeros((8, 16), np.float32))
+    assert len(rt.recording.h2d_copies) == 2 and len(rt.recording.foreign_allocations) == 2
+
+
+# ---- refusals -------------------------------------------------------------------------------------
+
+def test_a_missing_kernel_is_named(monkeypatch):
+    monkeypatch.delitem(registry.FAMILIES, "hslm_wsum_f32", raising=False)
+    rt = RecordingRuntime()
+    with pytest.raises(LaunchError, match=r"hslm_wsum_f32.*kernels/registry.py") as info:
+        prepare_weight(rt, rt.input((8, 16), "float32"))
+    assert "\n" not in str(info.value)
+
+
+def test_a_buffer_off_its_spec_is_refused(standins):
+    rt = RecordingRuntime()
+    prepared = prepare_weight(rt, rt.input((8, 16), "float32"))
+    bad = prepared._replace(planes=rt.empty((1, 4), "uint32"))
+    with pytest.raises(LaunchError, match=r"hslm_fwd_f32: 'w' is uint32\(1, 4\), expected uint32\(2, 512\)"):
+        forward(rt, rt.input((4, 16), "float32"), bad)
+
+
+@pytest.mark.parametrize("x, message", [
+    (("int64", (4, 16)), "forward: x is int64; the layer step reads float32, float16, bfloat16"),
+    (("float32", (4, 15)), "forward: x has 15 columns, the weight has in_features=16"),
+    (("float32", (16,)), r"forward: x has shape \(16,\), expected a non-empty 2-D array"),
+])
+def test_bad_inputs_are_one_line(standins, x, message):
+    rt = RecordingRuntime()
+    prepared = prepare_weight(rt, rt.input((8, 16), "float32"))
+    with pytest.raises(LaunchError, match=message):
+        forward(rt, rt.input(x[1], x[0]), prepared)
+
+
+def test_a_batch_past_dws_row_bound_is_refused(monkeypatch):
+    specs = [s if s.name != "hslm_dw_f32" else KernelSpec(**{**s.__dict__, "max_rows": 8}) for s in standin_specs()]
+    install_standins(monkeypatch, specs)
+    rt = RecordingRuntime()
+    prepared = prepare_weight(rt, rt.input((8, 16), "float32"))
+    _, saved = forward(rt, rt.input((9, 16), "float32"), prepared)
+    with pytest.raises(LaunchError, match="hslm_dw_f32: R=9 rows is over 8, where its int32 sums could overflow"):
+        backward(rt, rt.input((9, 8), "float32"), saved, prepared)
+
+
+def test_a_strided_input_is_refused(standins):
+    rt = EmulatorRuntime()
+    with pytest.raises(LaunchError, match=r"hslm_wsum_f32: 'w' is a strided view float32\(8, 16\); pass a C-contiguous"):
+        prepare_weight(rt, np.zeros((16, 8), np.float32).T)
+
+
+def test_runtime_for_refuses_a_mismatch():
+    assert isinstance(runtime_for("cpu", "emulator"), EmulatorRuntime)
+    with pytest.raises(LaunchError, match="no runtime for device 'cpu' with backend 'cuda'"):
+        runtime_for("cpu", "cuda")
+
+
+def test_emulator_buffers_start_poisoned():
+    buf = EmulatorRuntime().empty((3, 5), "bfloat16")
+    assert buf.dtype == np.uint16 and (buf.view(np.uint8) == layer_step.POISON_BYTE).all()
+    assert EmulatorRuntime().dtype_of(buf) == "bfloat16"
+
+
+def test_the_dims_the_step_declares_kernels_on():
+    assert quant_dims(27, 243) == Dims(27, 243, 243) and weight_dims(729, 243) == Dims(1, 243, 729)
+    assert [sum_partials(n) for n in (1, 4096, 4097)] == [1, 1, 2]
+
+
+def test_fake_buffers_are_not_arrays():
+    rt = RecordingRuntime()
+    assert isinstance(rt.input((2, 2), "float32"), FakeBuffer) and rt.recording.allocations == 0
+
+
+# ---- the real kernels on the emulator ---------------------------------------------------------------
+
+STEP_FAMILIES = [f"hslm_{k}_{dt}" for k in ("wsum", "wprep", "qrows", "qcols", "fwd", "dx", "dw") for dt in SUFFIXES]
+
+
+def _ternary_planes(t: np.ndarray, dims: Dims, order: planes.Planes) -> np.ndarray:
+    from kernels.ternary import pack
+
+    return order(pack(t.T.astype(np.int8)), order.shape(dims))  # pack takes W as K x N
+
+
+@pytest.mark.skipif("hslm_fwd_f32" not in registry.FAMILIES, reason="hslm_fwd_f32 is not registered")
+def test_the_step_launcher_drives_a_real_gemm_on_the_emulator():
+    """forward's fused GEMM through the step's own launch path (spec-driven arguments and
+    geometry), on operands quantized with kernels.stepmath: bit for bit its reference."""
+    from kernels import stepmath
+
+    rng = np.random.default_rng(7)
+    R, K, N = 5, 40, 24
+    dims = Dims(R, K, N)
+    x = rng.standard_normal((R, K)).astype(np.float32)
+    w = rng.standard_normal((N, K)).astype(np.float32)
+    bias = rng.standard_normal(N).astype(np.float32)
+    beta = stepmath.weight_scale(w)
+    t = stepmath.ternary_codes(w, beta)
+    s = stepmath.scales_of(stepmath.absmax(x, 1))
+    rt = EmulatorRuntime()
+    codes = rt.empty((R, pitch(K)), "int8")
+    codes[:, :K] = stepmath.codes(x, s, 1)
+    given = {"x": codes, "w": _ternary_planes(t, dims, planes.FRAGMENTS), "row_scales": s,
+             "beta": np.array([beta], np.float32), "bias": bias}
+    y = layer_step._launch(rt, "hslm_fwd_f32", dims, given, allocate=("y",),
+                           scalars={"R": R, "K": K, "N": N, "ldx": pitch(K), "has_bias": 1})["y"]
+    acc = stepmath.codes(x, s, 1).astype(np.int64) @ t.T.astype(np.int64)
+    assert np.array_equal(y.view(np.uint32), stepmath.rescale_rows(acc, s, beta, bias).view(np.uint32))
+
+
+@pytest.mark.skipif(not set(STEP_FAMILIES) <= set(registry.FAMILIES),
+                    reason="the step's kernels are not all registered yet")
+@pytest.mark.parametrize("dtype, weight_dtype", [("float32", "float32"), ("bfloat16", "bfloat16"),
+                                                 ("float16", "float32")])
+def test_a_whole_step_on_the_emulator_is_stepmath_bit_for_bit(dtype, weight_dtype):
+    from kernels import floats, stepmath
+
+    rng = np.random.default_rng(11)
+    R, K, N = 19, 40, 24
+    as_input = lambda a, t=dtype: floats.from_f32(a.astype(np.float32), t)  # noqa: E731
+    x, bias, dy = (as_input(rng.standard_normal(shape)) for shape in ((R, K), (N,), (R, N)))
+    w = as_input(rng.standard_normal((N, K)), weight_dtype)
+    rt = runtime_for("cpu", "emulator")
+    prepared = prepare_weight(rt, w)
+    y, saved = forward(rt, x, prepared, bias)
+    dx, dw, db = backward(rt, dy, saved, prepared, True, True, True)
+    xf, bf, dyf = (floats.to_f32(a, dtype) for a in (x, bias, dy))
+    wf = floats.to_f32(w, weight_dtype)
+    beta = stepmath.weight_scale(wf)
+    t = stepmath.ternary_codes(wf, beta).astype(np.int64)
+    s, r = stepmath.scales_of(stepmath.absmax(xf, 1)), stepmath.scales_of(stepmath.absmax(dyf, 1))
+    u, v = stepmath.scales_of(stepmath.absmax(xf, 0)), stepmath.scales_of(stepmath.absmax(dyf, 0))
+    want_y = stepmath.rescale_rows(stepmath.codes(xf, s, 1).astype(np.int64) @ t.T, s, beta, bf)
+    want_dx = stepmath.rescale_rows(stepmath.codes(dyf, r, 1).astype(np.int64) @ t, r, beta)
+    want_dw = stepmath.rescale_cols(stepmath.codes(dyf, v, 0).astype(np.int64).T
+                                    @ stepmath.codes(xf, u, 0).astype(np.int64), v, u)
+    assert float(prepared.beta[0]) == beta
+    for got, want, kind in ((y, want_y, dtype), (dx, want_dx, dtype), (dw, want_dw, weight_dtype)):
+        assert floats.same_values(got, floats.from_f32(want, kind), kind).all()
+    assert np.array_equal(db, stepmath.column_sums(dyf))
+
+
+@pytest.mark.skipif(not set(STEP_FAMILIES) <= set(registry.FAMILIES),
+                    reason="the step's kernels are not all registered yet")
+def test_a_nan_input_gives_nan_where_it_reaches_never_a_finite_wrong_answer():
+    """No value is checked on the host, so a NaN in x must show: its row of y, its column of
+    dW (u_i is NaN), nothing else; the rows of y without it are as without the NaN."""
+    rng = np.random.default_rng(3)
+    R, K, N = 9, 40, 24
+    x, w = rng.standard_normal((R, K)).astype(np.float32), rng.standard_normal((N, K)).astype(np.float32)
+    dy = rng.standard_normal((R, N)).astype(np.float32)
+    rt = EmulatorRuntime()
+    prepared = prepare_weight(rt, w)
+    clean, _ = forward(rt, x, prepared)
+    x[2, 5] = np.nan
+    y, saved = forward(rt, x, prepared)
+    _, dw, _ = backward(rt, dy, saved, prepared, need_dx=False, need_dw=True)
+    assert np.isnan(y[2]).all() and not np.isnan(np.delete(y, 2, axis=0)).any()
+    assert np.array_equal(np.delete(y, 2, axis=0), np.delete(clean, 2, axis=0))
+    assert np.isnan(dw[:, 5]).all() and not np.isnan(np.delete(dw, 5, axis=1)).any()
+
+
+@pytest.mark.skipif("hslm_fwd_splitk_f32" not in registry.FAMILIES or not set(STEP_FAMILIES) <= set(registry.FAMILIES),
+                    reason="the split-K families are not registered")
+def test_a_split_forward_keeps_its_workspace_zeroed_between_steps():
+    """ffn_down at R = 27: forward splits 6 ways into a kept workspace; a second forward on
+    the same runtime finds it zeroed and gives the same bits, which are stepmath's."""
+    from kernels import stepmath
+
+    R, K, N = 27, 729, 243
+    assert "_splitk_" in layer_step.pick(("hslm_fwd_f32", "hslm_fwd_splitk_f32"), Dims(R, K, N)).name
+    rng = np.random.default_rng(5)
+    x, w = rng.standard_normal((R, K)).astype(np.float32), rng.standard_normal((N, K)).astype(np.float32)
+    rt = EmulatorRuntime()
+    prepared = prepare_weight(rt, w)
+    first, _ = forward(rt, x, prepared)
+    second, _ = forward(rt, x, prepared)
+    beta = stepmath.weight_scale(w)
+    s = stepmath.scales_of(stepmath.absmax(x, 1))
+    want = stepmath.rescale_rows(stepmath.codes(x, s, 1).astype(np.int64) @ stepmath.ternary_codes(w, beta).T, s, beta)
+    assert np.array_equal(first.view(np.uint32), want.view(np.uint32))
+    assert np.array_equal(second.view(np.uint32), want.view(np.uint32))
+    kept = rt.__dict__["_workspaces"]
+    assert len(kept) == 2 and all(not buf.any() for buf in kept.values())
+
+
+# ---- on a GPU (skipped without CUDA torch and a CuPy device) -----------------------------------------
+
+def _cuda_ready() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    from kernels.backends import gpu_available
+
+    return torch.cuda.is_available() and gpu_available()
+
+
+def _cuda_step(rt, tensors: dict, weight_dtype: str, dtype: str):
+    """prepare + forward + backward on CuPy views of the tensors; the results as tensors."""
+    prepared = prepare_weight(rt, rt.view(tensors["w"]))
+    y, saved = forward(rt, rt.view(tensors["x"]), prepared, rt.view(tensors["bias"]))
+    dx, dw, db = backward(rt, rt.view(tensors["dy"]), saved, prepared, True, True, True)
+    return [rt.tensor(y, dtype), rt.tensor(dx, dtype), rt.tensor(dw, weight_dtype), rt.tensor(db, "float32")]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _cuda_ready(), reason="needs CUDA torch and a CuPy device")
+@pytest.mark.parametrize("R, K, N", [(19, 40, 24), (27, 729, 243)])  # the second splits forward
+def test_the_cuda_runtime_gives_the_emulators_bits(R, K, N):
+    import torch
+
+    torch.manual_seed(1)
+    tensors = {name: torch.randn(shape, dtype=torch.bfloat16) for name, shape in
+               (("x", (R, K)), ("w", (N, K)), ("bias", (N,)), ("dy", (R, N)))}
+    got = _cuda_step(runtime_for("cuda", "cuda"), {k: v.cuda() for k, v in tensors.items()}, "bfloat16", "bfloat16")
+    torch.cuda.synchronize()
+    rt = EmulatorRuntime()
+    host = {k: v.view(torch.int16).numpy().view(np.uint16) for k, v in tensors.items()}
+    prepared = prepare_weight(rt, host["w"])
+    y, saved = forward(rt, host["x"], prepared, host["bias"])
+    want = [y, *backward(rt, host["dy"], saved, prepared, True, True, True)]
+    for g, w in zip(got, want):
+        g = g.cpu()
+        bits = g.view(torch.int16).numpy().view(np.uint16) if g.dtype == torch.bfloat16 else g.numpy()
+        assert np.array_equal(bits.view(np.uint8), np.ascontiguousarray(w).view(np.uint8))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _cuda_ready(), reason="needs CUDA torch and a CuPy device")
+@pytest.mark.parametrize("R, K, N", [(27, 729, 243), (1782, 243, 729)])  # a split forward; a split dW
+def test_a_cuda_step_is_captured_in_a_graph_and_replays_its_bits(R, K, N):
+    """No host sync (capture would fail on one), and a replay on new inputs gives the bits an
+    eager step gives on them."""
+    import torch
+
+    torch.manual_seed(2)
+    make = lambda: {name: torch.randn(shape, dtype=torch.bfloat16, device="cuda")  # noqa: E731
+                    for name, shape in (("x", (R, K)), ("w", (N, K)), ("bias", (N,)), ("dy", (R, N)))}
+    static, fresh = make(), make()
+    rt = runtime_for("cuda", "cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        _cuda_step(rt, static, "bfloat16", "bfloat16")  # warm-up: modules loaded, workspaces made
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outputs = _cuda_step(rt, static, "bfloat16", "bfloat16")
+    for name, tensor in fresh.items():
+        static[name].copy_(tensor)
+    graph.replay()
+    eager = _cuda_step(rt, fresh, "bfloat16", "bfloat16")
+    torch.cuda.synchronize()
+    for replayed, direct in zip(outputs, eager):
+        assert torch.equal(replayed.view(torch.int16) if replayed.dtype == torch.bfloat16 else replayed,
+                           direct.view(torch.int16) if direct.dtype == torch.bfloat16 else direct)

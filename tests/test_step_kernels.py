@@ -1,0 +1,280 @@
+"""The layer step's weight-preparation and quantization kernels, and the multi-output,
+float-buffer side of the kernel framework they need (kernels.spec, kernels.launch,
+pipeline.verify).
+
+Every kernel runs its emitted PTX on the CPU emulator against its numpy reference
+(kernels.stepmath), compared bit for bit; each check is shown to fail on a planted
+fault (a PTX edit, an unwritten output, a wrong reference).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from kernels import backends, stepmath
+from kernels.floats import from_f32, storage_dtype, to_f32
+from kernels.hslm_quant import SPECS as QUANT_SPECS
+from kernels.hslm_wprep import SPECS as PREP_SPECS, partial_count
+from kernels.launch import POISON, LaunchError, kernel_args, launch, launch_outputs
+from kernels.planes import FRAGMENTS, FRAGMENTS_T
+from kernels.registry import KERNELS
+from kernels.spec import Dims
+from kernels.ternary import pack
+from kernels.testdata import float_activations, latent_weights
+from pipeline.sass import SassArch, SassReport
+from pipeline.verify import compare_output, compare_outputs
+
+STEP_KERNELS = [s.name for s in PREP_SPECS + QUANT_SPECS]
+SHAPES = [Dims(1, 1, 1), Dims(5, 33, 7), Dims(37, 70, 129), Dims(130, 129, 65)]
+
+
+@functools.lru_cache(maxsize=None)
+def emulated(name: str, ptx: str | None = None):
+    return backends.load_ptx("emulator", ptx or KERNELS[name].emit(), name)
+
+
+def run(name: str, dims: Dims, seed: int = 0, ptx: str | None = None):
+    """(got, want) of every output, the kernel on the emulator against its reference."""
+    spec = KERNELS[name]
+    inputs = spec.make_inputs(dims, np.random.default_rng(seed))
+    return launch_outputs(spec, emulated(name, ptx), dims, inputs), spec.expected(dims, inputs)
+
+
+def mismatches(name: str, got, want) -> dict[str, int]:
+    return compare_outputs(KERNELS[name], got, want)[0]
+
+
+# ---- the kernels on the emulator -------------------------------------------------------
+
+
+@pytest.mark.parametrize("dims", SHAPES, ids=lambda d: f"{d.R}x{d.K}x{d.N}")
+@pytest.mark.parametrize("kernel", STEP_KERNELS)
+def test_kernel_is_exact(kernel, dims):
+    got, want = run(kernel, dims)
+    assert mismatches(kernel, got, want) == {name: 0 for name in want}
+
+
+# one planted fault per kernel kind, each of which the exact comparison must catch
+FAULTS = {
+    "hslm_wsum": ("shfl.sync.down.b32", "shfl.sync.up.b32", "partials"),  # the tree's order
+    "hslm_wprep": ("0x6420", "0x6410", "planes"),  # a code in the wrong bits of a forward word
+    "hslm_qrows": ("cvt.rni.s32.f32", "cvt.rzi.s32.f32", "codes"),  # truncation, not nearest even
+    "hslm_qcols": ("add.rn.f32", "sub.rn.f32", "sums"),  # the column sum
+}
+
+
+@pytest.mark.parametrize("kernel", STEP_KERNELS)
+def test_a_planted_fault_is_caught(kernel):
+    old, new, output = FAULTS[kernel.rsplit("_", 1)[0]]
+    ptx = KERNELS[kernel].emit()
+    assert old in ptx
+    got, want = run(kernel, Dims(37, 70, 129), ptx=ptx.replace(old, new))
+    assert mismatches(kernel, got, want)[output] > 0
+
+
+@pytest.mark.parametrize("kernel", ["hslm_wprep_f32", "hslm_wprep_bf16"])
+def test_transposed_planes_fault_is_caught(kernel):
+    """The column-major tile's words: a rotation that folds columns c and c + 32 onto one
+    word loses half of them, in planes_t only."""
+    text = KERNELS[kernel].emit()
+    assert text.count(", 63;") == 8  # the four stores and four loads of the column tile
+    got, want = run(kernel, Dims(5, 70, 129), ptx=text.replace(", 63;", ", 31;"))
+    counts = mismatches(kernel, got, want)
+    assert counts["planes_t"] > 0 and counts["planes"] == 0 and counts["beta"] == 0
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_weight_preparation_chain(dtype):
+    """wsum then wprep, as the layer runs them: beta and both plane sets equal the host's
+    own conversion of stepmath's ternary codes (the partials never leave the device)."""
+    N, K = 77, 150
+    dims = Dims(1, K, N)
+    w = latent_weights(np.random.default_rng(4), N, K, dtype)
+    short = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}[dtype]
+    partials = launch(KERNELS[f"hslm_wsum_{short}"], emulated(f"hslm_wsum_{short}"), dims, {"w": w})
+    prep = launch(KERNELS[f"hslm_wprep_{short}"], emulated(f"hslm_wprep_{short}"), dims,
+                  {"w": w, "partials": partials})
+    values = to_f32(w, dtype)
+    beta = stepmath.weight_scale(values)
+    packed = pack(stepmath.ternary_codes(values, beta).T)
+    assert prep["beta"].view(np.uint32)[0] == np.float32(beta).view(np.uint32)
+    assert np.array_equal(prep["planes"], FRAGMENTS(packed, FRAGMENTS.shape(dims)))
+    assert np.array_equal(prep["planes_t"], FRAGMENTS_T(packed, FRAGMENTS_T.shape(dims)))
+
+
+def test_every_cta_sums_many_partials_alike():
+    """P over 256 partials: the threads take several each (stepmath.strided_sum), and
+    every CTA's planes follow from the same beta."""
+    spec = KERNELS["hslm_wprep_f32"]
+    N, K, P = 70, 130, 700
+    rng = np.random.default_rng(8)
+    partials = (rng.random(P) * 50).astype(np.float32)
+    w = latent_weights(rng, N, K, "float32")
+    dims = Dims(1, K, N)
+    outs = {p.name: np.full(p.shape(dims), POISON["uint32"], dtype=np.uint32) for p in spec.output_params[:2]}
+    outs["beta"] = np.zeros(1, dtype=np.float32)
+    args = kernel_args(spec, dims, outs, {"w": w, "partials": np.zeros(partial_count(N * K), np.float32)})
+    args[4], args[7] = partials, np.uint32(P)  # more partials than the shape's own
+    emulated(spec.name)(spec.geometry(dims).grid, spec.geometry(dims).block, args)
+    beta = stepmath.scale_of_partials(partials, N * K)
+    assert outs["beta"][0] == beta and beta != stepmath.scale_of_partials(partials[:256], N * K)
+    packed = pack(stepmath.ternary_codes(w, beta).T)
+    assert np.array_equal(outs["planes"], FRAGMENTS(packed, FRAGMENTS.shape(dims)))
+
+
+@pytest.mark.parametrize("kernel", ["hslm_qrows_bf16", "hslm_qcols_f16"])
+def test_non_finite_slices_propagate(kernel):
+    """A NaN in a slice gives a NaN scale and codes 0, never a finite wrong answer; an
+    all-zero slice gets scale 1 and codes 0; the padding of the pitched codes is 0."""
+    dims = Dims(40, 67, 1)
+    got, want = run(kernel, dims, seed=3)
+    scales = got["scales"]
+    assert np.isnan(scales).sum() == 1 and (scales == 1).any()
+    codes, width = (got["codes"], dims.K) if "codes" in got else (got["codes_t"], dims.R)  # a slice per row
+    assert not codes[:, width:].any() and codes.shape[1] > width
+    assert not codes[np.isnan(scales)].any() and codes[~np.isnan(scales)].any()
+    assert mismatches(kernel, got, want) == {name: 0 for name in want}
+
+
+def test_column_sums_are_the_bias_gradient():
+    got, _ = run("hslm_qcols_f32", Dims(45, 40, 1), seed=9)
+    x = float_activations(np.random.default_rng(9), (45, 40), "float32", axis=0)
+    finite = np.isfinite(x).all(axis=0)
+    assert np.allclose(got["sums"][finite], x[:, finite].astype(np.float64).sum(axis=0), rtol=1e-5)
+
+
+@settings(max_examples=12, deadline=None)
+@given(R=st.integers(1, 70), C=st.integers(1, 90), dtype=st.sampled_from(["float32", "float16", "bfloat16"]),
+       seed=st.integers(0, 2**16))
+def test_row_quantizer_matches_stepmath(R, C, dtype, seed):
+    """Any shape, any float type: the kernel's scales and codes are stepmath's, bit for bit."""
+    name = {"float32": "hslm_qrows_f32", "float16": "hslm_qrows_f16", "bfloat16": "hslm_qrows_bf16"}[dtype]
+    got, want = run(name, Dims(R, C, 1), seed=seed)
+    assert mismatches(name, got, want) == {"codes": 0, "scales": 0}
+
+
+# ---- the test data plants what it promises ------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_activations_hold_ties_zeros_and_non_finite(dtype):
+    x = to_f32(float_activations(np.random.default_rng(2), (30, 50), dtype, axis=1), dtype)
+    s = stepmath.scales_of(stepmath.absmax(x, 1))
+    with np.errstate(invalid="ignore"):
+        q = np.abs(x / s[:, None])
+    assert (q % 1 == 0.5).sum() > 100  # exact rounding ties of x / s
+    assert (np.signbit(x) & (x == 0)).any() and (np.abs(x).max(axis=1) == 0).any()
+    assert np.isnan(x).any() and np.isinf(x).any()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_latent_weights_hold_exact_ties(dtype):
+    kinds = set()
+    for seed in range(6):
+        w = to_f32(latent_weights(np.random.default_rng(seed), 20, 30, dtype), dtype)
+        q = np.abs(w / stepmath.weight_scale(w))
+        kinds.add(bool((q == 0.5).any() and (q == 1.5).any()))
+        assert (np.abs(w).max(axis=1) == 0).any() and (np.signbit(w) & (w == 0)).any()
+    assert kinds == {True, False}  # both kinds are drawn
+
+
+# ---- framework: several outputs, float buffers, poison ----------------------------------
+
+
+def test_launch_poisons_every_output_so_unwritten_elements_are_mismatches():
+    spec = KERNELS["hslm_qcols_bf16"]
+    dims = Dims(9, 20, 1)
+    inputs = spec.make_inputs(dims, np.random.default_rng(0))
+    want = spec.expected(dims, inputs)
+    got = launch_outputs(spec, lambda grid, block, args, shared_mem=0: None, dims, inputs)
+    counts = compare_outputs(spec, got, want)[0]
+    # every element, the reference's NaN scale included (the poison is a NaN, but not one any kernel writes)
+    assert counts == {"codes_t": want["codes_t"].size, "scales": dims.K, "sums": dims.K}
+    assert np.isnan(want["scales"]).any()
+
+
+def test_float_comparison_is_by_bits_with_nan_equal_to_nan():
+    scales = KERNELS["hslm_qrows_f32"].params[1]
+    want = np.array([1.0, np.nan, 0.0, 2.0], dtype=np.float32)
+    other_nan = np.array([1.0, 0.0, 0.0, 2.0], dtype=np.float32)
+    other_nan[1] = np.uint32(0x7FC00001).view(np.float32)
+    assert compare_output(scales, other_nan, want)[0] == 0
+    negative_zero = want.copy()
+    negative_zero[2] = -0.0
+    next_up = want.copy()
+    next_up[3] = np.nextafter(np.float32(2.0), np.float32(3.0))
+    count, ulps, first = compare_output(scales, negative_zero, want)
+    assert count == 1 and (first.row, first.col) == (2, 0) and first.output == "scales"  # 1-D: (index, 0)
+    assert compare_output(scales, next_up, want)[:2] == (1, 1)
+
+
+def test_bf16_outputs_compare_their_bit_patterns():
+    bits = from_f32(np.array([1.5, np.nan], dtype=np.float32), "bfloat16")
+    param = KERNELS["hslm_qrows_f32"].params[1]._replace(dtype="bfloat16")
+    assert param.storage == "uint16" and storage_dtype("bfloat16") == np.uint16
+    assert compare_output(param, bits.copy(), bits)[0] == 0
+    poisoned = bits.copy()
+    poisoned[1] = POISON["bfloat16"]  # a NaN, but the poison's
+    assert compare_output(param, poisoned, bits)[0] == 1
+
+
+def test_a_bf16_input_must_be_its_bit_patterns():
+    spec = KERNELS["hslm_qrows_bf16"]
+    dims = Dims(3, 8, 1)
+    with pytest.raises(LaunchError, match=r"input 'x' is float32\(3, 8\), expected bfloat16"):
+        launch(spec, emulated(spec.name), dims, {"x": np.zeros((3, 8), np.float32)})
+
+
+def test_a_missing_output_is_refused():
+    spec = KERNELS["hslm_qrows_f32"]
+    dims = Dims(3, 8, 1)
+    with pytest.raises(LaunchError, match="output 'scales' is missing"):
+        kernel_args(spec, dims, {"codes": np.zeros((3, 16), np.int8)}, {"x": np.zeros((3, 8), np.float32)})
+
+
+def test_reference_must_return_every_output():
+    spec = KERNELS["hslm_qrows_f32"]
+    broken = dataclasses.replace(spec, reference=lambda d, inputs: {"codes": np.zeros(1)})
+    with pytest.raises(ValueError, match="expected the outputs"):
+        broken.expected(Dims(1, 1, 1), {})
+    with pytest.raises(ValueError, match="not all parameters"):
+        dataclasses.replace(spec, outputs=("codes", "nowhere")).output_params
+
+
+def test_non_gemm_kernels_have_no_gemm_form():
+    assert not any(KERNELS[k].is_gemm for k in STEP_KERNELS)
+    assert KERNELS["hslm_fwd_s8"].is_gemm and KERNELS["hslm_fwd_s8"].output_params == (KERNELS["hslm_fwd_s8"].params[0],)
+    with pytest.raises(ValueError, match="no GEMM form"):
+        KERNELS["hslm_qrows_f32"].gemm_operands({}, Dims(1, 1, 1))
+
+
+def test_sass_summary_counts_non_gemm_kernels_per_element():
+    from pipeline.tasks_perf import element_rows
+
+    report = SassReport(kernel="hslm_qrows_f32", ptx_sha256="0", ptxas_version="x", nvdisasm_version="y",
+                        archs=[SassArch(arch="sm_90", instructions=512, loops=[], steady_loop=None, fast=None, tail=None)])
+    spec = KERNELS["hslm_qrows_f32"]
+    assert element_rows(report, spec) == [["hslm_qrows_f32", "sm_90", 0, 512, 128, 4.0]]
+    assert element_rows(report, dataclasses.replace(spec, trip_elements=0))[0][-1] == "-"
+
+
+@pytest.mark.parametrize("kernel", ["hslm_qrows_f32", "hslm_qrows_bf16"])
+def test_aligned_rows_take_16_byte_vectors(kernel):
+    """A row width of whole 16-byte vectors (K = 1000) is read 16 bytes a lane: a quarter
+    (f32) or an eighth (bf16) of the element path's load instructions; an odd width
+    (K = 999) takes the element path. Both exact."""
+    counts = {}
+    for K in (1000, 999):
+        dims = Dims(16, K, 1)
+        spec = KERNELS[kernel]
+        inputs = spec.make_inputs(dims, np.random.default_rng(K))
+        fn = backends.load_ptx("emulator", spec.emit(), kernel)
+        got = launch_outputs(spec, fn, dims, inputs)
+        assert mismatches(kernel, got, spec.expected(dims, inputs)) == {"codes": 0, "scales": 0}
+        counts[K] = fn.stats.by_opcode["ld.global"]
+    element_loads = 16 * 2 * -(-999 // 128) * 4  # rows x passes x trips x loads a trip
+    assert counts[999] == element_loads and counts[1000] <= element_loads // 4
