@@ -11,8 +11,7 @@ import pytest
 from kernels import cost, staged_tile
 from kernels.registry import KERNELS
 from pipeline import config, perf_model
-from pipeline.artifacts import read_model
-from pipeline.sass import SassReport
+from pipeline.sass import SassReport, sass_report
 
 H200 = cost.device("h200")
 GEMMS = [name for name, spec in KERNELS.items() if spec.is_gemm]
@@ -60,9 +59,22 @@ def test_no_kernel_module_carries_pasted_loop_counts():
     assert sources and not any("LOOP_INSTRUCTIONS" in text for text in sources)
 
 
-def test_the_committed_counts_agree_with_the_sass_records():
+@pytest.fixture(scope="module")
+def fresh_sass(tmp_path_factory) -> dict[str, tuple[object, SassReport]]:
+    """Each GEMM's PTX emitted afresh and counted as `doit sass` counts it (no artifacts/
+    needed: a clean checkout has none): {kernel: (ptx path, SassReport)}."""
+    tmp = tmp_path_factory.mktemp("sass")
+    out = {}
+    for name in GEMMS:
+        ptx = tmp / f"{name}.ptx"
+        ptx.write_text(KERNELS[name].emit())
+        out[name] = ptx, sass_report(name, name, ptx, config.ARCHS)
+    return out
+
+
+def test_the_committed_counts_agree_with_the_sass_records(fresh_sass):
     counts = json.loads(cost.COUNTS_FILE.read_text())
-    reports = {k: read_model(config.sass_json(k), SassReport) for k in GEMMS}
+    reports = {k: report for k, (_, report) in fresh_sass.items()}
     assert perf_model.counts_problems(counts, reports) == []
     # negative: a count changed by hand is found
     name = GEMMS[0]
@@ -75,11 +87,11 @@ def test_the_committed_counts_agree_with_the_sass_records():
         "run `doit model:counts`"]
 
 
-def test_the_stall_clocks_are_ptxas_s_for_the_forward_loop():
+def test_the_stall_clocks_are_ptxas_s_for_the_forward_loop(fresh_sass):
     """Recount one body from a fresh cubin: the committed stall clocks are what the control
     bits of ptxas's code say (2-3.5 clocks an instruction at one warp a scheduler)."""
-    report = read_model(config.sass_json("hslm_fwd_s8_m32"), SassReport)
-    listing = perf_model.cuobjdump_listing(config.ptx_path("hslm_fwd_s8_m32"), "sm_90")
+    ptx, report = fresh_sass["hslm_fwd_s8_m32"]
+    listing = perf_model.cuobjdump_listing(ptx, "sm_90")
     fresh = perf_model.arch_counts(report.arch("sm_90"), perf_model.control_stalls(listing, "hslm_fwd_s8_m32"))
     committed = cost.loop_counts("hslm_fwd_s8_m32", "sm_90")
     assert fresh["fast"]["issue_clocks"] == committed.fast.issue_clocks

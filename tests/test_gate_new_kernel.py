@@ -48,9 +48,10 @@ def judged(i: gate.Inputs) -> list[gate.Finding]:
 
 def test_each_new_kernel_is_one_red_line_with_the_commands_to_run():
     i = world()
-    raw = judged(i)
+    raw = [finding for rule in gate.RULES for finding in rule(i)]  # the rules before the gate folds them
     assert sum(subject_kernel(f) == "kern_new" for f in raw) > 5  # unfolded: a line per cell and figure
     folded = fold_new_kernels(raw, i)
+    assert judged(i) == folded  # the gate folds: `doit gate` prints the folded lines
     assert [f.subject for f in folded if f.red] == ["kern_new", "kern_newer"]
     line = str(next(f for f in folded if f.subject == "kern_new"))
     assert line == ("NEW KERNEL  kern_new: 5 cells (5 pass, 0 not passing, 0 not run), no seal in "
