@@ -21,12 +21,16 @@ import time
 from pathlib import Path
 from typing import Callable
 
-import torch
+try:
+    import torch
+except ImportError:
+    sys.exit("error: bench/layer_cpu_bench.py needs torch, which is not installed: pip install -e '.[torch]'")
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from kernels import TernaryLinear  # noqa: E402
+from pipeline.bench_cli import OneLineParser, run_cli  # noqa: E402
 
 
 def step(layer: torch.nn.Module, x: torch.Tensor, dy: torch.Tensor) -> None:
@@ -49,15 +53,28 @@ def timed(fn: Callable[[], None], repeats: int) -> list[float]:
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=64)
-    parser.add_argument("--in-features", type=int, default=243)
-    parser.add_argument("--out-features", type=int, default=729)
-    parser.add_argument("--repeats", type=int, default=1000)
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+def at_least(least: int) -> Callable[[str], int]:
+    """An argparse type: a whole number >= ``least`` (argparse words the refusal)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"{value} is below {least}")
+        return value
+    return parse
+
+
+def main(argv: list[str]) -> int:
+    parser = OneLineParser(prog="python bench/layer_cpu_bench.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=at_least(1), default=64, help="batch rows R (default 64)")
+    parser.add_argument("--in-features", type=at_least(1), default=243, help="K (default 243)")
+    parser.add_argument("--out-features", type=at_least(1), default=729, help="N (default 729)")
+    parser.add_argument("--repeats", type=at_least(1), default=1000, help="timed steps of each layer (default 1000)")
+    parser.add_argument("--threads", type=at_least(0), default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--profile", action="store_true", help="print the operator profile of one step")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -85,7 +102,8 @@ def main() -> None:
             for _ in range(20):
                 step(ternary, x, dy)
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_cli(main))

@@ -13,7 +13,6 @@ timings; on a GPU the same checks are a few elementwise kernels and one host syn
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import timeit
 from pathlib import Path
@@ -27,6 +26,7 @@ from kernels import planes  # noqa: E402
 from kernels.quant import quantize  # noqa: E402
 from kernels.spec import Dims  # noqa: E402
 from kernels.ternary import code_problem, codes_of, pack  # noqa: E402
+from pipeline.bench_cli import OneLineParser, run_cli  # noqa: E402
 from pipeline.shapes import load_set  # noqa: E402
 
 
@@ -37,14 +37,15 @@ def median_us(fn, repeat: int = 7) -> float:
     return float(np.median(timeit.repeat(fn, number=number, repeat=repeat)) / number * 1e6)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(args: list[str]) -> int:
+    parser = OneLineParser(prog="python bench/validate_bench.py", description=__doc__.splitlines()[0])
     parser.add_argument("--set", default="hslm", help="shape set from shapes.yaml (default hslm)")
-    shape_set = parser.parse_args().set
+    shapes = load_set(parser.parse_args(args).set)  # an unknown set is refused before the table starts
     print(f"{'shape':<16} {'R':>5} {'K':>4} {'N':>4} {'words':>6} {'W check us':>10} "
           f"{'per-code us':>11} {'pack us':>8} {'planes us':>9} {'quantize x us':>13} {'check/quantize':>14}")
-    for shape in load_set(shape_set):
+    for shape in shapes:
         print(row(shape))
+    return 0
 
 
 def row(shape) -> str:
@@ -64,4 +65,4 @@ def row(shape) -> str:
             f"{per_code:>11.1f} {packing:>8.1f} {making_planes:>9.1f} {quantizing:>13.1f} {check / quantizing:>14.2f}")
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_cli(main))

@@ -35,6 +35,9 @@ The reference class (:func:`best_dense`) is what a user would get from a library
 best of several CUTLASS/cuBLAS-like configurations on the same phase model (64x64,
 128x64 and 128x128 tiles, split-K with a reduction kernel, a stream-K-like even split),
 and :func:`torch_linear_step` is bf16 ``nn.Linear``'s three GEMMs of a layer step.
+A kernel that is not a GEMM is timed as a memory-bound pass (:func:`stream_phases`); a
+step of launches is timed eagerly (:func:`eager_us`) or replayed from a CUDA graph
+(:func:`graph_us`).
 """
 from __future__ import annotations
 
@@ -417,12 +420,40 @@ def best_dense(dev: Device, rows: int, cols: int, contraction: int, dtype: str =
     return min(scored, key=lambda cp: cp[1].per_call_us if per_call else cp[1].device_us)
 
 
-def torch_linear_step(dev: Device, rows: int, in_features: int, out_features: int) -> float:
-    """Per-call us of bf16 ``nn.Linear``'s layer step: forward (R x K -> N), the input
+def torch_linear_gemms(dev: Device, rows: int, in_features: int, out_features: int) -> list[Phases]:
+    """bf16 ``nn.Linear``'s three GEMMs of a layer step: forward (R x K -> N), the input
     gradient (R x N -> K) and the weight gradient (N x R -> K), each the best dense
-    configuration, each its own launch(es)."""
+    configuration per call (what a library's heuristic picks), each its own launch(es)."""
     gemms = ((rows, out_features, in_features), (rows, in_features, out_features), (out_features, in_features, rows))
-    return sum(best_dense(dev, m, n, k, "bf16")[1].per_call_us for m, n, k in gemms)
+    return [best_dense(dev, m, n, k, "bf16")[1] for m, n, k in gemms]
+
+
+def torch_linear_step(dev: Device, rows: int, in_features: int, out_features: int) -> float:
+    """Per-call us of bf16 ``nn.Linear``'s layer step launched eagerly: its three GEMMs'
+    device time and each launch's host cost (:func:`torch_linear_gemms`)."""
+    return eager_us(torch_linear_gemms(dev, rows, in_features, out_features))
+
+
+def eager_us(launches: list[Phases]) -> float:
+    """A step of launches issued one by one from the host: each pays its device time and
+    its host launch cost (the per-call figure of every row, summed)."""
+    return sum(p.per_call_us for p in launches)
+
+
+def graph_us(dev: Device, launches: list[Phases]) -> float:
+    """The same step replayed from a captured CUDA graph: the host launches once, every
+    kernel still pays its device time and fixed cost (CUDA C++ Programming Guide, CUDA
+    Graphs: a graph is launched as one operation)."""
+    return sum(p.device_us for p in launches) + dev.launch_us
+
+
+def stream_phases(dev: Device, nbytes: float, resident: str = "dram") -> Phases:
+    """A memory-bound kernel (an elementwise pass, a quantizer, a reduction) that reads
+    and writes ``nbytes`` once: the fixed device cost plus those bytes at DRAM's reachable
+    rate (``resident="l2"``: at L2's, data kept there between launches); the host's launch
+    kept apart, as for every kernel."""
+    on_chip = resident == "l2"
+    return finish(dev, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, nbytes if on_chip else 0.0, 0.0 if on_chip else nbytes, 0.0, 1)
 
 
 def host_loop_us(phases: Phases) -> float:

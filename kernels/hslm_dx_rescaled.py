@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels import hslm_dx_s8, planes, staged_tile
-from kernels.floats import from_f32
-from kernels.hslm_rescaled import OUT_TYPES, f32_vector, family, row_inputs, workspace_of
+from kernels import hslm_dx_s8, planes
+from kernels.hslm_rescaled import OUT_TYPES, rescaled_rows, row_inputs, row_rescale, row_rescaled_specs, workspace_of
 from kernels.spec import Dims
-from kernels.stepmath import rescale_rows
 
 
 def dx_specs(suffix: str, split: bool = False) -> tuple:
@@ -20,16 +18,11 @@ def dx_specs(suffix: str, split: bool = False) -> tuple:
         return {**hslm_dx_s8.make_inputs(d, rng), **row_inputs(rng, d.R), **zeros(d)}
 
     def reference(d: Dims, inputs: dict[str, np.ndarray]) -> np.ndarray:
-        acc = hslm_dx_s8.reference(d, inputs)
-        return from_f32(rescale_rows(acc, inputs["row_scales"], inputs["beta"][0]), dtype)
+        return rescaled_rows(hslm_dx_s8.reference(d, inputs), inputs, dtype)
 
-    rescale = staged_tile.Rescale(
-        dtype, buffers=(f32_vector("row_scales", lambda d: d.R), f32_vector("beta", lambda d: 1), *workspace),
-        row_scales="row_scales", beta="beta", **named)
-    return staged_tile.ternary_specs(
-        family("dx", suffix, split), hslm_dx_s8.TILES, out="dx", rows="dy", row_pitch="ldy", contraction="N",
-        cols="K", order=planes.FRAGMENTS_T, loop_family=hslm_dx_s8.FAMILY, rescale=rescale,
-        make_inputs=make_inputs, reference=reference)
+    return row_rescaled_specs(
+        "dx", hslm_dx_s8, suffix, split, row_rescale(dtype, workspace, named), out="dx", rows="dy", row_pitch="ldy",
+        contraction="N", cols="K", order=planes.FRAGMENTS_T, make_inputs=make_inputs, reference=reference)
 
 
 SPECS = tuple(spec for split in (False, True) for suffix in OUT_TYPES for spec in dx_specs(suffix, split))

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels import hslm_fwd_s8, planes, staged_tile
+from kernels import hslm_fwd_s8, planes
 from kernels.floats import from_f32, storage_dtype, to_f32
-from kernels.hslm_rescaled import F32, OUT_TYPES, f32_vector, family, row_inputs, workspace_of
+from kernels.hslm_rescaled import (F32, OUT_TYPES, rescaled_rows, row_inputs, row_rescale, row_rescaled_specs,
+                                   workspace_of)
 from kernels.spec import BufferSpec, Dims
-from kernels.stepmath import rescale_rows
 
 
 def forward_specs(suffix: str, split: bool = False) -> tuple:
@@ -21,18 +21,12 @@ def forward_specs(suffix: str, split: bool = False) -> tuple:
         return {**hslm_fwd_s8.make_inputs(d, rng), **row_inputs(rng, d.R), "bias": bias, **zeros(d)}
 
     def reference(d: Dims, inputs: dict[str, np.ndarray]) -> np.ndarray:
-        acc = hslm_fwd_s8.reference(d, inputs)
-        y = rescale_rows(acc, inputs["row_scales"], inputs["beta"][0], to_f32(inputs["bias"], dtype))
-        return from_f32(y, dtype)
+        return rescaled_rows(hslm_fwd_s8.reference(d, inputs), inputs, dtype, to_f32(inputs["bias"], dtype))
 
-    rescale = staged_tile.Rescale(
-        dtype, buffers=(f32_vector("row_scales", lambda d: d.R), f32_vector("beta", lambda d: 1),
-                        BufferSpec("bias", dtype, lambda d: (d.N,)), *workspace),
-        row_scales="row_scales", beta="beta", bias="bias", has_bias="has_bias", **named)
-    return staged_tile.ternary_specs(
-        family("fwd", suffix, split), hslm_fwd_s8.TILES, out="y", rows="x", row_pitch="ldx", contraction="K",
-        cols="N", order=planes.FRAGMENTS, loop_family=hslm_fwd_s8.FAMILY, rescale=rescale,
-        make_inputs=make_inputs, reference=reference)
+    rescale = row_rescale(dtype, workspace, named, bias=BufferSpec("bias", dtype, lambda d: (d.N,)))
+    return row_rescaled_specs(
+        "fwd", hslm_fwd_s8, suffix, split, rescale, out="y", rows="x", row_pitch="ldx", contraction="K", cols="N",
+        order=planes.FRAGMENTS, make_inputs=make_inputs, reference=reference)
 
 
 SPECS = tuple(spec for split in (False, True) for suffix in OUT_TYPES for spec in forward_specs(suffix, split))

@@ -24,11 +24,13 @@ of consecutive elements already use every byte of the sectors they touch.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 from kernels import stepmath
 from kernels.floats import to_f32
-from kernels.pitch import pitch
+from kernels.pitch import pitch, pitch_param
 from kernels.ptx_emit import Ptx
 from kernels.spec import BufferSpec, Dims, KernelSpec, Launch
 from kernels.stepforms import (CTA_THREADS, ELEMENT_BYTES, SHORT_NAMES, WARP, element_address, load_f32,
@@ -101,35 +103,51 @@ def _row_scale(ptx: Ptx, maxima: list[str], p: dict[str, str], row: str, lane: s
     return scale
 
 
-def _element_row(ptx: Ptx, dtype: str, p: dict[str, str], row: str, lane: str, first: str, out_row: str) -> None:
-    """A row element by element: each load of a warp reads 32 consecutive elements."""
-    step = WARP * UNROLL
-    ptx.comment("pass 1: absmax of the row")
-    maxima = [ptx.fmov(0.0) for _ in range(UNROLL)]
-    column = ptx.mov(lane)
+def _row_passes(ptx: Ptx, p: dict[str, str], row: str, lane: str, unroll: int, counts: tuple[str, str],
+                load: Callable[[str], list[str]], store: Callable[[str, list[str], str], None],
+                loop_prefix: str = "", note: str = "") -> None:
+    """The row's two passes, over units (elements or 16-byte vectors) of which lane l takes
+    l, l + 32, ... (``unroll`` a trip, independent loads in flight): pass 1 folds the
+    absmax of ``load(unit)``'s f32 values into the row's scale over the row's ``counts[0]``
+    units, pass 2 hands them and the scale to ``store(unit, values, scale)`` over the
+    ``counts[1]`` units of the pitched output row. ``loop_prefix`` and ``note`` tell the
+    loop labels and comments of one form from the other's."""
+    step = WARP * unroll
+    ptx.comment(f"pass 1{note}: absmax of the row")
+    maxima = [ptx.fmov(0.0) for _ in range(unroll)]
+    unit = ptx.mov(lane)
 
     def absmax_trip(trip: str) -> None:
-        for u in range(UNROLL):
-            at = ptx.add(column, u * WARP)
-            value = load_f32(ptx, dtype, element_address(ptx, first, at, dtype), guard=ptx.setp("lt", at, p["C"], "u32"))
-            ptx.ins("max.NaN.f32", maxima[u], maxima[u], ptx.fabs(value))
-        ptx.increment(column, step)
+        for u in range(unroll):
+            for value in load(ptx.add(unit, u * WARP)):
+                ptx.ins("max.NaN.f32", maxima[u], maxima[u], ptx.fabs(value))
+        ptx.increment(unit, step)
 
-    _uniform_loop(ptx, "absmax_loop", _trips(ptx, p["C"], step), absmax_trip)
+    _uniform_loop(ptx, f"{loop_prefix}absmax_loop", _trips(ptx, counts[0], step), absmax_trip)
     scale = _row_scale(ptx, maxima, p, row, lane)
 
-    ptx.comment("pass 2: codes into the pitched row, padding 0 up to ld")
-    column2 = ptx.mov(lane)
+    ptx.comment(f"pass 2{note}: codes into the pitched row, padding 0 up to ld")
+    unit2 = ptx.mov(lane)
 
     def code_trip(trip: str) -> None:
-        for u in range(UNROLL):
-            at = ptx.add(column2, u * WARP)
-            value = load_f32(ptx, dtype, element_address(ptx, first, at, dtype), guard=ptx.setp("lt", at, p["C"], "u32"))
-            ptx.store("global", "u8", ptx.byte_offset(out_row, at, 1), _code(ptx, value, scale),
-                      guard=ptx.setp("lt", at, p["ld"], "u32"))
-        ptx.increment(column2, step)
+        for u in range(unroll):
+            at = ptx.add(unit2, u * WARP)
+            store(at, load(at), scale)
+        ptx.increment(unit2, step)
 
-    _uniform_loop(ptx, "code_loop", _trips(ptx, p["ld"], step), code_trip)
+    _uniform_loop(ptx, f"{loop_prefix}code_loop", _trips(ptx, counts[1], step), code_trip)
+
+
+def _element_row(ptx: Ptx, dtype: str, p: dict[str, str], row: str, lane: str, first: str, out_row: str) -> None:
+    """A row element by element: each load of a warp reads 32 consecutive elements."""
+    def load(at: str) -> list[str]:
+        return [load_f32(ptx, dtype, element_address(ptx, first, at, dtype), guard=ptx.setp("lt", at, p["C"], "u32"))]
+
+    def store(at: str, values: list[str], scale: str) -> None:
+        ptx.store("global", "u8", ptx.byte_offset(out_row, at, 1), _code(ptx, values[0], scale),
+                  guard=ptx.setp("lt", at, p["ld"], "u32"))
+
+    _row_passes(ptx, p, row, lane, UNROLL, (p["C"], p["ld"]), load, store)
 
 
 def _vector_row(ptx: Ptx, dtype: str, p: dict[str, str], row: str, lane: str, first: str, out_row: str) -> None:
@@ -139,39 +157,19 @@ def _vector_row(ptx: Ptx, dtype: str, p: dict[str, str], row: str, lane: str, fi
     per = VECTOR_BYTES // ELEMENT_BYTES[dtype]  # elements a vector
     shift = per.bit_length() - 1
     vectors, out_vectors = ptx.shr(p["C"], shift), ptx.shr(p["ld"], shift)
-    step = WARP * VECTOR_UNROLL
-    ptx.comment("pass 1 (vectors): absmax of the row")
-    maxima = [ptx.fmov(0.0) for _ in range(VECTOR_UNROLL)]
-    vector = ptx.mov(lane)
 
-    def absmax_trip(trip: str) -> None:
-        for u in range(VECTOR_UNROLL):
-            at = ptx.add(vector, u * WARP)
-            values = load_vector_f32(ptx, dtype, ptx.byte_offset(first, at, VECTOR_BYTES),
-                                     ptx.setp("lt", at, vectors, "u32"))
-            for value in values:
-                ptx.ins("max.NaN.f32", maxima[u], maxima[u], ptx.fabs(value))
-        ptx.increment(vector, step)
+    def load(at: str) -> list[str]:
+        return load_vector_f32(ptx, dtype, ptx.byte_offset(first, at, VECTOR_BYTES), ptx.setp("lt", at, vectors, "u32"))
 
-    _uniform_loop(ptx, "vector_absmax_loop", _trips(ptx, vectors, step), absmax_trip)
-    scale = _row_scale(ptx, maxima, p, row, lane)
+    def store(at: str, values: list[str], scale: str) -> None:
+        codes = [_code(ptx, value, scale) for value in values]
+        words = [pack_bytes(ptx, codes[i:i + 4]) for i in range(0, per, 4)]
+        ptx.store("global", "u32" if len(words) == 1 else f"v{len(words)}.b32",
+                  ptx.byte_offset(out_row, at, per), words[0] if len(words) == 1 else words,
+                  guard=ptx.setp("lt", at, out_vectors, "u32"))
 
-    ptx.comment("pass 2 (vectors): codes into the pitched row, padding 0 up to ld")
-    vector2 = ptx.mov(lane)
-
-    def code_trip(trip: str) -> None:
-        for u in range(VECTOR_UNROLL):
-            at = ptx.add(vector2, u * WARP)
-            values = load_vector_f32(ptx, dtype, ptx.byte_offset(first, at, VECTOR_BYTES),
-                                     ptx.setp("lt", at, vectors, "u32"))
-            codes = [_code(ptx, value, scale) for value in values]
-            words = [pack_bytes(ptx, codes[i:i + 4]) for i in range(0, per, 4)]
-            ptx.store("global", "u32" if len(words) == 1 else f"v{len(words)}.b32",
-                      ptx.byte_offset(out_row, at, per), words[0] if len(words) == 1 else words,
-                      guard=ptx.setp("lt", at, out_vectors, "u32"))
-        ptx.increment(vector2, step)
-
-    _uniform_loop(ptx, "vector_code_loop", _trips(ptx, out_vectors, step), code_trip)
+    _row_passes(ptx, p, row, lane, VECTOR_UNROLL, (vectors, out_vectors), load, store,
+                loop_prefix="vector_", note=" (vectors)")
 
 
 def qrows_geometry(d: Dims) -> Launch:
@@ -187,24 +185,38 @@ def row_quantized(d: Dims, x: np.ndarray) -> dict[str, np.ndarray]:
     return {"codes": codes, "scales": scales}
 
 
-def qrows_spec(dtype: str) -> KernelSpec:
+def _quantization_spec(kind: str, dtype: str, axis: int, emit: Callable[[str], str],
+                       geometry: Callable[[Dims], Launch], quantized: Callable[[Dims, np.ndarray], dict],
+                       outputs: tuple[BufferSpec, ...], code_pitch: BufferSpec, trip_elements: int) -> KernelSpec:
+    """``hslm_<kind>_<dt>`` as a KernelSpec: both quantizers take the same inputs (x, R x K
+    activations of ``dtype`` whose scales vary along ``axis``; the sizes R and C = K; the
+    codes' pitch) after their ``outputs``, and their reference is ``quantized`` of x's f32
+    values."""
     def make_inputs(d: Dims, rng: np.random.Generator) -> dict[str, np.ndarray]:
-        return {"x": float_activations(rng, (d.R, d.K), dtype, axis=1)}
+        return {"x": float_activations(rng, (d.R, d.K), dtype, axis=axis)}
 
     def reference(d: Dims, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return row_quantized(d, to_f32(inputs["x"], dtype))
+        return quantized(d, to_f32(inputs["x"], dtype))
 
     return KernelSpec(
-        name=f"hslm_qrows_{SHORT_NAMES[dtype]}", emit=lambda: emit_qrows(dtype), geometry=qrows_geometry,
-        params=(BufferSpec("codes", "int8", lambda d: (d.R, pitch(d.K))),
-                BufferSpec("scales", "float32", lambda d: (d.R,)),
+        name=f"hslm_{kind}_{SHORT_NAMES[dtype]}", emit=lambda: emit(dtype), geometry=geometry,
+        params=(*outputs,
                 BufferSpec("x", dtype, lambda d: (d.R, d.K)),
                 BufferSpec("R", "uint32", None),
                 BufferSpec("C", "uint32", None, value=lambda d: d.K),
-                BufferSpec("ld", "uint32", None, value=lambda d: pitch(d.K))),
+                code_pitch),
         make_inputs=make_inputs, reference=reference,
-        outputs=("codes", "scales"), trip_elements=WARP * UNROLL,  # a trip of each pass: the same elements
+        outputs=tuple(buffer.name for buffer in outputs), trip_elements=trip_elements,
     )
+
+
+def qrows_spec(dtype: str) -> KernelSpec:
+    return _quantization_spec(
+        "qrows", dtype, 1, emit_qrows, qrows_geometry, row_quantized,
+        outputs=(BufferSpec("codes", "int8", lambda d: (d.R, pitch(d.K))),
+                 BufferSpec("scales", "float32", lambda d: (d.R,))),
+        code_pitch=pitch_param("ld", lambda d: d.K),
+        trip_elements=WARP * UNROLL)  # a trip of each pass: the same elements
 
 
 # ---- hslm_qcols ----------------------------------------------------------------------
@@ -320,24 +332,13 @@ def column_quantized(d: Dims, x: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def qcols_spec(dtype: str) -> KernelSpec:
-    def make_inputs(d: Dims, rng: np.random.Generator) -> dict[str, np.ndarray]:
-        return {"x": float_activations(rng, (d.R, d.K), dtype, axis=0)}
-
-    def reference(d: Dims, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return column_quantized(d, to_f32(inputs["x"], dtype))
-
-    return KernelSpec(
-        name=f"hslm_qcols_{SHORT_NAMES[dtype]}", emit=lambda: emit_qcols(dtype), geometry=qcols_geometry,
-        params=(BufferSpec("codes_t", "int8", lambda d: (d.K, pitch(d.R))),
-                BufferSpec("scales", "float32", lambda d: (d.K,)),
-                BufferSpec("sums", "float32", lambda d: (d.K,)),
-                BufferSpec("x", dtype, lambda d: (d.R, d.K)),
-                BufferSpec("R", "uint32", None),
-                BufferSpec("C", "uint32", None, value=lambda d: d.K),
-                BufferSpec("ldr", "uint32", None, value=lambda d: pitch(d.R))),
-        make_inputs=make_inputs, reference=reference,
-        outputs=("codes_t", "scales", "sums"), trip_elements=PIECE * WARP,  # a trip of each pass: 16 rows x 32 columns
-    )
+    return _quantization_spec(
+        "qcols", dtype, 0, emit_qcols, qcols_geometry, column_quantized,
+        outputs=(BufferSpec("codes_t", "int8", lambda d: (d.K, pitch(d.R))),
+                 BufferSpec("scales", "float32", lambda d: (d.K,)),
+                 BufferSpec("sums", "float32", lambda d: (d.K,))),
+        code_pitch=pitch_param("ldr", lambda d: d.R),
+        trip_elements=PIECE * WARP)  # a trip of each pass: 16 rows x 32 columns
 
 
 SPECS = tuple(qrows_spec(dt) for dt in DTYPES) + tuple(qcols_spec(dt) for dt in DTYPES)

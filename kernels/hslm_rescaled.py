@@ -73,13 +73,16 @@ device time on an H100-class GPU) and the int32 tile's round trip through memory
 from __future__ import annotations
 
 import math
-from typing import Callable
+import types
+from typing import Any, Callable
 
 import numpy as np
 
 from kernels import staged_tile
+from kernels.floats import from_f32
 from kernels.pitch import output_pitch
-from kernels.spec import BufferSpec, Dims
+from kernels.spec import BufferSpec, Dims, KernelSpec
+from kernels.stepmath import rescale_rows
 
 OUT_TYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}  # family suffix -> float type
 F32 = np.float32
@@ -129,3 +132,31 @@ def workspace_of(split: bool, rows: Callable[[Dims], int], cols: Callable[[Dims]
         return (), lambda d: {}, {}
     buffers, zeros = split_workspace(rows, cols)
     return buffers, zeros, {"partials": "partials", "tickets": "tickets"}
+
+
+def rescaled_rows(acc: np.ndarray, inputs: dict[str, np.ndarray], dtype: str,
+                  bias: np.ndarray | None = None) -> np.ndarray:
+    """The forward and dX references' epilogue: (f32(acc) * row_scales[r]) * beta (+ bias[j]),
+    rounded to ``dtype``, as :func:`row_rescale`'s kernels compute it."""
+    return from_f32(rescale_rows(acc, inputs["row_scales"], inputs["beta"][0], bias), dtype)
+
+
+def row_rescale(dtype: str, workspace: tuple[BufferSpec, ...], named: dict[str, str],
+                bias: BufferSpec | None = None) -> staged_tile.Rescale:
+    """The forward and dX epilogue: ``row_scales`` (an f32 per row) and ``beta`` (one f32),
+    then ``bias`` where the launch sets ``has_bias``, when the family has one; a split
+    family's workspace (:func:`workspace_of`) last, in parameter order."""
+    biased = {"bias": bias.name, "has_bias": "has_bias"} if bias else {}
+    return staged_tile.Rescale(
+        dtype, buffers=(f32_vector("row_scales", lambda d: d.R), f32_vector("beta", lambda d: 1),
+                        *((bias,) if bias else ()), *workspace),
+        row_scales="row_scales", beta="beta", **biased, **named)
+
+
+def row_rescaled_specs(product: str, int32_module: types.ModuleType, suffix: str, split: bool,
+                       rescale: staged_tile.Rescale, **operands: Any) -> tuple[KernelSpec, ...]:
+    """The family ``hslm_<product>[_splitk]_<suffix>``: ``int32_module``'s product (its
+    tiles, its main loop's instruction counts) written through ``rescale``; ``operands``
+    are the rest of ``staged_tile.ternary_specs``' arguments."""
+    return staged_tile.ternary_specs(family(product, suffix, split), int32_module.TILES,
+                                     loop_family=int32_module.FAMILY, rescale=rescale, **operands)

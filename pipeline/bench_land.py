@@ -1,6 +1,6 @@
 """Land what one GPU session brought back (tools/on-device.sh's files) in bench/results/<gpu>/.
 
-    python -m pipeline.bench_land FOLDER [RESULTS_DIR]      (default RESULTS_DIR: bench/results)
+    python -m pipeline.bench_land FOLDER [RESULTS_DIR]      (default RESULTS_DIR: bench/results; --help)
 
 FOLDER holds the files the device run wrote under $OUT: facts.txt and device.log
 (required), bench-<set>.{json,md,csv,png}, ncu.csv, rest.tgz. They are copied to
@@ -13,7 +13,6 @@ ratios) and README.md, the same for a reader.
 from __future__ import annotations
 
 import re
-import shutil
 import sys
 import tarfile
 from pathlib import Path
@@ -21,13 +20,15 @@ from pathlib import Path
 from pipeline.artifacts import read_model, rel, write_atomic, write_model
 from pipeline.config import ROOT
 from pipeline.errors import UserError
-from pipeline.bench_cli import run_cli
+from pipeline.bench_cli import OneLineParser, run_cli
 from pipeline.bench_counters import derive, parse_ncu_csv, ratio_table
 from pipeline.bench_record import BenchReport
 from pipeline.models import Record, VerifyReport
 
 RESULTS_DIR = ROOT / "bench" / "results"
-COPIED = ("facts.txt", "device.log", "ncu.csv")
+COPIED = ("facts.txt", "device.log", "ncu.csv", "summary.md")
+# what the run packs in rest.tgz under out/ (over the device tool's 8-file limit), landed beside them
+PACKED = re.compile(r"out/(bench-[\w.-]+\.(csv|png)|calibration\.json|verify\.json)")
 TOOLS = ("ptxas", "ncu", "compute_sanitizer", "python", "cupy", "torch", "doit", "pydantic")
 SMI_CLOCKS = {"sm_mhz": "clocks.sm", "mem_mhz": "clocks.mem", "sm_max_mhz": "clocks.max.sm",
               "mem_max_mhz": "clocks.max.mem", "temp_c": "temperature.gpu", "power_w": "power.draw"}
@@ -147,6 +148,8 @@ def unpack_rest(tgz: Path, dest: Path) -> None:
                     target = dest / "verify" / name.removeprefix("artifacts/verify/")
                 elif "/" not in name and name.endswith(".log"):
                     target = dest / "logs" / name
+                elif PACKED.fullmatch(name):
+                    target = dest / name.removeprefix("out/")
                 else:
                     continue
                 if not target.resolve().is_relative_to(root):  # a folder of dest that is a link
@@ -170,10 +173,14 @@ def land(folder: Path, results_dir: Path = RESULTS_DIR) -> Path:
     facts = read_facts(folder / "facts.txt")
     smi = device_fields(facts, folder / "facts.txt")
     dest = Path(results_dir) / slug(smi["name"])
-    dest.mkdir(parents=True, exist_ok=True)
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # RESULTS_DIR, or a folder above it, is a file
+        raise UserError(f"{results_dir}: cannot hold the results folder {dest.name}/ ({exc.strerror}); "
+                        "give a folder, or a path that does not exist yet") from None
     for path in sorted(folder.iterdir()):
         if path.name in COPIED or re.fullmatch(r"bench-[\w.-]+\.(json|md|csv|png)", path.name):
-            shutil.copyfile(path, dest / path.name)
+            write_atomic(dest / path.name, path.read_bytes())  # a copy cut short leaves no half file
     if (folder / "rest.tgz").is_file():
         unpack_rest(folder / "rest.tgz", dest)
     verify = sorted((dest / "verify").rglob("*.json")) if (dest / "verify").is_dir() else []
@@ -226,11 +233,20 @@ def readme(run: LandedRun, dest: Path) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+def parser() -> OneLineParser:
+    p = OneLineParser(prog="python -m pipeline.bench_land",
+                      description="Land what one GPU session brought back (tools/on-device.sh's files) "
+                                  "in RESULTS_DIR/<gpu>/: the files copied, results.json and README.md written.")
+    p.add_argument("folder", type=Path, metavar="FOLDER",
+                   help="the folder the device run's files came back in (facts.txt, device.log, bench-*, rest.tgz)")
+    p.add_argument("results_dir", nargs="?", type=Path, default=RESULTS_DIR, metavar="RESULTS_DIR",
+                   help=f"where <gpu>/ is created or updated (default: {rel(RESULTS_DIR)} in this checkout)")
+    return p
+
+
 def _main(args: list[str]) -> int:
-    if len(args) not in (1, 2):
-        print("usage: python -m pipeline.bench_land FOLDER [RESULTS_DIR]", file=sys.stderr)
-        return 2
-    dest = land(Path(args[0]), Path(args[1]) if len(args) == 2 else RESULTS_DIR)
+    opts = parser().parse_args(args)
+    dest = land(opts.folder, opts.results_dir)
     print(f"landed in {rel(dest)}: results.json, README.md")
     return 0
 

@@ -20,6 +20,7 @@ from pipeline.artifacts import read_model, rel, write_atomic, write_model
 from pipeline.bench_cli import OneLineParser, run_cli
 from pipeline.bench_record import (IMPLS, BenchReport, Row, Timing, load_predictions,
                                    with_predictions)
+from pipeline.errors import UserError
 from pipeline.models import Record
 
 
@@ -323,6 +324,8 @@ def parser() -> OneLineParser:
 def _main(args: list[str]) -> int:
     opts = parser().parse_args(args)
     path = opts.record
+    if opts.out is not None and opts.out.exists() and not opts.out.is_dir():
+        raise UserError(f"--out {opts.out}: not a folder; give the folder the markdown, CSV and PNG are written in")
     report = read_model(path, BenchReport)
     preds = load_predictions(opts.predictions) if opts.predictions else None
     if preds is not None:

@@ -8,20 +8,25 @@ not hide it. Constants, attribute names and global names are kept: two tables wi
 different numbers, or two calls of different helpers, are different code. Bodies of
 fewer than :data:`MIN_STATEMENTS` statements (counted recursively) are too small to
 matter. A duplicate nested inside a reported duplicate is not reported again.
+
+``python -m pipeline.dupbody [--root DIR]`` lists the groups, one line each, the allowed
+ones marked, and exits 1 when a group is not allowed (``--help`` for the rest).
 """
 from __future__ import annotations
 
 import ast
 import hashlib
+import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Iterator
 
 from pydantic import ValidationError
 
-from pipeline.artifacts import field_error, read_yaml
+from pipeline.artifacts import field_error, read_yaml, rel
+from pipeline.bench_cli import OneLineParser, run_cli
 from pipeline.config import ALLOWED_FILE, ROOT
-from pipeline.errors import ArtifactError
+from pipeline.errors import ArtifactError, UserError
 from pipeline.models import AllowedDuplicates, DuplicateGroup, FunctionRef
 
 SCOPE = ("kernels", "pipeline")
@@ -135,6 +140,39 @@ def stale_allowances(groups: list[DuplicateGroup], allowed: AllowedDuplicates) -
     return [e.functions for e in allowed.allowed if not any(set(e.functions) <= names for names in found)]
 
 
+def parser() -> OneLineParser:
+    p = OneLineParser(prog="python -m pipeline.dupbody",
+                      description="List the function bodies repeated across files under "
+                                  f"{' and '.join(f'{s}/' for s in SCOPE)}, one group a line, those "
+                                  f"the allowed list names marked; exit 1 when a group is not allowed. "
+                                  "Reads files, writes nothing.")
+    p.add_argument("--root", type=Path, default=ROOT, help="the checkout to read (default: this one)")
+    p.add_argument("--allowed", type=Path,
+                   help=f"the allowed list (default: {rel(ALLOWED_FILE)} under --root)")
+    return p
+
+
+def _main(args: list[str]) -> int:
+    opts = parser().parse_args(args)
+    if not any((opts.root / folder).is_dir() for folder in SCOPE):
+        raise UserError(f"--root {opts.root}: has no {' or '.join(f'{s}/' for s in SCOPE)} folder; "
+                        "give the top folder of a checkout")
+    if opts.allowed is not None and not opts.allowed.is_file():
+        raise UserError(f"--allowed {opts.allowed}: no such file; give the allowed list "
+                        f"({rel(ALLOWED_FILE)}'s format), or leave --allowed out")
+    allowed = read_allowed(opts.allowed or opts.root / ALLOWED_FILE.relative_to(ROOT))
+    groups = find_duplicates(opts.root)
+    for group in groups:
+        mark = "  (allowed)" if allowed_group(group, allowed) else ""
+        print(" == ".join(f"{m.name}:{m.line}" for m in group.members) + mark)
+    if not groups:
+        print(f"no function body repeated across files under {' and '.join(f'{s}/' for s in SCOPE)}")
+    return 0 if all(allowed_group(g, allowed) for g in groups) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_cli(_main, argv)
+
+
 if __name__ == "__main__":
-    for group in find_duplicates():
-        print(" == ".join(f"{m.name}:{m.line}" for m in group.members))
+    sys.exit(main())

@@ -1,6 +1,6 @@
 """Every error the pipeline raises on purpose, in one place, and the one-line form of any error.
 
-Each is caught at a task boundary (pipeline.tasks_build.one_line_failure) or by the
+Each is caught at a task boundary (pipeline.taskkit.one_line_failure) or by the
 gate's CLI and printed as one line, no traceback. The kernels' own errors
 (kernels.launch.LaunchError, kernels.ternary.PackError, kernels.ptxemu's EmulatorError)
 stay in kernels/, which never imports the pipeline.

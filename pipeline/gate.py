@@ -83,12 +83,14 @@ from pipeline.config import ALLOWED_FILE, GATE_DIR, LEDGER_FILE, SEALS_DIR
 from pipeline.dupbody import allowed_group, read_allowed, stale_allowances
 from pipeline.errors import ArtifactError, UserError
 from pipeline.gate_new_kernel import fold_new_kernels
+from pipeline.gate_counts import counts_findings
 from pipeline.layer_ratchet import LAYER_LEDGER, gate_findings as layer_findings
 from pipeline.ledger import CELL_REASONS, RANK, REASONS, cell_name, loosenings, read_ledger
 from pipeline.models import AllowedDuplicates, Ledger, RunSummary, Seal
 from pipeline.results import summarize
 from pipeline.sass_ratchet import EPSILON, changes, flat, judge_sass, ledger_levels
 from pipeline.seal import mismatches, read_seals, seal_path, stale
+from pipeline.stages import stage_rerun
 
 Kind = Literal["UNEXPECTED FAILURE", "UNEXPECTED PASS", "UNLISTED", "STALE", "OVER CAP",
                "BAD REASON", "STALE SEAL", "UNSEALED", "BAD SEAL", "SEAL MISMATCH", "DUPLICATE BODY",
@@ -126,9 +128,12 @@ LEDGER = rel(LEDGER_FILE)
 
 
 def rerun(check: str, target: str) -> str:
-    """The command that re-runs one cell's check."""
-    return {"ptxas": "doit ptxas", "tests": "doit kernel_tests",
-            "verify": f"doit verify shape={target.split('/')[0]} backend=emulator"}[check]
+    """The command that re-runs one cell's check: the stage's own (pipeline.stages)."""
+    if check == "tests":
+        return "doit kernel_tests"
+    from pipeline.tasks_build import PTXAS, VERIFY  # the stages the ledger's cells come from
+
+    return stage_rerun((PTXAS, VERIFY), check, target)
 
 
 def verdicts(i: Inputs) -> Iterable[Finding]:
@@ -396,6 +401,7 @@ def main(argv: list[str] | None = None) -> int:
         # other than the project's (a test's) need not hold them
         layer = layer_findings(REASONS, LEDGER_FILE.with_name(LAYER_LEDGER.name),
                                required=LEDGER_FILE == config.LEDGER_FILE)
+        layer += counts_findings(LEDGER_FILE, required=LEDGER_FILE == config.LEDGER_FILE)  # loop_counts.json
     except (ArtifactError, UserError, ImportError) as exc:
         print(f"gate: cannot read {exc}; no verdict", file=sys.stderr)
         return 2

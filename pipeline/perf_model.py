@@ -1,7 +1,7 @@
 """``doit model``'s side of the one cost model (kernels/cost.py): validated device facts,
 the committed loop counts, each kernel x shape's serial phases beside the reference
-class, and the calibration against published measurements. MODEL figures, never
-measurements.
+class, every launch of a layer step (:func:`layer_step_row`), and the calibration against
+published measurements. MODEL figures, never measurements.
 
 Inputs, all read from records (nothing typed in): the SASS counts per loop trip
 (artifacts/sass, pipeline.sass) and ptxas's stall counts of the same bodies
@@ -26,20 +26,21 @@ import statistics
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Literal
+from typing import Callable, Literal
 
 import numpy as np
 from pydantic import Field, ValidationError
 
 from kernels import cost
 from kernels.backends import load_ptx
+from kernels.floats import storage_dtype
 from kernels.launch import launch
-from kernels.ptxemu import LaunchStats
-from kernels.registry import choose
+from kernels.registry import KERNELS, choose
 from kernels.spec import Dims, KernelSpec
 from kernels.staged_tile import CHUNK_K, output_wavefronts as staged_output_wavefronts
 from pipeline.artifacts import read_json, read_yaml, rel, sha256_file
 from pipeline.errors import ArtifactError, UserError
+from pipeline.layer_records import LayerLaunch, LayerShape
 from pipeline.models import MemoryAccess, PtxasArch, Record, Shape
 from pipeline.ptxas import PtxasError
 from pipeline.sass import Body, SassArch, SassReport, class_width, cubin, find_cuobjdump
@@ -222,30 +223,38 @@ COUNTS_NOTE = ("Per warp per trip of each GEMM kernel's steady loop, as ptxas co
                "against artifacts/sass.")
 
 
-def counts_problems(counts: dict, reports: dict[str, SassReport]) -> list[str]:
-    """Where the committed counts disagree with what `doit sass` counted (one line each):
-    a kernel missing, a PTX it was not counted from, or a body's instructions or IMMA."""
-    problems = []
-    kernels = counts.get("kernels") or {}
+def counts_disagreements(counts: dict, reports: dict[str, SassReport]) -> list[str]:
+    """What differs, naming the kernel (and arch and body), wherever the counts disagree
+    with what `doit sass` counted: a kernel missing, a PTX it was not counted from, a
+    body's instructions or IMMA."""
+    found: list[str] = []
+    kernels = counts.get("kernels") if isinstance(counts, dict) else None
+    if not isinstance(kernels, dict):
+        return ["field 'kernels': expected an object of kernel entries"]
     for name, report in reports.items():
         entry = kernels.get(name)
-        if entry is None:
-            problems.append(f"{rel(COUNTS_FILE)}: no counts for {name}; run `doit model:counts`")
+        if not isinstance(entry, dict):
+            found.append(f"no counts for {name}")
             continue
         if entry.get("ptx_sha256") != report.ptx_sha256:
-            problems.append(f"{rel(COUNTS_FILE)}: {name} was counted from other PTX; run `doit model:counts`")
+            found.append(f"{name} was counted from other PTX")
             continue
         for a in report.archs:
             have = (entry.get("archs") or {}).get(a.arch)
             for part in ("fast", "tail"):
                 body = getattr(a, part)
-                got = (have or {}).get(part)
+                got = (have or {}).get(part) if isinstance(have, dict) else None
                 want = None if body is None else (body.instructions, body.imma)
-                seen = None if not got else (got.get("instructions"), got.get("imma"))
+                seen = None if not isinstance(got, dict) else (got.get("instructions"), got.get("imma"))
                 if want != seen:
-                    problems.append(f"{rel(COUNTS_FILE)}: {name} {a.arch} {part}: (instructions, imma) {seen}, "
-                                    f"the SASS {want}; run `doit model:counts`")
-    return problems
+                    found.append(f"{name} {a.arch} {part}: (instructions, imma) {seen}, the SASS {want}")
+    return found
+
+
+def counts_problems(counts: dict, reports: dict[str, SassReport]) -> list[str]:
+    """Where the committed counts disagree with what `doit sass` counted, one line each
+    naming the file, the kernel and the command (:func:`counts_disagreements`)."""
+    return [f"{rel(COUNTS_FILE)}: {what}; run `doit model:counts`" for what in counts_disagreements(counts, reports)]
 
 
 # ---- the kernel's work, from its spec, SASS and ptxas records ------------------------
@@ -292,7 +301,7 @@ def global_bytes(classes: dict[str, int]) -> float:
 
 def work(spec: KernelSpec, dims: Dims, sass: SassArch) -> Work:
     geometry = spec.geometry(dims)
-    rows, cols = spec.output.logical(dims)
+    rows, cols = (spec.output.logical or spec.output.shape)(dims)  # a contiguous output has no pitch
     contraction = dims.R * dims.K * dims.N // (rows * cols)
     splits = geometry.grid[2]  # split-K: each CTA along z runs its share of the chunks
     span = -(-(-(-contraction // CHUNK_K)) // splits) * CHUNK_K
@@ -301,7 +310,7 @@ def work(spec: KernelSpec, dims: Dims, sass: SassArch) -> Work:
     if fbody is None:
         raise UserError(f"{spec.name} {sass.arch}: the SASS record has no loop; run `doit sass`")
     loop = next(lp for lp in sass.loops if lp.start == sass.steady_loop)
-    buffers = sum(math.prod((p.logical or p.shape)(dims)) * np.dtype(p.dtype).itemsize  # the caller's layout
+    buffers = sum(math.prod((p.logical or p.shape)(dims)) * storage_dtype(p.dtype).itemsize  # the caller's layout
                   for p in spec.params if p.shape)
     return Work(
         ctas=math.prod(geometry.grid), warps_per_cta=math.prod(geometry.block) // 32,
@@ -342,16 +351,9 @@ def memory_rows_from_report(path: Path) -> list[MemoryAccess] | None:
 MEMORY_SPACES = ("global", "shared")
 
 
-def emulator_counts_memory() -> bool:
-    """Whether this emulator's launch statistics carry memory rows."""
-    return "memory" in LaunchStats._fields
-
-
-def memory_rows_from_emulator(spec: KernelSpec, shape: Shape, ptx: str) -> list[MemoryAccess] | None:
-    """Run the kernel once on the emulator and take its memory rows (None when the
-    emulator does not count memory)."""
-    if not emulator_counts_memory():
-        return None
+def memory_rows_from_emulator(spec: KernelSpec, shape: Shape, ptx: str) -> list[MemoryAccess]:
+    """Run the kernel once on the emulator and take its memory rows (its launch statistics
+    carry one per PTX line with global or shared requests, ``kernels.ptxemu.LaunchStats``)."""
     dims = Dims(shape.R, shape.K, shape.N)
     fn = load_ptx("emulator", ptx, spec.name)
     launch(spec, fn, dims, spec.make_inputs(dims, np.random.default_rng(0)))
@@ -417,13 +419,45 @@ class ModelRow(Record):
     reference: Prediction
 
 
-class LayerRow(Record):
-    """One layer step (forward + dX + dW, the rule's picks) beside bf16 nn.Linear's three GEMMs."""
+class LayerLaunchRow(Record):
+    """One launch of a layer step as the model times it: a GEMM on the phase model of the
+    int32 GEMM whose counted loop it runs (``loop``), any other kernel as a memory-bound
+    pass over the bytes its buffers hold (``bytes``, from the recorded launch)."""
+
+    kernel: str
+    model: Literal["gemm", "memory"]
+    loop: str  # the counted int32 GEMM entry; "" for a memory-bound kernel
+    bytes: int
+    device_us: float
+    limiter: str
+
+
+class LayerStepRow(Record):
+    """Every launch of one TernaryLinear step (as ``doit layer`` records it) beside torch
+    bf16 nn.Linear's three GEMMs, launched eagerly (the host's launch cost per kernel) and
+    replayed from a CUDA graph (once)."""
 
     kind: Literal["MODEL"] = "MODEL"
+    target: Literal["hslm", "large", ""]  # the target line that judges it ("": none)
     shape: str
-    ours_per_call_us: float
-    torch_bf16_per_call_us: float
+    R: int
+    K: int
+    N: int
+    launches: list[LayerLaunchRow]
+    gemm_device_us: float
+    other_device_us: float
+    eager_us: float
+    graph_us: float
+    torch_eager_us: float
+    torch_graph_us: float
+
+    @property
+    def eager_ratio(self) -> float:
+        return self.eager_us / self.torch_eager_us
+
+    @property
+    def graph_ratio(self) -> float:
+        return self.graph_us / self.torch_graph_us
 
 
 class ModelReport(Record):
@@ -437,7 +471,7 @@ class ModelReport(Record):
     counts_sha256: str
     sass_tools: dict[str, str]  # kernel -> "ptxas X / nvdisasm Y"
     rows: list[ModelRow]
-    layer_steps: list[LayerRow] = []
+    layer_steps: list[LayerStepRow] = []
 
 
 def prediction(dev: cost.Device, config: str, p: cost.Phases, useful_ops: float) -> Prediction:
@@ -447,19 +481,28 @@ def prediction(dev: cost.Device, config: str, p: cost.Phases, useful_ops: float)
                       pct_int8_peak=round(p.pct_peak(useful_ops, dev.int8_dense_tops), 3))
 
 
+def staged_work(spec: KernelSpec, dims: Dims, g: GpuModel, sass: SassArch, counts: cost.KernelCounts,
+                ptxas: PtxasArch, memory: list[MemoryAccess] | None = None,
+                memory_source: str = "") -> tuple[Work, cost.StagedWork, str]:
+    """One launch of ``spec`` on ``dims`` as the cost module's :class:`cost.StagedWork`
+    (with the records' :class:`Work` and where its L1 wavefronts came from)."""
+    w = work(spec, dims, sass)
+    l1, l1_source = l1_per_cta(w, memory, memory_source)
+    staged = cost.StagedWork(
+        ctas=w.ctas, warps_per_cta=w.warps_per_cta, resident=ctas_per_sm(g, w.warps_per_cta, ptxas),
+        fast_chunks=w.fast_chunks, tail_chunks=w.tail_chunks, stages=w.stages, counts=counts,
+        epilogue_wavefronts=staged_output_wavefronts(w.output_bytes_per_cta, w.splits),
+        output_bytes_per_cta=w.output_bytes_per_cta, splits=w.splits, l2_bytes=l2_bytes(w, memory),
+        dram_bytes=w.compulsory_bytes, l1_wavefronts_per_cta=l1)
+    return w, staged, l1_source
+
+
 def model_row(spec: KernelSpec, shape: Shape, g: GpuModel, sass: SassArch, counts: cost.KernelCounts,
               ptxas: PtxasArch, memory: list[MemoryAccess] | None, memory_source: str) -> ModelRow:
     dev = as_device(g)
     dims = Dims(shape.R, shape.K, shape.N)
-    w = work(spec, dims, sass)
-    resident = ctas_per_sm(g, w.warps_per_cta, ptxas)
-    l1, l1_source = l1_per_cta(w, memory, memory_source)
-    staged = cost.StagedWork(
-        ctas=w.ctas, warps_per_cta=w.warps_per_cta, resident=resident, fast_chunks=w.fast_chunks,
-        tail_chunks=w.tail_chunks, stages=w.stages, counts=counts,
-        epilogue_wavefronts=staged_output_wavefronts(w.output_bytes_per_cta, w.splits),
-        output_bytes_per_cta=w.output_bytes_per_cta, splits=w.splits, l2_bytes=l2_bytes(w, memory),
-        dram_bytes=w.compulsory_bytes, l1_wavefronts_per_cta=l1)
+    w, staged, l1_source = staged_work(spec, dims, g, sass, counts, ptxas, memory, memory_source)
+    resident = staged.resident
     ours = cost.staged_phases(dev, staged)
     rows, cols = spec.output.logical(dims)
     ref_cfg, ref = cost.best_dense(dev, rows, cols, w.contraction, "int8")
@@ -474,20 +517,88 @@ def model_row(spec: KernelSpec, shape: Shape, g: GpuModel, sass: SassArch, count
 
 
 LAYER_FAMILIES = ("hslm_fwd_s8", "hslm_dx_s8", "hslm_dw_s8")
+# the layer step's targets against torch bf16 nn.Linear: the HSLM shapes within this
+# ratio of its time, the large layer at least this many times faster
+HSLM_STEP_MAX_RATIO = 1.5
+LARGE_STEP_MIN_SPEEDUP = 1.3
+# (counted loop entry, launched kernel) -> the loop entry's SASS and loop counts, the launched kernel's ptxas
+GemmRecords = Callable[[str, str], tuple[SassArch, cost.KernelCounts, PtxasArch]]
 
 
-def layer_steps(rows: list[ModelRow], shapes: list[Shape], g: GpuModel) -> list[LayerRow]:
-    """Per shape, the rule's forward, dX and dW picks per call, beside torch bf16 nn.Linear."""
+def loop_entry(spec: KernelSpec) -> str | None:
+    """The counted int32 GEMM whose main loop ``spec`` runs: itself for an int32 GEMM; for
+    a fused (rescaled, possibly split-K) forward, dX or dW, the int32 family's entry on
+    the same tile (the fused kernels share its loop and differ in the epilogue); None for
+    a kernel that is not a GEMM."""
+    if spec.is_gemm:
+        return spec.name
+    family = next((f for f in LAYER_FAMILIES if spec.family_name.startswith(f.removesuffix("s8"))), None)
+    if not spec.tile or family is None:
+        return None
+    return next((name for name, other in KERNELS.items()
+                 if other.is_gemm and other.family_name == family and other.tile == spec.tile), None)
+
+
+def launch_phases(layer: LayerShape, recorded: LayerLaunch, g: GpuModel,
+                  records: GemmRecords) -> tuple[str, cost.Phases]:
+    """(the counted loop entry or "", the phases) of one recorded launch of the step."""
     dev = as_device(g)
-    out = []
-    for shape in shapes:
-        picked = [r for r in rows if r.shape == shape.name and r.rule_pick
-                  and any(r.kernel == f or r.kernel.startswith(f + "_m") for f in LAYER_FAMILIES)]
-        if len(picked) != len(LAYER_FAMILIES):
-            continue
-        out.append(LayerRow(shape=shape.name, ours_per_call_us=round(sum(r.ours.per_call_us for r in picked), 3),
-                            torch_bf16_per_call_us=round(cost.torch_linear_step(dev, shape.R, shape.K, shape.N), 3)))
-    return out
+    spec = KERNELS.get(recorded.kernel)
+    if spec is None:
+        raise UserError(f"layer step {layer.name}: it launches '{recorded.kernel}', which kernels/registry.py does "
+                        "not hold; register the kernel or fix kernels/layer_step.py")
+    entry = loop_entry(spec)
+    if entry is None:
+        return "", cost.stream_phases(dev, recorded.bytes)
+    dims = Dims(layer.R, layer.K, layer.N)
+    if tuple(spec.geometry(dims).grid) != tuple(recorded.grid):
+        raise UserError(f"layer step {layer.name}: {spec.name} was launched on grid {tuple(recorded.grid)}, its spec "
+                        f"gives {tuple(spec.geometry(dims).grid)} for R={layer.R} K={layer.K} N={layer.N}; the "
+                        "step and the spec disagree, fix kernels/layer_step.py")
+    sass, counts, ptxas = records(entry, spec.name)
+    return entry, cost.staged_phases(dev, staged_work(spec, dims, g, sass, counts, ptxas)[1])
+
+
+def layer_step_row(layer: LayerShape, g: GpuModel, records: GemmRecords, target: str) -> LayerStepRow:
+    """Every recorded launch of ``layer``'s step timed (:func:`launch_phases`), eager and
+    graph-replayed, beside torch bf16 nn.Linear's three GEMMs timed the same two ways."""
+    dev = as_device(g)
+    launches, phases = [], []
+    for recorded in layer.launch_list:
+        entry, p = launch_phases(layer, recorded, g, records)
+        phases.append(p)
+        launches.append(LayerLaunchRow(kernel=recorded.kernel, model="gemm" if entry else "memory", loop=entry,
+                                       bytes=recorded.bytes, device_us=round(p.device_us, 4), limiter=p.limiter))
+    torch = cost.torch_linear_gemms(dev, layer.R, layer.K, layer.N)
+    return LayerStepRow(
+        target=target, shape=layer.name, R=layer.R, K=layer.K, N=layer.N, launches=launches,
+        gemm_device_us=round(sum(p.device_us for p, x in zip(phases, launches) if x.model == "gemm"), 3),
+        other_device_us=round(sum(p.device_us for p, x in zip(phases, launches) if x.model == "memory"), 3),
+        eager_us=round(cost.eager_us(phases), 3), graph_us=round(cost.graph_us(dev, phases), 3),
+        torch_eager_us=round(cost.eager_us(torch), 3), torch_graph_us=round(cost.graph_us(dev, torch), 3))
+
+
+def layer_targets(steps: list[LayerStepRow]) -> list[str]:
+    """One line per target: the HSLM steps within :data:`HSLM_STEP_MAX_RATIO` of torch,
+    the large layer at least :data:`LARGE_STEP_MIN_SPEEDUP` x faster; eager and graph."""
+    lines = []
+    hslm = [s for s in steps if s.target == "hslm"]
+    if hslm:
+        parts = []
+        for how in ("eager", "graph"):
+            ratios = [getattr(s, f"{how}_ratio") for s in hslm]
+            parts.append(f"{how} {sum(r <= HSLM_STEP_MAX_RATIO for r in ratios)} of {len(ratios)} shapes "
+                         f"(ours/torch {min(ratios):.2f}-{max(ratios):.2f})")
+        met = all(max(s.eager_ratio, s.graph_ratio) <= HSLM_STEP_MAX_RATIO for s in hslm)
+        lines.append(f"MODEL target: HSLM step within {HSLM_STEP_MAX_RATIO}x of torch bf16 nn.Linear: "
+                     f"{', '.join(parts)}: {'met' if met else 'NOT met'}")
+    for s in (s for s in steps if s.target == "large"):
+        eager, graph = 1 / s.eager_ratio, 1 / s.graph_ratio
+        met = min(eager, graph) >= LARGE_STEP_MIN_SPEEDUP
+        lines.append(f"MODEL target: large step {s.shape} (R={s.R}, K={s.K}, N={s.N}) at least "
+                     f"{LARGE_STEP_MIN_SPEEDUP}x faster than torch bf16 nn.Linear: torch/ours eager {eager:.2f}, "
+                     f"graph {graph:.2f}: {'met' if met else 'NOT met'}")
+    return lines
 
 
 def assumptions_sha256(path: Path = DEVICES_FILE) -> str:
@@ -563,9 +674,8 @@ def predict_point(point: CalibrationPoint, dev: cost.Device) -> tuple[float, str
     else:
         if not point.bytes:
             raise UserError(f"{rel(CALIBRATION_FILE)}: point '{point.name}': a stream needs bytes")
-        rate = dev.l2_bandwidth_gbs if point.resident == "l2" else dev.dram_bandwidth_gbs * dev.dram_efficiency
-        device_us = dev.kernel_fixed_us + point.bytes / (rate * 1e3)
-        seconds = (max(device_us, dev.launch_us) if point.timed == "host_loop" else device_us) * 1e-6
+        p = cost.stream_phases(dev, point.bytes, point.resident)
+        seconds = (cost.host_loop_us(p) if point.timed == "host_loop" else p.device_us) * 1e-6
         ops, label, limiter = 0.0, "elementwise", point.resident
     if point.metric == "TFLOPS":
         return ops / seconds / 1e12, label, limiter

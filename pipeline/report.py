@@ -2,23 +2,45 @@
 
 The doit reporter (pipeline.reporter) prints them at the end of a run; the judge
 tasks print the failing lines. Everything here reads result JSONs and writes text.
+Within one doit run a record is parsed once (:func:`cached_record`): the judge's
+uptodate reads every cell's report, and the reporter's line reads them again.
 """
 from __future__ import annotations
 
 import json
 import os
 import sys
-from typing import Any, Sequence
+from pathlib import Path
+from typing import Any, Sequence, TypeVar
+
+from pydantic import BaseModel
 
 from pipeline import config
 from pipeline.artifacts import read_model, read_present
 from pipeline.models import PtxasReport, VerifyReport
 
 VerifyCell = tuple[str, str, str]  # (kernel, set, shape)
+M = TypeVar("M", bound=BaseModel)
+_records: dict[tuple, BaseModel] = {}
 
 PTXAS_COLUMNS = ("kernel", "arch", "regs", "spill st", "spill ld", "smem B", "stack B", "verdict")
 VERIFY_COLUMNS = ("kernel", "set", "shape", "R", "K", "N", "backend", "mismatches", "rows",
                   "max|diff|", "seconds", "verdict")
+
+
+def cached_record(path: Path, model_type: type[M], required: bool = False) -> M | None:
+    """:func:`pipeline.artifacts.read_present` (``required``: read_model), parsed once per
+    file version in this process: the key is the path, the model and the file's inode,
+    size and mtime, so a rewrite (write_model renames a new file in place) is read again."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return read_model(path, model_type) if required else None  # read_model says it is missing
+    key = (str(path), model_type, st.st_ino, st.st_size, st.st_mtime_ns)
+    found = _records.get(key)
+    if found is None:
+        found = _records[key] = read_model(path, model_type)
+    return found  # type: ignore[return-value]
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -48,7 +70,7 @@ def ptxas_problems(report: PtxasReport) -> list[str]:
 
 
 def ptxas_table(kernels: Sequence[str]) -> str:
-    reports = [read_model(config.ptxas_json(k), PtxasReport) for k in kernels]
+    reports = [cached_record(config.ptxas_json(k), PtxasReport, True) for k in kernels]
     return table(PTXAS_COLUMNS, [row for r in reports for row in ptxas_rows(r)])
 
 
@@ -58,7 +80,7 @@ def verify_row(r: VerifyReport) -> list[Any]:
 
 
 def verify_reports(cells: Sequence[VerifyCell]) -> list[VerifyReport]:
-    return [read_model(config.verify_json(*cell), VerifyReport) for cell in cells]
+    return [cached_record(config.verify_json(*cell), VerifyReport, True) for cell in cells]
 
 
 def verify_table(cells: Sequence[VerifyCell]) -> str:

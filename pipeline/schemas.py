@@ -1,8 +1,9 @@
 """JSON Schema of every JSON file the pipeline writes, exported from the pydantic models.
 
-``python -m pipeline.schemas`` writes schemas/<Model>.json; they are committed, so a
-reader outside Python (or a reviewer) sees each format, and a model change that is not
-exported with it is a gate finding (SCHEMA DRIFT), like a stale seal.
+``python -m pipeline.schemas`` writes schemas/<Model>.json (``--out DIR``: there
+instead); they are committed, so a reader outside Python (or a reviewer) sees each
+format, and a model change that is not exported with it is a gate finding (SCHEMA
+DRIFT), like a stale seal.
 """
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import sys
 from pathlib import Path
 
 from pipeline.artifacts import rel, write_atomic
+from pipeline.bench_cli import OneLineParser, run_cli
 from pipeline.config import SCHEMAS_DIR
+from pipeline.errors import UserError
 from pydantic import BaseModel
 
 from pipeline.layer_records import LayerBenchReport, LayerLedger, LayerReport
@@ -29,10 +32,15 @@ def schema_text(model: type[BaseModel]) -> str:
 
 def export(folder: Path = SCHEMAS_DIR) -> list[Path]:
     """Write every document's schema into ``folder``; returns the paths written."""
+    if Path(folder).exists() and not Path(folder).is_dir():
+        raise UserError(f"{rel(folder)}: not a folder; give the folder the schemas are written in")
     paths = []
     for model in DOCUMENTS:
         path = Path(folder) / f"{model.__name__}.json"
-        write_atomic(path, schema_text(model))
+        try:
+            write_atomic(path, schema_text(model))
+        except OSError as exc:  # a folder above it is a file, or not writable
+            raise UserError(f"{rel(path)}: cannot be written ({exc.strerror}); give a folder you can write in") from None
         paths.append(path)
     return paths
 
@@ -52,7 +60,26 @@ def drift(folder: Path = SCHEMAS_DIR) -> list[str]:
     return found + [f"{rel(p)}: no such record in pipeline.schemas.DOCUMENTS" for p in extra]
 
 
-if __name__ == "__main__":
-    for written in export():
+def parser() -> OneLineParser:
+    p = OneLineParser(prog="python -m pipeline.schemas",
+                      description="Export the JSON Schema of every record file the pipeline writes, "
+                                  "one <Model>.json each.")
+    p.add_argument("--out", type=Path, default=SCHEMAS_DIR,
+                   help=f"folder to write them in (default: {rel(SCHEMAS_DIR)}, the committed copy the gate compares)")
+    return p
+
+
+def _main(args: list[str]) -> int:
+    for written in export(parser().parse_args(args).out):
         print(f"wrote {rel(written)}")
-    sys.exit(0)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m pipeline.schemas [--out DIR]``; a bad argument or an --out that is a
+    file is one line and exit 2."""
+    return run_cli(_main, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -18,10 +18,9 @@ from doit.tools import config_changed
 from kernels.registry import KERNELS
 from pipeline import config
 from pipeline.artifacts import remove_folder
-from pipeline.bench import BENCH_DIR, CEILING_N, run_bench
 from pipeline.bench_report import output_paths
 from pipeline.cmdline import describe, var
-from pipeline.tasks_build import failing_task, one_line_failure
+from pipeline.taskkit import failing_task, one_line_failure
 
 DEFAULT_SET = "hslm"
 BENCH_SOURCES = sorted(Path(__file__).parent.glob("bench*.py"))
@@ -29,6 +28,8 @@ BENCH_SOURCES = sorted(Path(__file__).parent.glob("bench*.py"))
 
 @one_line_failure
 def _bench(shape_set: str, ceiling_n: int, model: str) -> None:
+    from pipeline.bench import run_bench  # the bench (CuPy, torch) loads only when it runs
+
     run_bench(shape_set, ceiling_n=ceiling_n, model=Path(model) if model else None)
 
 
@@ -36,6 +37,8 @@ def task_bench() -> dict:
     """Time every kernel on shape=<set> (default hslm) against cuBLAS and torch; GPU only."""
     shape_set, model, ceiling = var("shape", DEFAULT_SET), var("model"), var("ceiling")
     if not ceiling.isdigit():
+        from pipeline.bench import CEILING_N
+
         return failing_task(f"ceiling={ceiling}: expected a whole number (the n of the n^3 "
                             f"cuBLAS int8 ceiling run, 0 to skip it), e.g. ceiling={CEILING_N}")
     if model and not Path(model).is_file():
@@ -45,8 +48,8 @@ def task_bench() -> dict:
         "actions": [(_bench, [shape_set, int(ceiling), model])],
         "file_dep": [str(config.ptx_path(k)) for k in KERNELS]
         + [str(config.SHAPES_FILE)] + [str(p) for p in BENCH_SOURCES] + ([model] if model else []),
-        "targets": [str(p) for p in output_paths(BENCH_DIR, shape_set)],
-        "clean": [(remove_folder, [BENCH_DIR])],
+        "targets": [str(p) for p in output_paths(config.BENCH_DIR, shape_set)],
+        "clean": [(remove_folder, [config.BENCH_DIR])],
         "uptodate": [config_changed({"shape": shape_set, "ceiling": ceiling, "model": model})],
         "verbosity": 2,
     }

@@ -12,11 +12,10 @@ list; then prints one table. Nothing is computed, so it takes milliseconds on an
 The counts are ratcheted in ledger/layer.json (pipeline.layer_ratchet): a rise is red at
 ``doit gate``, which counts the ledger's sets afresh (no dependency on this task). The stage re-runs when the step's source (kernels/layer_step.py and the
 kernels/ modules it imports, the step kernels' specs among them), shapes.yaml or the
-stage's own code changes.
+stage's own code changes. Its cells are the sets of ``shape=``, declared as one
+:class:`pipeline.stages.Stage` (:data:`LAYER`), listed in ``dodo.py``.
 """
 from __future__ import annotations
-
-from typing import Iterator
 
 from doit.exceptions import TaskFailed
 from doit.tools import config_changed
@@ -31,7 +30,8 @@ from pipeline.layer_ratchet import LAYER_DIR, report_path, step_source_files, st
 from pipeline.layer_records import LayerReport, LayerShape
 from pipeline.report import table
 from pipeline.shapes import parse_set_names, select_sets
-from pipeline.tasks_build import fails_on_user_error, one_line_failure
+from pipeline.stages import Stage
+from pipeline.taskkit import one_line_failure
 
 DEFAULT_LAYER_SET = "hslm"
 # the targets a step is measured against (printed beside the counts; the ledger ratchets them)
@@ -77,25 +77,34 @@ def _layer(shape_set: str) -> TaskFailed | None:
     return None
 
 
-@fails_on_user_error
-def task_layer() -> Iterator[dict]:
-    """Count what one layer step launches, syncs, copies, allocates and moves (shape=<set>, default hslm)."""
+def layer_sets() -> list[str]:
+    """The sets of ``shape=`` (default hslm); an unknown one is a UserError, one line."""
     sets = parse_set_names(var("shape", DEFAULT_LAYER_SET))
-    select_sets(sets)  # an unknown set stops here, one line
+    select_sets(sets)
+    return list(sets)
+
+
+def layer_task(shape_set: str) -> dict:
     deps = sorted({str(p) for p in step_source_files()}
                   | {str(config.SHAPES_FILE), __file__, layer_count.__file__, layer_records.__file__,
                      layer_step.__file__})
-    for shape_set in sets:
-        yield {
-            "name": shape_set,
-            "actions": [(_layer, [shape_set])],
-            "file_dep": deps,
-            "targets": [str(report_path(shape_set))],
-            "uptodate": [config_changed({"shape_set": shape_set, "dtype": STEP_DTYPE})],
-            "clean": [(remove_folder, [LAYER_DIR])],
-            "verbosity": 2,
-        }
+    return {
+        "name": shape_set,
+        "actions": [(_layer, [shape_set])],
+        "file_dep": deps,
+        "targets": [str(report_path(shape_set))],
+        "uptodate": [config_changed({"shape_set": shape_set, "dtype": STEP_DTYPE})],
+        "clean": [(remove_folder, [LAYER_DIR])],
+        "verbosity": 2,
+    }
 
 
-task_layer.__doc__ = ("Count what one TernaryLinear step launches, syncs, copies, allocates and moves: "
-                      f"shape={VARIABLES['shape'].values} (default {DEFAULT_LAYER_SET})")
+LAYER = Stage(
+    name="layer",
+    doc=("Count what one TernaryLinear step launches, syncs, copies, allocates and moves: "
+         f"shape={VARIABLES['shape'].values} (default {DEFAULT_LAYER_SET})"),
+    cells=layer_sets,
+    cell_task=layer_task,
+    record="LayerReport",  # pipeline.layer_records; judged by the layer ratchet at doit gate, not by a check task
+)
+task_layer = LAYER.create_doit_tasks  # the creator doit builds from LAYER (what the tests call)

@@ -7,7 +7,9 @@
 - ``doit model shape=<set> gpu=<name>`` (default hslm, h200): the cost model
   (kernels/cost.py, through pipeline.perf_model): ``model:counts`` writes
   ledger/loop_counts.json from the cubins' stall counts, ``model:run`` the phases per
-  kernel x shape -> artifacts/model/<set>-<gpu>.json and a table, ``model:calibrate``
+  kernel x shape and every launch of the layer step (the set's shapes and the bench's
+  large layer, eager and graph-replayed, beside torch bf16 nn.Linear) ->
+  artifacts/model/<set>-<gpu>.json and the tables, ``model:calibrate``
   the table beside published measurements ->
   docs/calibration.md; every figure is a MODEL prediction, never a measurement.
 """
@@ -19,22 +21,24 @@ from typing import Any, Iterator
 
 from doit.tools import config_changed
 
-from kernels import cost
+from kernels import cost, layer_step
 from kernels.registry import KERNELS
 from kernels.spec import KernelSpec
-from pipeline import config, perf_model, sass
+from kernels.validate import LaunchError
+from pipeline import config, layer_count, perf_model, sass
 from pipeline.artifacts import read_model, rel, remove_folder, sha256_file, write_atomic, write_model
+from pipeline.bench_layer import LARGE_LAYER
 from pipeline.bench_record import Prediction as BenchPrediction
 from pipeline.cmdline import var
 from pipeline.config import MODEL_DIR, SASS_DIR, sass_json
 from pipeline.errors import UserError
-from pipeline.models import MemoryAccess, PtxasReport, Shape
+from pipeline.models import MemoryAccess, PtxasArch, PtxasReport, Shape
 from pipeline.ptxas import PtxasError, find_ptxas, ptxas_version
 from pipeline.report import table
-from pipeline.sass import SassReport, disassembler_version, find_nvdisasm, sass_report
+from pipeline.sass import SassArch, SassReport, disassembler_version, find_nvdisasm, sass_report
 from pipeline.shapes import select_sets
 from pipeline.sources import source_files
-from pipeline.tasks_build import fails_on_user_error, one_line_failure
+from pipeline.taskkit import fails_on_user_error, one_line_failure
 from pipeline.verify import work
 
 
@@ -167,10 +171,55 @@ def _counts(kernels: list[str]) -> None:
                for k in kernels}
     write_atomic(perf_model.COUNTS_FILE,
                  json.dumps({"note": perf_model.COUNTS_NOTE, "kernels": records}, indent=1, sort_keys=True) + "\n")
+    cost.load_counts.cache_clear()  # the tile rule and model:run in this same doit run read the new file
     cpi = [r["archs"]["sm_90"]["fast"]["issue_clocks"] / r["archs"]["sm_90"]["fast"]["instructions"]
            for r in records.values() if "sm_90" in r["archs"]]
     print(f"{rel(perf_model.COUNTS_FILE)}: {len(records)} kernels; sm_90 fast bodies "
           f"{min(cpi):.2f}-{max(cpi):.2f} stall clocks per instruction")
+
+
+def ptxas_arch(name: str, g: perf_model.GpuModel, gpu_name: str) -> PtxasArch:
+    """``name``'s ptxas figures (registers, shared memory) on the model's arch."""
+    ptxas = next((a for a in read_model(config.ptxas_json(name), PtxasReport).archs if a.arch == g.arch), None)
+    if ptxas is None:
+        raise UserError(f"{rel(config.ptxas_json(name))}: no figures for {g.arch} ({gpu_name}); "
+                        f"add it to ARCHS in pipeline/config.py")
+    return ptxas
+
+
+def counted_loop(name: str, arch: str) -> cost.KernelCounts:
+    """The committed loop counts of ``name``; a missing entry is one line saying what to run."""
+    try:
+        return cost.loop_counts(name, arch)
+    except cost.CostInputError as exc:
+        raise UserError(str(exc)) from None
+
+
+def layer_shapes(shape_set: str, shapes: tuple[Shape, ...]) -> list[tuple[Shape, str]]:
+    """The layer steps to model, each with the target that judges it ("hslm", "large" or
+    "": none): the set's shapes and the large layer the bench runs
+    (pipeline.bench_layer.LARGE_LAYER), once."""
+    large = (LARGE_LAYER.R, LARGE_LAYER.K, LARGE_LAYER.N)
+    out = [(s, "large" if (s.R, s.K, s.N) == large else "hslm" if shape_set == "hslm" else "") for s in shapes]
+    return out if any(t == "large" for _, t in out) else out + [(LARGE_LAYER, "large")]
+
+
+def layer_steps(shape_set: str, shapes: tuple[Shape, ...], g: perf_model.GpuModel,
+                gpu_name: str) -> list[perf_model.LayerStepRow]:
+    """Each layer step counted on the recording runtime (what `doit layer` counts) and
+    every launch of it timed."""
+    def records(entry: str, kernel: str) -> tuple[SassArch, cost.KernelCounts, PtxasArch]:
+        return (read_model(sass_json(entry), SassReport).arch(g.arch), counted_loop(entry, g.arch),
+                ptxas_arch(kernel, g, gpu_name))
+
+    out = []
+    for shape, target in layer_shapes(shape_set, shapes):
+        try:
+            layer = layer_count.count_step(shape)
+        except LaunchError as exc:
+            raise UserError(f"layer step {shape.name}: {exc}") from None
+        out.append(perf_model.layer_step_row(layer, g, records, target))
+    return out
 
 
 def build_model(shape_set: str, gpu_name: str) -> perf_model.ModelReport:
@@ -181,14 +230,8 @@ def build_model(shape_set: str, gpu_name: str) -> perf_model.ModelReport:
     for name in gemm_kernels():
         spec = KERNELS[name]
         counts = read_model(sass_json(name), SassReport)
-        ptxas = next((a for a in read_model(config.ptxas_json(name), PtxasReport).archs if a.arch == g.arch), None)
-        if ptxas is None:
-            raise UserError(f"{rel(config.ptxas_json(name))}: no figures for {g.arch} ({gpu_name}); "
-                            f"add it to ARCHS in pipeline/config.py")
-        try:
-            loop = cost.loop_counts(name, g.arch)
-        except cost.CostInputError as exc:
-            raise UserError(str(exc)) from None
+        ptxas = ptxas_arch(name, g, gpu_name)
+        loop = counted_loop(name, g.arch)
         tools[name] = f"ptxas {counts.ptxas_version} / nvdisasm {counts.nvdisasm_version}"
         ptx = config.ptx_path(name).read_text()
         for shape in shapes:
@@ -197,7 +240,27 @@ def build_model(shape_set: str, gpu_name: str) -> perf_model.ModelReport:
     return perf_model.ModelReport(shape_set=shape_set, gpu=gpu_name, gpu_name=g.name, arch=g.arch,
                                   assumptions_sha256=perf_model.assumptions_sha256(),
                                   counts_sha256=sha256_file(perf_model.COUNTS_FILE), sass_tools=tools, rows=rows,
-                                  layer_steps=perf_model.layer_steps(rows, list(shapes), g))
+                                  layer_steps=layer_steps(shape_set, shapes, g, gpu_name))
+
+
+LAYER_COLUMNS = ("", "layer step", "R", "K", "N", "launches", "GEMMs device us", "others device us", "eager us",
+                 "torch bf16 eager us", "eager ours/torch", "graph us", "torch bf16 graph us", "graph ours/torch")
+
+
+def layer_table(steps: list[perf_model.LayerStepRow]) -> list[str]:
+    """The layer-step rows, how they were timed, and the targets' lines."""
+    rows = [["MODEL", s.shape, s.R, s.K, s.N, len(s.launches), s.gemm_device_us, s.other_device_us, s.eager_us,
+             s.torch_eager_us, round(s.eager_ratio, 3), s.graph_us, s.torch_graph_us, round(s.graph_ratio, 3)]
+            for s in steps]
+    return [table(LAYER_COLUMNS, rows),
+            "MODEL layer step = every launch `doit layer` records (weight sum + prep, row/column quantization of X "
+            "and dY, the fused GEMMs): a GEMM on the phase model of the int32 GEMM whose loop it runs, any other "
+            "kernel as a memory-bound pass over its buffers' bytes at DRAM's reachable rate + the fixed cost; "
+            "torch = bf16 nn.Linear's 3 GEMMs (best library-like configuration each, no bias-gradient kernel); "
+            "eager adds the host's launch cost per kernel, graph once",
+            *(f"MODEL {s.shape} launches, device us: "
+              + ", ".join(f"{x.kernel} {x.device_us:.2f} ({x.limiter})" for x in s.launches) for s in steps),
+            *perf_model.layer_targets(steps)]
 
 
 def model_table(report: perf_model.ModelReport) -> str:
@@ -222,10 +285,7 @@ def model_table(report: perf_model.ModelReport) -> str:
         f"{len(picks)} picked cells at or below the best reference per call",
     ]
     if report.layer_steps:
-        lines.append(table(("", "shape", "HSLM fwd+dX+dW per call us", "torch bf16 nn.Linear (3 GEMMs) per call us",
-                            "ratio"),
-                           [["MODEL", s.shape, s.ours_per_call_us, s.torch_bf16_per_call_us,
-                             round(s.ours_per_call_us / s.torch_bf16_per_call_us, 3)] for s in report.layer_steps]))
+        lines += layer_table(report.layer_steps)
     return "\n".join(lines)
 
 
@@ -296,13 +356,15 @@ def task_model() -> Iterator[dict]:
         "file_dep": [str(p) for k in gemms for p in (sass_json(k), config.ptxas_json(k), config.ptx_path(k))]
         + [str(perf_model.DEVICES_FILE), str(perf_model.COUNTS_FILE), str(config.SHAPES_FILE), perf_model.__file__,
            cost.__file__]
-        # the kernels' sources hold the tile rule that marks each row's pick
-        + sorted({str(p) for k in gemms for p in source_files(KERNELS[k])})
+        # the kernels' sources hold the tile rule that marks each row's pick; the layer step
+        # launches every kernel (its ptxas figures give a fused GEMM's occupancy)
+        + sorted({str(p) for spec in KERNELS.values() for p in source_files(spec)})
+        + [layer_step.__file__, layer_count.__file__, __file__]  # and this module's table and layer rows
+        + [str(config.ptxas_json(k)) for k, spec in KERNELS.items() if spec.tile and not spec.is_gemm]
         + [str(p) for p in reports if p.is_file()],
         "targets": [str(p) for p in model_paths(shape_set, gpu_name)],
         "clean": [(remove_folder, [MODEL_DIR])],
-        "uptodate": [config_changed({"shape": shape_set, "gpu": gpu_name,
-                                     "emulator_memory": perf_model.emulator_counts_memory()})],
+        "uptodate": [config_changed({"shape": shape_set, "gpu": gpu_name})],
         "verbosity": 2,
     }
     yield {

@@ -21,7 +21,7 @@ from typing import Iterator
 from doit.exceptions import TaskFailed
 
 from kernels.registry import KERNELS
-from pipeline import config, gate
+from pipeline import config
 from pipeline.artifacts import read_model, rel, remove_folder, sweep_temp_files
 from pipeline.cmdline import describe, var
 from pipeline.errors import UserError
@@ -32,7 +32,8 @@ from pipeline.results import summarize
 from pipeline.seal import build_seal, seal_path, write_seal
 from pipeline.shapes import select_sets
 from pipeline.sources import source_sha256
-from pipeline.tasks_build import cell_task, failing_task, fails_on_user_error, one_line_failure, verify_plan
+from pipeline.taskkit import failing_task, fails_on_user_error, one_line_failure
+from pipeline.tasks_build import cell_task, verify_plan
 
 
 @one_line_failure
@@ -71,7 +72,7 @@ def _seal(kernel: str) -> None:
 @fails_on_user_error
 def task_seal() -> Iterator[dict]:
     """Seal each kernel (ledger/seals/<kernel>.json) once its sealed sets verify."""
-    # seal:<k> waits for the verify cells this command line creates (see task_verify)
+    # seal:<k> waits for the verify cells this command line creates (see tasks_build.VERIFY)
     cells = [c for c in verify_plan().cells if c[1] in config.VERIFY_SETS]
     for kernel in KERNELS:
         verify = [cell_task(*c) for c in cells if c[0] == kernel]
@@ -98,6 +99,8 @@ def task_bless() -> dict:
 
 
 def _gate(sets: list[str]) -> None:
+    from pipeline import gate  # the judge and its rules: imported only when the gate runs
+
     base = var("base")
     code = gate.main(["--sets", ",".join(sets)] + (["--base", base] if base else []))
     if code:

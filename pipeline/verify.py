@@ -16,6 +16,7 @@ expected to take long prints a progress line every :data:`HEARTBEAT_SECONDS`.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import threading
 import time
 import zlib
@@ -24,10 +25,9 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from kernels import backends, ptxemu
+from kernels import backends
 from kernels.backends import GPU_HINT, gpu_available
 from kernels.floats import same_values, to_f32
-from kernels.launch import POISON, launch_outputs
 from kernels.spec import BufferSpec, Dims, KernelSpec
 from pipeline.artifacts import check_artifact, read_model, sha256_bytes, write_model
 from pipeline.config import (
@@ -55,7 +55,8 @@ def backend_hash(backend: str) -> str:
     the cells it judged. A GPU verdict depends on the device, recorded in the report."""
     if backend != "emulator":
         return ""
-    sources = sorted(Path(ptxemu.__file__).parent.glob("*.py"))
+    emulator = importlib.util.find_spec("kernels.ptxemu")  # found, not imported: task creation stays light
+    sources = sorted(Path(emulator.origin).parent.glob("*.py"))
     return sha256_bytes(b"".join(p.read_bytes() for p in sources))
 
 
@@ -125,6 +126,7 @@ def compare_output(param: BufferSpec, got: np.ndarray, want: np.ndarray) -> tupl
     integers by value, floats by bits (:func:`kernels.floats.same_values`) with the
     difference in units in the last place between non-NaN values, and the poison bit
     pattern a mismatch in either."""
+    from kernels.launch import POISON  # the launch code loads with the first comparison, not with doit
     if got.shape != want.shape:
         raise ValueError(f"output '{param.name}' shape {got.shape} != reference shape {want.shape}")
     if not param.is_float:
@@ -173,6 +175,7 @@ def launch_stats(fn: Any) -> LaunchStats | None:
 def verify_cell(spec: KernelSpec, shape_set: str, shape: Shape, backend: str, force: bool = False) -> VerifyReport:
     """Run ``spec``'s emitted PTX on ``shape`` with ``backend`` ('gpu' or 'emulator'),
     write artifacts/verify/<kernel>/<set>/<shape>.json and return the report."""
+    from kernels.launch import launch_outputs  # with the emulator behind it: loaded when a cell runs
     check_work(spec.name, shape_set, shape, backend, force)
     emitted = read_model(emit_json(spec.name), EmitResult)
     ptx = ptx_path(spec.name)

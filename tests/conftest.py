@@ -1,5 +1,7 @@
 """Suite-wide settings, wiring and fixtures.
 
+- Under pytest-xdist (``-n N --dist loadgroup``, the README's test command) the tests
+  sharing a module-scoped fixture run on one worker (:func:`shares_a_fixture`).
 - Warnings are errors in the emulator's tests (tests/test_ptxemu*.py: a numpy overflow or
   invalid-value warning is a bug in an emulator form); a test that expects one says so
   with its own ``filterwarnings`` mark, which takes precedence.
@@ -12,8 +14,10 @@
   or running a kernel.
 - ``tmp_doit``: runs ``python -m doit`` on a small dodo written in a tmp folder
   (the ratchet's tasks with their inputs swapped for fixtures).
+- ``world``: gate.main() on files in tmp_path holding the gate's green world
+  (tests/gatecases.py).
 - Helpers tests share live in modules that are not tests (kernelcases, emucases,
-  artifactcases, quantbounds), so no test module imports another.
+  artifactcases, quantbounds, floatcases, stepcases, gatecases), so no test module imports another.
 """
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ from typing import Callable
 import pytest
 
 from artifactcases import FakeArtifacts
+from gatecases import green_world
 
 from pipeline import config
 from pipeline.config import ROOT
@@ -36,12 +41,29 @@ pytest_plugins = ["pipeline.assertcount", "pytester"]
 ERRORS_ON_WARNINGS = "test_ptxemu"  # the emulator's test modules: a numpy warning there is a bug
 
 
+SHARED_SCOPES = ("module", "class", "package")  # fixtures built once for many tests
+
+
+def shares_a_fixture(item: pytest.Item) -> bool:
+    """Whether ``item`` uses a fixture built once for its module (or class, or package)."""
+    info = getattr(item, "_fixtureinfo", None)
+    return info is not None and any(d.scope in SHARED_SCOPES for defs in info.name2fixturedefs.values() for d in defs)
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Warnings are errors in the emulator's tests, below any filterwarnings mark of the
-    test's own."""
+    test's own.
+
+    Under ``pytest -n N --dist loadgroup`` (pytest-xdist) the tests of a module that share
+    a module-scoped fixture go to one worker, in file order: the fixture is built once
+    (not once per worker) and tests that leave state for the next (tests/test_graph.py)
+    still run in sequence. Every other test is handed to whichever worker is free."""
     for item in items:
         if item.path.name.startswith(ERRORS_ON_WARNINGS):
             item.add_marker(pytest.mark.filterwarnings("error"), append=False)
+        if shares_a_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(item.path.stem))
 
 
 @pytest.fixture
@@ -49,6 +71,12 @@ def fake_artifacts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeArtif
     for name in ("PTX_DIR", "PTXAS_DIR", "VERIFY_DIR", "SASS_DIR"):
         monkeypatch.setattr(config, name, tmp_path / "artifacts" / name.lower())
     return FakeArtifacts(tmp_path)
+
+
+@pytest.fixture
+def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
+    """The gate's green world as files gate.main() reads (tests/gatecases.py); their paths."""
+    return green_world(tmp_path, monkeypatch)
 
 
 @pytest.fixture

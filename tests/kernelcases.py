@@ -16,6 +16,7 @@ test needs to know about a kernel is read off its KernelSpec and module:
   ones (a packed-W input decoded into fragments), and one configuration per family
   (:func:`one_per_family`), and one case per kernel module (:func:`per_module`), for
   the expensive cases that say nothing new per tile or per output type.
+- :func:`emulated`: a kernel's emitted PTX on the emulator, parsed once per process.
 - :func:`stated`: test cases a kernel module states itself, as a module attribute
   (``PLANTED_BUGS``: mutations of its PTX the emulator must catch, in the format of
   tests/test_kernels_run.py's PLANTED).
@@ -32,6 +33,7 @@ import pytest
 
 from kernels import staged_tile
 from kernels.floats import same_values
+from kernels.ptxemu import Function, Module
 from kernels.registry import FAMILIES, KERNELS
 from kernels.spec import Dims, KernelSpec
 
@@ -45,6 +47,19 @@ class GemmRoles(NamedTuple):
     rows: str
     cols: str
     contraction: str
+
+
+def emulated(name: str) -> Function:
+    """``name``'s PTX as emitted now, on the emulator: emitted each call (a test may have
+    patched what the emitter reads), parsed and decoded once per distinct text and test
+    process. The Function keeps only the last launch's stats, which a caller reads right
+    after its own launch."""
+    return _decoded(name, KERNELS[name].emit())
+
+
+@functools.lru_cache(maxsize=None)
+def _decoded(name: str, ptx: str) -> Function:
+    return Module(code=ptx).get_function(name)
 
 
 def per_kernel(names: Iterable[str] = tuple(KERNELS)) -> list[Any]:

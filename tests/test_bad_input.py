@@ -256,10 +256,13 @@ def test_a_member_that_leaves_the_landing_folder_is_refused(tmp_path, name, kind
 def test_plain_members_land_where_they_belong(tmp_path):
     archive = tmp_path / "rest.tgz"
     tgz(archive, [member(".", tarfile.DIRTYPE), member("./artifacts", tarfile.DIRTYPE),
-                  member("./artifacts/verify/k/s/a.json"), member("verify.log"), member("other/x.txt")])
+                  member("./artifacts/verify/k/s/a.json"), member("verify.log"), member("other/x.txt"),
+                  member("./out/bench-smoke.png"), member("./out/calibration.json"), member("./out/notes.txt")])
     unpack_rest(archive, tmp_path / "landed")
     assert (tmp_path / "landed/verify/k/s/a.json").read_bytes() == b"{}"
     assert (tmp_path / "landed/logs/verify.log").exists() and not (tmp_path / "landed/other").exists()
+    assert (tmp_path / "landed/bench-smoke.png").exists() and (tmp_path / "landed/calibration.json").exists()
+    assert not (tmp_path / "landed/notes.txt").exists() and not (tmp_path / "landed/out").exists()
 
 
 def test_a_damaged_tgz_is_one_line(tmp_path):

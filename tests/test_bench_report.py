@@ -338,6 +338,21 @@ def test_cli_writes_where_it_is_told(sample, tmp_path, capsys):
     assert [p.name for p in src.iterdir()] == ["bench-hslm.json"]  # nothing beside the input
 
 
+@pytest.mark.parametrize("args, fragment", [
+    (["{json}", "--bogus"], "unrecognized arguments: --bogus"),
+    (["{json}", "--out"], "argument --out: expected one argument"),
+    (["{json}", "--out", "{json}"], "--out {json}: not a folder"),  # the record itself, say
+])
+def test_cli_bad_argument_is_one_line_and_writes_nothing(tmp_path, capsys, args, fragment):
+    path = tmp_path / "bench-hslm.json"
+    path.write_text(SAMPLE.read_text())
+    assert main([a.format(json=path) for a in args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and fragment.format(json=path) in err and err.count("\n") == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["bench-hslm.json"]
+    assert path.read_text() == SAMPLE.read_text()
+
+
 def test_png_is_left_out_with_one_line_without_matplotlib(sample, tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
     written = write_outputs(sample, tmp_path, "r")

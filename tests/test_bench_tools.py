@@ -249,15 +249,54 @@ def test_sticky_errors_are_told_from_the_others():
 
 # ---- --help is help -------------------------------------------------------------------
 
-@pytest.mark.parametrize("command", [("-m", "pipeline.bench"), ("-m", "pipeline.bench_counters"),
-                                     ("-m", "pipeline.bench_report"), ("tools/gpu_verify.py",),
-                                     ("tools/one_launch.py",)])
+ENTRY_POINTS = [("-m", "pipeline.bench"), ("-m", "pipeline.bench_counters"), ("-m", "pipeline.bench_report"),
+                ("-m", "pipeline.bench_land"), ("-m", "pipeline.bench_layer"), ("-m", "pipeline.schemas"),
+                ("-m", "pipeline.dupbody"), ("tools/gpu_verify.py",), ("tools/one_launch.py",),
+                ("bench/emulator_bench.py",), ("bench/validate_bench.py",), ("bench/layer_cpu_bench.py",)]
+
+
+def _entry_point(command: tuple[str, ...], *args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """``command`` run from ``cwd`` (not the checkout: a relative default would land there)."""
+    script = [str(ROOT / c) if c.endswith(".py") else c for c in command]
+    return subprocess.run([sys.executable, *script, *args], cwd=cwd, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("command", ENTRY_POINTS, ids=lambda c: c[-1])
 def test_every_entry_point_answers_help(command, tmp_path):
-    res = subprocess.run([sys.executable, *[str(ROOT / c) if c.startswith("tools/") else c for c in command],
-                          "--help"], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                         capture_output=True, text=True, timeout=120)
+    res = _entry_point(command, "--help", cwd=tmp_path)
     assert res.returncode == 0 and res.stderr == "" and res.stdout.startswith("usage: ")
     assert list(tmp_path.iterdir()) == []  # --help wrote nothing
+
+
+@pytest.mark.parametrize("command", ENTRY_POINTS, ids=lambda c: c[-1])
+def test_every_entry_point_refuses_an_unknown_option_in_one_line(command, tmp_path):
+    res = _entry_point(command, "--no-such-option", cwd=tmp_path)
+    assert res.returncode == 2 and res.stdout == ""
+    assert res.stderr.startswith("error: ") and res.stderr.count("\n") == 1 and "Traceback" not in res.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_schemas_help_leaves_the_committed_schemas_alone(tmp_path):
+    """``python -m pipeline.schemas`` writes the checkout's schemas/ by default (whatever the
+    working folder), so --help must be parsed before anything is written."""
+    before = {p.name: p.stat().st_mtime_ns for p in (ROOT / "schemas").iterdir()}
+    assert _entry_point(("-m", "pipeline.schemas"), "--help", cwd=tmp_path).returncode == 0
+    assert {p.name: p.stat().st_mtime_ns for p in (ROOT / "schemas").iterdir()} == before
+
+
+def test_land_refuses_a_results_dir_that_is_a_file_in_one_line(tmp_path, capsys):
+    from pipeline.bench_land import main as land_main
+
+    back = tmp_path / "back"
+    back.mkdir()
+    (back / "facts.txt").write_text("nvidia_smi_fields: name,driver_version\nnvidia_smi: NVIDIA H200, 570.1\n")
+    (tmp_path / "results").write_text("")
+    assert land_main([str(back), str(tmp_path / "results")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "cannot hold the results folder nvidia-h200/" in err and err.count("\n") == 1
+    assert land_main([str(back), str(tmp_path / "landed")]) == 0  # a folder is taken
+    assert (tmp_path / "landed" / "nvidia-h200" / "results.json").is_file()
 
 
 def test_one_launch_lists_the_kernels_a_profiler_should_expect():

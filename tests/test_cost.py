@@ -7,6 +7,7 @@ import json
 import math
 
 import pytest
+from hypothesis import given, strategies as st
 
 from kernels import cost, staged_tile
 from kernels.registry import KERNELS
@@ -184,3 +185,30 @@ def test_a_big_square_gemm_is_near_the_library_tensor_rate():
     reached = 2 * 8192 ** 3 / (p.device_us * 1e-6) / (H200.int8_dense_tops * 1e12)
     assert 0.7 * H200.library_tensor_fraction < reached <= H200.library_tensor_fraction
     assert math.isclose(cost.host_loop_us(p), p.device_us)
+
+
+# ---- launches that are not GEMMs, and a step of launches --------------------------------
+
+def test_a_memory_bound_kernel_is_its_bytes_at_the_reachable_rate_plus_the_fixed_cost():
+    p = cost.stream_phases(H200, 40.8e6)  # 40.8 MB at 4800 x 0.85 GB/s: 10 us
+    assert p.device_us == pytest.approx(2.0 + 10.0) and p.limiter == "dram" and p.launch_us == H200.launch_us
+    on_chip = cost.stream_phases(H200, 6.5e6, resident="l2")  # at L2's 6.5 TB/s: 1 us
+    assert on_chip.device_us == pytest.approx(3.0) and on_chip.limiter == "l2"
+    assert cost.stream_phases(H200, 0).device_us == H200.kernel_fixed_us  # never below the device floor
+
+
+def test_eager_pays_every_launch_a_graph_replay_one():
+    launches = [cost.stream_phases(H200, 40.8e6), cost.staged_phases(H200, WORK)]
+    device = sum(p.device_us for p in launches)
+    assert cost.eager_us(launches) == pytest.approx(device + 2 * H200.launch_us)
+    assert cost.graph_us(H200, launches) == pytest.approx(device + H200.launch_us)
+    torch = cost.torch_linear_gemms(H200, 27, 243, 729)
+    assert len(torch) == 3 and cost.torch_linear_step(H200, 27, 243, 729) == pytest.approx(cost.eager_us(torch))
+
+
+@given(st.lists(st.floats(min_value=0, max_value=1e9), min_size=1, max_size=12))
+def test_a_graph_replay_saves_exactly_the_launches_after_the_first(sizes):
+    launches = [cost.stream_phases(H200, nbytes) for nbytes in sizes]
+    assert all(p.device_us >= H200.kernel_fixed_us for p in launches)
+    saved = cost.eager_us(launches) - cost.graph_us(H200, launches)
+    assert saved == pytest.approx((len(launches) - 1) * H200.launch_us, rel=1e-9, abs=1e-6)

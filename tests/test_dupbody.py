@@ -7,7 +7,7 @@ import textwrap
 import pytest
 
 from pipeline.errors import ArtifactError
-from pipeline.dupbody import allowed_group, find_duplicates, read_allowed, stale_allowances
+from pipeline.dupbody import allowed_group, find_duplicates, main, read_allowed, stale_allowances
 from pipeline.models import AllowedDuplicate, AllowedDuplicates
 
 ORIGINAL = '''
@@ -99,3 +99,38 @@ def test_unparsable_source_is_unreadable(tmp_path):
 def test_the_repository_has_no_unallowed_duplicates():
     allowed = read_allowed()
     assert [g for g in find_duplicates() if not allowed_group(g, allowed)] == []
+
+
+# ---- python -m pipeline.dupbody ---------------------------------------------------------
+
+def test_cli_help_is_help(capsys):
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: python -m pipeline.dupbody") and "--root" in out
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--bogus"], "unrecognized arguments: --bogus"),
+    (["--root"], "argument --root: expected one argument"),
+    (["--root", "{tmp}/nowhere"], "has no kernels/ or pipeline/ folder"),
+    (["--root", "{tmp}", "--allowed", "{tmp}/none.yaml"], "--allowed {tmp}/none.yaml: no such file"),
+])
+def test_cli_bad_argument_is_one_line_exit_2(tmp_path, capsys, args, fragment):
+    (tmp_path / "kernels").mkdir()
+    assert main([a.format(tmp=tmp_path) for a in args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and fragment.format(tmp=tmp_path) in err and err.count("\n") == 1
+
+
+def test_cli_exits_1_on_a_duplicate_the_list_does_not_allow(tmp_path, capsys):
+    tree(tmp_path, **{"kernels/a.py": ORIGINAL, "pipeline/b.py": ORIGINAL})
+    assert main(["--root", str(tmp_path)]) == 1
+    assert capsys.readouterr().out == "kernels/a.py::total:2 == pipeline/b.py::total:2\n"
+    allowed = tmp_path / "ledger" / "allowed_duplicates.yaml"
+    allowed.parent.mkdir()
+    allowed.write_text("allowed:\n  - functions: [kernels/a.py::total, pipeline/b.py::total]\n    reason: why\n")
+    assert main(["--root", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.endswith("(allowed)\n")
+    (tmp_path / "pipeline" / "b.py").write_text("x = 1\n")
+    assert main(["--root", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.startswith("no function body repeated")

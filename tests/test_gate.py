@@ -5,77 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline import config, gate
+from gatecases import ALLOWED_PAIR, BLOCKED, COPY, FASTER, LEVEL, SLOWER, TINY, evidence_of, green, result, seal
+
+from pipeline import gate
 from pipeline.artifacts import write_model
 from pipeline.errors import ArtifactError
 from pipeline.ledger import dump_ledger, make_ledger
-from pipeline.results import cells
-from pipeline.models import (
-    AllowedDuplicate, AllowedDuplicates, CellResult, DuplicateGroup, FunctionRef, KernelState,
-    PtxasArch, RunSummary, SassEntry, SassFigures, SassLevel, Seal, SealedShape, SealedVerify, SealEvidence, Shape,
-    TestCounts,
-)
-
-KERNELS = ("kern_a", "kern_b")
-UNIVERSE = cells(KERNELS, ("sm_80", "sm_90"), {"smoke": (Shape(name="tiny", R=1, K=1, N=1),)})
-BLOCKED = ("kern_b", "ptxas", "sm_90")
-TINY = ("kern_a", "verify", "smoke/tiny")
-ARCHS = ("sm_80", "sm_90")
-LEVEL = SassLevel(fast=SassFigures(sass_per_imma=10.0, lsu_per_imma=2.0),
-                  tail=SassFigures(sass_per_imma=21.5, lsu_per_imma=4.75))
-SLOWER = LEVEL.model_copy(update={"fast": SassFigures(sass_per_imma=11.0, lsu_per_imma=2.0)})
-FASTER = LEVEL.model_copy(update={"tail": SassFigures(sass_per_imma=21.5, lsu_per_imma=4.5)})
-
-
-def ref(path: str, qualname: str, line: int = 1) -> FunctionRef:
-    return FunctionRef(path=path, qualname=qualname, line=line)
-
-
-ALLOWED_PAIR = DuplicateGroup(members=[ref("kernels/x.py", "f"), ref("pipeline/y.py", "g")])
-COPY = DuplicateGroup(members=[ref("kernels/ops.py", "scale", 10), ref("pipeline/bench.py", "scale", 20)])
-
-
-def result(key, verdict="pass") -> CellResult:
-    blocked = verdict != "pass"
-    return CellResult(kernel=key[0], check=key[1], target=key[2], verdict=verdict,
-                      blocker="ptxas fatal : Unsupported .version 9.0" if blocked else None,
-                      reason="ptxas-version" if blocked else None)
-
-
-def seal(kernel: str, ptx: str = "p") -> Seal:
-    return Seal(
-        kernel=kernel, source_sha256=f"s-{kernel}", ptx_sha256=f"{ptx}-{kernel}", ptx_bytes=10, ptxas_version="12.9",
-        ptxas=[PtxasArch(arch=a, registers=40, spill_stores=0, spill_loads=0, shared_bytes=0, stack_bytes=0)
-               for a in config.ARCHS],
-        verify=SealedVerify(backend="emulator", device="cpu-emulator", shapes=[
-            SealedShape(shape_set="smoke", shape="tiny", R=1, K=1, N=1, mismatches=0, rows_checked=1)]),
-        tests=TestCounts(passed=2, failed=0, skipped=0, total=2, vacuous=0, invariants=1),
-        sass={a: LEVEL for a in config.ARCHS}, sealed_at="2025-01-01")
-
-
-def green() -> gate.Inputs:
-    """A consistent world: every cell as the ledger says (one blocked, inside the cap),
-    every kernel sealed at its current hashes, the SASS figures at the ledger's levels,
-    the one duplicate allowed."""
-    results = [result(k, "blocked" if k == BLOCKED else "pass") for k in UNIVERSE]
-    run = RunSummary(cells=UNIVERSE, results=results, duplicates=[ALLOWED_PAIR],
-                     kernels=[KernelState(kernel=k, source_sha256=f"s-{k}", ptx_sha256=f"p-{k}") for k in KERNELS],
-                     sass={k: dict.fromkeys(ARCHS, LEVEL) for k in KERNELS})
-    ledger = make_ledger(results, max_not_pass=1,
-                         sass=[SassEntry(kernel=k, arch=a, level=LEVEL) for k in KERNELS for a in ARCHS])
-    allowed = AllowedDuplicates(allowed=[AllowedDuplicate(functions=[m.name for m in ALLOWED_PAIR.members],
-                                                          reason="kept apart on purpose")])
-    seals = {k: seal(k) for k in KERNELS}
-    run = run.model_copy(update={"evidence": {k: evidence_of(s) for k, s in seals.items()}})
-    return gate.Inputs(run, ledger, seals, allowed)
-
-
-def evidence_of(s: Seal) -> SealEvidence:
-    """What a run that produced exactly this seal shows (the gate compares the two)."""
-    return SealEvidence(ptx_bytes=s.ptx_bytes, ptxas_version=s.ptxas_version, ptxas=s.ptxas,
-                        defined=s.verify.shapes, verify=s.verify.shapes,
-                        runs=[(s.verify.backend, s.verify.device, s.verify.driver)], tests=s.tests,
-                        test_files=s.test_files, sass=s.sass)
+from pipeline.models import CellResult, SassEntry, SassFigures, SassLevel
 
 
 def with_evidence(i: gate.Inputs, kernel: str = "kern_a", **update) -> gate.Inputs:
@@ -276,22 +212,6 @@ def test_a_further_rise_past_an_accepted_one_is_red():
 
 
 # --- main: exit status ---------------------------------------------------------------------
-
-@pytest.fixture
-def world(tmp_path, monkeypatch):
-    """gate.main() on files in tmp_path holding the green world; returns the paths."""
-    i = green()
-    paths = {"ledger": tmp_path / "ledger.json", "seals": tmp_path / "seals", "allowed": tmp_path / "allowed.yaml"}
-    paths["ledger"].write_text(dump_ledger(i.ledger))
-    for kernel, s in i.seals.items():
-        write_model(paths["seals"] / f"{kernel}.json", s)
-    paths["allowed"].write_text("allowed:\n  - functions: [kernels/x.py::f, pipeline/y.py::g]\n    reason: on purpose\n")
-    for name, attr in (("ledger", "LEDGER_FILE"), ("seals", "SEALS_DIR"), ("allowed", "ALLOWED_FILE")):
-        monkeypatch.setattr(gate, attr, paths[name])
-    monkeypatch.setattr(gate, "GATE_DIR", tmp_path / "gate")
-    monkeypatch.setattr(gate, "summarize", lambda sets: i.run)
-    return paths
-
 
 def test_main_green_red_and_informational(world, capsys):
     assert gate.main([]) == 0

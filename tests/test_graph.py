@@ -10,8 +10,8 @@ The graph's behaviour does not depend on how many kernels there are, so the copy
 registry keeps the three int8 families (:data:`GRAPH_MODULES`) and its tests/ folder
 holds one kernel-marked test per kernel (:data:`KERNEL_TESTS`): the gate's kernel_tests
 stage runs, re-runs and feeds the gate as it does on the whole suite, in seconds (the
-kernel tests themselves run in this suite directly). The two SASS-ratchet cases share
-one gate run (:func:`sass_gate`).
+kernel tests themselves run in this suite directly). The failing-cell case and the two
+SASS-ratchet cases share one red gate run (:func:`red_gate`).
 """
 from __future__ import annotations
 
@@ -369,69 +369,76 @@ def test_gate_then_verify_reruns_nothing(project):
                          f"verify: {len(CELLS)} cells on emulator (all up to date): all exact\n")
 
 
-def test_gate_judges_a_failing_cell(project):
+def test_gate_judges_a_failing_cell(red_gate):
     """A cell that mismatches is evidence: the gate still runs and names it against the ledger."""
-    source = project / "kernels" / "hslm_fwd_s8.py"
-    original = source.read_text()
-    edit(source, emits_a_trailer(original) +
-         "SPECS = (_dc.replace(SPECS[0], reference=lambda d, i, _ref=SPECS[0].reference: _ref(d, i) + 1),"
-         " *SPECS[1:])\n")
-    gate = doit(project, "gate", "shape=smoke")
-    edit(source, original)
+    gate = red_gate.run
     assert gate.rc == 1 and "gate" in gate.ran and "Traceback" not in gate.out + gate.err
     failures = re.findall(r"^UNEXPECTED FAILURE  hslm_fwd_s8 verify smoke/(\w+): ledger pass, now fail: .* mismatches",
                           gate.out, re.M)
     assert sorted(failures) == sorted(SMOKE)
 
 
-class SassGate(NamedTuple):
+class RedGate(NamedTuple):
     run: Run
     slower: float  # hslm_fwd_s8 sm_80's fast SASS per IMMA now: the ledger says 1
     accepted: float  # hslm_dx_s8 sm_80's: the ledger accepted the rise from 1, with a reason
 
 
 @pytest.fixture(scope="module")
-def sass_gate(project) -> SassGate:
-    """One gate run on a ledger with two SASS levels planted below the current counts:
-    hslm_fwd_s8 sm_80 as a plain level (SLOWER, red), hslm_dx_s8 sm_80 as a rise
-    accepted with a reason (informational). The counts come from the graph's own
-    up-to-date sass task."""
+def red_gate(project) -> RedGate:
+    """One gate run (a gate run costs the most of any run here) with two plants the gate
+    must each name on its own:
+
+    - hslm_fwd_s8's PTX changed and its reference made off by one: its smoke cells
+      mismatch (UNEXPECTED FAILURE, one line a cell);
+    - a ledger with two SASS levels below the current counts: hslm_fwd_s8 sm_80 as a
+      plain level (SLOWER, red), hslm_dx_s8 sm_80 as a rise accepted with a reason
+      (informational). The counts come from the graph's own sass task, brought up to
+      date (for the edited kernel too) before the gate runs.
+
+    Kernel and ledger are restored afterwards."""
+    source = project / "kernels" / "hslm_fwd_s8.py"
+    original_source = source.read_text()
     ledger_file = project / "ledger" / "ledger.json"
-    original = ledger_file.read_text()
-    assert doit(project, "sass").rc == 0  # up to date first (an earlier test may have edited a kernel)
-    reports = [SassReport.model_validate_json((project / f"artifacts/sass/{k}.json").read_text()) for k in KERNELS]
-    now = current_figures(reports)
-
-    def lowered(kernel: str):
-        level = now[kernel]["sm_80"]
-        return level.model_copy(update={"fast": level.fast.model_copy(update={"sass_per_imma": 1.0})})
-
-    entries = [SassEntry(kernel=k, arch=a, level=v) for k, archs in now.items() for a, v in archs.items()]
-    planted = {("hslm_fwd_s8", "sm_80"): {"level": lowered("hslm_fwd_s8")},
-               ("hslm_dx_s8", "sm_80"): {"reason": "known-bug", "rose_from": lowered("hslm_dx_s8")}}
-    entries = [e.model_copy(update=planted[e.key]) if e.key in planted else e for e in entries]
-    ledger = read_ledger(ledger_file)
+    original_ledger = ledger_file.read_text()
+    edit(source, emits_a_trailer(original_source) +
+         "SPECS = (_dc.replace(SPECS[0], reference=lambda d, i, _ref=SPECS[0].reference: _ref(d, i) + 1),"
+         " *SPECS[1:])\n")
     try:
+        assert doit(project, "sass").rc == 0  # up to date first: the gate must not count again
+        reports = [SassReport.model_validate_json((project / f"artifacts/sass/{k}.json").read_text()) for k in KERNELS]
+        now = current_figures(reports)
+
+        def lowered(kernel: str):
+            level = now[kernel]["sm_80"]
+            return level.model_copy(update={"fast": level.fast.model_copy(update={"sass_per_imma": 1.0})})
+
+        entries = [SassEntry(kernel=k, arch=a, level=v) for k, archs in now.items() for a, v in archs.items()]
+        planted = {("hslm_fwd_s8", "sm_80"): {"level": lowered("hslm_fwd_s8")},
+                   ("hslm_dx_s8", "sm_80"): {"reason": "known-bug", "rose_from": lowered("hslm_dx_s8")}}
+        entries = [e.model_copy(update=planted[e.key]) if e.key in planted else e for e in entries]
+        ledger = read_ledger(ledger_file)
         ledger_file.write_text(dump_ledger(make_ledger(ledger.entries, ledger.max_not_pass, entries)))
         run = doit(project, "gate", "shape=smoke")
     finally:
-        ledger_file.write_text(original)
-    return SassGate(run, now["hslm_fwd_s8"]["sm_80"].fast.sass_per_imma, now["hslm_dx_s8"]["sm_80"].fast.sass_per_imma)
+        ledger_file.write_text(original_ledger)
+        edit(source, original_source)
+    return RedGate(run, now["hslm_fwd_s8"]["sm_80"].fast.sass_per_imma, now["hslm_dx_s8"]["sm_80"].fast.sass_per_imma)
 
 
-def test_gate_judges_the_sass_counts_against_the_ledger(sass_gate):
+def test_gate_judges_the_sass_counts_against_the_ledger(red_gate):
     """A ledger level below the current count is SLOWER, red; the gate reuses the graph's
     SASS counts rather than counting again."""
-    run = sass_gate.run
+    run = red_gate.run
     assert not SASS & run.ran and "Traceback" not in run.out + run.err
     assert run.rc == 1
-    assert f"\nSLOWER  hslm_fwd_s8 sm_80: fast SASS/IMMA 1 in the ledger -> {sass_gate.slower:g} now  -> " in run.out
+    assert f"\nSLOWER  hslm_fwd_s8 sm_80: fast SASS/IMMA 1 in the ledger -> {red_gate.slower:g} now  -> " in run.out
 
 
-def test_gate_shows_an_accepted_rise_as_informational(sass_gate):
+def test_gate_shows_an_accepted_rise_as_informational(red_gate):
     """The same rise accepted with a reason: one informational line, not SLOWER."""
-    run = sass_gate.run
-    assert (f"INFO ACCEPTED SLOWER  hslm_dx_s8 sm_80: fast SASS/IMMA 1 -> {sass_gate.accepted:g} accepted: known-bug"
+    run = red_gate.run
+    assert (f"INFO ACCEPTED SLOWER  hslm_dx_s8 sm_80: fast SASS/IMMA 1 -> {red_gate.accepted:g} accepted: known-bug"
             in run.out)
     assert "\nSLOWER  hslm_dx_s8" not in run.out and "\nSLOWER  hslm_fwd_s8" in run.out
 

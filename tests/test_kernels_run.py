@@ -6,8 +6,8 @@ import re
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
-from kernelcases import (INT32_EPILOGUE, STAGED, TERNARY, TWO_STAGED, contraction, exact, family_configs, gemm_dims,
-                         inputs_of, per_kernel, per_module, span_of, stated, tile_of)
+from kernelcases import (INT32_EPILOGUE, STAGED, TERNARY, TWO_STAGED, contraction, emulated, exact, family_configs,
+                         gemm_dims, inputs_of, per_kernel, per_module, span_of, stated, tile_of)
 
 from kernels import staged_tile
 from kernels.launch import PACKED_DTYPE, LaunchError, launch, launch_outputs
@@ -23,7 +23,7 @@ TAILS = [Dims(1, 1, 1), Dims(1, 17, 3), Dims(5, 16, 8), Dims(33, 31, 9), Dims(65
 def run(name, dims, ptx=None, seed=0):
     """Every output of one emulator launch of ``name``, and the reference's, by name."""
     spec = get_kernel(name)
-    fn = Module(code=ptx or spec.emit()).get_function(name)
+    fn = Module(code=ptx).get_function(name) if ptx else emulated(name)
     inputs = spec.make_inputs(dims, np.random.default_rng(seed))
     return launch_outputs(spec, fn, dims, inputs), spec.expected(dims, inputs)
 
@@ -171,7 +171,8 @@ def launch_raw(name: str, dims: Dims, buffers: list, row_pitch: int, ptx: str | 
     rows, width = spec.output.logical(dims)
     out = np.zeros((rows, out_pitch or spec.output.shape(dims)[1]), np.int32)
     sizes = [np.uint32(v) for v in (dims.R, dims.K, dims.N, row_pitch, out.shape[1], span)]
-    Module(code=ptx or spec.emit()).get_function(name)(grid, geo.block, [out, *buffers, *sizes])
+    fn = Module(code=ptx).get_function(name) if ptx else emulated(name)
+    fn(grid, geo.block, [out, *buffers, *sizes])
     return out[:, :width]
 
 
@@ -223,7 +224,7 @@ def test_dw_exact_on_its_own_layout_with_junk_padding(name, dims, row_pitch):
 def conflicted(name: str, ptx: str | None = None) -> list[tuple[str, int, int]]:
     """Shared accesses of the chunk loop that need more bank wavefronts than the minimum."""
     spec = get_kernel(name)
-    fn = Module(code=ptx or spec.emit()).get_function(name)
+    fn = Module(code=ptx).get_function(name) if ptx else emulated(name)
     dims = Dims(256, 192, 256)
     inputs = spec.make_inputs(dims, np.random.default_rng(1))
     assert exact(spec, launch_outputs(spec, fn, dims, inputs), spec.expected(dims, inputs))
@@ -254,7 +255,7 @@ def epilogue_traffic(name: str, ptx: str | None = None, shapes: tuple[int, int, 
     """The memory rows after the chunk loop (the staged output) of ``name`` on ``shapes``
     (rows, cols, contraction), checked exact unless the PTX is a planted one."""
     spec = get_kernel(name)
-    fn = Module(code=ptx or spec.emit()).get_function(name)
+    fn = Module(code=ptx).get_function(name) if ptx else emulated(name)
     dims = gemm_dims(name, *shapes)
     inputs = spec.make_inputs(dims, np.random.default_rng(1))
     got = launch(spec, fn, dims, inputs)
@@ -324,7 +325,7 @@ def output_requests(name: str, width: int, ptx: str | None = None, contraction: 
     ``width`` columns (128, or 127: odd, the last lane's group ends in the pitch) over
     ``contraction`` (128: one split; 512: split-K, four splits of two chunks), checked exact."""
     spec = get_kernel(name)
-    fn = Module(code=ptx or spec.emit()).get_function(name)
+    fn = Module(code=ptx).get_function(name) if ptx else emulated(name)
     dims = gemm_dims(name, rows=27, cols=width, contraction=contraction)
     assert spec.geometry(dims).grid == (1, 1, 1 if contraction == 128 else 4)
     inputs = spec.make_inputs(dims, np.random.default_rng(3))
@@ -458,7 +459,7 @@ def w_loads(name: str, dims: Dims, ptx: str | None = None) -> tuple[np.ndarray, 
     """One launch on ``dims``: its output, the reference, and the traced W loads (the only
     ``ld.global``: the activations come in by cp.async)."""
     spec = get_kernel(name)
-    fn = Module(code=ptx or spec.emit()).get_function(name)
+    fn = Module(code=ptx).get_function(name) if ptx else emulated(name)
     inputs = spec.make_inputs(dims, np.random.default_rng(4))
     got = launch(spec, fn, dims, inputs)
     return got, spec.reference(dims, inputs), [a for a in fn.stats.memory if a.opcode == "ld.global"]

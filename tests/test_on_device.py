@@ -6,7 +6,10 @@ executables first on PATH, which check their options as the real ones do (ncu re
 unlisted metric and profiles no more launches than --launch-count), a numpy `cupy` whose
 kernels run on the CPU PTX emulator and which can fault a kernel with a sticky error, a
 `torch` that will not import; the script runs in a copy of the project with small shape
-sets. The stand-in racecheck plants a failure: the steps after it must still run.
+sets and a few kernels (the plan's own tests check that the defaults cover every kernel).
+The stand-in racecheck plants a failure: the steps after it must still run. The tools the
+script calls (tools/cuda_tests.py, layer_rows.py, counter_calibration.py, device_summary.py)
+are also tested on their own, in process, where the stand-in cannot reach what they do.
 """
 from __future__ import annotations
 
@@ -23,15 +26,27 @@ import pytest
 from kernels.registry import KERNELS
 from pipeline.artifacts import read_model
 from pipeline.config import ROOT
-from pipeline.bench import GEMM_KERNELS
 from pipeline.bench_counters import derive, parse_ncu_csv
 from pipeline.bench_land import LandedRun, land, main, read_steps
 from pipeline.bench_record import BenchReport
+from pipeline.layer_records import LayerBenchReport, LayerBenchRow, LayerTiming
+from pipeline.models import LaunchStats, MemoryAccess, Shape
+
+sys.path.insert(0, str(ROOT / "tools"))
+import counter_calibration  # noqa: E402
+import cuda_tests  # noqa: E402
+import device_summary  # noqa: E402
+import gpu_verify  # noqa: E402
+import layer_rows  # noqa: E402
 
 STANDIN = Path(__file__).parent / "data" / "bench" / "standin"
 # the kernels launched under the stand-in sanitizers and ncu: more than the 3 launches the
 # profiler once stopped at, fewer than all, so the emulator's time stays small
 LAUNCHED = ("hslm_fwd_s8", "hslm_fwd_s8_m32", "hslm_dx_s8", "hslm_dw_s8")
+# what the stand-in verifies and benches: an int8 GEMM of each product and a step kernel
+# (the emulator runs every cell; all 54 kernels x smoke would be most of the test's time)
+VERIFIED = ("hslm_fwd_s8", "hslm_dx_s8", "hslm_dw_s8", "hslm_qrows_bf16")
+BENCHED = "hslm_fwd_s8,hslm_dx_s8"
 # the emulator is slow on a loaded machine: caps that no healthy stand-in step reaches
 ROOMY_PLAN = " ".join(f"{name}:300:1" for name in (
     "wheels", "facts", "verify", "bench", "layer", "torch-tests", "sanitize-memcheck", "sanitize-racecheck",
@@ -79,9 +94,11 @@ def run_on_device(tmp: Path, wheels: bool, prepare=None, **env: str) -> tuple[su
         "PATH": os.pathsep.join([str(STANDIN / "bin"), str(Path(sys.executable).parent),
                                  "/usr/bin", "/bin"]),
         "HOME": str(tmp), "PYTHONPATH": str(STANDIN), "OUT": str(out), "SITE": str(tmp / "site"),
-        "VERIFY_SETS": "smoke", "BENCH_SET": "smoke", "BENCH_CEILING": "0",
+        "VERIFY_SETS": "smoke", "VERIFY_KERNELS": ",".join(VERIFIED), "VERIFY_JOBS": "2",
+        "BENCH_SET": "smoke", "BENCH_CEILING": "0", "BENCH_KERNELS": BENCHED,
         "SANITIZE_SHAPE": "tiny", "COUNTERS_SHAPE": "small", "LAUNCH_KERNELS": ",".join(LAUNCHED),
-        "PLAN": ROOMY_PLAN, "TOTAL_S": "4000", **env}
+        "COUNTER_KERNELS": ",".join(LAUNCHED), "COUNTER_BATCH": "3", "CALIBRATION_JOBS": "1",
+        "PLAN": ROOMY_PLAN, "TOTAL_S": "4000", "PACKAGE_TOOL_S": "120", **env}
     res = subprocess.run(["bash", "tools/on-device.sh"], cwd=project, env=full_env,
                          capture_output=True, text=True, timeout=600)
     return res, out
@@ -121,20 +138,45 @@ PREDICTED_US = 2.5
 LAYER_PRESENT = (ROOT / "pipeline" / "bench_layer.py").is_file()
 
 
-TORCH_CHECK = "tests/data/bench/standin_torch_check.py"  # stands in for the torch layer's CUDA tests
+CUDA_CHECK = "tests/data/bench/standin_cuda_tests.py"  # written in the copy: stands in for the CUDA tests
+CUDA_CHECK_TEXT = '''"""Stand-in CUDA tests: one that skips without CUDA, one CPU test that must not be picked."""
+import os
+import types
+
+import pytest
+
+torch = types.SimpleNamespace(cuda=types.SimpleNamespace(
+    is_available=lambda: os.environ.get("STANDIN_CUDA_TESTS") != "skip"))
+
+
+def cuda_or_skip():
+    if not torch.cuda.is_available():
+        pytest.skip("GPU check: torch sees no CUDA device")
+
+
+def test_on_cuda():
+    cuda_or_skip()
+    assert torch.cuda.is_available()
+
+
+def test_on_the_cpu():
+    assert False, "a test that runs without CUDA was picked"
+'''
 
 
 def carry_predictions(project: Path) -> None:
-    """The model's predictions where tools/on-device.sh looks for them by default."""
+    """The model's predictions where tools/on-device.sh looks for them by default, and the
+    stand-in CUDA tests."""
     model = project / "artifacts" / "model" / "smoke-h200.predictions.json"
     model.parent.mkdir(parents=True)
     model.write_text(f'[{{"kernel": "hslm_fwd_s8", "shape": "tiny", "predicted_us": {PREDICTED_US}}}]')
+    (project / CUDA_CHECK).write_text(CUDA_CHECK_TEXT)
 
 
 @pytest.fixture(scope="module")
 def full_run(tmp_path_factory):
     return run_on_device(tmp_path_factory.mktemp("ondevice"), wheels=True, prepare=carry_predictions,
-                         TORCH_TESTS=f"{TORCH_CHECK} tests/no_such_test.py")
+                         TORCH_TESTS=f"{CUDA_CHECK} tests/no_such_test.py")
 
 
 def test_every_step_runs_in_order_and_a_failure_does_not_stop_the_rest(full_run):
@@ -158,16 +200,18 @@ def test_what_comes_back_fits_the_tool(full_run, tmp_path):
     names = sorted(p.name for p in files)
     assert len(files) <= MAX_FILES
     assert all(len(p.relative_to(out).parts) - 1 <= MAX_DEPTH for p in files)
-    assert names == sorted(["device.log", "facts.txt", "ncu.csv", "rest.tgz", "bench-smoke.json",
-                            "bench-smoke.md", "bench-smoke.png"])
-    assert (unpacked(out, tmp_path) / "out" / "bench-smoke.csv").is_file()  # the CSV travels in rest.tgz
+    assert names == sorted(["device.log", "facts.txt", "summary.md", "ncu.csv", "rest.tgz", "bench-smoke.json",
+                            "bench-smoke.md"])
+    rest = unpacked(out, tmp_path)
+    assert (rest / "out" / "bench-smoke.csv").is_file() and (rest / "out" / "bench-smoke.png").is_file()
 
 
 def test_steps_did_their_work(full_run, tmp_path):
     res, out = full_run
     log = (out / "device.log").read_text()
     assert "standin_pkg" in log  # the carried wheel was installed
-    assert f"{3 * len(KERNELS)} cells on gpu: all exact" in log  # smoke x every kernel, through the stand-in cupy
+    assert f"{3 * len(VERIFIED)} cells on gpu: all exact" in log  # smoke x each kernel, through the stand-in cupy
+    assert "on 2 process(es)" in log
     report = read_model(out / "bench-smoke.json", BenchReport)
     assert report.complete and report.stopped is None
     assert {r.disposition for r in report.rows if r.impl == "ours"} == {"passed"}
@@ -175,11 +219,25 @@ def test_steps_did_their_work(full_run, tmp_path):
     facts = (out / "facts.txt").read_text()
     assert "nvidia_smi: STAND-IN numpy GPU, 999.99" in facts and "ncu: " in facts
     assert "ncu_probe: ok" in facts and "compute_sanitizer_probe: ok" in facts
-    assert "1 passed" in log.split("=== step torch-tests")[1]  # pytest ran the test files present
+    # the CUDA test of the file present, and not its CPU test
+    assert "1 CUDA tests: 1 passed, 0 failed, 0 skipped" in log.split("=== step torch-tests")[1]
     assert log.count("tiny R=16 K=32 N=8: exact") == 4 * len(LAUNCHED)  # 4 sanitizer tools x each kernel
     unpacked(out, tmp_path)
     assert (tmp_path / "artifacts" / "verify" / "hslm_fwd_s8" / "smoke" / "tiny.json").is_file()
     assert (tmp_path / "sanitize-racecheck.log").is_file()
+    summary = read_model(tmp_path / "verify.json", gpu_verify.VerifySummary)
+    assert (summary.cells, summary.exact, summary.not_run, summary.kernels_not_covered) == (12, 12, 0, [])
+
+
+def test_the_summary_says_what_each_step_found(full_run):
+    _, out = full_run
+    text = (out / "summary.md").read_text()
+    assert "| sanitize-racecheck | 300 | 1 | 1 |" in text and "| counters | 300 | 1 | 0 |" in text
+    assert "12 cells (4 kernels x sets smoke) on gpu: 12 exact, 0 failed, 0 not run" in text
+    assert "- racecheck: ERROR SUMMARY: 1 error; 4 launches exact, 0 not" in text
+    assert "1 CUDA tests: 1 passed, 0 failed, 0 skipped" in text
+    assert "bench-smoke.json: 36 rows" in text and "complete" in text
+    assert "| hslm_dx_s8 | l1tex__t_sectors_pipe_lsu_mem_global_op_ldgsts.sum | cp.async sectors | 3200 |" in text
 
 
 def test_the_carried_model_file_fills_the_model_column(full_run):
@@ -194,8 +252,9 @@ def test_counters_cover_every_kernel_and_the_staged_loads(full_run):
     _, out = full_run
     log = (out / "device.log").read_text()
     counters = parse_ncu_csv((out / "ncu.csv").read_text())
-    assert set(counters) == set(LAUNCHED)  # ncu's --launch-count covers one launch of each kernel
-    assert f"profiling {len(LAUNCHED)} launches, one per kernel" in log
+    assert set(counters) == set(LAUNCHED)  # each batch's --launch-count covers one launch of each kernel
+    assert f"profiling {len(LAUNCHED)} launches, one per kernel, 3 per ncu run, on small" in log
+    assert (out / "ncu.csv").read_text().count('"ID"') == 1  # the two batches' CSVs as one
     # the stand-in ncu lists only some names: the filter passed those, and said which it left out
     assert "dram__bytes_read.sum" not in counters["hslm_fwd_s8"]
     left_out = next(line for line in log.splitlines() if line.startswith("ncu does not list "))
@@ -204,6 +263,18 @@ def test_counters_cover_every_kernel_and_the_staged_loads(full_run):
     assert ratios["global load sectors per request"] == 16.0
     assert ratios["cp.async sectors per request"] == 32.0  # LDGSTS sectors: counters of their own
     assert ratios["cp.async instructions per mma"] == 1.0 and ratios["ldmatrix wavefronts per instruction"] == 1.0
+
+
+def test_the_counters_come_back_beside_the_emulators_figures(full_run, tmp_path):
+    _, out = full_run
+    cal = read_model(unpacked(out, tmp_path) / "calibration.json", counter_calibration.Calibration)
+    rows = {(r.kernel, r.metric): r for r in cal.rows}
+    assert cal.shape == "small" and {r.kernel for r in cal.rows} == set(LAUNCHED)
+    sectors = rows[("hslm_dx_s8", "l1tex__t_sectors_pipe_lsu_mem_global_op_ldgsts.sum")]
+    assert sectors.ncu == 3200 and sectors.emulator > 0 and sectors.ratio == round(3200 / sectors.emulator, 4)
+    _, mine = counter_calibration.emulate_one("hslm_fwd_s8", "small")  # the same launch, in this process
+    mma = rows[("hslm_fwd_s8", "sm__inst_executed_pipe_tensor_op_imma.sum")]
+    assert mma.emulator == mine["sm__inst_executed_pipe_tensor_op_imma.sum"] > 0 and mma.ncu == 100
 
 
 def test_the_plan_fits_the_whole_and_says_each_steps_time(tmp_path):
@@ -215,7 +286,7 @@ def test_the_plan_fits_the_whole_and_says_each_steps_time(tmp_path):
     assert list(caps) == ["wheels", "facts", "verify", "bench", "layer", "torch-tests", "sanitize-memcheck",
                           "sanitize-racecheck", "sanitize-synccheck", "sanitize-initcheck", "counters"]
     assert all("expected ~" in line for line in plan)
-    assert sum(caps.values()) + 15 <= 450  # the steps' caps and the packaging fit 7.5 minutes
+    assert sum(caps.values()) + 15 == 450  # the steps' caps and the packaging fit 7.5 minutes, none unused
     assert "=== step " not in log  # a plan only: nothing ran
 
 
@@ -268,24 +339,25 @@ def test_a_cut_off_bench_still_returns_a_valid_partial_record(tmp_path):
     """The bench killed at its cap (no budget of its own here): the record written after
     each row is what comes back, and the tables are rendered from it when packaging."""
     res, out = run_on_device(tmp_path, wheels=True, STEPS="bench", BENCH_SET="hslm", TOTAL_S="100",
-                             PLAN="bench:45:10", BENCH_TAIL_S="-1000")  # hslm's R=1782 rows: minutes
+                             PLAN="bench:20:10", BENCH_TAIL_S="-1000")  # hslm's R=1782 rows: minutes
     log = (out / "device.log").read_text()
     assert steps(log)["bench"] == "124"  # timeout's status: it was cut off
     report = read_model(out / "bench-hslm.json", BenchReport)
     assert not report.complete and len(report.rows) >= 1, log[-2000:]
     assert "> **Partial record**" in (out / "bench-hslm.md").read_text()
-    assert (out / "bench-hslm.png").is_file() and len(returned(out)) <= MAX_FILES
+    assert (unpacked(out, tmp_path / "rest") / "out" / "bench-hslm.png").is_file()
+    assert len(returned(out)) <= MAX_FILES
 
 
 def test_a_bench_out_of_budget_records_the_rest_as_not_run(tmp_path):
     res, out = run_on_device(tmp_path, wheels=True, STEPS="bench", BENCH_SET="tails", TOTAL_S="200",
-                             PLAN="bench:150:30", BENCH_TAIL_S="142")
+                             PLAN="bench:90:10", BENCH_TAIL_S="85")
     log = (out / "device.log").read_text()
     assert steps(log)["bench"] == "0", log[-2000:]
     report = read_model(out / "bench-tails.json", BenchReport)
-    assert report.complete and "time budget (8 s) ran out" in report.stopped
+    assert report.complete and "time budget (5 s) ran out" in report.stopped
     unrun = [r for r in report.rows if r.not_run and "time budget" in r.error]
-    assert unrun and len(report.rows) == 6 * 12 * len(GEMM_KERNELS)  # every row is there, run or not
+    assert unrun and len(report.rows) == 6 * 12 * len(BENCHED.split(","))  # every row is there, run or not
 
 
 def test_layer_and_torch_tests_are_skipped_in_one_line_when_absent(tmp_path):
@@ -306,7 +378,7 @@ def test_only_eight_files_come_back(tmp_path):
     stray.mkdir()
     (stray / "stray.txt").write_text("left by a step\n")
     res, out = run_on_device(tmp_path, wheels=True, STEPS="wheels")
-    assert sorted(p.name for p in returned(out)) == ["device.log", "rest.tgz"]
+    assert sorted(p.name for p in returned(out)) == ["device.log", "rest.tgz", "summary.md"]
     assert (unpacked(out, tmp_path / "x") / "out" / "stray.txt").read_text() == "left by a step\n"
 
 
@@ -320,24 +392,27 @@ def _standin(project: Path, *args: str, **env: str) -> subprocess.CompletedProce
 
 def test_gpu_verify_after_a_kernel_fault_runs_the_rest_in_a_fresh_process(tmp_path):
     project = project_copy(tmp_path)
-    res = _standin(project, "tools/gpu_verify.py", "smoke", STANDIN_FAULT="hslm_dx_s8")
+    res = _standin(project, "tools/gpu_verify.py", "smoke", "--kernels", "hslm_fwd_s8,hslm_dx_s8,hslm_dw_s8",
+                   "--summary", str(tmp_path / "verify.json"), STANDIN_FAULT="hslm_dx_s8")
     lines = res.stdout.splitlines()
     failed = [line for line in lines if line.startswith("FAILED ")]
     assert len(failed) == 3 and all("hslm_dx_s8 smoke/" in f and "cudaErrorIllegalAddress" in f for f in failed)
     assert sum("cells left run in a fresh process" in line for line in lines) == 3
-    assert sum(": ok, " in line for line in lines) == 3 * len(KERNELS) - 3  # every other cell exact
-    assert lines[-1] == f"{3 * len(KERNELS)} cells on gpu: 3 FAILED" and res.returncode == 1
+    assert sum(": ok, " in line for line in lines) == 6  # every other cell exact
+    assert lines[-1] == "9 cells on gpu: 3 FAILED" and res.returncode == 1
+    summary = read_model(tmp_path / "verify.json", gpu_verify.VerifySummary)
+    assert summary.kernels_not_covered == ["hslm_dx_s8"] and len(summary.failed) == 3 and summary.exact == 6
 
 
 def test_bench_after_a_kernel_fault_runs_the_rest_in_a_fresh_process(tmp_path):
     project = project_copy(tmp_path)
     assert _standin(project, "tools/gpu_verify.py", "--emit-only").returncode == 0
     res = _standin(project, "-m", "pipeline.bench", "smoke", "--out", str(tmp_path / "b"), "--ceiling", "0",
-                   STANDIN_FAULT="hslm_dx_s8")
+                   "--kernels", "hslm_fwd_s8,hslm_dx_s8,hslm_dw_s8", STANDIN_FAULT="hslm_dx_s8")
     assert res.returncode == 0, res.stderr
     assert res.stdout.count("the rows left run in a fresh process") == 3
     report = read_model(tmp_path / "b" / "smoke.json", BenchReport)
-    assert report.complete and len(report.rows) == 6 * 3 * len(GEMM_KERNELS)
+    assert report.complete and len(report.rows) == 6 * 3 * 3
     faulted = [r for r in report.rows if r.error and "cudaErrorIllegalAddress" in r.error]
     assert {(r.kernel, r.impl) for r in faulted} == {("hslm_dx_s8", "ours")} and len(faulted) == 3
     # the kernels benched after the fault ran in a working context
@@ -380,14 +455,14 @@ def test_land_copies_and_summarises(full_run, tmp_path):
     assert steps["sanitize-racecheck"].exit == 1 and "1 errors" in steps["sanitize-racecheck"].note
     assert steps["sanitize-memcheck"].note == "ERROR SUMMARY: 0 errors"
     assert steps["counters"].exit == 0 and steps["bench"].seconds is not None
-    assert run.verify_cells == 3 * len(KERNELS) and run.verify_failed == []
+    assert run.verify_cells == 3 * len(VERIFIED) and run.verify_failed == []
     assert run.counters["hslm_fwd_s8"]["global load sectors per request"] == 16.0
-    for name in ("bench-smoke.json", "bench-smoke.png", "ncu.csv", "device.log", "facts.txt",
+    for name in ("bench-smoke.json", "bench-smoke.md", "ncu.csv", "device.log", "facts.txt", "summary.md",
                  "verify/hslm_dw_s8/smoke/k_tail.json", "logs/bench.log"):
         assert name in run.files and (dest / name).is_file()
     text = (dest / "README.md").read_text()
     assert "# GPU results: STAND-IN numpy GPU" in text and "| sanitize-racecheck | 1 |" in text
-    assert f"{3 * len(KERNELS)} cells, all exact." in text and "| hslm_dx_s8 | tiny |" in text  # bench summary
+    assert f"{3 * len(VERIFIED)} cells, all exact." in text and "| hslm_dx_s8 | tiny |" in text  # bench summary
     assert "global load sectors per request" in text
 
 
@@ -415,3 +490,165 @@ def test_land_bad_input_is_one_line(tmp_path, capsys, setup, fragment):
     err = capsys.readouterr().err
     assert err.startswith("error: ") and fragment in err and err.count("\n") == 1
     assert not (tmp_path / "results").exists()
+
+
+# ---- the plan's defaults: every kernel, within the caps ----------------------------------
+
+DEFAULT_PLAN = {name: int(cap) for name, cap, _ in (e.split(":") for e in """wheels:10:4 facts:35:20 verify:50:15
+bench:110:80 layer:45:25 torch-tests:55:35 sanitize-memcheck:25:12 sanitize-racecheck:30:18 sanitize-synccheck:20:12
+sanitize-initcheck:15:10 counters:40:25""".split())}
+VERIFY_TAIL_S, VERIFY_JOBS = 8, 8  # tools/on-device.sh's defaults
+
+
+def test_the_stated_default_plan_is_the_scripts():
+    text = (ROOT / "tools" / "on-device.sh").read_text()
+    plan = text.split("PLAN=${PLAN:-", 1)[1].split("}", 1)[0]
+    assert {name: int(cap) for name, cap, _ in (e.split(":") for e in plan.split())} == DEFAULT_PLAN
+    assert f"VERIFY_TAIL_S:-{VERIFY_TAIL_S}}}" in text and f"VERIFY_JOBS:-{VERIFY_JOBS}}}" in text
+    assert "VERIFY_SETS:-smoke tails hslm}" in text and "VERIFY_KERNELS:-all}" in text
+    assert "LAUNCH_KERNELS:-all}" in text  # every kernel under the sanitizers
+
+
+def test_the_default_verify_covers_every_kernel_on_every_set_within_its_cap():
+    res = subprocess.run([sys.executable, "tools/gpu_verify.py", "--plan", "--jobs", str(VERIFY_JOBS)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines()[:3] == [f"smoke: 3 shapes x {len(KERNELS)} kernels = {3 * len(KERNELS)} cells",
+                                           f"tails: 12 shapes x {len(KERNELS)} kernels = {12 * len(KERNELS)} cells",
+                                           f"hslm: 6 shapes x {len(KERNELS)} kernels = {6 * len(KERNELS)} cells"]
+    cells = gpu_verify.cells_of(gpu_verify.select_sets(("smoke", "tails", "hslm")), list(KERNELS.values()))
+    assert len(cells) == 21 * len(KERNELS)
+    assert gpu_verify.estimate_s(cells, VERIFY_JOBS) <= DEFAULT_PLAN["verify"] - VERIFY_TAIL_S
+    # the check can fail: one process would not fit the cap, which is why the default is 8
+    assert gpu_verify.estimate_s(cells, 1) > DEFAULT_PLAN["verify"] - VERIFY_TAIL_S
+
+
+def test_cells_run_set_by_set_so_a_cut_short_run_has_covered_every_kernel():
+    sets = gpu_verify.select_sets(("smoke", "hslm"))
+    kernels = [KERNELS[k] for k in VERIFIED]
+    cells = gpu_verify.cells_of(sets, kernels)
+    first = cells[:3 * len(kernels)]
+    assert {(spec.name, shape_set) for spec, shape_set, _ in first} == {(k, "smoke") for k in VERIFIED}
+    assert all(shape_set == "hslm" for _, shape_set, _ in cells[3 * len(kernels):])
+
+
+def test_verify_out_of_budget_records_the_cells_left_as_not_run(tmp_path):
+    project = project_copy(tmp_path)
+    res = _standin(project, "tools/gpu_verify.py", "smoke", "hslm", "--kernels", "hslm_qrows_bf16", "--jobs", "2",
+                   "--budget-s", "0.01", "--summary", str(tmp_path / "verify.json"))
+    assert res.returncode == 1, res.stdout + res.stderr
+    summary = read_model(tmp_path / "verify.json", gpu_verify.VerifySummary)
+    assert summary.cells == 9 and summary.not_run + summary.exact == 9 and summary.not_run >= 1
+    assert res.stdout.splitlines()[-1].endswith("not run (the time budget ran out)")
+
+
+def test_summarize_counts_a_cell_with_no_verdict_as_not_run():
+    cells = gpu_verify.cells_of(gpu_verify.select_sets(("smoke",)), [KERNELS["hslm_fwd_s8"]])
+    one = gpu_verify.CellVerdict(kernel="hslm_fwd_s8", shape_set="smoke", shape="tiny", status="exact", line="ok")
+    summary = gpu_verify.summarize([one], cells, ["smoke"], "gpu", 1.0, 2.0)
+    assert (summary.exact, summary.not_run, summary.kernels_not_covered) == (1, 2, [])
+    assert gpu_verify.conclusion(summary) == "3 cells on gpu: 2 not run (the time budget ran out)"
+    none = gpu_verify.summarize([], cells, ["smoke"], "gpu", 1.0, 2.0)
+    assert none.kernels_not_covered == ["hslm_fwd_s8"] and none.not_run == 3
+
+
+# ---- the CUDA tests: found in their files, and a skip is no evidence ----------------------
+
+def test_the_cuda_tests_are_found_and_the_cpu_tests_left_out():
+    files = [ROOT / "tests" / f for f in ("test_torch_linear.py", "test_torch_compile.py", "test_layer_step.py")]
+    found = {node.split("::")[1] for f in files for node in cuda_tests.cuda_tests(f)}
+    assert found == {"test_cuda_tensors_give_the_cpu_backends_bits", "test_a_cuda_graph_replays_a_training_step",
+                     "test_compiled_on_cuda_with_cuda_graphs_equals_eager",
+                     "test_the_cuda_runtime_gives_the_emulators_bits",
+                     "test_a_cuda_step_is_captured_in_a_graph_and_replays_its_bits"}
+
+
+def test_a_cuda_guard_imported_from_a_helper_module_is_followed(tmp_path):
+    (tmp_path / "gpucases.py").write_text(CUDA_CHECK_TEXT.split("def test_on_cuda")[0])
+    (tmp_path / "test_uses_helper.py").write_text(
+        "from gpucases import cuda_or_skip as needs_cuda\n\n\ndef test_on_cuda():\n    needs_cuda()\n\n\n"
+        "def test_on_the_cpu():\n    assert True\n")
+    assert cuda_tests.cuda_tests(tmp_path / "test_uses_helper.py") == [f"{tmp_path / 'test_uses_helper.py'}::test_on_cuda"]
+
+
+@pytest.mark.parametrize("env,status,line", [
+    ({}, 0, "1 CUDA tests: 1 passed, 0 failed, 0 skipped"),
+    ({"STANDIN_CUDA_TESTS": "skip"}, 1, "1 CUDA tests: 0 passed, 0 failed, 1 skipped (a CUDA test skipped"),
+])
+def test_a_cuda_test_that_skips_fails_the_step(tmp_path, env, status, line):
+    test_file = tmp_path / "test_standin_cuda.py"
+    test_file.write_text(CUDA_CHECK_TEXT)
+    res = subprocess.run([sys.executable, str(ROOT / "tools" / "cuda_tests.py"), "run", str(test_file)],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120, env={**os.environ, **env})
+    assert res.returncode == status and res.stdout.splitlines()[-1].startswith(line), res.stdout[-2000:]
+
+
+def test_files_with_no_cuda_test_are_one_line(tmp_path):
+    plain = tmp_path / "test_plain.py"
+    plain.write_text("def test_cpu():\n    assert 'cuda' in 'torch.cuda'\n")
+    res = subprocess.run([sys.executable, str(ROOT / "tools" / "cuda_tests.py"), "run", str(plain)],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and res.stdout.startswith("no test in ") and res.stdout.count("\n") == 1
+
+
+# ---- the layer rows: the record after every row ---------------------------------------
+
+def test_layer_rows_rewrite_the_record_after_every_row_and_stop_at_the_budget(tmp_path):
+    out = tmp_path / "bench-layer.json"
+    shapes = [Shape(name="a", R=2, K=3, N=4), Shape(name="b", R=5, K=6, N=7)]
+    seen, now = [], [0.0]
+    timing = LayerTiming(median_us=10.0, p10_us=9.0, p90_us=11.0, samples=3)
+
+    def bench_row(torch, shape, implementation):
+        seen.append(len(read_model(out, LayerBenchReport).rows) if out.is_file() else 0)
+        now[0] += 4.0  # each row takes 4 s of the 10 s budget
+        return LayerBenchRow(shape=shape.name, R=shape.R, K=shape.K, N=shape.N, implementation=implementation,
+                             dtype="bfloat16", eager=timing, graph=timing)
+
+    torch = type("torch", (), {"__version__": "0-test"})
+    report = layer_rows.run_rows(torch, shapes, 10.0, out, "test", bench_row=bench_row, clock=lambda: now[0])
+    assert seen == [0, 1, 2]  # each row found the rows before it already written
+    assert read_model(out, LayerBenchReport) == report and len(report.rows) == 4
+    assert [r.error for r in report.rows] == [None, None, None, "not run: the --budget-s 10 was spent"]
+    assert [(q.shape, q.eager) for q in report.ratios] == [("a", 1.0), ("b", None)]
+
+
+# ---- the calibration figures and the summary page -----------------------------------------
+
+def _access(opcode: str, space: str, **counts: int) -> MemoryAccess:
+    fields = dict(requests=0, bytes_used=0, sectors=0, lines=0, wavefronts=0, ideal_wavefronts=0)
+    return MemoryAccess(line=1, opcode=opcode, space=space, in_loop=True, **{**fields, **counts})
+
+
+def test_the_emulators_figures_are_summed_under_ncus_names():
+    stats = LaunchStats(warp_instructions=1000, by_opcode={"mma": 64}, memory=[
+        _access("ld.global.nc.v4.u32", "global", requests=4, sectors=16),
+        _access("ld.global.u32", "global", requests=2, sectors=2),
+        _access("cp.async.cg.shared.global", "global", requests=8, sectors=32),
+        _access("ld.shared.v4.u32", "shared", requests=10, wavefronts=30, ideal_wavefronts=20),
+        _access("ldmatrix.sync.aligned.m8n8.x4.shared.b16", "shared", requests=5, wavefronts=20, ideal_wavefronts=20)])
+    got = counter_calibration.emulated_figures(stats)
+    assert got["l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum"] == 18
+    assert got["l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum"] == 6
+    assert got["l1tex__t_sectors_pipe_lsu_mem_global_op_ldgsts.sum"] == 32
+    assert got["l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum"] == 10  # 30 wavefronts, 20 needed
+    assert got["smsp__sass_inst_executed_op_ldsm.sum"] == 5
+    assert got["l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum"] == 10
+    cal = counter_calibration.compare({"k": {"l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum": 36.0}}, {"k": got}, "s")
+    rows = {r.metric: r for r in cal.rows}
+    assert rows["l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum"].ratio == 2.0
+    assert rows["smsp__inst_executed.sum"].ncu is None and rows["smsp__inst_executed.sum"].ratio is None
+
+
+def test_the_summary_is_written_whatever_evidence_is_missing(tmp_path):
+    out, work = tmp_path / "out", tmp_path / "work"
+    out.mkdir()
+    work.mkdir()
+    (out / "bench-layer.json").write_text("{not json")
+    (work / "verify.log").write_text("a: ok, 3 rows exact on gpu (0.1s)\nFAILED b: 1 mismatches\n")
+    assert device_summary.main([str(out), str(work)]) == 0
+    text = (out / "summary.md").read_text()
+    assert "no verify.json (the step did not finish); its log shows 1 exact and 1 FAILED cells" in text
+    assert "## layer step rows (bench-layer.json)\n\ncould not be read: " in text
+    assert "- memcheck: not run" in text and "no calibration.json" in text
+    assert device_summary.main([str(tmp_path / "nowhere"), str(work)]) == 2

@@ -171,7 +171,7 @@ def test_malformed_memory_rows_are_one_line(tmp_path):
         perf_model.memory_rows_from_report(report)
 
 
-def test_emulator_memory_rows_when_the_emulator_counts_them(monkeypatch):
+def test_emulator_memory_rows_come_from_one_emulator_launch(monkeypatch):
     class Stats:
         memory = [ROW]
 
@@ -179,13 +179,10 @@ def test_emulator_memory_rows_when_the_emulator_counts_them(monkeypatch):
         stats = Stats()
 
     launched = []
-    monkeypatch.setattr(perf_model, "emulator_counts_memory", lambda: True)
     monkeypatch.setattr(perf_model, "load_ptx", lambda backend, ptx, entry: Fn())
     monkeypatch.setattr(perf_model, "launch", lambda spec, fn, dims, inputs: launched.append((spec.name, dims)))
     rows = perf_model.memory_rows_from_emulator(FWD, Shape(name="s", R=5, K=7, N=3), "// ptx")
     assert rows == [perf_model.MemoryAccess(**ROW)] and launched == [("hslm_fwd_s8", Dims(5, 7, 3))]
-    monkeypatch.setattr(perf_model, "emulator_counts_memory", lambda: False)
-    assert perf_model.memory_rows_from_emulator(FWD, Shape(name="s", R=5, K=7, N=3), "// ptx") is None
 
 
 def test_each_row_says_whether_the_tile_rule_runs_that_configuration():
@@ -243,3 +240,79 @@ def test_counts_problems_name_a_disagreeing_body():
     stale["kernels"]["k"]["ptx_sha256"] = "cd"
     assert "other PTX" in perf_model.counts_problems(stale, {"k": report})[0]
     assert "no counts for k" in perf_model.counts_problems({"kernels": {}}, {"k": report})[0]
+
+
+# ---- the layer step: every launch ------------------------------------------------------
+
+def test_a_fused_gemm_runs_the_loop_of_its_int32_family_on_its_tile():
+    assert perf_model.loop_entry(KERNELS["hslm_fwd_bf16_m32"]) == "hslm_fwd_s8_m32"
+    assert perf_model.loop_entry(KERNELS["hslm_dx_splitk_bf16_m32"]) == "hslm_dx_s8_m32"
+    assert perf_model.loop_entry(KERNELS["hslm_dw_splitk_bf16"]) == "hslm_dw_s8"
+    assert perf_model.loop_entry(KERNELS["hslm_fwd_s8"]) == "hslm_fwd_s8"
+    assert perf_model.loop_entry(KERNELS["hslm_qrows_bf16"]) is None
+    assert perf_model.loop_entry(KERNELS["hslm_wprep_bf16"]) is None
+
+
+def stub_records(entry: str, kernel: str):
+    return SASS, COUNTS, PTXAS
+
+
+@pytest.fixture(scope="module")
+def counted_step():
+    from pipeline.layer_count import count_step
+    return count_step(Shape(name="ffn_up_r1782", R=1782, K=243, N=729))
+
+
+def test_every_launch_of_the_step_is_timed(counted_step):
+    row = perf_model.layer_step_row(counted_step, H200, stub_records, "hslm")
+    dev = perf_model.as_device(H200)
+    assert [x.kernel for x in row.launches] == [x.kernel for x in counted_step.launch_list] and len(row.launches) == 9
+    gemms = [x for x in row.launches if x.model == "gemm"]
+    assert [x.loop for x in gemms] == [perf_model.loop_entry(KERNELS[x.kernel]) for x in gemms] and len(gemms) == 3
+    for launch, timed in zip(counted_step.launch_list, row.launches):
+        if timed.model == "memory":  # the bytes of its buffers at DRAM's reachable rate + the fixed cost
+            assert timed.device_us == pytest.approx(
+                dev.kernel_fixed_us + launch.bytes / (dev.dram_bandwidth_gbs * dev.dram_efficiency * 1e3), abs=1e-4)
+    assert row.gemm_device_us + row.other_device_us == pytest.approx(sum(x.device_us for x in row.launches), abs=1e-2)
+    # eager pays the host's launch per kernel, a graph replay once
+    assert row.eager_us - row.graph_us == pytest.approx(8 * dev.launch_us, abs=1e-2)
+    torch = cost.torch_linear_gemms(dev, 1782, 243, 729)
+    assert row.torch_eager_us == pytest.approx(cost.torch_linear_step(dev, 1782, 243, 729), abs=1e-3)
+    assert row.torch_graph_us == pytest.approx(sum(p.device_us for p in torch) + dev.launch_us, abs=1e-3)
+
+
+def test_a_step_the_model_cannot_time_is_one_line(counted_step):
+    foreign = counted_step.model_copy(update={"launch_list": [
+        counted_step.launch_list[0].model_copy(update={"kernel": "hslm_nope"})]})
+    with pytest.raises(UserError, match="launches 'hslm_nope', which kernels/registry.py does not hold"):
+        perf_model.layer_step_row(foreign, H200, stub_records, "hslm")
+    gemm = next(x for x in counted_step.launch_list if x.kernel.startswith("hslm_fwd"))
+    moved = counted_step.model_copy(update={"launch_list": [gemm.model_copy(update={"grid": (1, 1, 1)})]})
+    with pytest.raises(UserError, match=r"launched on grid \(1, 1, 1\), its spec gives"):
+        perf_model.layer_step_row(moved, H200, stub_records, "hslm")
+
+
+def step(target: str, eager: float, graph: float) -> perf_model.LayerStepRow:
+    return perf_model.LayerStepRow(target=target, shape=f"{target}_{eager}", R=1, K=1, N=1, launches=[],
+                                   gemm_device_us=0, other_device_us=0, eager_us=eager, graph_us=graph,
+                                   torch_eager_us=10.0, torch_graph_us=5.0)
+
+
+def test_the_target_lines_say_met_only_when_every_figure_is():
+    assert perf_model.layer_targets([step("hslm", 14.0, 7.0), step("hslm", 12.0, 6.0)]) == [
+        "MODEL target: HSLM step within 1.5x of torch bf16 nn.Linear: eager 2 of 2 shapes (ours/torch 1.20-1.40), "
+        "graph 2 of 2 shapes (ours/torch 1.20-1.40): met"]
+    assert perf_model.layer_targets([step("hslm", 14.0, 8.0)])[0].endswith("graph 0 of 1 shapes (ours/torch "
+                                                                        "1.60-1.60): NOT met")
+    big = perf_model.layer_targets([step("large", 7.0, 3.0), step("large", 7.0, 4.0)])
+    assert [line.rsplit(": ", 1)[1] for line in big] == ["met", "NOT met"]
+    assert "torch/ours eager 1.43, graph 1.67" in big[0]
+
+
+def test_the_large_layer_is_modelled_once_and_judged_by_its_own_target():
+    from pipeline import tasks_perf
+    hslm = tasks_perf.layer_shapes("hslm", (Shape(name="a", R=27, K=243, N=243),))
+    assert [(s.name, t) for s, t in hslm] == [("a", "hslm"), ("large_r8192", "large")]
+    large = tasks_perf.layer_shapes("large", (Shape(name="sq", R=4096, K=4096, N=4096),
+                                              Shape(name="r8192", R=8192, K=4096, N=4096)))
+    assert [(s.name, t) for s, t in large] == [("sq", ""), ("r8192", "large")]  # no target for sq4096

@@ -14,8 +14,8 @@ from typing import Callable, NamedTuple
 import numpy as np
 import pytest
 from emucases import M32, PROLOGUE, mma_model, prmt_model, s32
-from test_ptxemu_float import BODIES as FLOAT_BODIES
-from test_ptxemu_float import body_source
+from floatcases import BODIES as FLOAT_BODIES
+from floatcases import body_source
 
 from kernels.ptxemu import Module
 from kernels.ptxemu.parse import Entry, Instr, parse

@@ -238,3 +238,43 @@ def test_only_branches_and_noinc_calls_are_jumps():
     assert [sass.is_jump(instr(op)) for op in ("BRA", "CALL.REL.NOINC", "CALL.REL", "CALL.ABS.NOINC")] == [
         True, True, False, False]
     assert not sass.is_jump(instr("BRA", None))
+
+
+# ---- the ternary decode's table stays in one register ---------------------------------
+
+TABLE_KERNELS = ("hslm_fwd_s8", "hslm_dx_s8_m32", "hslm_fwd_splitk_bf16")  # int32, small tile, fused
+
+
+def prmt_tables(ptx: str, kernel: str, arch: str, tmp: Path) -> tuple[set[str], int]:
+    """The registers the fast loop body's PRMTs read their table from (operand a), and
+    how many instructions of the body write one of them."""
+    source = tmp / f"{kernel}.ptx"
+    source.write_text(ptx)
+    text = sass.disassemble(sass.cubin(source, arch, tmp / f"{kernel}.{arch}.cubin"))
+    body = sass.analyse(sass.parse_listing(text, kernel), arch).fast
+    rows = {int(m.group(1), 16): (m.group(3), [o.strip().split(".")[0] for o in m.group(4).split(",")])
+            for line in text.splitlines() if (m := sass.LINE.search(line))}
+    inside = [rows[a] for first, last in body_ranges(body) for a in range(first, last + 16, 16)]
+    tables = {operands[1] for opcode, operands in inside if opcode == "PRMT"}
+    writes = sum(opcode != "PRMT" and operands[0] in tables for opcode, operands in inside if operands[0])
+    return tables, writes
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("kernel", TABLE_KERNELS)
+def test_decode_table_is_one_register_the_loop_never_rewrites(kernel, arch, tmp_path, tools):
+    """ptxas re-materialises a warp-uniform constant at each use; the table is a per-thread
+    value (kernels.staged_tile.FragmentTernary), so every prmt reads one register."""
+    tables, writes = prmt_tables(KERNELS[kernel].emit(), kernel, arch, tmp_path)
+    assert len(tables) == 1 and writes == 0
+
+
+def test_a_constant_table_is_rematerialised_and_the_check_fails(tmp_path, tools):
+    """Negative: without the per-thread add the table is a constant again, and the loop
+    copies it into many registers."""
+    ptx = KERNELS["hslm_fwd_s8"].emit()
+    table = re.search(r"mov\.b32 (%r\d+), 0xff0100;", ptx).group(1)
+    constant = re.sub(rf"\tadd\.u32 {table}, {table}, %r\d+;\n", "", ptx, count=1)
+    assert constant != ptx
+    tables, writes = prmt_tables(constant, "hslm_fwd_s8", "sm_80", tmp_path)
+    assert len(tables) > 1 or writes > 0

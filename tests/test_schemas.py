@@ -3,10 +3,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+from pipeline import schemas
 from pipeline.config import SCHEMAS_DIR
 from pipeline.ledger import dump_ledger, make_ledger
 from pipeline.models import SCHEMA_VERSION
-from pipeline.schemas import DOCUMENTS, drift, export
+from pipeline.schemas import DOCUMENTS, drift, export, main
 
 
 def test_committed_schemas_match_the_models():
@@ -32,3 +35,34 @@ def test_every_record_file_names_its_schema_version():
     for model in DOCUMENTS:
         assert model.model_json_schema()["properties"]["schema_version"]["const"] == SCHEMA_VERSION
     assert json.loads(dump_ledger(make_ledger([], 0)))["schema_version"] == SCHEMA_VERSION
+
+
+# ---- python -m pipeline.schemas ---------------------------------------------------------
+
+def test_cli_help_is_help_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(schemas, "SCHEMAS_DIR", tmp_path / "schemas")  # the default folder, here
+    assert main(["--help"]) == 0
+    assert capsys.readouterr().out.startswith("usage: python -m pipeline.schemas")
+    assert not (tmp_path / "schemas").exists()
+    assert main([]) == 0  # without --help the default folder is written: the check above can fail
+    assert sorted(p.stem for p in (tmp_path / "schemas").iterdir()) == sorted(m.__name__ for m in DOCUMENTS)
+
+
+def test_cli_writes_where_it_is_told(tmp_path, capsys):
+    assert main(["--out", str(tmp_path / "out")]) == 0
+    assert drift(tmp_path / "out") == []
+    assert capsys.readouterr().out.count("wrote ") == len(DOCUMENTS)
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--bogus"], "unrecognized arguments: --bogus"),
+    (["--out"], "argument --out: expected one argument"),
+    (["--out", "{tmp}/file"], "{tmp}/file: not a folder"),
+    (["--out", "{tmp}/file/below"], "cannot be written (Not a directory)"),
+])
+def test_cli_bad_argument_is_one_line_exit_2(tmp_path, capsys, args, fragment):
+    (tmp_path / "file").write_text("")
+    assert main([a.format(tmp=tmp_path) for a in args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and fragment.format(tmp=tmp_path) in err and err.count("\n") == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]  # nothing written

@@ -10,18 +10,10 @@ with a wrong fake shows it would catch one.
 """
 from __future__ import annotations
 
-import os
-
 import pytest
+from torchcases import gradients, torch
 
-try:
-    import torch
-except ImportError:  # never a silent skip in CI, where .[dev] installs torch
-    if os.environ.get("CI"):
-        raise
-    pytest.skip("torch is not installed: pip install -e '.[torch]'", allow_module_level=True)
-
-from kernels import TernaryLinear, torch_ops  # noqa: E402
+from kernels import TernaryLinear, torch_ops
 
 
 def two_layers() -> torch.nn.Module:
@@ -31,12 +23,8 @@ def two_layers() -> torch.nn.Module:
 
 def step(model: torch.nn.Module, params: list[torch.nn.Parameter], x: torch.Tensor, dy: torch.Tensor):
     """y, x's gradient and every parameter's, for the loss sum(y * dy)."""
-    for p in params:
-        p.grad = None
-    x = x.detach().clone().requires_grad_()
-    y = model(x)
-    y.backward(dy)
-    return [y.detach(), x.grad] + [p.grad for p in params]
+    y, dx, grads = gradients(model, params, x, dy)
+    return [y, dx, *grads]
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import gc
 import importlib
-import os
 import subprocess
 import sys
 import weakref
@@ -30,16 +29,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from quantbounds import assert_tight, check_bound, data, dw_bound, dx_bound, fwd_bound
+from torchcases import gradients, torch
 
-try:
-    import torch
-except ImportError:  # never a silent skip in CI, where .[dev] installs torch
-    if os.environ.get("CI"):
-        raise
-    pytest.skip("torch is not installed: pip install -e '.[torch]'", allow_module_level=True)
-
-from kernels import TernaryLinear, floats, layer_cpu, stepmath, torch_ops  # noqa: E402
-from kernels.torch_linear import ternary_linear  # noqa: E402
+from kernels import TernaryLinear, floats, layer_cpu, stepmath, torch_ops
+from kernels.torch_linear import ternary_linear
 
 FLOAT_TYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
 SHAPES = [(19, 40, 24), (3, 17, 33), (64, 243, 81)]  # K not a multiple of 16, R and N off any tile
@@ -91,12 +84,8 @@ def assert_same(got: torch.Tensor, want_f32: np.ndarray) -> None:
 
 def step(layer: torch.nn.Module, x: torch.Tensor, dy: torch.Tensor):
     """(y, x.grad, weight.grad, bias.grad) for the loss sum(y * dy), the gradients fresh."""
-    for p in layer.parameters():
-        p.grad = None
-    x = x.detach().clone().requires_grad_()
-    y = layer(x)
-    y.backward(dy)
-    return y.detach(), x.grad, layer.weight.grad, None if layer.bias is None else layer.bias.grad
+    y, dx, _ = gradients(layer, list(layer.parameters()), x, dy)
+    return y, dx, layer.weight.grad, None if layer.bias is None else layer.bias.grad
 
 
 # ---- the torch primitives give stepmath's bits -------------------------------------------

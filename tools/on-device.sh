@@ -6,43 +6,53 @@
 # artifacts/ is not tracked, so carry artifacts/model).
 #
 # Steps, in order; each has a time cap, the caps of the steps run add to at most TOTAL_S
-# less PACKAGE_S (450 s: 435 s of steps, 15 s to package), the plan (cap and expected
-# time per step) is printed before the first starts, and a failing step is logged and the
-# next one runs:
+# less PACKAGE_S (450 s: 435 s of steps, 15 s to package; docs/gpu-run.md gives each cap's
+# arithmetic), the plan (cap and expected time per step) is printed before the first
+# starts, a step is killed at its cap (what it wrote so far is kept: each writes as it
+# goes), and a failing step is logged and the next one runs:
 #   wheels       pip-install .whl/*.whl into $SITE (doit, pydantic, pyyaml, pytest, ...), each
 #                package the image already has left alone
 #   facts        device, driver, clocks; nvidia-smi, ptxas, ncu, compute-sanitizer, python,
 #                cupy, torch versions (read-only queries) -> facts.txt; ncu and
 #                compute-sanitizer each probed once on one tiny launch: a tool that cannot
 #                run here makes its steps skipped with one line, not retried
-#   verify       every kernel on smoke, tails, hslm on the GPU from the emitted PTX
-#                (tools/gpu_verify.py: no ptxas, no doit; every cell runs)
-#   bench        python -m pipeline.bench $BENCH_SET -> bench-<set>.{json,md,png} (the CSV in
+#   verify       every kernel on $VERIFY_SETS on the GPU from the emitted PTX against the integer
+#                CPU reference (tools/gpu_verify.py: no ptxas, no doit; $VERIFY_JOBS processes;
+#                set by set, so a cut-short run has covered every kernel on the first set;
+#                no cell starts in the step's last VERIFY_TAIL_S s) -> verify.json in rest.tgz
+#   bench        python -m pipeline.bench $BENCH_SET -> bench-<set>.{json,md} (CSV and PNG in
 #                rest.tgz); the record is rewritten after every row and the bench stops
 #                starting rows before its cap, so a cut-off run still returns its rows
-#   layer        python -m pipeline.bench_layer -> bench-layer.json (the layer step's rows),
-#                when pipeline/bench_layer.py is in the tree
-#   torch-tests  pytest on the torch layer's CUDA tests ($TORCH_TESTS, those present), when
-#                pytest imports
+#   layer        tools/layer_rows.py (pipeline.bench_layer's rows: TernaryLinear fwd+bwd, eager
+#                and CUDA-graph replayed, against bf16 nn.Linear, the hslm shapes and
+#                R=8192 K=N=4096) -> bench-layer.json, rewritten after every row
+#   torch-tests  the tests of $TORCH_TESTS that skip without CUDA (tools/cuda_tests.py finds
+#                them; a skip there counts as a failure), when pytest imports
 #   sanitize     compute-sanitizer memcheck, racecheck, synccheck, initcheck, each on one
-#                launch of each kernel (tools/one_launch.py all attn_r27)
-#   counters     Nsight Compute counters for one launch of every kernel on ffn_up_r1782
-#                (--clock-control none: the card's clocks are left alone) -> ncu.csv
+#                launch of each kernel (tools/one_launch.py $LAUNCH_KERNELS $SANITIZE_SHAPE)
+#   counters     Nsight Compute counters for one launch of each of $COUNTER_KERNELS on
+#                $COUNTERS_SHAPE (--clock-control none: the card's clocks are left alone),
+#                $COUNTER_BATCH kernels per ncu run -> ncu.csv; meanwhile the CPU emulator
+#                counts the same launches (tools/counter_calibration.py): both side by side
 # What it writes under $OUT (default /tmp/out): at most 8 files, no folders:
 #   device.log   every step's output and time, appended as it runs (a timeout keeps it)
 #   facts.txt    "key: value" lines: device, driver, clocks, tool versions, tool probes
-#   bench-<set>.json, .md, .png   the bench record and its renderings
+#   summary.md   each step's cap, time and exit, and what each found (tools/device_summary.py)
+#   bench-<set>.json, .md         the bench record and its table
 #   bench-layer.json              the layer step's rows
 #   ncu.csv      the counters, as ncu --csv wrote them
-#   rest.tgz     artifacts/ (PTX, verify reports), bench-<set>.csv, each step's own log
+#   rest.tgz     artifacts/ (PTX, verify reports), bench-<set>.csv and .png, verify.json and the
+#                cells' verdicts, the emulator's counts and calibration.json, each step's log
 # Land it afterwards, on the CPU machine: python -m pipeline.bench_land <folder they came back in>
 # (copies them to bench/results/<gpu>/ with results.json and README.md).
 # Knobs (environment): STEPS (names above, space-separated; default all), TOTAL_S (450),
-# PACKAGE_S (15), PLAN (name:cap_s:expected_s ...), PLAN_ONLY (1: print the plan, run nothing), VERIFY_SETS ("smoke tails hslm"),
-# BENCH_SET (hslm), BENCH_CEILING (8192; 0 skips the cuBLAS ceiling run), MODEL_FILE
-# (artifacts/model/$BENCH_SET-h200.predictions.json), TORCH_TESTS, LAUNCH_KERNELS (all: the
-# kernels launched under the sanitizers and ncu, or a comma list), PROBE_SHAPE (tiny),
-# SANITIZE_SHAPE (attn_r27), COUNTERS_SHAPE (ffn_up_r1782), SITE.
+# PACKAGE_S (15), PACKAGE_TOOL_S (PACKAGE_S / 3: the bench's tables, the summary), PLAN (name:cap_s:expected_s ...), PLAN_ONLY (1: print the plan, run nothing),
+# VERIFY_SETS ("smoke tails hslm"), VERIFY_KERNELS (all), VERIFY_JOBS (8), VERIFY_TAIL_S (8), BENCH_SET (hslm),
+# BENCH_CEILING (8192; 0 skips the cuBLAS ceiling run), BENCH_KERNELS (all int8 GEMMs), MODEL_FILE
+# (artifacts/model/$BENCH_SET-h200.predictions.json), TORCH_TESTS (test files), LAUNCH_KERNELS
+# (all: the kernels under the sanitizers, or a comma list), PROBE_SHAPE (tiny), SANITIZE_SHAPE
+# (300x330x270), COUNTER_KERNELS (14 representative kernels, below), COUNTERS_SHAPE
+# (ffn_up_r1782), COUNTER_BATCH (5), CALIBRATION_JOBS (8), SITE.
 # It never changes the card's settings (clocks, power, persistence, MIG).
 # Exit 0 when every step passed, 1 when any failed, or was skipped for time or because
 # its tool cannot run here; 2 when the plan does not fit TOTAL_S.
@@ -53,21 +63,35 @@ export OUT=${OUT:-/tmp/out}
 export SITE=${SITE:-/tmp/site}
 export TOTAL_S=${TOTAL_S:-450}
 export PACKAGE_S=${PACKAGE_S:-15}
+export PACKAGE_TOOL_S=${PACKAGE_TOOL_S:-$(( PACKAGE_S / 3 ))}  # each of the two tools packaging runs
 export STEPS=${STEPS:-wheels facts verify bench layer torch-tests sanitize counters}
 export VERIFY_SETS=${VERIFY_SETS:-smoke tails hslm}
+export VERIFY_KERNELS=${VERIFY_KERNELS:-all}  # every registry kernel, or a comma list
+export VERIFY_JOBS=${VERIFY_JOBS:-8}      # processes: the CPU reference is most of a cell's time
+export VERIFY_TAIL_S=${VERIFY_TAIL_S:-8}  # of the verify cap, kept for the cells in flight and the summary
 export BENCH_SET=${BENCH_SET:-hslm}
 export BENCH_CEILING=${BENCH_CEILING:-8192}
+export BENCH_KERNELS=${BENCH_KERNELS:-}   # empty: every int8 GEMM kernel (the bench's default)
 export BENCH_TAIL_S=${BENCH_TAIL_S:-20}  # of the bench's cap, kept for its tables and exit
 export MODEL_FILE=${MODEL_FILE:-artifacts/model/$BENCH_SET-h200.predictions.json}
+export LAYER_TAIL_S=${LAYER_TAIL_S:-12}  # of the layer cap: a row started before it ends inside it
 export TORCH_TESTS=${TORCH_TESTS:-tests/test_torch_linear.py tests/test_torch_compile.py tests/test_layer_step.py}
-export LAUNCH_KERNELS=${LAUNCH_KERNELS:-all}  # what one_launch.py launches under the tools
+export LAUNCH_KERNELS=${LAUNCH_KERNELS:-all}  # what one_launch.py launches under the sanitizers
 export PROBE_SHAPE=${PROBE_SHAPE:-tiny}
-export PROBE_S=${PROBE_S:-20}
-export SANITIZE_SHAPE=${SANITIZE_SHAPE:-attn_r27}
+export PROBE_S=${PROBE_S:-12}  # each of the two probes: facts stays inside its cap
+# every reduction (K for forward, N for dX, R for dW) spans 5 or more 64-deep chunks, so the
+# 4-stage ring wraps, and no dimension is a multiple of 16: the tails' predicates run too
+export SANITIZE_SHAPE=${SANITIZE_SHAPE:-300x330x270}
+# one of each kind of kernel the layer step launches (bf16, as bench_layer runs it) and the int8 GEMMs
+export COUNTER_KERNELS=${COUNTER_KERNELS:-hslm_fwd_s8,hslm_fwd_s8_m32,hslm_dx_s8,hslm_dw_s8,hslm_fwd_bf16,hslm_fwd_splitk_bf16,hslm_dx_bf16,hslm_dx_splitk_bf16,hslm_dw_bf16,hslm_dw_splitk_bf16,hslm_wsum_bf16,hslm_wprep_bf16,hslm_qrows_bf16,hslm_qcols_bf16}
 export COUNTERS_SHAPE=${COUNTERS_SHAPE:-ffn_up_r1782}
-# name:cap_s:expected_s; the caps add to 435 s, TOTAL_S (450) less PACKAGE_S (15)
-PLAN=${PLAN:-wheels:15:5 facts:50:30 verify:60:35 bench:145:120 layer:35:25 torch-tests:30:20
-sanitize-memcheck:15:8 sanitize-racecheck:15:10 sanitize-synccheck:15:8 sanitize-initcheck:15:8
+export COUNTER_BATCH=${COUNTER_BATCH:-5}     # kernels per ncu run: a run cut off loses only its batch
+export COUNTER_TAIL_S=${COUNTER_TAIL_S:-12}  # of the counters cap: no batch starts in it
+export CALIBRATION_JOBS=${CALIBRATION_JOBS:-8}
+# name:cap_s:expected_s; the caps add to 435 s, TOTAL_S (450) less PACKAGE_S (15); the
+# arithmetic behind each is in docs/gpu-run.md
+PLAN=${PLAN:-wheels:10:4 facts:35:20 verify:50:15 bench:110:80 layer:45:25 torch-tests:55:35
+sanitize-memcheck:25:12 sanitize-racecheck:30:18 sanitize-synccheck:20:12 sanitize-initcheck:15:10
 counters:40:25}
 export WORK=$(mktemp -d /tmp/on-device.XXXXXX)
 mkdir -p "$OUT" "$SITE"
@@ -78,7 +102,7 @@ export PYTHONPATH="$SITE:$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export PATH="$SITE/bin:$PATH:/usr/local/cuda/bin:/usr/local/nvidia/bin"
 START=$(date +%s)
 RC=0
-BACK=(device.log facts.txt "bench-$BENCH_SET.json" "bench-$BENCH_SET.md" "bench-$BENCH_SET.png"
+BACK=(device.log facts.txt summary.md "bench-$BENCH_SET.json" "bench-$BENCH_SET.md"
       bench-layer.json ncu.csv rest.tgz)  # what comes back: the device tool's 8 files
 
 note() { echo "$*" | tee -a "$LOG"; }
@@ -210,26 +234,34 @@ facts() {
   [ -n "$nvsmi" ]
 }
 
+verify() {
+  local budget=$(( STEP_LIMIT_S - VERIFY_TAIL_S ))
+  # shellcheck disable=SC2086  # VERIFY_SETS is a list of words
+  python3 tools/gpu_verify.py $VERIFY_SETS --kernels "$VERIFY_KERNELS" --jobs "$VERIFY_JOBS" --budget-s $(( budget < 5 ? 5 : budget )) \
+    --summary "$WORK/verify.json"
+}
+
 bench() {
   # the model's predictions, when made on the CPU machine (`doit model`) and carried along
-  local model=()
+  local model=() kernels=()
   if [ -f "$MODEL_FILE" ]; then model=(--model "$MODEL_FILE")
   else echo "no model file at $MODEL_FILE: the model column stays empty"; fi
-  python3 tools/gpu_verify.py --emit-only || return
+  [ -n "$BENCH_KERNELS" ] && kernels=(--kernels "$BENCH_KERNELS")
+  python3 tools/gpu_verify.py --emit-only > /dev/null || return
   local budget=$(( STEP_LIMIT_S - BENCH_TAIL_S ))
   python3 -m pipeline.bench "$BENCH_SET" --out "$OUT" --stem "bench-$BENCH_SET" \
-    --ceiling "$BENCH_CEILING" --budget-s $(( budget < 5 ? 5 : budget )) "${model[@]}"
+    --ceiling "$BENCH_CEILING" --budget-s $(( budget < 5 ? 5 : budget )) "${model[@]}" "${kernels[@]}"
 }
 
 layer() {
-  local budget=$(( STEP_LIMIT_S - 10 ))
-  python3 -m pipeline.bench_layer --out "$OUT/bench-layer.json" --budget-s $(( budget < 5 ? 5 : budget ))
+  local budget=$(( STEP_LIMIT_S - LAYER_TAIL_S ))
+  python3 tools/layer_rows.py --out "$OUT/bench-layer.json" --budget-s $(( budget < 5 ? 5 : budget ))
 }
 
 torch_tests() {
   local present=() f
   for f in $TORCH_TESTS; do [ -f "$f" ] && present+=("$f"); done
-  python3 -m pytest -p no:cacheprovider -rs "${present[@]}"
+  python3 tools/cuda_tests.py run "${present[@]}"
 }
 
 sanitize() {  # one tool: compute-sanitizer --tool $1 on one launch of each kernel
@@ -237,21 +269,42 @@ sanitize() {  # one tool: compute-sanitizer --tool $1 on one launch of each kern
     python3 tools/one_launch.py "$LAUNCH_KERNELS" "$SANITIZE_SHAPE"
 }
 
-counters() {
-  local ncu metrics launches; ncu=$(tool ncu)
+counters() {  # ncu in batches of COUNTER_BATCH launches; the emulator counts the same meanwhile
+  local ncu metrics kernels=() batch=() i part=0 emulator status=0
+  ncu=$(tool ncu)
   "$ncu" --query-metrics > "$WORK/ncu-query.txt" 2>&1
-  metrics=$(python3 -m pipeline.bench_counters metrics "$WORK/ncu-query.txt")  # what is left out: stderr
-  launches=$(python3 tools/one_launch.py --list "$LAUNCH_KERNELS" | wc -l)
-  local run=("$ncu" --clock-control none --target-processes all --kernel-name regex:^hslm_
-             --launch-count "$launches" --csv --log-file "$OUT/ncu.csv")
+  metrics=$(python3 tools/counter_calibration.py metrics "$WORK/ncu-query.txt")  # what is left out: stderr
+  mapfile -t kernels < <(python3 tools/one_launch.py --list "$COUNTER_KERNELS")
+  python3 tools/counter_calibration.py emulate "$COUNTER_KERNELS" "$COUNTERS_SHAPE" --out "$WORK/emulated.json" \
+    --jobs "$CALIBRATION_JOBS" > "$WORK/emulate.log" 2>&1 &
+  emulator=$!
   echo "metrics: $metrics"
-  echo "profiling $launches launches, one per kernel"
-  if ! "${run[@]}" --metrics "$metrics" python3 tools/one_launch.py "$LAUNCH_KERNELS" "$COUNTERS_SHAPE"; then
-    echo "ncu failed with the full list; once more with the core counters"
-    "${run[@]}" --metrics "$(python3 -m pipeline.bench_counters core)" \
-      python3 tools/one_launch.py "$LAUNCH_KERNELS" "$COUNTERS_SHAPE" || return 1
-  fi
+  echo "profiling ${#kernels[@]} launches, one per kernel, $COUNTER_BATCH per ncu run, on $COUNTERS_SHAPE"
+  for (( i = 0; i < ${#kernels[@]}; i += COUNTER_BATCH )); do
+    if (( SECONDS > STEP_LIMIT_S - COUNTER_TAIL_S )); then
+      echo "not profiled, the step's time ran out: ${kernels[*]:i}"; status=1; break
+    fi
+    batch=("${kernels[@]:i:COUNTER_BATCH}")
+    local names; names=$(IFS=,; echo "${batch[*]}")
+    local run=("$ncu" --clock-control none --target-processes all --kernel-name regex:^hslm_
+               --launch-count "${#batch[@]}" --csv --log-file "$WORK/ncu-$part.csv")
+    if ! "${run[@]}" --metrics "$metrics" python3 tools/one_launch.py "$names" "$COUNTERS_SHAPE"; then
+      echo "ncu failed with the full list on $names; once more with the core counters"
+      "${run[@]}" --metrics "$(python3 -m pipeline.bench_counters core)" \
+        python3 tools/one_launch.py "$names" "$COUNTERS_SHAPE" || status=1
+    fi
+    part=$(( part + 1 ))
+    # one CSV of every batch so far, one header: what comes back even when a later batch is cut off
+    awk 'FNR == 1 { on = 0 } /^"ID"/ { on = 1; if (seen++) next } on' "$WORK"/ncu-[0-9]*.csv > "$OUT/ncu.csv.tmp" \
+      && mv "$OUT/ncu.csv.tmp" "$OUT/ncu.csv"
+  done
+  wait "$emulator" || { echo "the emulator's counts failed: $(tail -3 "$WORK/emulate.log")"; status=1; }
+  cat "$WORK/emulate.log"
+  [ -s "$OUT/ncu.csv" ] || { echo "ncu wrote no counters"; return 1; }
   python3 -m pipeline.bench_counters table "$OUT/ncu.csv"
+  python3 tools/counter_calibration.py compare "$OUT/ncu.csv" "$WORK/emulated.json" --out "$WORK/calibration.json" \
+    || status=1
+  return $status
 }
 
 package() {
@@ -259,8 +312,10 @@ package() {
   note "=== packaging after $(( $(date +%s) - START )) s"
   local record="$OUT/bench-$BENCH_SET.json" f
   if [ -f "$record" ] && [ ! -f "${record%.json}.md" ]; then  # the bench was cut off: its tables now
-    timeout -k 2 "$(( PACKAGE_S / 2 ))" python3 -m pipeline.bench_report "$record" >> "$LOG" 2>&1
+    timeout -k 2 "$PACKAGE_TOOL_S" python3 -m pipeline.bench_report "$record" >> "$LOG" 2>&1
   fi
+  ON_DEVICE_RC=$RC timeout -k 2 "$PACKAGE_TOOL_S" python3 tools/device_summary.py "$OUT" "$WORK" >> "$LOG" 2>&1 \
+    || note "=== summary.md not written (tools/device_summary.py failed or ran out of time)"
   mkdir -p "$WORK/out"
   for f in "$OUT"/*; do  # anything but the files that come back travels in rest.tgz
     [ -e "$f" ] || continue
@@ -277,15 +332,14 @@ package() {
 }
 trap 'RC=1; package; exit 1' TERM INT
 # steps run under timeout in a child bash: it needs the functions
-export -f tool install_wheels probe facts bench layer torch_tests sanitize counters
+export -f tool install_wheels probe facts verify bench layer torch_tests sanitize counters
 
 note "=== on-device.sh in $PWD at $(date -u +%FT%TZ); steps: $STEPS"
 plan
 [ "${PLAN_ONLY:-0}" = 1 ] && exit 0  # the plan alone: what would run, within what time
 wanted wheels && step wheels install_wheels
 wanted facts && step facts facts
-# shellcheck disable=SC2086  # VERIFY_SETS is a list of words
-wanted verify && step verify python3 tools/gpu_verify.py $VERIFY_SETS
+wanted verify && step verify verify
 wanted bench && step bench bench
 if wanted layer; then
   if [ -f pipeline/bench_layer.py ]; then step layer layer

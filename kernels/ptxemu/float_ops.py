@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from kernels.floats import bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16
-from kernels.ptxemu.operands import F32, PRED, TYPES, Ctx
+from kernels.ptxemu.operands import F32, PRED, TYPES
 from kernels.ptxemu.ops import binary_op, form, setp_exec
 
 CANONICAL_NAN = np.uint32(0x7FFFFFFF).view(np.float32)

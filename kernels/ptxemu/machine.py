@@ -256,7 +256,7 @@ class Function:
 
     def _where(self, thread: int) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
         """Global thread index -> (ctaid, tid)."""
-        (bx, by, bz), (gx, gy, _gz) = self._block, self._grid
+        (bx, by, bz), (gx, gy, _) = self._block, self._grid  # z: what is left of c after x and y
         tpc = bx * by * bz
         c, t = divmod(int(thread), tpc)
         return ((c % gx, c // gx % gy, c // (gx * gy)), (t % bx, t // bx % by, t // (bx * by)))
