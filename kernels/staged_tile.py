@@ -387,8 +387,14 @@ class Coords:
 class Source:
     """One operand's part of the chunk loop; each hook emits nothing unless overridden."""
 
-    def issue(self, stage_offset: str | int) -> None:
-        """Start copying the next chunk into the ring stage at ``stage_offset``."""
+    def issue(self, stage_offset: str | int, whole: bool = False) -> None:
+        """Start copying the next chunk into the ring stage at ``stage_offset`` (``whole``:
+        the chunk is known to end at or before K)."""
+
+    def whole_next(self) -> str | None:
+        """A predicate: the next chunk this source copies ends at or before K, so its
+        copies need no tail arithmetic (None: they never do)."""
+        return None
 
     def before_barrier(self) -> None:
         """Write this thread's share of the chunk (the barrier that follows publishes it)."""
@@ -442,7 +448,9 @@ class StagedRows(Source):
     row's last piece are the caller's padding, read as they are, so the other operand
     must be zero there (W's planes are: padded with code 0 to a multiple of 128). With
     ``exact_tail`` the copy's src-size stops at K and the padding is
-    never read (a few more instructions per copy).
+    never read (a few more instructions per copy), in the chunks that reach past K
+    only: a chunk that ends at or before K (``whole_next``) is copied as whole pieces,
+    and ``emit_staged`` runs those chunks in a loop of their own.
     """
 
     def __init__(self, ptx: Ptx, at: Coords, ptr: str, pitch: str, rows: str, k_limit: str,
@@ -462,6 +470,10 @@ class StagedRows(Source):
         self.k_limit = k_limit
         # exact tail: src-size = bytes left while the row exists; else ignore-src past it
         self.row_test = [ptx.setp("lt" if exact_tail else "ge", r, rows, "u32") for r in rows_j]
+        if exact_tail:  # a whole chunk: ignore-src for a row past the last, no src-size
+            self.row_past = [ptx.setp("ge", r, rows, "u32") for r in rows_j]
+            # this piece's chunk ends at or before K while k_at <= K - 64 + 16 (tid & 3)
+            self.whole_until = ptx.sub(ptx.mad(piece, PIECE, k_limit), CHUNK_K)
         if b:
             self.read_at = ptx.add(ring, nk_read_offset(ptx, at))
             self.col_first = paired_columns(ptx, at)
@@ -475,11 +487,18 @@ class StagedRows(Source):
         in ``paired_column_of_row`` order: 16 (tile >> 1) + 2 (tile & 1) + e."""
         return 16 * (tile >> 1) + 2 * (tile & 1) + e
 
-    def issue(self, stage_offset: str | int) -> None:
+    def whole_next(self) -> str | None:
+        if not self.exact_tail:
+            return None
+        return self.ptx.setp("le", self.k_at, self.whole_until, "s32")
+
+    def issue(self, stage_offset: str | int, whole: bool = False) -> None:
         """Copy the next chunk into the stage at ``stage_offset``; step to the one after."""
         ptx = self.ptx
         dst = self.copy_at if stage_offset == 0 else ptx.add(self.copy_at, stage_offset)
-        if self.exact_tail:
+        if self.exact_tail and whole:
+            fills = self.row_past
+        elif self.exact_tail:
             left = ptx.sub(self.k_limit, self.k_at)  # row bytes from this piece on
             size = ptx.binop("min", ptx.binop("max", left, 0, "s32"), PIECE, "s32")
             fills = [ptx.selp(size, 0, ok) for ok in self.row_test]
@@ -516,9 +535,22 @@ class FragmentTernary(Source):
     decodes them before the barrier; the words are loaded again into the same registers
     after it. Tile ni, row g of a warp holds column ``paired_column_of_row(8 ni + g)``,
     so the epilogue's stores from registers work as for a staged B, and a warp's request
-    is 8 columns' 16 bytes in pairs: 4 whole sectors. The warps of one n quarter decode
-    the same words (2 of them on the 128 x 128 tile): more decode, but no 8 KiB of B
-    stored and read back through shared memory a chunk."""
+    is 8 columns' 16 bytes in pairs: 4 whole sectors.
+
+    The warps of one n quarter decode the same words (2 of them on the 128 x 128 tile),
+    and do not split the decode. A word's decode is 9 SASS instructions (a shift, two
+    masks, two shifts, four prmt), 36 of the loop's 106 a chunk (sm_80). Warps cannot
+    share registers (a shuffle stays inside a warp), so sharing means shared memory:
+    each warp would decode 2 words, store its 8 registers and load the other warp's 8
+    (two 16-byte st.shared and two ld.shared): 18 decode instructions and 2 loads
+    fewer, 4 memory and about 2 address instructions more a chunk, but 8 KiB of
+    decoded B written and read a chunk in a double-buffered 16 KiB (the 48 KiB static
+    limit with the 32 KiB ring). By the tile rule's rates (``rule_cost``,
+    ``l1_wavefronts``) a chunk of the large tile is tensor-bound: 366 clocks of
+    multiply-adds, 320 shared wavefronts (A stored once, read by the four warp
+    columns), 212 clocks of issue (8 warps x 106 / 4 schedulers); the 128 wavefronts
+    that sharing adds (448) would make shared memory the bound to save issue that is
+    not."""
 
     def __init__(self, ptx: Ptx, at: Coords, w_ptr: str, cols: str):
         self.ptx = ptx
@@ -530,7 +562,12 @@ class FragmentTernary(Source):
         self.ptr = ptx.byte_offset(at_plane, ptx.mad(first, PIECES, quad), 4)
         # tile ni's column is 16 (ni >> 1) + 2 (ni & 1) past tile 0's (paired_column_of_row)
         self.offsets = [PIECE * (16 * (ni >> 1) + 2 * (ni & 1)) for ni in range(N_TILES)]
+        # prmt takes its table from a register: a constant there is warp-uniform, and ptxas
+        # keeps it in a uniform register and copies it into a new one for each prmt (12 a
+        # chunk on the 128 x 128 tile). Adding tid >> 24 (0: a CTA has at most 1024
+        # threads, PTX ISA 10, %tid) makes it a per-thread value, held in one register
         self.table = ptx.mov(TERNARY_PRMT_TABLE)
+        ptx.increment(self.table, ptx.shr(at.tid, 24))
         self.packed = self.fetch()
         self.decoded: list[list[str]] = []
         self.col_first = paired_columns(ptx, at)
@@ -585,7 +622,12 @@ def emit_staged(ptx: Ptx, at: Coords, a: StagedRows, b: Source, k_limit: str, ou
     the loaded parameters) the output is floats, ``out_pitch`` elements a row: with one
     split the sums are staged the same way, then rescaled and stored
     (:class:`RescaledRows`); with several they go through the partials
-    (:func:`emit_split_rescale`)."""
+    (:func:`emit_split_rescale`).
+
+    A source whose copies need tail arithmetic (``whole_next``) gets two loops of the
+    same body: "chunk" while the next chunk to copy ends at or before K, copying it
+    with no size arithmetic, then "chunk_tail" for the rest; each chunk runs in one of
+    them, so the loops' trips are the one loop's."""
     stages = at.tile.stages
     acc = [[[ptx.mov(0) for _ in range(4)] for _ in range(N_TILES)] for _ in range(at.tile.m_tiles)]
     sources = (a, b)
@@ -594,31 +636,51 @@ def emit_staged(ptx: Ptx, at: Coords, a: StagedRows, b: Source, k_limit: str, ou
             src.issue(stage * STAGE_BYTES)
         ptx.cp_async_commit()
     read_stage = ptx.mov(0)
-    k_done = ptx.mov(at.k_first)
     k_end = ptx.binop("min", ptx.add(at.k_first, at.span), k_limit, "u32")
+    # A's copy offset walks a chunk a trip, stages - 1 chunks and its piece ahead of the
+    # chunk being multiplied: compared with k_end moved as far, it counts the chunks
+    # without a counter of its own (one add a trip fewer)
+    copies_end = ptx.add(ptx.sub(a.k_at, at.k_first), k_end)
 
-    ptx.label("chunk")
-    ptx.cp_async_wait(stages - 2)  # this thread's copies of this chunk have landed
-    for src in sources:
-        src.before_barrier()
-    ptx.barrier()  # everyone's copies and W are in; the previous chunk's stage is free
-    write_stage = ring_step(ptx, read_stage, stages, stages - 1)
-    for src in sources:
-        src.issue(write_stage)
-    ptx.cp_async_commit()
-    ptx.increment(k_done, CHUNK_K)
-    more = ptx.setp("lt", k_done, k_end, "u32")  # a next chunk: fetch for it, and loop
-    for src in sources:
-        src.after_issue(more)
-    frag_b = b.b_fragments(read_stage)
-    for step, frag_a in enumerate(a.a_fragments(read_stage)):
-        for mi in range(at.tile.m_tiles):
-            for ni in range(N_TILES):
-                ptx.mma_s8(acc[mi][ni], frag_a[mi], frag_b[step][ni])
-    for src in sources:
-        src.end_chunk()
-    ring_step(ptx, read_stage, stages, 1, into=read_stage)
-    ptx.branch("chunk", guard=more)
+    # sources step k together against one K, so any one's whole-chunk test is everyone's
+    whole = [test for test in (src.whole_next() for src in sources) if test is not None]
+    if whole:  # copies with tail arithmetic: whole chunks in "chunk", the rest in "chunk_tail"
+        ptx.branch("chunk_tail", guard="!" + whole[0])
+
+    def chunk_loop(label: str, whole_copies: bool) -> None:
+        ptx.label(label)
+        ptx.cp_async_wait(stages - 2)  # this thread's copies of this chunk have landed
+        for src in sources:
+            src.before_barrier()
+        ptx.barrier()  # everyone's copies and W are in; the previous chunk's stage is free
+        write_stage = ring_step(ptx, read_stage, stages, stages - 1)
+        for src in sources:
+            src.issue(write_stage, whole=whole_copies)
+        ptx.cp_async_commit()
+        more = ptx.setp("lt", a.k_at, copies_end, "u32")  # a next chunk: fetch for it, and loop
+        for src in sources:
+            src.after_issue(more)
+        frag_b = b.b_fragments(read_stage)
+        for step, frag_a in enumerate(a.a_fragments(read_stage)):
+            for mi in range(at.tile.m_tiles):
+                for ni in range(N_TILES):
+                    ptx.mma_s8(acc[mi][ni], frag_a[mi], frag_b[step][ni])
+        for src in sources:
+            src.end_chunk()
+        ring_step(ptx, read_stage, stages, 1, into=read_stage)
+        if whole_copies:  # stay while the next chunk is whole too; past the split's end, done
+            next_whole = [test for test in (src.whole_next() for src in sources) if test is not None]
+            ptx.branch(label, guard=ptx.fresh("pred", "and.pred", more, next_whole[0]))
+            ptx.branch("chunks_done", guard="!" + more)
+        else:
+            ptx.branch(label, guard=more)
+
+    if whole:
+        chunk_loop("chunk", True)
+        chunk_loop("chunk_tail", False)
+        ptx.label("chunks_done")
+    else:
+        chunk_loop("chunk", False)
     ptx.cp_async_wait(None)  # no copy outlives the CTA or lands in the ring the output reuses
 
     out = Epilogue(ptx, at, acc, a.ring, b, out, rows, cols, out_pitch, stages * STAGE_BYTES)

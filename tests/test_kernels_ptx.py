@@ -1,5 +1,6 @@
 """What the emitted PTX promises, read off the text: target, decode form, tensor-core op,
-and the shape of the one staged chunk loop (copies ahead, wait, barrier, ldmatrix).
+and the shape of the staged chunk loops (copies ahead, wait, barrier, ldmatrix): one
+loop, or for dW, whose A copies stop at R, a loop of whole chunks and a tail loop.
 
 The numbers that matter (exact results) come from running this PTX on the emulator
 (tests/test_kernels_run.py) and on a GPU; these tests pin the structural contract the
@@ -11,14 +12,28 @@ import pytest
 from kernelcases import INT32_EPILOGUE, STAGED, TERNARY, TWO_STAGED, per_kernel, tile_of
 
 from kernels.registry import KERNELS, get_kernel
-from kernels.staged_tile import N_TILES, TILE_N
+from kernels.staged_tile import N_TILES, TILE_N, StagedRows
 
 MMA = "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32"
+COPY = r"cp\.async\.cg\.shared\.global \[[^]]+\], \[[^]]+\], 16, (%[pr]\d+);"
 
 
-def loop(ptx: str) -> str:
-    """The one chunk loop."""
-    return ptx.split("chunk:\n", 1)[1].split("bra.uni chunk;", 1)[0]
+def loop(ptx: str, label: str = "chunk") -> str:
+    """The chunk loop at ``label``: from the label to its back edge."""
+    assert f"\n{label}:\n" in ptx, f"no loop {label}"
+    return ptx.split(f"\n{label}:\n", 1)[1].split(f"bra.uni {label};", 1)[0]
+
+
+def loop_labels(ptx: str) -> list[str]:
+    """The labels a later branch returns to (the loops), in the order they appear."""
+    labels = re.findall(r"^(\w+):$", ptx, re.M)
+    return [label for label in labels if f"bra.uni {label};" in ptx.split(f"\n{label}:\n", 1)[1]]
+
+
+def chunk_loops(name: str) -> list[str]:
+    """The loops ``name`` should have: dW's A copies have an exact tail at R, so whole
+    chunks run in "chunk" and the chunks that reach past R in "chunk_tail"."""
+    return ["chunk", "chunk_tail"] if name in TWO_STAGED else ["chunk"]
 
 
 @pytest.mark.parametrize("name", per_kernel())
@@ -29,20 +44,42 @@ def test_emission_is_deterministic_and_targets_sm80(name):
     assert f".visible .entry {name}(" in ptx
 
 
-@pytest.mark.parametrize("name", per_kernel(INT32_EPILOGUE))
-def test_staged_loop_is_one_uniform_body_of_all_mma(name):
-    ptx, tile = KERNELS[name].emit(), tile_of(name)
-    body = loop(ptx)
-    assert body.count(MMA) == ptx.count(MMA) == tile.m_tiles * N_TILES * 2  # m16 x n8 tiles x 2 k steps per warp
-    # the back edge (no tail body), then the output: stored from the accumulators with one
-    # split, staged and added with several, where a warp skips reading back rows past the
-    # last: m_tiles passes x 4 rows
+def check_loops_are_uniform_bodies_of_all_mma(name: str, ptx: str) -> None:
+    tile, labels = tile_of(name), chunk_loops(name)
+    per_chunk = tile.m_tiles * N_TILES * 2  # m16 x n8 tiles x 2 k steps per warp
+    assert loop_labels(ptx) == labels
+    for label in labels:
+        body = loop(ptx, label)
+        assert body.count(MMA) == per_chunk and body.count("bar.sync 0;") == 1  # one barrier per chunk
+    assert ptx.count(MMA) == per_chunk * len(labels)
+    # the loops, then the output: stored from the accumulators with one split, staged and
+    # added with several, where a warp skips reading back rows past the last: m_tiles
+    # passes x 4 rows
     targets = re.findall(r"\bbra\.uni (\w+);", ptx)
     skips = [t for t in targets if re.fullmatch(r"add_written_\d_\d", t)]
-    assert [t for t in targets if t not in skips] == ["chunk", "add_out", "out_done"]
+    # dW: into the tail loop when the first chunk is not whole; back while the next chunk
+    # exists and is whole, out when none exists, else on into the tail loop
+    loops = ["chunk_tail", "chunk", "chunks_done", "chunk_tail"] if len(labels) == 2 else ["chunk"]
+    assert [t for t in targets if t not in skips] == loops + ["add_out", "out_done"]
     assert len(skips) == len(set(skips)) == tile.m_tiles * 4
     assert len(re.findall(r"\bbra\b", ptx)) == len(targets)
-    assert body.count("bar.sync 0;") == 1  # one barrier per chunk
+    if len(labels) == 2:
+        whole = re.search(r"setp\.le\.s32 (%p\d+), (%r\d+), (%r\d+);\n\t@!\1 bra\.uni chunk_tail;\nchunk:\n", ptx)
+        assert whole, "the first chunk's whole test does not pick the loop"
+        main, tail = loop(ptx, "chunk"), loop(ptx, "chunk_tail")
+        next_whole = re.search(rf"setp\.le\.s32 (%p\d+), {whole[2]}, {whole[3]};", main)  # same test, next chunk
+        more = re.search(r"setp\.lt\.u32 (%p\d+), ", main)
+        assert next_whole and more
+        both = re.search(rf"and\.pred (%p\d+), {more[1]}, {next_whole[1]};", main)
+        assert both and main.endswith(f"@{both[1]} ")
+        assert f"@{both[1]} bra.uni chunk;\n\t@!{more[1]} bra.uni chunks_done;\nchunk_tail:\n" in ptx
+        tail_more = re.search(r"setp\.lt\.u32 (%p\d+), ", tail)
+        assert tail_more and f"@{tail_more[1]} bra.uni chunk_tail;\nchunks_done:\n" in ptx
+
+
+@pytest.mark.parametrize("name", per_kernel(INT32_EPILOGUE))
+def test_staged_loops_are_uniform_bodies_of_all_mma(name):
+    check_loops_are_uniform_bodies_of_all_mma(name, KERNELS[name].emit())
 
 
 @pytest.mark.parametrize("name", per_kernel(INT32_EPILOGUE))
@@ -73,22 +110,28 @@ def test_one_split_stores_from_registers_and_split_k_stages_one_pass_per_m_tile(
     assert adds.count("ld.shared.b32") == 16 * passes  # read back as words, one per output element
 
 
-@pytest.mark.parametrize("name", per_kernel(STAGED))
-def test_staged_loop_copies_ahead_and_reads_fragments_with_ldmatrix(name):
-    ptx = KERNELS[name].emit()
-    body = loop(ptx)
-    tile = tile_of(name)
+def check_loops_copy_ahead_and_read_fragments_with_ldmatrix(name: str, ptx: str) -> None:
+    tile, labels = tile_of(name), chunk_loops(name)
     stages = tile.stages  # 16-byte copies per thread and chunk: A's rows, and dW's B rows
     two_staged = name not in TERNARY  # B by cp.async too (dW), else decoded from W in registers
     copies = tile.copies(tile.m) + (tile.copies(TILE_N) if two_staged else 0)
-    found = re.findall(r"cp\.async\.cg\.shared\.global \[[^]]+\], \[[^]]+\], 16, (%[pr]\d+);", body)
-    assert len(found) == copies and ptx.count("cp.async.cg") == stages * copies  # stages - 1 ahead
-    assert body.count("cp.async.commit_group") == 1 and ptx.count("cp.async.commit_group") == stages
-    assert body.count(f"cp.async.wait_group {stages - 2};") == 1  # this chunk landed, newer in flight
-    a_loads = 2 * tile.m_tiles  # A: m tiles x 2 k steps; B: 4 per chunk (dW), none in registers (W)
-    b_loads = 4 if two_staged else 0
-    assert body.count("ldmatrix.sync.aligned.m8n8.x4.shared.b16") == a_loads + b_loads and ".trans" not in body
-    assert "ld.shared" not in body and "ld.global.u8" not in body  # no byte or scalar gathers
+    assert loop_labels(ptx) == labels
+    for label in labels:  # each loop copies one chunk ahead and multiplies one
+        body = loop(ptx, label)
+        assert len(re.findall(COPY, body)) == copies
+        assert body.count("cp.async.commit_group") == 1
+        assert body.count(f"cp.async.wait_group {stages - 2};") == 1  # this chunk landed, newer in flight
+        a_loads = 2 * tile.m_tiles  # A: m tiles x 2 k steps; B: 4 per chunk (dW), none in registers (W)
+        b_loads = 4 if two_staged else 0
+        assert body.count("ldmatrix.sync.aligned.m8n8.x4.shared.b16") == a_loads + b_loads and ".trans" not in body
+        assert "ld.shared" not in body and "ld.global.u8" not in body  # no byte or scalar gathers
+    groups = stages - 1 + len(labels)  # stages - 1 chunks ahead, then one in each loop's body
+    assert ptx.count("cp.async.cg") == groups * copies and ptx.count("cp.async.commit_group") == groups
+
+
+@pytest.mark.parametrize("name", per_kernel(STAGED))
+def test_staged_loop_copies_ahead_and_reads_fragments_with_ldmatrix(name):
+    check_loops_copy_ahead_and_read_fragments_with_ldmatrix(name, KERNELS[name].emit())
 
 
 @pytest.mark.parametrize("name", per_kernel(TERNARY))
@@ -120,13 +163,59 @@ def test_ternary_kernels_read_w_from_one_pointer_under_the_loops_own_predicate(n
     assert "min.u32" not in body
 
 
+def check_dw_copies(name: str, ptx: str) -> None:
+    tile = tile_of(name)
+    a_copies, b_copies = tile.copies(tile.m), tile.copies(TILE_N)
+    assert loop_labels(ptx) == ["chunk", "chunk_tail"]
+    main, tail = loop(ptx, "chunk"), loop(ptx, "chunk_tail")
+    for body in (main, tail):
+        assert "ld.global" not in body and "st.shared" not in body  # everything by cp.async
+    main_fills, tail_fills = re.findall(COPY, main), re.findall(COPY, tail)
+    # B: whole pieces or none (ignore-src) in both loops. A, in whole chunks: whole pieces,
+    # or none for a row past the last, under predicates set once before the loop, with no
+    # size arithmetic; in the tail loop: src-size stops at R, one size for all rows
+    assert [f[:2] for f in main_fills] == ["%p"] * (a_copies + b_copies)
+    assert [f[:2] for f in tail_fills] == ["%r"] * a_copies + ["%p"] * b_copies
+    for pred in main_fills[:a_copies]:
+        assert re.search(rf"setp\.ge\.u32 {pred}, ", ptx) and not re.search(rf"\s{pred}, ", main)
+    assert "min.s32" not in main and "max.s32" not in main
+    assert tail.count("max.s32") == 1 and tail.count("min.s32") == 1
+
+
 @pytest.mark.parametrize("name", per_kernel(TWO_STAGED))
 def test_dw_is_a_tn_gemm_of_two_copied_operands(name):
-    body, tile = loop(get_kernel(name).emit()), tile_of(name)
-    assert "ld.global" not in body and "st.shared" not in body  # everything by cp.async
-    sizes = re.findall(r"cp\.async\.cg\.shared\.global \[[^]]+\], \[[^]]+\], 16, %(\w)\d+;", body)
-    # A: src-size stops at R; B: whole pieces or none
-    assert sizes == ["r"] * tile.copies(tile.m) + ["p"] * tile.copies(TILE_N)
+    check_dw_copies(name, get_kernel(name).emit())
+
+
+def wrong_dw_kernels(name: str, monkeypatch) -> dict[str, str]:
+    """dW emitted wrong three ways: without the peel (one loop, tail arithmetic every
+    chunk), with the peel but the tail arithmetic in both loops, and with whole-chunk
+    copies in both loops (reading past R)."""
+    issue = StagedRows.issue
+    wrong = {}
+    with monkeypatch.context() as patch:
+        patch.setattr(StagedRows, "whole_next", lambda self: None)
+        wrong["one loop"] = get_kernel(name).emit()
+    with monkeypatch.context() as patch:
+        patch.setattr(StagedRows, "issue", lambda self, stage, whole=False: issue(self, stage, whole=False))
+        wrong["tail copies in both"] = get_kernel(name).emit()
+    with monkeypatch.context() as patch:
+        patch.setattr(StagedRows, "issue", lambda self, stage, whole=False: issue(self, stage, whole=self.exact_tail))
+        wrong["whole copies in both"] = get_kernel(name).emit()
+    assert len(set(wrong.values()) | {get_kernel(name).emit()}) == 4  # each patch changed the PTX
+    return wrong
+
+
+@pytest.mark.parametrize("name", per_kernel(TWO_STAGED))
+def test_loop_checks_fail_for_a_wrong_dw(name, monkeypatch):
+    wrong = wrong_dw_kernels(name, monkeypatch)
+    checks = {check_loops_are_uniform_bodies_of_all_mma: ["one loop"],
+              check_loops_copy_ahead_and_read_fragments_with_ldmatrix: ["one loop"],
+              check_dw_copies: list(wrong)}
+    for check, kinds in checks.items():
+        for kind in kinds:
+            with pytest.raises(AssertionError):
+                check(name, wrong[kind])
 
 
 def test_unknown_kernel_names_the_known_ones():

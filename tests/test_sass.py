@@ -45,14 +45,15 @@ def simple_rows(dump: str) -> dict[int, tuple[str, str]]:
 
 
 def simple_loop(rows: dict[int, tuple[str, str]]) -> tuple[int, int]:
-    """The backward branch with the most IMMA between its target and itself."""
+    """The backward branch with the most IMMA between its target and itself; of equals, the
+    first in the code (a peeled tail loop follows the steady loop it repeats)."""
     loops = []
     for addr, (op, operands) in rows.items():
         if op == "BRA" and operands.startswith("0x") and int(operands, 16) < addr:
             start = int(operands, 16)
-            loops.append((sum(o.startswith("IMMA") for a, (o, _) in rows.items() if start <= a <= addr), start, addr))
-    _, start, end = max(loops)
-    return start, end
+            loops.append((sum(o.startswith("IMMA") for a, (o, _) in rows.items() if start <= a <= addr), -start, addr))
+    _, neg_start, end = max(loops)
+    return -neg_start, end
 
 
 def simple_count(rows: dict[int, tuple[str, str]], ranges: list[tuple[int, int]]) -> Counter:
