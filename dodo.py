@@ -1,28 +1,28 @@
 r"""The task graph (`doit list`; `doit help <task>` for one task and its variables).
 
-    emit -> ptxas -> verify --------------------> bench (GPU)   pipeline/tasks_build.py, tasks_bench.py
-              \-> sass ---------+--> model                     pipeline/tasks_perf.py
-                                \--> seal, bless <- kernel_tests   pipeline/tasks_ratchet.py
+    emit -> ptxas -> verify --------------------> bench (GPU)   pipeline/stages/tasks_build.py, tasks_bench.py
+              \-> sass ---------+--> model                     pipeline/stages/tasks_perf.py
+                                \--> seal, bless <- kernel_tests   pipeline/stages/tasks_ratchet.py
     gate: emit, ptxas, sass, verify, kernel_tests, then judged against ledger/ and seals
     report: the last ptxas, verify and bench tables again
-    layer: what one TernaryLinear step launches, syncs, copies, allocates, moves      pipeline/tasks_layer.py
+    layer: what one TernaryLinear step launches, syncs, copies, allocates, moves      pipeline/stages/tasks_layer.py
 
-A stage (pipeline.stages.Stage: its cells, their task, its judge and its summary line) is
+A stage (pipeline.stages.table.Stage: its cells, their task, its judge and its summary line) is
 one line below; doit makes each into its task group. `doit verify` is the default; CI
 runs `doit gate`.
 """
-from pipeline.checker import ContentChecker
-from pipeline.cmdline import startup
-from pipeline.reporter import StageReporter
-from pipeline.tasks_bench import task_bench  # noqa: F401
-from pipeline.tasks_build import task_emit, task_report  # noqa: F401
-from pipeline.tasks_perf import task_model, task_sass  # noqa: F401
-from pipeline.tasks_ratchet import task_bless, task_gate, task_kernel_tests, task_seal  # noqa: F401
+from pipeline.core.checker import ContentChecker
+from pipeline.core.cmdline import startup
+from pipeline.stages.reporter import StageReporter
+from pipeline.stages.tasks_bench import task_bench  # noqa: F401
+from pipeline.stages.tasks_build import task_emit, task_report  # noqa: F401
+from pipeline.stages.tasks_perf import task_model, task_sass  # noqa: F401
+from pipeline.stages.tasks_ratchet import task_bless, task_gate, task_kernel_tests, task_seal  # noqa: F401
 
 # the stages: doit takes each as a task creator (its create_doit_tasks), named by the stage
-from pipeline.tasks_build import PTXAS  # noqa: F401,E402  ptxas:<kernel>, ptxas:check
-from pipeline.tasks_build import VERIFY  # noqa: F401,E402  verify:<kernel>/<set>/<shape>, verify:check
-from pipeline.tasks_layer import LAYER  # noqa: F401,E402  layer:<set>
+from pipeline.stages.tasks_build import PTXAS  # noqa: F401,E402  ptxas:<kernel>, ptxas:check
+from pipeline.stages.tasks_build import VERIFY  # noqa: F401,E402  verify:<kernel>/<set>/<shape>, verify:check
+from pipeline.stages.tasks_layer import LAYER  # noqa: F401,E402  layer:<set>
 
 DOIT_CONFIG = {
     "default_tasks": ["verify"],

@@ -26,9 +26,9 @@ from kernels.launch import launch_outputs  # noqa: E402
 from kernels.registry import KERNELS  # noqa: E402
 from kernels.spec import Dims  # noqa: E402
 from kernels.ptxemu import Module  # noqa: E402
-from pipeline.bench_cli import OneLineParser, run_cli  # noqa: E402
-from pipeline.errors import UserError  # noqa: E402
-from pipeline.shapes import load_set  # noqa: E402
+from pipeline.bench.cli import OneLineParser, run_cli  # noqa: E402
+from pipeline.core.errors import UserError  # noqa: E402
+from pipeline.core.shapes import load_set  # noqa: E402
 
 
 def mismatches(spec, got: dict, want: dict) -> int:

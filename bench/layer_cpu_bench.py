@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from kernels import TernaryLinear  # noqa: E402
-from pipeline.bench_cli import OneLineParser, run_cli  # noqa: E402
+from pipeline.bench.cli import OneLineParser, run_cli  # noqa: E402
 
 
 def step(layer: torch.nn.Module, x: torch.Tensor, dy: torch.Tensor) -> None:

@@ -26,8 +26,8 @@ from kernels import planes  # noqa: E402
 from kernels.quant import quantize  # noqa: E402
 from kernels.spec import Dims  # noqa: E402
 from kernels.ternary import code_problem, codes_of, pack  # noqa: E402
-from pipeline.bench_cli import OneLineParser, run_cli  # noqa: E402
-from pipeline.shapes import load_set  # noqa: E402
+from pipeline.bench.cli import OneLineParser, run_cli  # noqa: E402
+from pipeline.core.shapes import load_set  # noqa: E402
 
 
 def median_us(fn, repeat: int = 7) -> float:

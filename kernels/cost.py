@@ -1,7 +1,7 @@
 """The one cost model: device facts, loop counts, and the time of a kernel on a shape.
 
 Both the tile rule (``kernels.staged_tile.rule_cost``, called by
-``kernels.registry.choose``) and ``doit model`` (``pipeline.perf_model``) call it, so the
+``kernels.registry.choose``) and ``doit model`` (``pipeline.stages.perf_model``) call it, so the
 configuration a caller gets and the figure the model prints come from the same numbers.
 Only numpy and the standard library: kernels/ must import without pipeline/.
 
@@ -12,7 +12,7 @@ Inputs, all read from files, never typed into a kernel module:
   bodies as ptxas compiled them (instructions, IMMA and the sum of ptxas's stall counts
   over the body, read from the control bits of each instruction) and the instructions
   outside the loop. ``doit model:counts`` writes it from the cubin;
-  ``pipeline.perf_model.counts_problems`` checks its instruction counts against what
+  ``pipeline.stages.perf_model.counts_problems`` checks its instruction counts against what
   ``doit sass`` counted (tests/test_cost.py runs that check).
 
 The time of a kernel at the low occupancy HSLM runs at (1-3 warps per scheduler, 1-12

@@ -84,7 +84,7 @@ class KernelSpec:
     that is not an int8 GEMM (a quantizer, the weight preparation): bench, the model and
     the SASS-per-IMMA figures leave such a kernel out.
     The kernel's source is its module and what that imports from kernels/
-    (pipeline.sources walks the imports), so nothing here lists files by hand.
+    (pipeline.core.sources walks the imports), so nothing here lists files by hand.
     """
 
     name: str
@@ -104,7 +104,7 @@ class KernelSpec:
     cost: Callable[[Dims], tuple[int, ...]] | None = None
     outputs: tuple[str, ...] = ()  # the params the kernel writes, by name; (): params[0] only
     # elements one trip of the kernel's main loop handles per warp, for a non-GEMM kernel's
-    # SASS figure (instructions per element, pipeline.sass); 0: not counted per element
+    # SASS figure (instructions per element, pipeline.stages.sass); 0: not counted per element
     trip_elements: int = 0
 
     @property

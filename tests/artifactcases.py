@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline import config
-from pipeline.artifacts import sha256_bytes, write_atomic, write_model
-from pipeline.models import EmitResult, Mismatch, PtxasArch, PtxasReport, Shape, VerifyReport
-from pipeline.sass import Body, SassArch, SassReport
+from pipeline.core import config
+from pipeline.core.artifacts import sha256_bytes, write_atomic, write_model
+from pipeline.core.models import EmitResult, Mismatch, PtxasArch, PtxasReport, Shape, VerifyReport
+from pipeline.stages.sass import Body, SassArch, SassReport
 
 SHAPES = {"smoke": (Shape(name="tiny", R=4, K=16, N=8), Shape(name="tail", R=3, K=17, N=5))}
 

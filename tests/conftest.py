@@ -5,7 +5,7 @@
 - Warnings are errors in the emulator's tests (tests/test_ptxemu*.py: a numpy overflow or
   invalid-value warning is a bug in an emulator form); a test that expects one says so
   with its own ``filterwarnings`` mark, which takes precedence.
-- pipeline.assertcount: registers the ``kernel(name)`` marker and, with
+- pipeline.ratchet.assertcount: registers the ``kernel(name)`` marker and, with
   ``--test-counts=PATH`` (and enable_assertion_pass_hook), counts each kernel's tests
   for seals and the ledger.
 - pytester: tests/test_assertcount.py runs small pytest sessions through it.
@@ -32,10 +32,10 @@ import pytest
 from artifactcases import FakeArtifacts
 from gatecases import green_world
 
-from pipeline import config
-from pipeline.config import ROOT
+from pipeline.core import config
+from pipeline.core.config import ROOT
 
-pytest_plugins = ["pipeline.assertcount", "pytester"]
+pytest_plugins = ["pipeline.ratchet.assertcount", "pytester"]
 
 
 ERRORS_ON_WARNINGS = "test_ptxemu"  # the emulator's test modules: a numpy warning there is a bug

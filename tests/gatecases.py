@@ -12,15 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import config, gate
-from pipeline.artifacts import write_model
-from pipeline.ledger import dump_ledger, make_ledger
-from pipeline.models import (
+from pipeline.core import config
+from pipeline.ratchet import gate
+from pipeline.core.artifacts import write_model
+from pipeline.ratchet.ledger import dump_ledger, make_ledger
+from pipeline.core.models import (
     AllowedDuplicate, AllowedDuplicates, CellResult, DuplicateGroup, FunctionRef, KernelState,
     PtxasArch, RunSummary, SassEntry, SassFigures, SassLevel, Seal, SealedShape, SealedVerify, SealEvidence, Shape,
     TestCounts,
 )
-from pipeline.results import cells
+from pipeline.ratchet.results import cells
 
 KERNELS = ("kern_a", "kern_b")
 UNIVERSE = cells(KERNELS, ("sm_80", "sm_90"), {"smoke": (Shape(name="tiny", R=1, K=1, N=1),)})
@@ -38,7 +39,7 @@ def ref(path: str, qualname: str, line: int = 1) -> FunctionRef:
 
 
 ALLOWED_PAIR = DuplicateGroup(members=[ref("kernels/x.py", "f"), ref("pipeline/y.py", "g")])
-COPY = DuplicateGroup(members=[ref("kernels/ops.py", "scale", 10), ref("pipeline/bench.py", "scale", 20)])
+COPY = DuplicateGroup(members=[ref("kernels/ops.py", "scale", 10), ref("pipeline/bench/run.py", "scale", 20)])
 
 
 def result(key, verdict="pass") -> CellResult:

@@ -1,7 +1,7 @@
 """The kernel tests' tables, derived from kernels.registry so a new kernel needs none.
 
 Every parametrization over kernels comes from here, each case marked ``kernel(name)``
-so the seal's test counts (pipeline.assertcount) attribute it to that kernel. What a
+so the seal's test counts (pipeline.ratchet.assertcount) attribute it to that kernel. What a
 test needs to know about a kernel is read off its KernelSpec and module:
 
 - :func:`gemm_roles`: which Dims field is the output's rows, its columns and the

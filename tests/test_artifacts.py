@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from pipeline import proc
-from pipeline.artifacts import sweep_temp_files, temp_path, write_atomic
+from pipeline.core import proc
+from pipeline.core.artifacts import sweep_temp_files, temp_path, write_atomic
 
 
 def mode(path) -> int:

@@ -26,15 +26,16 @@ from kernels.registry import get_kernel
 from kernels.spec import Dims
 from kernels.ternary import PackError, pack
 from kernels.validate import LaunchError
-from pipeline import cmdline, gate
-from pipeline.artifacts import read_json, read_model, read_yaml, scratch_folder, sweep_scratch_folders
-from pipeline.bench_land import unpack_rest
-from pipeline.config import ROOT
-from pipeline.errors import ArtifactError, UserError
-from pipeline.ledger import dump_ledger, make_ledger, read_ledger
-from pipeline.models import VerifyReport
-from pipeline.seal import read_seals
-from pipeline.shapes import load_shape_sets
+from pipeline.core import cmdline
+from pipeline.ratchet import gate
+from pipeline.core.artifacts import read_json, read_model, read_yaml, scratch_folder, sweep_scratch_folders
+from pipeline.bench.land import unpack_rest
+from pipeline.core.config import ROOT
+from pipeline.core.errors import ArtifactError, UserError
+from pipeline.ratchet.ledger import dump_ledger, make_ledger, read_ledger
+from pipeline.core.models import VerifyReport
+from pipeline.ratchet.seal import read_seals
+from pipeline.core.shapes import load_shape_sets
 
 W16x1 = pack(np.ones((16, 1)))
 
@@ -154,7 +155,7 @@ def test_a_damaged_database_is_named(tmp_path):
 def test_doit_with_a_damaged_database_says_one_line_and_exits_2(tmp_path):
     """The one nested doit run of this file: a dodo that starts as the project's does."""
     (tmp_path / "dodo.py").write_text(textwrap.dedent("""
-        from pipeline.cmdline import startup
+        from pipeline.core.cmdline import startup
 
         def task_nothing():
             return {"actions": None}

@@ -18,12 +18,15 @@ import pytest
 from kernels.backends import gpu_available
 from kernels.registry import KERNELS
 from kernels.spec import Dims, GemmForm, Operand
-from pipeline import bench, bench_baselines, bench_device, bench_timing
-from pipeline.artifacts import read_model, write_model
-from pipeline.errors import UserError
-from pipeline.config import ROOT
-from pipeline.bench_record import BenchReport, Method
-from pipeline.models import Shape
+from pipeline.bench import run as bench
+from pipeline.bench import baselines as bench_baselines
+from pipeline.bench import device as bench_device
+from pipeline.bench import timing as bench_timing
+from pipeline.core.artifacts import read_model, write_model
+from pipeline.core.errors import UserError
+from pipeline.core.config import ROOT
+from pipeline.bench.record import BenchReport, Method
+from pipeline.core.models import Shape
 
 STANDIN = Path(__file__).parent / "data" / "bench" / "standin"
 
@@ -209,8 +212,8 @@ def _doit_bench(tmp_path, *args: str) -> subprocess.CompletedProcess:
     dodo = tmp_path / "bench_dodo.py"  # not "dodo": doit imports it by module name
     dodo.write_text(
         f"import sys\nsys.path.insert(0, {str(ROOT)!r})\n"
-        "from pipeline.tasks_build import task_emit  # noqa\n"
-        "from pipeline.tasks_bench import task_bench  # noqa\n")
+        "from pipeline.stages.tasks_build import task_emit  # noqa\n"
+        "from pipeline.stages.tasks_bench import task_bench  # noqa\n")
     return subprocess.run([sys.executable, "-m", "doit", "-f", str(dodo), "-d", str(ROOT),
                            "--db-file", str(tmp_path / "db"), "bench", *args],
                           capture_output=True, text=True, env=_no_gpu_env(), timeout=120)
@@ -234,7 +237,7 @@ def test_doit_bench_bad_parameter_is_one_line(tmp_path, arg, fragment):
 
 
 def test_python_m_bench_without_gpu(tmp_path):
-    res = subprocess.run([sys.executable, "-m", "pipeline.bench", "hslm"], cwd=ROOT,
+    res = subprocess.run([sys.executable, "-m", "pipeline.bench.run", "hslm"], cwd=ROOT,
                          capture_output=True, text=True, env=_no_gpu_env(), timeout=120)
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert res.stderr.startswith("error: bench needs a CUDA GPU") and res.stderr.count("\n") == 1

@@ -1,5 +1,5 @@
-"""The bench record (pipeline.bench_record) and its renderings (pipeline.bench_report): statistics, checks, peaks, summary, dispositions,
-table, CSV, plot, predictions, and `python -m pipeline.bench_report`.
+"""The bench record (pipeline.bench.record) and its renderings (pipeline.bench.report): statistics, checks, peaks, summary, dispositions,
+table, CSV, plot, predictions, and `python -m pipeline.bench.report`.
 
 tests/data/bench/sample_hslm.json is SYNTHETIC sample data (``synthetic: true``, device
 "SYNTHETIC SAMPLE - no GPU ran this"): made-up times that exercise every branch of the
@@ -21,13 +21,13 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from pipeline.artifacts import read_model
-from pipeline.config import ROOT
-from pipeline.errors import UserError
-from pipeline.bench_record import (PEAKS, BenchReport, Check, Row, Timing, gops,
+from pipeline.core.artifacts import read_model
+from pipeline.core.config import ROOT
+from pipeline.core.errors import UserError
+from pipeline.bench.record import (PEAKS, BenchReport, Check, Row, Timing, gops,
                                    load_predictions, peak_for, percentiles, summarize,
                                    with_predictions)
-from pipeline.bench_report import (CSV_COLUMNS, SYNTHETIC_BANNER, bars, configuration_races, csv_text, main, markdown,
+from pipeline.bench.report import (CSV_COLUMNS, SYNTHETIC_BANNER, bars, configuration_races, csv_text, main, markdown,
                                    plot_png, write_outputs)
 
 SAMPLE = Path(__file__).parent / "data" / "bench" / "sample_hslm.json"
@@ -277,7 +277,7 @@ def test_bad_prediction_file_is_one_line(tmp_path, content, fragment):
     assert fragment in str(exc.value) and "\n" not in str(exc.value) and "pred.json" in str(exc.value)
 
 
-# ---- python -m pipeline.bench_report ----------------------------------------------------
+# ---- python -m pipeline.bench.report ----------------------------------------------------
 
 def test_cli_re_renders_beside_the_json(sample, tmp_path, capsys):
     path = tmp_path / "bench-hslm.json"
@@ -305,7 +305,7 @@ def test_cli_bad_file_is_one_line_exit_2(tmp_path, content):
     path = tmp_path / "bad.json"
     if content is not None:
         path.write_text(content)
-    res = subprocess.run([sys.executable, "-m", "pipeline.bench_report", str(path)], cwd=ROOT,
+    res = subprocess.run([sys.executable, "-m", "pipeline.bench.report", str(path)], cwd=ROOT,
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 2 and res.stdout == ""
     assert res.stderr.startswith("error: ") and res.stderr.count("\n") == 1 and "bad.json" in res.stderr
@@ -320,11 +320,11 @@ def test_cli_usage_exit_2(capsys):
 
 def test_cli_help_is_help_not_a_file_name(tmp_path):
     """--help prints the usage and exits 0; it is never read as the record's name."""
-    res = subprocess.run([sys.executable, "-m", "pipeline.bench_report", "--help"], cwd=tmp_path,
+    res = subprocess.run([sys.executable, "-m", "pipeline.bench.report", "--help"], cwd=tmp_path,
                          capture_output=True, text=True, timeout=120,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert res.returncode == 0 and res.stderr == ""
-    assert res.stdout.startswith("usage: python -m pipeline.bench_report") and "--out" in res.stdout
+    assert res.stdout.startswith("usage: python -m pipeline.bench.report") and "--out" in res.stdout
     assert list(tmp_path.iterdir()) == []
 
 

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from kernels.registry import KERNELS
-from pipeline.config import ROOT
-from pipeline.errors import UserError
-from pipeline.bench_counters import CORE, METRICS, available, derive, left_out, main, parse_ncu_csv
-from pipeline.bench_device import CUPY_BUILDS, is_sticky
+from pipeline.core.config import ROOT
+from pipeline.core.errors import UserError
+from pipeline.bench.counters import CORE, METRICS, available, derive, left_out, main, parse_ncu_csv
+from pipeline.bench.device import CUPY_BUILDS, is_sticky
 
 STANDIN = Path(__file__).parent / "data" / "bench" / "standin"
 
@@ -249,9 +249,9 @@ def test_sticky_errors_are_told_from_the_others():
 
 # ---- --help is help -------------------------------------------------------------------
 
-ENTRY_POINTS = [("-m", "pipeline.bench"), ("-m", "pipeline.bench_counters"), ("-m", "pipeline.bench_report"),
-                ("-m", "pipeline.bench_land"), ("-m", "pipeline.bench_layer"), ("-m", "pipeline.schemas"),
-                ("-m", "pipeline.dupbody"), ("tools/gpu_verify.py",), ("tools/one_launch.py",),
+ENTRY_POINTS = [("-m", "pipeline.bench.run"), ("-m", "pipeline.bench.counters"), ("-m", "pipeline.bench.report"),
+                ("-m", "pipeline.bench.land"), ("-m", "pipeline.bench.layer"), ("-m", "pipeline.core.schemas"),
+                ("-m", "pipeline.ratchet.dupbody"), ("tools/gpu_verify.py",), ("tools/one_launch.py",),
                 ("bench/emulator_bench.py",), ("bench/validate_bench.py",), ("bench/layer_cpu_bench.py",)]
 
 
@@ -278,15 +278,15 @@ def test_every_entry_point_refuses_an_unknown_option_in_one_line(command, tmp_pa
 
 
 def test_schemas_help_leaves_the_committed_schemas_alone(tmp_path):
-    """``python -m pipeline.schemas`` writes the checkout's schemas/ by default (whatever the
+    """``python -m pipeline.core.schemas`` writes the checkout's schemas/ by default (whatever the
     working folder), so --help must be parsed before anything is written."""
     before = {p.name: p.stat().st_mtime_ns for p in (ROOT / "schemas").iterdir()}
-    assert _entry_point(("-m", "pipeline.schemas"), "--help", cwd=tmp_path).returncode == 0
+    assert _entry_point(("-m", "pipeline.core.schemas"), "--help", cwd=tmp_path).returncode == 0
     assert {p.name: p.stat().st_mtime_ns for p in (ROOT / "schemas").iterdir()} == before
 
 
 def test_land_refuses_a_results_dir_that_is_a_file_in_one_line(tmp_path, capsys):
-    from pipeline.bench_land import main as land_main
+    from pipeline.bench.land import main as land_main
 
     back = tmp_path / "back"
     back.mkdir()

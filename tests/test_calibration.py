@@ -7,8 +7,9 @@ import statistics
 import pytest
 import yaml
 
-from pipeline import perf_model, tasks_perf
-from pipeline.errors import UserError
+from pipeline.stages import perf_model
+from pipeline.stages import tasks_perf
+from pipeline.core.errors import UserError
 
 CALIBRATION = perf_model.load_calibration()
 DEVICES = perf_model.load_assumptions().devices

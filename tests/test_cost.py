@@ -11,8 +11,9 @@ from hypothesis import given, strategies as st
 
 from kernels import cost, staged_tile
 from kernels.registry import KERNELS
-from pipeline import config, perf_model
-from pipeline.sass import SassReport, sass_report
+from pipeline.core import config
+from pipeline.stages import perf_model
+from pipeline.stages.sass import SassReport, sass_report
 
 H200 = cost.device("h200")
 GEMMS = [name for name, spec in KERNELS.items() if spec.is_gemm]

@@ -6,9 +6,9 @@ import textwrap
 
 import pytest
 
-from pipeline.errors import ArtifactError
-from pipeline.dupbody import allowed_group, find_duplicates, main, read_allowed, stale_allowances
-from pipeline.models import AllowedDuplicate, AllowedDuplicates
+from pipeline.core.errors import ArtifactError
+from pipeline.ratchet.dupbody import allowed_group, find_duplicates, main, read_allowed, stale_allowances
+from pipeline.core.models import AllowedDuplicate, AllowedDuplicates
 
 ORIGINAL = '''
 def total(rows, scale):
@@ -101,12 +101,12 @@ def test_the_repository_has_no_unallowed_duplicates():
     assert [g for g in find_duplicates() if not allowed_group(g, allowed)] == []
 
 
-# ---- python -m pipeline.dupbody ---------------------------------------------------------
+# ---- python -m pipeline.ratchet.dupbody ---------------------------------------------------------
 
 def test_cli_help_is_help(capsys):
     assert main(["--help"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("usage: python -m pipeline.dupbody") and "--root" in out
+    assert out.startswith("usage: python -m pipeline.ratchet.dupbody") and "--root" in out
 
 
 @pytest.mark.parametrize("args, fragment", [

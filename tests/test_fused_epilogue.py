@@ -15,7 +15,7 @@ from kernels.floats import from_f32, same_values, to_f32
 from kernels.launch import kernel_args, launch, poisoned
 from kernels.registry import FAMILIES, KERNELS, choose
 from kernels.spec import Dims
-from pipeline.shapes import load_shape_sets
+from pipeline.core.shapes import load_shape_sets
 
 SPECS = hslm_fwd_rescaled.SPECS + hslm_dx_rescaled.SPECS + hslm_dw_rescaled.SPECS
 RESCALED = [spec.name for spec in SPECS]

@@ -7,11 +7,11 @@ import pytest
 
 from gatecases import ALLOWED_PAIR, BLOCKED, COPY, FASTER, LEVEL, SLOWER, TINY, evidence_of, green, result, seal
 
-from pipeline import gate
-from pipeline.artifacts import write_model
-from pipeline.errors import ArtifactError
-from pipeline.ledger import dump_ledger, make_ledger
-from pipeline.models import CellResult, SassEntry, SassFigures, SassLevel
+from pipeline.ratchet import gate
+from pipeline.core.artifacts import write_model
+from pipeline.core.errors import ArtifactError
+from pipeline.ratchet.ledger import dump_ledger, make_ledger
+from pipeline.core.models import CellResult, SassEntry, SassFigures, SassLevel
 
 
 def with_evidence(i: gate.Inputs, kernel: str = "kern_a", **update) -> gate.Inputs:
@@ -110,7 +110,7 @@ PLANTED = {
     "seal with no passing test": (lambda i: with_seal(i, tests={"passed": 0, "skipped": 2}), "BAD SEAL",
                                   gate.sealed_evidence),
     "schema drift": (lambda i: i._replace(run=i.run.model_copy(update={
-        "schema_drift": ["schemas/Seal.json: differs from pipeline.models.Seal"]})), "SCHEMA DRIFT", gate.schemas),
+        "schema_drift": ["schemas/Seal.json: differs from pipeline.core.models.Seal"]})), "SCHEMA DRIFT", gate.schemas),
     "duplicate body": (lambda i: i._replace(run=i.run.model_copy(update={"duplicates": [ALLOWED_PAIR, COPY]})),
                        "DUPLICATE BODY", gate.duplicates),
     "stale allowance": (lambda i: i._replace(run=i.run.model_copy(update={"duplicates": []})), "STALE", gate.duplicates),
@@ -184,7 +184,7 @@ def test_finding_lines_name_the_cell_or_file_and_the_fix():
     assert lines[0] == ("UNEXPECTED FAILURE  kern_a verify smoke/tiny: ledger pass, now fail: ptxas fatal : "
                         "Unsupported .version 9.0  -> fix it (doit verify shape=smoke backend=emulator)")
     assert lines[1].startswith("STALE SEAL  ledger/seals/kern_a.json: PTX changed (old-kern_a -> p-kern_a)  -> doit seal:kern_a")
-    assert lines[2].startswith("DUPLICATE BODY  kernels/ops.py::scale:10: same body as pipeline/bench.py::scale:20  -> import")
+    assert lines[2].startswith("DUPLICATE BODY  kernels/ops.py::scale:10: same body as pipeline/bench/run.py::scale:20  -> import")
 
 
 def test_sass_lines_name_kernel_arch_ledger_vs_now_and_the_command():
@@ -262,11 +262,12 @@ def test_unreadable_run_exits_2(world, monkeypatch, capsys):
 def test_doit_gate_passes_the_exit_status_through(tmp_path, tmp_doit):
     """`doit gate` is a python-action raising SystemExit(code): doit must not flatten 2 into 1."""
     dodo = """
-        from pipeline import gate, tasks_ratchet
-        from pipeline.tasks_build import VerifyPlan
+        from pipeline.ratchet import gate
+        from pipeline.stages import tasks_ratchet
+        from pipeline.stages.tasks_build import VerifyPlan
         gate.main = lambda argv: int(open("code").read())
         tasks_ratchet.KERNELS, tasks_ratchet.verify_plan = {}, lambda: VerifyPlan([], "emulator", False)
-        from pipeline.tasks_ratchet import task_gate
+        from pipeline.stages.tasks_ratchet import task_gate
 
         def task_kernel_tests():  # the gate's one dependency left: a no-op here
             return {"actions": []}

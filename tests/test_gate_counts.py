@@ -1,11 +1,13 @@
-"""The gate's loop-counts rule (pipeline.gate_counts): ledger/loop_counts.json against the
+"""The gate's loop-counts rule (pipeline.ratchet.gate_counts): ledger/loop_counts.json against the
 SASS records, on a small invented kernel, and through gate.main."""
 from __future__ import annotations
 
 import json
 
-from pipeline import gate, gate_counts, sass
-from pipeline.artifacts import write_model
+from pipeline.ratchet import gate
+from pipeline.ratchet import gate_counts
+from pipeline.stages import sass
+from pipeline.core.artifacts import write_model
 
 BODY = sass.Body(runs=["0x0-0x0"], instructions=80, nops=0, imma=8, lsu=2, classes={"tensor": 8, "ldg32": 2},
                  per_imma=10.0, lsu_per_imma=0.25, guarded_global_loads=0)

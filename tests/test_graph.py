@@ -3,7 +3,7 @@
 One copy of the project (dodo.py, kernels/, pipeline/, shapes.yaml, ledger/) per module
 in a temp folder; each test runs ``python -m doit`` there and reads which tasks ran
 (``.  name``) from doit's output; up-to-date tasks are only counted, in one line per
-stage (pipeline.reporter). Tests run in file order and each leaves the copy up to date
+stage (pipeline.stages.reporter). Tests run in file order and each leaves the copy up to date
 for the next.
 
 The graph's behaviour does not depend on how many kernels there are, so the copy's
@@ -29,14 +29,14 @@ import pytest
 from doit.task import Task
 
 from kernels import registry
-from pipeline.artifacts import sha256_file
-from pipeline.checker import ContentChecker, targets_intact
-from pipeline.cmdline import VARIABLES
-from pipeline.config import ROOT
-from pipeline.ledger import dump_ledger, make_ledger, read_ledger
-from pipeline.models import SassEntry
-from pipeline.sass import SassReport
-from pipeline.sass_ratchet import current_figures
+from pipeline.core.artifacts import sha256_file
+from pipeline.core.checker import ContentChecker, targets_intact
+from pipeline.core.cmdline import VARIABLES
+from pipeline.core.config import ROOT
+from pipeline.ratchet.ledger import dump_ledger, make_ledger, read_ledger
+from pipeline.core.models import SassEntry
+from pipeline.stages.sass import SassReport
+from pipeline.ratchet.sass_ratchet import current_figures
 
 GRAPH_MODULES = ("kernels.hslm_fwd_s8", "kernels.hslm_dx_s8", "kernels.hslm_dw_s8")
 KERNELS = {name: spec for name, spec in registry.KERNELS.items() if spec.module in GRAPH_MODULES}
@@ -216,7 +216,7 @@ def test_damaged_targets_are_rebuilt(project):
 
 
 def test_over_budget_fails_with_one_line(project):
-    cfg = project / "pipeline" / "config.py"
+    cfg = project / "pipeline" / "core" / "config.py"
     original = cfg.read_text()
     assert "max_registers=128" in original
     edit(cfg, original.replace("max_registers=128", "max_registers=24"))
@@ -493,7 +493,7 @@ def test_report_into_a_closed_pipe_ends_quietly(project):
 @pytest.mark.parametrize("quiet", [True, False], ids=["print_to_pipe", "plain-print"])
 def test_print_to_pipe_swallows_only_a_closed_pipe(quiet):
     """Negative included: a plain print into the same closed pipe leaves a BrokenPipeError."""
-    write = "from pipeline.report import print_to_pipe; print_to_pipe('x' * 100000)" if quiet else "print('x' * 100000)"
+    write = "from pipeline.stages.report import print_to_pipe; print_to_pipe('x' * 100000)" if quiet else "print('x' * 100000)"
     proc = subprocess.Popen([sys.executable, "-c", write], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     proc.stdout.close()

@@ -1,5 +1,5 @@
-"""`doit layer` (pipeline.tasks_layer), its ratchet (pipeline.layer_ratchet) and the bench's
-layer rows (pipeline.bench_layer, whose GPU part can only be refused here)."""
+"""`doit layer` (pipeline.stages.tasks_layer), its ratchet (pipeline.ratchet.layer_ratchet) and the bench's
+layer rows (pipeline.bench.layer, whose GPU part can only be refused here)."""
 from __future__ import annotations
 
 import json
@@ -9,16 +9,19 @@ import sys
 import pytest
 from doit.exceptions import TaskFailed
 
-from pipeline import bench_layer, layer_count, layer_ratchet, tasks_layer
-from pipeline.artifacts import read_model, write_model
-from pipeline import config
-from pipeline.config import ROOT
-from pipeline.errors import BlessRefused
-from pipeline.layer_ratchet import (
+from pipeline.bench import layer as bench_layer
+from pipeline.stages import layer_count
+from pipeline.ratchet import layer_ratchet
+from pipeline.stages import tasks_layer
+from pipeline.core.artifacts import read_model, write_model
+from pipeline.core import config
+from pipeline.core.config import ROOT
+from pipeline.core.errors import BlessRefused
+from pipeline.ratchet.layer_ratchet import (
     bless_layer, dump_layer_ledger, gate_findings, judge_layer, planned_bless, read_layer_ledger, write_layer_ledger,
 )
-from pipeline.layer_records import LayerCounts, LayerLedger, LayerLevel, LayerReport
-from pipeline.models import Shape
+from pipeline.core.layer_records import LayerCounts, LayerLedger, LayerLevel, LayerReport
+from pipeline.core.models import Shape
 from stepcases import HSLM, install_standins
 
 from kernels import layer_step, registry
@@ -231,7 +234,7 @@ def test_a_set_gone_from_shapes_yaml(tmp_path):
 
 def test_bench_refuses_without_a_gpu(tmp_path):
     out = tmp_path / "layer.json"
-    done = subprocess.run([sys.executable, "-m", "pipeline.bench_layer", "--out", str(out)], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", "pipeline.bench.layer", "--out", str(out)], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and not out.exists()
     lines = done.stderr.strip().splitlines()
@@ -319,7 +322,7 @@ def test_bench_ratios():
 # ---- the hooks: the gate reports the layer findings, bless writes the levels ---------------------------
 
 def test_the_gate_reports_the_layer_step(world, monkeypatch, capsys):
-    from pipeline import gate
+    from pipeline.ratchet import gate
 
     assert gate.main([]) == 0  # a ledger folder other than the project's need not hold layer levels
     monkeypatch.setattr(config, "LEDGER_FILE", world["ledger"])  # now it is the project's
@@ -339,7 +342,7 @@ def test_the_gate_reports_the_layer_step(world, monkeypatch, capsys):
 
 
 def test_bless_writes_the_layer_levels_beside_the_projects_ledger(tmp_path, monkeypatch):
-    from pipeline import ledger
+    from pipeline.ratchet import ledger
 
     path = tmp_path / "ledger.json"
     ledger.bless_file([], [], path=path)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config import ROOT
+from pipeline.core.config import ROOT
 
 NEW = "hslm_dwcopy_s8"
 KERNEL_TEST_FILES = ("tests/test_kernels_run.py", "tests/test_reference.py", "tests/test_tiling.py",

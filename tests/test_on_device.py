@@ -24,13 +24,13 @@ from pathlib import Path
 import pytest
 
 from kernels.registry import KERNELS
-from pipeline.artifacts import read_model
-from pipeline.config import ROOT
-from pipeline.bench_counters import derive, parse_ncu_csv
-from pipeline.bench_land import LandedRun, land, main, read_steps
-from pipeline.bench_record import BenchReport
-from pipeline.layer_records import LayerBenchReport, LayerBenchRow, LayerTiming
-from pipeline.models import LaunchStats, MemoryAccess, Shape
+from pipeline.core.artifacts import read_model
+from pipeline.core.config import ROOT
+from pipeline.bench.counters import derive, parse_ncu_csv
+from pipeline.bench.land import LandedRun, land, main, read_steps
+from pipeline.bench.record import BenchReport
+from pipeline.core.layer_records import LayerBenchReport, LayerBenchRow, LayerTiming
+from pipeline.core.models import LaunchStats, MemoryAccess, Shape
 
 sys.path.insert(0, str(ROOT / "tools"))
 import counter_calibration  # noqa: E402
@@ -135,7 +135,7 @@ def unpacked(out: Path, dest: Path) -> Path:
 
 
 PREDICTED_US = 2.5
-LAYER_PRESENT = (ROOT / "pipeline" / "bench_layer.py").is_file()
+LAYER_PRESENT = (ROOT / "pipeline" / "bench" / "layer.py").is_file()
 
 
 CUDA_CHECK = "tests/data/bench/standin_cuda_tests.py"  # written in the copy: stands in for the CUDA tests
@@ -362,12 +362,12 @@ def test_a_bench_out_of_budget_records_the_rest_as_not_run(tmp_path):
 
 def test_layer_and_torch_tests_are_skipped_in_one_line_when_absent(tmp_path):
     def without_layer(project: Path) -> None:
-        (project / "pipeline" / "bench_layer.py").unlink(missing_ok=True)
+        (project / "pipeline" / "bench" / "layer.py").unlink(missing_ok=True)
 
     res, out = run_on_device(tmp_path, wheels=True, prepare=without_layer, STEPS="layer torch-tests",
                              TORCH_TESTS="tests/no_such_test.py")
     why = skipped((out / "device.log").read_text())
-    assert why == {"layer": "pipeline/bench_layer.py is not in this tree",
+    assert why == {"layer": "pipeline/bench/layer.py is not in this tree",
                    "torch-tests": "none of tests/no_such_test.py is in this tree"}
     assert res.returncode == 0  # nothing it should have run was left out
 
@@ -407,7 +407,7 @@ def test_gpu_verify_after_a_kernel_fault_runs_the_rest_in_a_fresh_process(tmp_pa
 def test_bench_after_a_kernel_fault_runs_the_rest_in_a_fresh_process(tmp_path):
     project = project_copy(tmp_path)
     assert _standin(project, "tools/gpu_verify.py", "--emit-only").returncode == 0
-    res = _standin(project, "-m", "pipeline.bench", "smoke", "--out", str(tmp_path / "b"), "--ceiling", "0",
+    res = _standin(project, "-m", "pipeline.bench.run", "smoke", "--out", str(tmp_path / "b"), "--ceiling", "0",
                    "--kernels", "hslm_fwd_s8,hslm_dx_s8,hslm_dw_s8", STANDIN_FAULT="hslm_dx_s8")
     assert res.returncode == 0, res.stderr
     assert res.stdout.count("the rows left run in a fresh process") == 3

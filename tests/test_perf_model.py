@@ -1,4 +1,4 @@
-"""The performance model (pipeline.perf_model): its assumptions file, each bound worked by
+"""The performance model (pipeline.stages.perf_model): its assumptions file, each bound worked by
 hand on a small invented loop, occupancy, and the emulator memory rows it reads."""
 from __future__ import annotations
 
@@ -11,9 +11,11 @@ import pytest
 from kernels import cost
 from kernels.registry import KERNELS
 from kernels.spec import Dims, Launch
-from pipeline import config, perf_model, sass
-from pipeline.errors import UserError
-from pipeline.models import PtxasArch, Shape
+from pipeline.core import config
+from pipeline.stages import perf_model
+from pipeline.stages import sass
+from pipeline.core.errors import UserError
+from pipeline.core.models import PtxasArch, Shape
 
 ASSUMPTIONS = perf_model.load_assumptions()
 H200 = ASSUMPTIONS.devices["h200"]
@@ -259,7 +261,7 @@ def stub_records(entry: str, kernel: str):
 
 @pytest.fixture(scope="module")
 def counted_step():
-    from pipeline.layer_count import count_step
+    from pipeline.stages.layer_count import count_step
     return count_step(Shape(name="ffn_up_r1782", R=1782, K=243, N=729))
 
 
@@ -310,7 +312,7 @@ def test_the_target_lines_say_met_only_when_every_figure_is():
 
 
 def test_the_large_layer_is_modelled_once_and_judged_by_its_own_target():
-    from pipeline import tasks_perf
+    from pipeline.stages import tasks_perf
     hslm = tasks_perf.layer_shapes("hslm", (Shape(name="a", R=27, K=243, N=243),))
     assert [(s.name, t) for s, t in hslm] == [("a", "hslm"), ("large_r8192", "large")]
     large = tasks_perf.layer_shapes("large", (Shape(name="sq", R=4096, K=4096, N=4096),

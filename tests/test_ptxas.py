@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.errors import PtxasError, UserError
-from pipeline.config import ARCHS, Budget
-from pipeline.models import PtxasUsage
-from pipeline.ptxas import (
+from pipeline.core.errors import PtxasError, UserError
+from pipeline.core.config import ARCHS, Budget
+from pipeline.core.models import PtxasUsage
+from pipeline.stages.ptxas import (
     assemble, find_ptxas, first_error, judge, parse_verbose, ptxas_version,
     wheel_ptxas,
 )
@@ -125,7 +125,7 @@ def test_find_ptxas_order(monkeypatch, tmp_path):
 
 def test_no_ptxas_says_how_to_install(monkeypatch):
     monkeypatch.delenv("PTXAS", raising=False)
-    monkeypatch.setattr("pipeline.ptxas.wheel_ptxas", lambda: None)
+    monkeypatch.setattr("pipeline.stages.ptxas.wheel_ptxas", lambda: None)
     monkeypatch.setenv("PATH", "")
     with pytest.raises(UserError) as info:
         find_ptxas()

@@ -568,8 +568,8 @@ def test_helper_kernel_runs_with_the_numpy_answer():
 
 def test_accepted_forms_assemble(tmp_path):
     """ptxas takes every body this file runs, and the helper kernel."""
-    from pipeline.errors import UserError
-    from pipeline.ptxas import find_ptxas, run_ptxas
+    from pipeline.core.errors import UserError
+    from pipeline.stages.ptxas import find_ptxas, run_ptxas
     try:
         ptxas = find_ptxas()
     except UserError as exc:
@@ -584,8 +584,8 @@ def test_accepted_forms_assemble(tmp_path):
 @pytest.mark.parametrize("body", [r[0] for r in REFUSED if r[2]])
 def test_ptxas_refuses_what_the_emulator_refuses_as_wrong(body, tmp_path):
     """The assembler check above can fail: these malformed forms do not assemble."""
-    from pipeline.errors import PtxasError, UserError
-    from pipeline.ptxas import find_ptxas, run_ptxas
+    from pipeline.core.errors import PtxasError, UserError
+    from pipeline.stages.ptxas import find_ptxas, run_ptxas
     try:
         ptxas = find_ptxas()
     except UserError as exc:

@@ -1,4 +1,4 @@
-"""SASS counts (pipeline.sass): a hand-counted loop, and every kernel's loop counts checked
+"""SASS counts (pipeline.stages.sass): a hand-counted loop, and every kernel's loop counts checked
 against a second route (cuobjdump's listing of the same cubin, read by a deliberately
 simple counter written here)."""
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from kernels.registry import KERNELS
-from pipeline import sass
-from pipeline.errors import ArtifactError, UserError
+from pipeline.stages import sass
+from pipeline.core.errors import ArtifactError, UserError
 
 DATA = Path(__file__).parent / "data" / "sass"
 ARCHS = ("sm_80", "sm_90")  # the oldest and the newest: different schedules, uniform datapath

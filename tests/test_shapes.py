@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.config import VERIFY_SETS
-from pipeline.errors import UserError
-from pipeline.shapes import load_set, load_shape_sets, parse_set_names, select_sets
+from pipeline.core.config import VERIFY_SETS
+from pipeline.core.errors import UserError
+from pipeline.core.shapes import load_set, load_shape_sets, parse_set_names, select_sets
 
 GOOD = "tails:\n  - {name: a, R: 1, K: 17, N: 3}\n"
 

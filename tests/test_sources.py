@@ -4,8 +4,8 @@ from __future__ import annotations
 import dataclasses
 
 from kernels.registry import KERNELS
-from pipeline.config import ROOT
-from pipeline.sources import check_hash, code_sha256, imported_modules, source_files, source_sha256
+from pipeline.core.config import ROOT
+from pipeline.core.sources import check_hash, code_sha256, imported_modules, source_files, source_sha256
 
 
 def test_closure_follows_the_imports():

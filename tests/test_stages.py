@@ -1,5 +1,5 @@
-"""pipeline.stages: one Stage declaration gives the doit tasks, the judge, the reporter's lines
-and the gate's re-run command; pipeline.checker's per-run hash cache never hides an edit."""
+"""pipeline.stages.table: one Stage declaration gives the doit tasks, the judge, the reporter's lines
+and the gate's re-run command; pipeline.core.checker's per-run hash cache never hides an edit."""
 from __future__ import annotations
 
 import os
@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import checker, report
-from pipeline.errors import ArtifactError, UserError
-from pipeline.models import Check, EmitResult
-from pipeline.stages import Stage, all_pass, judge, stage_rerun, summary_lines
-from pipeline.tasks_build import PTXAS, VERIFY
-from pipeline.tasks_layer import LAYER
+from pipeline.core import checker
+from pipeline.stages import report
+from pipeline.core.errors import ArtifactError, UserError
+from pipeline.core.models import Check, EmitResult
+from pipeline.stages.table import Stage, all_pass, judge, stage_rerun, summary_lines
+from pipeline.stages.tasks_build import PTXAS, VERIFY
+from pipeline.stages.tasks_layer import LAYER
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -136,9 +137,9 @@ def test_a_record_rewritten_in_place_is_read_again(tmp_path):
 
 TOY_DODO = '''
 from pathlib import Path
-from pipeline.checker import ContentChecker, targets_intact
-from pipeline.reporter import StageReporter
-from pipeline.stages import Stage
+from pipeline.core.checker import ContentChecker, targets_intact
+from pipeline.stages.reporter import StageReporter
+from pipeline.stages.table import Stage
 
 def copy(name):
     Path(f"out/{name}").write_text(Path(f"in/{name}").read_text())

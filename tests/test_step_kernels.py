@@ -1,6 +1,6 @@
 """The layer step's weight-preparation and quantization kernels, and the multi-output,
 float-buffer side of the kernel framework they need (kernels.spec, kernels.launch,
-pipeline.verify).
+pipeline.stages.verify).
 
 Every kernel runs its emitted PTX on the CPU emulator against its numpy reference
 (kernels.stepmath), compared bit for bit; each check is shown to fail on a planted
@@ -25,8 +25,8 @@ from kernels.registry import KERNELS
 from kernels.spec import Dims
 from kernels.ternary import pack
 from kernels.testdata import float_activations, latent_weights
-from pipeline.sass import SassArch, SassReport
-from pipeline.verify import compare_output, compare_outputs
+from pipeline.stages.sass import SassArch, SassReport
+from pipeline.stages.verify import compare_output, compare_outputs
 
 STEP_KERNELS = [s.name for s in PREP_SPECS + QUANT_SPECS]
 SHAPES = [Dims(1, 1, 1), Dims(5, 33, 7), Dims(37, 70, 129), Dims(130, 129, 65)]
@@ -253,7 +253,7 @@ def test_non_gemm_kernels_have_no_gemm_form():
 
 
 def test_sass_summary_counts_non_gemm_kernels_per_element():
-    from pipeline.tasks_perf import element_rows
+    from pipeline.stages.tasks_perf import element_rows
 
     report = SassReport(kernel="hslm_qrows_f32", ptx_sha256="0", ptxas_version="x", nvdisasm_version="y",
                         archs=[SassArch(arch="sm_90", instructions=512, loops=[], steady_loop=None, fast=None, tail=None)])

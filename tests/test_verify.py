@@ -18,12 +18,12 @@ from kernels.registry import KERNELS
 from kernels.pitch import output_pitch, pitch
 from kernels.spec import Dims
 from kernels import backends
-from pipeline import config
-from pipeline.artifacts import read_model
-from pipeline.errors import ArtifactError, UserError
-from pipeline.emit import emit
-from pipeline.models import Shape, VerifyReport
-from pipeline.verify import (
+from pipeline.core import config
+from pipeline.core.artifacts import read_model
+from pipeline.core.errors import ArtifactError, UserError
+from pipeline.stages.emit import emit
+from pipeline.core.models import Shape, VerifyReport
+from pipeline.stages.verify import (
     check_work, compare, heartbeat, launch_stats, resolve_backend, seed, verdict, verify_cell,
 )
 

@@ -30,13 +30,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # one_launch, beside t
 
 import numpy as np  # noqa: E402
 
-from pipeline.artifacts import read_json, rel, write_atomic, write_model  # noqa: E402
-from pipeline.bench_cli import OneLineParser, run_cli  # noqa: E402
-from pipeline.bench_counters import METRICS, available, left_out, parse_ncu_csv  # noqa: E402
-from pipeline.errors import UserError  # noqa: E402
-from pipeline.models import Record  # noqa: E402
+from pipeline.core.artifacts import read_json, rel, write_atomic, write_model  # noqa: E402
+from pipeline.bench.cli import OneLineParser, run_cli  # noqa: E402
+from pipeline.bench.counters import METRICS, available, left_out, parse_ncu_csv  # noqa: E402
+from pipeline.core.errors import UserError  # noqa: E402
+from pipeline.core.models import Record  # noqa: E402
 
-# the extra names asked for beside pipeline.bench_counters.METRICS (the emulator counts them too)
+# the extra names asked for beside pipeline.bench.counters.METRICS (the emulator counts them too)
 EXTRA_METRICS = ("l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum",
                  "l1tex__t_requests_pipe_lsu_mem_global_op_red.sum",
                  "l1tex__t_sectors_pipe_lsu_mem_global_op_red.sum")
@@ -106,7 +106,7 @@ def emulate_one(name: str, shape_text: str) -> tuple[str, dict[str, float] | str
     from kernels.registry import KERNELS
     from kernels.spec import Dims
     from one_launch import find_shape
-    from pipeline.verify import launch_stats, one_line, seed
+    from pipeline.stages.verify import launch_stats, one_line, seed
 
     try:
         shape = find_shape(shape_text)

@@ -4,7 +4,7 @@
     python3 tools/gpu_verify.py [SET ...] --plan   (the cells and their estimated time; no GPU needed)
     python3 tools/gpu_verify.py --emit-only        (the PTX the bench and one_launch.py load)
 
-Emits each kernel's PTX, then runs every verify cell (pipeline.verify.verify_cell,
+Emits each kernel's PTX, then runs every verify cell (pipeline.stages.verify.verify_cell,
 backend gpu: the same inputs, reference and report files as `doit verify
 backend=gpu`) and prints one line per cell. Cells run set by set in the order given
 (default smoke, tails, hslm), every kernel within a set, so a run the budget cuts short
@@ -37,15 +37,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a scri
 
 from kernels.registry import KERNELS  # noqa: E402
 from kernels.spec import KernelSpec  # noqa: E402
-from pipeline.artifacts import write_model  # noqa: E402
-from pipeline.bench_cli import OneLineParser, run_cli  # noqa: E402
-from pipeline.bench_device import is_sticky  # noqa: E402
-from pipeline.config import VERIFY_SETS  # noqa: E402
-from pipeline.emit import emit  # noqa: E402
-from pipeline.errors import UserError  # noqa: E402
-from pipeline.models import Record, Shape  # noqa: E402
-from pipeline.shapes import select_sets  # noqa: E402
-from pipeline.verify import one_line, resolve_backend, verdict, verify_cell, work  # noqa: E402
+from pipeline.core.artifacts import write_model  # noqa: E402
+from pipeline.bench.cli import OneLineParser, run_cli  # noqa: E402
+from pipeline.bench.device import is_sticky  # noqa: E402
+from pipeline.core.config import VERIFY_SETS  # noqa: E402
+from pipeline.stages.emit import emit  # noqa: E402
+from pipeline.core.errors import UserError  # noqa: E402
+from pipeline.core.models import Record, Shape  # noqa: E402
+from pipeline.core.shapes import select_sets  # noqa: E402
+from pipeline.stages.verify import one_line, resolve_backend, verdict, verify_cell, work  # noqa: E402
 
 MAX_FRESH_PROCESSES = 8  # sticky errors after which the cells left are reported, not run
 # The time model of one cell on the GPU machine, measured on the CPU machine (the

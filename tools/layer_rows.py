@@ -2,7 +2,7 @@
 
     python3 tools/layer_rows.py --out PATH [--budget-s S] [--shape SET]
 
-The same rows, arguments and record as ``python -m pipeline.bench_layer`` (TernaryLinear
+The same rows, arguments and record as ``python -m pipeline.bench.layer`` (TernaryLinear
 forward + backward, eager and replayed from a CUDA graph, against torch's bf16
 nn.Linear, on the shape set and R=8192, K=N=4096; its ``bench_row`` times each), but the
 LayerBenchReport is written (atomically) after each row rather than once at the end, so
@@ -20,12 +20,12 @@ from typing import Any, Callable, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
-from pipeline import bench_layer  # noqa: E402
-from pipeline.artifacts import write_model  # noqa: E402
-from pipeline.errors import UserError  # noqa: E402
-from pipeline.layer_records import LayerBenchReport, LayerBenchRow  # noqa: E402
-from pipeline.models import Shape  # noqa: E402
-from pipeline.shapes import select_sets  # noqa: E402
+from pipeline.bench import layer as bench_layer  # noqa: E402
+from pipeline.core.artifacts import write_model  # noqa: E402
+from pipeline.core.errors import UserError  # noqa: E402
+from pipeline.core.layer_records import LayerBenchReport, LayerBenchRow  # noqa: E402
+from pipeline.core.models import Shape  # noqa: E402
+from pipeline.core.shapes import select_sets  # noqa: E402
 
 
 def run_rows(torch: Any, shapes: Sequence[Shape], budget_s: float, out: Path, device: str,

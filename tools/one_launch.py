@@ -29,12 +29,12 @@ from kernels import backends  # noqa: E402
 from kernels.launch import launch_outputs  # noqa: E402
 from kernels.registry import KERNELS  # noqa: E402
 from kernels.spec import Dims  # noqa: E402
-from pipeline.errors import UserError  # noqa: E402
-from pipeline.bench_cli import OneLineParser, run_cli  # noqa: E402
-from pipeline.bench_device import is_sticky  # noqa: E402
-from pipeline.models import Shape  # noqa: E402
-from pipeline.shapes import load_shape_sets  # noqa: E402
-from pipeline.verify import compare_outputs, one_line, resolve_backend, seed  # noqa: E402
+from pipeline.core.errors import UserError  # noqa: E402
+from pipeline.bench.cli import OneLineParser, run_cli  # noqa: E402
+from pipeline.bench.device import is_sticky  # noqa: E402
+from pipeline.core.models import Shape  # noqa: E402
+from pipeline.core.shapes import load_shape_sets  # noqa: E402
+from pipeline.stages.verify import compare_outputs, one_line, resolve_backend, seed  # noqa: E402
 
 
 

@@ -1,0 +1,1 @@
+"""GPU timing against cuBLAS and torch, its records, reports and landing."""

@@ -1,0 +1,1 @@
+"""Records, artifacts, configuration and the command line: what every stage shares."""

@@ -1,0 +1,77 @@
+"""Content-based up-to-date checks for doit: inputs and targets by sha256, never by mtime.
+
+doit's default md5 checker trusts an unchanged mtime (an edit kept by ``cp -p``, tar
+or a fast editor is missed) and only checks that targets exist (a damaged target
+is trusted). Here every file_dep is hashed on every run and every task's targets are
+re-hashed against the hashes saved when it last succeeded (:class:`targets_intact`),
+so both cases re-run exactly the stage that owns the file.
+
+A file is hashed once per version within one run (:func:`content_sha256`): every verify
+cell of a kernel depends on the same PTX, so it would otherwise be read once a cell.
+The version is the file's inode, size, mtime and ctime *in this process*: what is
+compared with the saved state is still the content's sha256, so an edit between runs is
+seen whatever it did to the mtime, and a file rewritten during the run is hashed again
+(ctime moves with every write and ``utime``, and no one can set it). As in git's "racy
+clean" rule, a file changed within :data:`RACY_NS` of being hashed is never taken from
+the cache: the clock that stamps ctime is coarse, so a second write in the same tick
+would otherwise keep the stamp.
+Readers still check an artifact against the sha256 its result JSON records
+(pipeline.core.artifacts.check_artifact) before using it.
+"""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from doit.dependency import FileChangedChecker
+from doit.task import Task
+
+from pipeline.core.artifacts import sha256_file
+
+
+RACY_NS = 2_000_000_000  # far above any file system's timestamp tick
+_hashes: dict[tuple[str, int, int, int, int], tuple[str, int]] = {}  # version -> (sha256, when hashed)
+
+
+def content_sha256(path: str, stat: os.stat_result | None = None) -> str:
+    """sha256 of the file at ``path``, read once per version in this process."""
+    st = stat or os.stat(path)
+    key = (path, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    found = _hashes.get(key)
+    if found is not None and st.st_ctime_ns < found[1] - RACY_NS:
+        return found[0]
+    hashed_at = time.time_ns()
+    digest = sha256_file(Path(path))
+    _hashes[key] = (digest, hashed_at)
+    return digest
+
+
+class ContentChecker(FileChangedChecker):
+    """file_dep state = sha256 of the content; mtime and size are never trusted."""
+
+    def check_modified(self, file_path: str, file_stat: os.stat_result, state: str) -> bool:
+        return content_sha256(file_path, file_stat) != state
+
+    def get_state(self, dep: str, current_state: str | None) -> str:
+        return content_sha256(dep)
+
+
+class targets_intact:
+    """An ``uptodate`` check: every target still has the sha256 it had when the task last
+    succeeded (saved in doit's DB beside the task), so a damaged, truncated or hand-edited
+    artifact or result JSON re-runs the task that writes it. Named like doit's own
+    ``config_changed``, used the same way: ``"uptodate": [targets_intact()]``."""
+
+    KEY = "_targets_sha256"
+
+    def configure_task(self, task: Task) -> None:
+        task.value_savers.append(lambda: {self.KEY: self.hashes(task.targets)})
+
+    @staticmethod
+    def hashes(targets: list[str]) -> dict[str, str | None]:
+        return {t: content_sha256(t) if os.path.exists(t) else None for t in targets}
+
+    def __call__(self, task: Task, values: dict) -> bool:
+        saved = values.get(self.KEY)
+        return saved is not None and saved == self.hashes(task.targets)

@@ -1,0 +1,1 @@
+"""Seals, the ledger and the gate: what a run is judged against."""

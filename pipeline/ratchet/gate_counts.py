@@ -1,0 +1,63 @@
+"""The gate's rule for the committed loop counts: ledger/loop_counts.json must describe the
+loops `doit sass` counted now.
+
+The cost model and the tile rule read each GEMM's loop from ledger/loop_counts.json
+(``kernels.cost.loop_counts``), which ``doit model:counts`` writes from the cubins. A
+kernel edit that changes its loop, or a hand edit of the file, leaves figures that no
+longer describe the code: the tile rule would rank configurations on them and the model
+would print them. :func:`counts_findings` compares the file with the SASS records
+(``pipeline.stages.perf_model.counts_disagreements``: the PTX each kernel was counted from, each
+body's instructions and IMMA) and gives one STALE line per disagreement, naming the file
+and the kernel, with the command that rewrites it.
+
+Findings are plain (kind, subject, what, fix) tuples, so this module imports nothing of
+pipeline.ratchet.gate and pipeline.ratchet.gate can call it.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, NamedTuple
+
+from kernels import cost
+from kernels.registry import KERNELS
+from pipeline.core.artifacts import read_json, read_model, rel
+from pipeline.core.config import sass_json
+from pipeline.stages.perf_model import counts_disagreements
+from pipeline.stages.sass import SassReport
+
+FIX = "doit model:counts"
+
+
+class CountsFinding(NamedTuple):
+    kind: str
+    subject: str
+    what: str
+    fix: str
+
+
+def counted_kernels() -> list[str]:
+    """The kernels whose loops the file must hold: the registry's int8 GEMMs."""
+    return [name for name, spec in KERNELS.items() if spec.is_gemm]
+
+
+def counts_findings(ledger_file: Path, required: bool = True, kernels: list[str] | None = None,
+                    report_path: Callable[[str], Path] | None = None) -> list[CountsFinding]:
+    """The loop counts beside ``ledger_file`` (``loop_counts.json``) against each kernel's
+    SASS record (``report_path(kernel)``, artifacts/sass by default). A missing counts file
+    is a finding, unless ``required`` is False (a ledger folder that need not hold them: a
+    test's). A missing SASS record is one too (`doit sass` writes it). ArtifactError when
+    a file cannot be read (not UTF-8 JSON, a key twice)."""
+    path = Path(ledger_file).with_name(cost.COUNTS_FILE.name)
+    if not path.is_file():
+        return [CountsFinding("MISSING", rel(path), "no loop counts (the cost model and the tile rule read them)",
+                              FIX)] if required else []
+    counts = read_json(path)
+    report_path = report_path or sass_json
+    reports, findings = {}, []
+    for name in counted_kernels() if kernels is None else kernels:
+        if report_path(name).is_file():
+            reports[name] = read_model(report_path(name), SassReport)
+        else:
+            findings.append(CountsFinding("MISSING", rel(report_path(name)), f"no SASS record of {name} to check "
+                                          f"{rel(path)} against", f"doit sass:{name}"))
+    return findings + [CountsFinding("STALE", rel(path), what, FIX) for what in counts_disagreements(counts, reports)]

@@ -1,0 +1,708 @@
+"""``doit model``'s side of the one cost model (kernels/cost.py): validated device facts,
+the committed loop counts, each kernel x shape's serial phases beside the reference
+class, every launch of a layer step (:func:`layer_step_row`), and the calibration against
+published measurements. MODEL figures, never measurements.
+
+Inputs, all read from records (nothing typed in): the SASS counts per loop trip
+(artifacts/sass, pipeline.stages.sass) and ptxas's stall counts of the same bodies
+(ledger/loop_counts.json, written by :func:`build_counts` from the cubin's control
+bits), registers and shared memory per arch (artifacts/ptxas), the launch geometry
+(``spec.geometry``), the emulator's memory counts when a verify report or the emulator
+provides them, and kernels/devices.json (one source per number).
+
+Control bits (Volta and later, one 128-bit word an instruction): bits 105-108 hold the
+stall count, the clocks the scheduler waits before this warp's next instruction (the
+fixed-latency dependencies ptxas resolved); variable-latency results (loads, shared
+memory) are waited on through scoreboards, which the cost model's latency terms count.
+The layout is the one documented by Jia et al., "Dissecting the NVIDIA Volta GPU
+Architecture via Microbenchmarking" (arXiv 1804.06826, chapter 2, control information), and used by
+public assemblers for sm_70-sm_90 (e.g. CuAssembler).
+"""
+from __future__ import annotations
+
+import math
+import re
+import statistics
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Callable, Literal
+
+import numpy as np
+from pydantic import Field, ValidationError
+
+from kernels import cost
+from kernels.backends import load_ptx
+from kernels.floats import storage_dtype
+from kernels.launch import launch
+from kernels.registry import KERNELS, choose
+from kernels.spec import Dims, KernelSpec
+from kernels.staged_tile import CHUNK_K, output_wavefronts as staged_output_wavefronts
+from pipeline.core.artifacts import read_json, read_yaml, rel, sha256_file
+from pipeline.core.errors import ArtifactError, UserError
+from pipeline.core.layer_records import LayerLaunch, LayerShape
+from pipeline.core.models import MemoryAccess, PtxasArch, Record, Shape
+from pipeline.stages.ptxas import PtxasError
+from pipeline.stages.sass import Body, SassArch, SassReport, class_width, cubin, find_cuobjdump
+
+DEVICES_FILE = cost.DEVICES_FILE
+COUNTS_FILE = cost.COUNTS_FILE
+CALIBRATION_FILE = Path(cost.__file__).with_name("calibration.yaml")
+FAST_SLACK_BYTES = 4  # a chunk runs the fast body while it and one word more lie inside every row
+BOUNDS = ("serial", "l1", "l2", "dram", "reds")
+PHASES = ("prologue", "chunks", "outside", "epilogue", "drain")
+
+
+# ---- assumptions ---------------------------------------------------------------------
+
+
+class Assumption(Record):
+    value: float
+    source: str = Field(min_length=20)
+
+
+class GpuModel(Record):
+    name: str
+    arch: str
+    sms: Assumption
+    clock_ghz: Assumption
+    int8_dense_tops: Assumption
+    bf16_dense_tflops: Assumption
+    mma_sync_fraction: Assumption
+    library_tensor_fraction: Assumption
+    l2_latency_cycles: Assumption
+    dram_latency_cycles: Assumption
+    shared_latency_cycles: Assumption
+    l2_bandwidth_gbs: Assumption
+    rule_l2_bandwidth_gbs: Assumption
+    dram_bandwidth_gbs: Assumption
+    dram_efficiency: Assumption
+    red_gbs: Assumption
+    launch_us: Assumption
+    kernel_fixed_us: Assumption
+    l1_wavefronts_per_clock: Assumption
+    schedulers_per_sm: Assumption
+    max_ctas_per_sm: Assumption
+    max_warps_per_sm: Assumption
+    registers_per_sm: Assumption
+    shared_per_sm_bytes: Assumption
+
+    @property
+    def clock_hz(self) -> float:
+        return self.clock_ghz.value * 1e9
+
+    @property
+    def peak_ops_per_sm_clock(self) -> float:
+        return self.int8_dense_tops.value * 1e12 / (self.sms.value * self.clock_hz)
+
+
+class Assumptions(Record):
+    note: str
+    devices: dict[str, GpuModel]
+    reference: dict[str, object]  # the former single-configuration reference, kept for its sources
+
+    @property
+    def gpus(self) -> dict[str, GpuModel]:
+        return self.devices
+
+
+def first_problem(exc: ValidationError) -> str:
+    """"field 'a.b': message" for the first thing pydantic refused."""
+    error = exc.errors()[0]
+    return f"field '{'.'.join(map(str, error['loc'])) or '(top level)'}': {error['msg']}"
+
+
+def load_assumptions(path: Path = DEVICES_FILE) -> Assumptions:
+    """devices.json, read strictly (UTF-8, no duplicate key) and validated; a bad file is
+    one :class:`UserError` line naming the field."""
+    try:
+        raw = read_json(Path(path))
+    except ArtifactError as exc:
+        raise UserError(f"{exc}; it holds the cost model's device facts") from None
+    try:
+        return Assumptions.model_validate(raw)
+    except ValidationError as exc:
+        raise UserError(f"{rel(path)}: {first_problem(exc)}; fix the entry") from None
+
+
+def gpu(assumptions: Assumptions, name: str) -> GpuModel:
+    if name not in assumptions.devices:
+        raise UserError(f"unknown gpu '{name}' (gpu=...); known in {rel(DEVICES_FILE)}: "
+                        f"{', '.join(assumptions.devices)}")
+    return assumptions.devices[name]
+
+
+def as_device(g: GpuModel) -> cost.Device:
+    """The validated entry as the cost module's values-only record."""
+    dumped = g.model_dump()
+    return cost.devices_from({"devices": {"x": dumped}}, DEVICES_FILE)["x"]
+
+
+# ---- loop counts from the cubin's control bits ---------------------------------------
+
+CUOBJDUMP_LINE = re.compile(r"/\*([0-9a-f]{4,})\*/[^;]*;\s*/\*\s*0x[0-9a-f]{16}\s*\*/")
+CONTROL_WORD = re.compile(r"^\s*/\*\s*(0x[0-9a-f]{16})\s*\*/\s*$")
+STALL_SHIFT, STALL_MASK = 41, 0xF  # bits 105-108 of the instruction = bits 41-44 of its upper word
+
+
+def stall_count(control: int) -> int:
+    """The stall count in the upper 64-bit word of an instruction."""
+    return (control >> STALL_SHIFT) & STALL_MASK
+
+
+def control_stalls(listing: str, function: str) -> dict[int, int]:
+    """Address -> stall count of every instruction of ``function`` in a ``cuobjdump -sass``
+    listing (each instruction's line carries the lower word, the next line the upper)."""
+    stalls: dict[int, int] = {}
+    lines = listing.splitlines()
+    inside = False
+    for i, line in enumerate(lines):
+        if "Function :" in line:
+            inside = line.split("Function :", 1)[1].strip() == function
+            continue
+        if not inside or not (m := CUOBJDUMP_LINE.search(line)) or i + 1 >= len(lines):
+            continue
+        if upper := CONTROL_WORD.match(lines[i + 1]):
+            stalls[int(m.group(1), 16)] = stall_count(int(upper.group(1), 16))
+    if not stalls:
+        raise ArtifactError(f"cuobjdump listing: no instructions with control words for '{function}'")
+    return stalls
+
+
+def body_addresses(body: Body) -> list[int]:
+    out = []
+    for run in body.runs:
+        first, last = (int(x, 16) for x in run.split("-"))
+        out += range(first, last + 16, 16)
+    return out
+
+
+def body_counts(body: Body, stalls: dict[int, int]) -> dict:
+    missing = [a for a in body_addresses(body) if a not in stalls]
+    if missing:
+        raise ArtifactError(f"the SASS record's body runs {body.runs} are not in the cubin's listing "
+                            f"(first missing {missing[0]:#x}); run `doit sass` again")
+    return {"instructions": body.instructions, "imma": body.imma,
+            "issue_clocks": sum(stalls[a] for a in body_addresses(body)),
+            "direct_loads": any(c.startswith("ldg") and c != "ldgsts" for c in body.classes)}
+
+
+def arch_counts(arch: SassArch, stalls: dict[int, int]) -> dict:
+    loop = next(lp for lp in arch.loops if lp.start == arch.steady_loop)
+    return {"fast": body_counts(arch.fast, stalls), "tail": body_counts(arch.tail, stalls) if arch.tail else None,
+            "outside_instructions": arch.instructions - loop.instructions}
+
+
+def cuobjdump_listing(ptx: Path, arch: str) -> str:
+    """``cuobjdump -sass`` of ``ptx`` assembled for ``arch`` by the same ptxas call `doit
+    sass` makes: nvdisasm's listing leaves the control words out, cuobjdump prints them."""
+    with tempfile.TemporaryDirectory(prefix="counts-") as tmp:
+        binary = cubin(ptx, arch, Path(tmp) / f"{arch}.cubin")
+        proc = subprocess.run([str(find_cuobjdump()), "-sass", str(binary)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise PtxasError(f"cuobjdump {rel(ptx)} ({arch}): {proc.stderr.strip().splitlines()[-1:]}")
+    return proc.stdout
+
+
+def kernel_counts(report: SassReport, ptx: Path, entry: str) -> dict:
+    """One kernel's record for ledger/loop_counts.json, from its SASS report and cubins."""
+    if report.ptx_sha256 != sha256_file(ptx):
+        raise UserError(f"{report.kernel}: the SASS record is older than {rel(ptx)}; run `doit sass`")
+    archs = {}
+    for a in report.archs:
+        if a.fast is None:
+            raise UserError(f"{report.kernel} {a.arch}: the SASS record has no loop; run `doit sass`")
+        archs[a.arch] = arch_counts(a, control_stalls(cuobjdump_listing(ptx, a.arch), entry))
+    return {"ptx_sha256": report.ptx_sha256, "archs": archs}
+
+
+COUNTS_NOTE = ("Per warp per trip of each GEMM kernel's steady loop, as ptxas compiled it: instructions and IMMA "
+               "(the counts `doit sass` makes), issue_clocks = ptxas's stall counts summed over the body (control "
+               "bits 105-108), direct_loads = the body loads an operand from global into registers; and the "
+               "function's instructions outside the loop. Written by `doit model:counts`; the gate checks it "
+               "against artifacts/sass.")
+
+
+def counts_disagreements(counts: dict, reports: dict[str, SassReport]) -> list[str]:
+    """What differs, naming the kernel (and arch and body), wherever the counts disagree
+    with what `doit sass` counted: a kernel missing, a PTX it was not counted from, a
+    body's instructions or IMMA."""
+    found: list[str] = []
+    kernels = counts.get("kernels") if isinstance(counts, dict) else None
+    if not isinstance(kernels, dict):
+        return ["field 'kernels': expected an object of kernel entries"]
+    for name, report in reports.items():
+        entry = kernels.get(name)
+        if not isinstance(entry, dict):
+            found.append(f"no counts for {name}")
+            continue
+        if entry.get("ptx_sha256") != report.ptx_sha256:
+            found.append(f"{name} was counted from other PTX")
+            continue
+        for a in report.archs:
+            have = (entry.get("archs") or {}).get(a.arch)
+            for part in ("fast", "tail"):
+                body = getattr(a, part)
+                got = (have or {}).get(part) if isinstance(have, dict) else None
+                want = None if body is None else (body.instructions, body.imma)
+                seen = None if not isinstance(got, dict) else (got.get("instructions"), got.get("imma"))
+                if want != seen:
+                    found.append(f"{name} {a.arch} {part}: (instructions, imma) {seen}, the SASS {want}")
+    return found
+
+
+def counts_problems(counts: dict, reports: dict[str, SassReport]) -> list[str]:
+    """Where the committed counts disagree with what `doit sass` counted, one line each
+    naming the file, the kernel and the command (:func:`counts_disagreements`)."""
+    return [f"{rel(COUNTS_FILE)}: {what}; run `doit model:counts`" for what in counts_disagreements(counts, reports)]
+
+
+# ---- the kernel's work, from its spec, SASS and ptxas records ------------------------
+
+
+class Work(Record):
+    """What one launch of a kernel on one shape does, per the records."""
+
+    ctas: int
+    warps_per_cta: int
+    contraction: int
+    fast_chunks: int  # chunks one CTA runs (its split of the contraction)
+    tail_chunks: int
+    stages: int  # copy ring depth (1: nothing prefetched)
+    instructions_per_warp: float
+    imma_per_warp: int
+    compulsory_bytes: int
+    output_bytes_per_cta: float  # the int32 output one CTA writes (its share of rows x cols)
+    splits: int  # CTAs along the contraction (split-K adds their sums)
+    global_bytes_per_warp: float  # requested by the loop's global loads, from SASS
+
+
+def chunks(contraction: int, has_tail_body: bool = True) -> tuple[int, int]:
+    """(fast, tail) chunk counts: fast while the chunk and its slack lie inside the rows;
+    a loop with one body (tails by zero-filling copies) runs every chunk on it."""
+    starts = range(0, contraction, CHUNK_K)
+    if not has_tail_body:
+        return len(starts), 0
+    fast = sum(k0 + CHUNK_K + FAST_SLACK_BYTES <= contraction for k0 in starts)
+    return fast, len(starts) - fast
+
+
+def per_trip(sass: SassArch, name: str) -> Body | None:
+    """The fast or tail body; a loop with one body stands in for the other."""
+    return getattr(sass, name) or sass.fast or sass.tail
+
+
+def global_bytes(classes: dict[str, int]) -> float:
+    """Bytes a warp's global loads and global->shared copies (LDGSTS) request, at least
+    one 32-B sector each (LDGSTS as the kernels use it: 16 B a lane)."""
+    return sum(n * max(32.0, (class_width(cls) or 128) / 8 * 32) for cls, n in classes.items()
+               if cls.startswith("ldg"))
+
+
+def work(spec: KernelSpec, dims: Dims, sass: SassArch) -> Work:
+    geometry = spec.geometry(dims)
+    rows, cols = (spec.output.logical or spec.output.shape)(dims)  # a contiguous output has no pitch
+    contraction = dims.R * dims.K * dims.N // (rows * cols)
+    splits = geometry.grid[2]  # split-K: each CTA along z runs its share of the chunks
+    span = -(-(-(-contraction // CHUNK_K)) // splits) * CHUNK_K
+    fast, tail = chunks(min(span, contraction), has_tail_body=sass.tail is not None)
+    fbody, tbody = per_trip(sass, "fast"), per_trip(sass, "tail")
+    if fbody is None:
+        raise UserError(f"{spec.name} {sass.arch}: the SASS record has no loop; run `doit sass`")
+    loop = next(lp for lp in sass.loops if lp.start == sass.steady_loop)
+    buffers = sum(math.prod((p.logical or p.shape)(dims)) * storage_dtype(p.dtype).itemsize  # the caller's layout
+                  for p in spec.params if p.shape)
+    return Work(
+        ctas=math.prod(geometry.grid), warps_per_cta=math.prod(geometry.block) // 32,
+        contraction=contraction, fast_chunks=fast, tail_chunks=tail, stages=spec.stages,
+        instructions_per_warp=fast * fbody.instructions + tail * tbody.instructions + sass.instructions - loop.instructions,
+        imma_per_warp=fast * fbody.imma + tail * tbody.imma, compulsory_bytes=buffers,
+        output_bytes_per_cta=4 * rows * cols / (geometry.grid[0] * geometry.grid[1]), splits=splits,
+        global_bytes_per_warp=fast * global_bytes(fbody.classes) + tail * global_bytes(tbody.classes),
+    )
+
+
+def ctas_per_sm(g: GpuModel, warps_per_cta: int, ptxas: PtxasArch) -> int:
+    """Resident CTAs per SM from registers (256 per warp granule), shared memory (+1 KB a
+    CTA), warps and the CTA cap (CUDA C++ Programming Guide occupancy rules)."""
+    regs_per_warp = math.ceil(ptxas.registers * 32 / 256) * 256
+    limits = [int(g.max_ctas_per_sm.value), int(g.max_warps_per_sm.value) // warps_per_cta,
+              int(g.registers_per_sm.value) // (regs_per_warp * warps_per_cta),
+              int(g.shared_per_sm_bytes.value) // (ptxas.shared_bytes + 1024)]
+    return max(0, min(limits))
+
+
+# ---- emulator memory counts ----------------------------------------------------------
+
+
+def memory_rows_from_report(path: Path) -> list[MemoryAccess] | None:
+    """The ``launch_stats.memory`` rows of a verify report, when it has them."""
+    if not Path(path).is_file():
+        return None
+    try:
+        raw = read_json(Path(path))
+        rows = ((raw.get("launch_stats") if isinstance(raw, dict) else None) or {}).get("memory")
+        return None if rows is None else [MemoryAccess.model_validate(r) for r in rows]
+    except (ArtifactError, ValidationError, AttributeError) as exc:
+        raise UserError(f"{rel(path)}: launch_stats.memory unreadable ({str(exc).splitlines()[0]}); "
+                        "delete the report and re-run `doit verify`") from None
+
+
+MEMORY_SPACES = ("global", "shared")
+
+
+def memory_rows_from_emulator(spec: KernelSpec, shape: Shape, ptx: str) -> list[MemoryAccess]:
+    """Run the kernel once on the emulator and take its memory rows (its launch statistics
+    carry one per PTX line with global or shared requests, ``kernels.ptxemu.LaunchStats``)."""
+    dims = Dims(shape.R, shape.K, shape.N)
+    fn = load_ptx("emulator", ptx, spec.name)
+    launch(spec, fn, dims, spec.make_inputs(dims, np.random.default_rng(0)))
+    return [MemoryAccess.model_validate(r if isinstance(r, dict) else r._asdict()) for r in fn.stats.memory]
+
+
+def l1_wavefronts(row: MemoryAccess) -> int:
+    """L1 data wavefronts of one traced line: shared accesses as the emulator counts their
+    bank wavefronts; a global access takes one per distinct 128-byte line a request touches
+    (first order: L1TEX returns at most one 128-byte line per wavefront)."""
+    return row.wavefronts if row.space == "shared" else row.lines
+
+
+def l1_per_cta(w: Work, memory: list[MemoryAccess] | None, source: str) -> tuple[float, str]:
+    """Wavefronts per CTA from the emulator when known (``source`` says whence); without
+    them the loop's share stays in the per-chunk chain and only the output is counted."""
+    if memory:
+        return sum(l1_wavefronts(r) for r in memory if r.space in MEMORY_SPACES) / w.ctas, source
+    return staged_output_wavefronts(w.output_bytes_per_cta, w.splits), "output only (no emulator memory counts)"
+
+
+def l2_bytes(w: Work, memory: list[MemoryAccess] | None) -> float:
+    """Bytes through L2: the emulator's global sectors x 32 B when known, else what the
+    loop's global loads request and the output."""
+    if memory:
+        return 32.0 * sum(r.sectors for r in memory if r.space == "global")
+    return w.ctas * (w.warps_per_cta * w.global_bytes_per_warp + w.output_bytes_per_cta)
+
+
+# ---- rows ----------------------------------------------------------------------------
+
+
+class Prediction(Record):
+    """One implementation on one shape: its phases and bounds (us), the device time
+    (the fixed cost + the largest bound), per call (+ the host's launch cost)."""
+
+    config: str
+    phases: dict[str, float]
+    bounds: dict[str, float]
+    fixed_us: float
+    device_us: float
+    per_call_us: float
+    limiter: str
+    pct_int8_peak: float
+
+
+class ModelRow(Record):
+    kind: Literal["MODEL"] = "MODEL"
+    kernel: str
+    shape: str
+    R: int
+    K: int
+    N: int
+    rule_pick: bool = False  # the configuration kernels.registry.choose runs on this shape
+    ctas: int
+    ctas_per_sm: int
+    waves: int
+    fast_chunks: int
+    tail_chunks: int
+    clocks_per_instruction: float  # ptxas's stall clocks per instruction of the fast body
+    l1_source: str
+    ours: Prediction
+    reference: Prediction
+
+
+class LayerLaunchRow(Record):
+    """One launch of a layer step as the model times it: a GEMM on the phase model of the
+    int32 GEMM whose counted loop it runs (``loop``), any other kernel as a memory-bound
+    pass over the bytes its buffers hold (``bytes``, from the recorded launch)."""
+
+    kernel: str
+    model: Literal["gemm", "memory"]
+    loop: str  # the counted int32 GEMM entry; "" for a memory-bound kernel
+    bytes: int
+    device_us: float
+    limiter: str
+
+
+class LayerStepRow(Record):
+    """Every launch of one TernaryLinear step (as ``doit layer`` records it) beside torch
+    bf16 nn.Linear's three GEMMs, launched eagerly (the host's launch cost per kernel) and
+    replayed from a CUDA graph (once)."""
+
+    kind: Literal["MODEL"] = "MODEL"
+    target: Literal["hslm", "large", ""]  # the target line that judges it ("": none)
+    shape: str
+    R: int
+    K: int
+    N: int
+    launches: list[LayerLaunchRow]
+    gemm_device_us: float
+    other_device_us: float
+    eager_us: float
+    graph_us: float
+    torch_eager_us: float
+    torch_graph_us: float
+
+    @property
+    def eager_ratio(self) -> float:
+        return self.eager_us / self.torch_eager_us
+
+    @property
+    def graph_ratio(self) -> float:
+        return self.graph_us / self.torch_graph_us
+
+
+class ModelReport(Record):
+    kind: Literal["MODEL"] = "MODEL"
+    note: str = "cost-model predictions, not measurements"
+    shape_set: str
+    gpu: str
+    gpu_name: str
+    arch: str
+    assumptions_sha256: str
+    counts_sha256: str
+    sass_tools: dict[str, str]  # kernel -> "ptxas X / nvdisasm Y"
+    rows: list[ModelRow]
+    layer_steps: list[LayerStepRow] = []
+
+
+def prediction(dev: cost.Device, config: str, p: cost.Phases, useful_ops: float) -> Prediction:
+    return Prediction(config=config, phases={k: round(getattr(p, k), 4) for k in PHASES},
+                      bounds={k: round(getattr(p, k), 4) for k in BOUNDS}, fixed_us=round(p.fixed, 4),
+                      device_us=round(p.device_us, 4), per_call_us=round(p.per_call_us, 4), limiter=p.limiter,
+                      pct_int8_peak=round(p.pct_peak(useful_ops, dev.int8_dense_tops), 3))
+
+
+def staged_work(spec: KernelSpec, dims: Dims, g: GpuModel, sass: SassArch, counts: cost.KernelCounts,
+                ptxas: PtxasArch, memory: list[MemoryAccess] | None = None,
+                memory_source: str = "") -> tuple[Work, cost.StagedWork, str]:
+    """One launch of ``spec`` on ``dims`` as the cost module's :class:`cost.StagedWork`
+    (with the records' :class:`Work` and where its L1 wavefronts came from)."""
+    w = work(spec, dims, sass)
+    l1, l1_source = l1_per_cta(w, memory, memory_source)
+    staged = cost.StagedWork(
+        ctas=w.ctas, warps_per_cta=w.warps_per_cta, resident=ctas_per_sm(g, w.warps_per_cta, ptxas),
+        fast_chunks=w.fast_chunks, tail_chunks=w.tail_chunks, stages=w.stages, counts=counts,
+        epilogue_wavefronts=staged_output_wavefronts(w.output_bytes_per_cta, w.splits),
+        output_bytes_per_cta=w.output_bytes_per_cta, splits=w.splits, l2_bytes=l2_bytes(w, memory),
+        dram_bytes=w.compulsory_bytes, l1_wavefronts_per_cta=l1)
+    return w, staged, l1_source
+
+
+def model_row(spec: KernelSpec, shape: Shape, g: GpuModel, sass: SassArch, counts: cost.KernelCounts,
+              ptxas: PtxasArch, memory: list[MemoryAccess] | None, memory_source: str) -> ModelRow:
+    dev = as_device(g)
+    dims = Dims(shape.R, shape.K, shape.N)
+    w, staged, l1_source = staged_work(spec, dims, g, sass, counts, ptxas, memory, memory_source)
+    resident = staged.resident
+    ours = cost.staged_phases(dev, staged)
+    rows, cols = spec.output.logical(dims)
+    ref_cfg, ref = cost.best_dense(dev, rows, cols, w.contraction, "int8")
+    useful = 2.0 * dims.R * dims.K * dims.N
+    return ModelRow(kernel=spec.name, shape=shape.name, R=shape.R, K=shape.K, N=shape.N,
+                    rule_pick=choose(spec.family_name, dims).name == spec.name, ctas=w.ctas,
+                    ctas_per_sm=resident, waves=math.ceil(w.ctas / (dev.sms * max(1, resident))),
+                    fast_chunks=w.fast_chunks, tail_chunks=w.tail_chunks,
+                    clocks_per_instruction=round(counts.clocks_per_instruction, 3), l1_source=l1_source,
+                    ours=prediction(dev, spec.tile or spec.name, ours, useful),
+                    reference=prediction(dev, ref_cfg.label, ref, useful))
+
+
+LAYER_FAMILIES = ("hslm_fwd_s8", "hslm_dx_s8", "hslm_dw_s8")
+# the layer step's targets against torch bf16 nn.Linear: the HSLM shapes within this
+# ratio of its time, the large layer at least this many times faster
+HSLM_STEP_MAX_RATIO = 1.5
+LARGE_STEP_MIN_SPEEDUP = 1.3
+# (counted loop entry, launched kernel) -> the loop entry's SASS and loop counts, the launched kernel's ptxas
+GemmRecords = Callable[[str, str], tuple[SassArch, cost.KernelCounts, PtxasArch]]
+
+
+def loop_entry(spec: KernelSpec) -> str | None:
+    """The counted int32 GEMM whose main loop ``spec`` runs: itself for an int32 GEMM; for
+    a fused (rescaled, possibly split-K) forward, dX or dW, the int32 family's entry on
+    the same tile (the fused kernels share its loop and differ in the epilogue); None for
+    a kernel that is not a GEMM."""
+    if spec.is_gemm:
+        return spec.name
+    family = next((f for f in LAYER_FAMILIES if spec.family_name.startswith(f.removesuffix("s8"))), None)
+    if not spec.tile or family is None:
+        return None
+    return next((name for name, other in KERNELS.items()
+                 if other.is_gemm and other.family_name == family and other.tile == spec.tile), None)
+
+
+def launch_phases(layer: LayerShape, recorded: LayerLaunch, g: GpuModel,
+                  records: GemmRecords) -> tuple[str, cost.Phases]:
+    """(the counted loop entry or "", the phases) of one recorded launch of the step."""
+    dev = as_device(g)
+    spec = KERNELS.get(recorded.kernel)
+    if spec is None:
+        raise UserError(f"layer step {layer.name}: it launches '{recorded.kernel}', which kernels/registry.py does "
+                        "not hold; register the kernel or fix kernels/layer_step.py")
+    entry = loop_entry(spec)
+    if entry is None:
+        return "", cost.stream_phases(dev, recorded.bytes)
+    dims = Dims(layer.R, layer.K, layer.N)
+    if tuple(spec.geometry(dims).grid) != tuple(recorded.grid):
+        raise UserError(f"layer step {layer.name}: {spec.name} was launched on grid {tuple(recorded.grid)}, its spec "
+                        f"gives {tuple(spec.geometry(dims).grid)} for R={layer.R} K={layer.K} N={layer.N}; the "
+                        "step and the spec disagree, fix kernels/layer_step.py")
+    sass, counts, ptxas = records(entry, spec.name)
+    return entry, cost.staged_phases(dev, staged_work(spec, dims, g, sass, counts, ptxas)[1])
+
+
+def layer_step_row(layer: LayerShape, g: GpuModel, records: GemmRecords, target: str) -> LayerStepRow:
+    """Every recorded launch of ``layer``'s step timed (:func:`launch_phases`), eager and
+    graph-replayed, beside torch bf16 nn.Linear's three GEMMs timed the same two ways."""
+    dev = as_device(g)
+    launches, phases = [], []
+    for recorded in layer.launch_list:
+        entry, p = launch_phases(layer, recorded, g, records)
+        phases.append(p)
+        launches.append(LayerLaunchRow(kernel=recorded.kernel, model="gemm" if entry else "memory", loop=entry,
+                                       bytes=recorded.bytes, device_us=round(p.device_us, 4), limiter=p.limiter))
+    torch = cost.torch_linear_gemms(dev, layer.R, layer.K, layer.N)
+    return LayerStepRow(
+        target=target, shape=layer.name, R=layer.R, K=layer.K, N=layer.N, launches=launches,
+        gemm_device_us=round(sum(p.device_us for p, x in zip(phases, launches) if x.model == "gemm"), 3),
+        other_device_us=round(sum(p.device_us for p, x in zip(phases, launches) if x.model == "memory"), 3),
+        eager_us=round(cost.eager_us(phases), 3), graph_us=round(cost.graph_us(dev, phases), 3),
+        torch_eager_us=round(cost.eager_us(torch), 3), torch_graph_us=round(cost.graph_us(dev, torch), 3))
+
+
+def layer_targets(steps: list[LayerStepRow]) -> list[str]:
+    """One line per target: the HSLM steps within :data:`HSLM_STEP_MAX_RATIO` of torch,
+    the large layer at least :data:`LARGE_STEP_MIN_SPEEDUP` x faster; eager and graph."""
+    lines = []
+    hslm = [s for s in steps if s.target == "hslm"]
+    if hslm:
+        parts = []
+        for how in ("eager", "graph"):
+            ratios = [getattr(s, f"{how}_ratio") for s in hslm]
+            parts.append(f"{how} {sum(r <= HSLM_STEP_MAX_RATIO for r in ratios)} of {len(ratios)} shapes "
+                         f"(ours/torch {min(ratios):.2f}-{max(ratios):.2f})")
+        met = all(max(s.eager_ratio, s.graph_ratio) <= HSLM_STEP_MAX_RATIO for s in hslm)
+        lines.append(f"MODEL target: HSLM step within {HSLM_STEP_MAX_RATIO}x of torch bf16 nn.Linear: "
+                     f"{', '.join(parts)}: {'met' if met else 'NOT met'}")
+    for s in (s for s in steps if s.target == "large"):
+        eager, graph = 1 / s.eager_ratio, 1 / s.graph_ratio
+        met = min(eager, graph) >= LARGE_STEP_MIN_SPEEDUP
+        lines.append(f"MODEL target: large step {s.shape} (R={s.R}, K={s.K}, N={s.N}) at least "
+                     f"{LARGE_STEP_MIN_SPEEDUP}x faster than torch bf16 nn.Linear: torch/ours eager {eager:.2f}, "
+                     f"graph {graph:.2f}: {'met' if met else 'NOT met'}")
+    return lines
+
+
+def assumptions_sha256(path: Path = DEVICES_FILE) -> str:
+    return sha256_file(path)
+
+
+# ---- calibration against published measurements --------------------------------------
+
+
+class CalibrationPoint(Record):
+    """One published measurement: what was timed, on which device, at which shape, its
+    source, and the figure."""
+
+    name: str
+    device: str  # a key of kernels/devices.json
+    kind: Literal["gemm", "stream"]  # a GEMM's throughput, or a streaming kernel's bandwidth
+    dtype: Literal["int8", "bf16", "fp16", "fp32"]
+    M: int = Field(default=0, ge=0)
+    N: int = Field(default=0, ge=0)
+    K: int = Field(default=0, ge=0)
+    bytes: int = Field(default=0, ge=0)  # a stream's bytes moved (read + written)
+    resident: Literal["dram", "l2"] = "dram"  # where a stream's data lives between launches
+    timed: Literal["kernel", "host_loop"]  # device time, or a host loop of back-to-back launches
+    metric: Literal["TFLOPS", "GB/s", "us"]
+    published: float = Field(gt=0)
+    library: str
+    source: str = Field(min_length=20)  # URL + table / figure + the exact line
+    fit: bool = False  # used to set a device figure: shown, not counted in the error
+    note: str = ""  # why a point misses, or how it was read
+
+
+class Calibration(Record):
+    points: list[CalibrationPoint] = Field(min_length=1)
+
+
+class CalibrationRow(Record):
+    kind: Literal["MODEL"] = "MODEL"
+    name: str
+    device: str
+    what: str
+    metric: str
+    published: float
+    predicted: float
+    error_pct: float  # 100 x (predicted / published - 1)
+    config: str
+    limiter: str
+    fit: bool
+    source: str
+    note: str
+
+
+def load_calibration(path: Path = CALIBRATION_FILE) -> Calibration:
+    try:
+        raw = read_yaml(Path(path))
+    except ArtifactError as exc:
+        raise UserError(f"{exc}; it holds the published points the model is calibrated against") from None
+    try:
+        return Calibration.model_validate(raw)
+    except ValidationError as exc:
+        raise UserError(f"{rel(path)}: {first_problem(exc)}; fix the entry") from None
+
+
+def predict_point(point: CalibrationPoint, dev: cost.Device) -> tuple[float, str, str]:
+    """(the model's figure in the point's metric, the configuration, the limiter)."""
+    if point.kind == "gemm":
+        if not (point.M and point.N and point.K):
+            raise UserError(f"{rel(CALIBRATION_FILE)}: point '{point.name}': a gemm needs M, N and K")
+        dtype = "int8" if point.dtype == "int8" else "bf16"
+        cfg, p = cost.best_dense(dev, point.M, point.N, point.K, dtype, per_call=False)
+        seconds = (cost.host_loop_us(p) if point.timed == "host_loop" else p.device_us) * 1e-6
+        ops = 2.0 * point.M * point.N * point.K
+        label, limiter = cfg.label, p.limiter
+    else:
+        if not point.bytes:
+            raise UserError(f"{rel(CALIBRATION_FILE)}: point '{point.name}': a stream needs bytes")
+        p = cost.stream_phases(dev, point.bytes, point.resident)
+        seconds = (cost.host_loop_us(p) if point.timed == "host_loop" else p.device_us) * 1e-6
+        ops, label, limiter = 0.0, "elementwise", point.resident
+    if point.metric == "TFLOPS":
+        return ops / seconds / 1e12, label, limiter
+    if point.metric == "GB/s":
+        return point.bytes / seconds / 1e9, label, limiter
+    return seconds * 1e6, label, limiter
+
+
+def calibration_rows(calibration: Calibration, devices: dict[str, GpuModel]) -> list[CalibrationRow]:
+    rows = []
+    for point in calibration.points:
+        if point.device not in devices:
+            raise UserError(f"{rel(CALIBRATION_FILE)}: point '{point.name}': unknown device '{point.device}'; "
+                            f"known in {rel(DEVICES_FILE)}: {', '.join(devices)}")
+        predicted, config, limiter = predict_point(point, as_device(devices[point.device]))
+        shape = f"{point.M}x{point.N}x{point.K}" if point.kind == "gemm" else f"{point.bytes} B"
+        rows.append(CalibrationRow(
+            name=point.name, device=point.device, what=f"{point.library} {point.dtype} {point.kind} {shape} "
+            f"({point.timed})", metric=point.metric, published=point.published, predicted=round(predicted, 3),
+            error_pct=round(100 * (predicted / point.published - 1), 1), config=config, limiter=limiter,
+            fit=point.fit, source=point.source, note=point.note))
+    return rows
+
+
+def calibration_summary(rows: list[CalibrationRow]) -> str:
+    """The one closing line: points counted (fit points left out), median and max |error|."""
+    errors = [abs(r.error_pct) for r in rows if not r.fit]
+    if not errors:
+        return "calibration: 0 points"
+    return f"calibration: {len(errors)} points, median |error| {statistics.median(errors):.1f}%, max {max(errors):.1f}%"

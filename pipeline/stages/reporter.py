@@ -1,0 +1,64 @@
+"""The console reporter: doit's, with up-to-date tasks counted instead of listed.
+
+A task that runs is shown as doit shows it (``.  name``) and failures as doit writes
+them. Up-to-date tasks are not listed one by one; at the end, each stage
+(pipeline.stages.table.Stage) whose cells were part of the run gets its lines: its table when
+any of its cells ran, then its summary, e.g. ``verify: 48 cells on emulator (all up to
+date): all exact``. A stage's cells are the tasks whose ``meta["stage"]`` is that Stage
+(the Stage puts it there), so this module names no stage.
+"""
+from __future__ import annotations
+
+from doit.reporter import ConsoleReporter
+from doit.task import Task
+
+from pipeline.core.errors import ArtifactError
+from pipeline.stages.table import Stage, summary_lines
+
+
+class StageReporter(ConsoleReporter):
+    desc = "console output, one line per stage for up-to-date cells"
+
+    def __init__(self, outstream, options) -> None:
+        super().__init__(outstream, options)
+        self.seen: dict[Stage, dict[str, bool]] = {}  # stage -> its cells' task names -> ran
+        self.order: dict[str, int] = {}  # task name -> creation order (registry, then shapes.yaml)
+        self.cells: dict[str, object] = {}  # task name -> its cell
+
+    def initialize(self, tasks, selected_tasks) -> None:
+        self.order = {name: i for i, name in enumerate(tasks)}
+
+    def _note(self, task: Task, ran: bool) -> None:
+        stage = (task.meta or {}).get("stage")
+        if isinstance(stage, Stage):
+            self.seen.setdefault(stage, {})[task.name] = ran
+            self.cells[task.name] = task.meta["cell"]
+
+    def execute_task(self, task: Task) -> None:
+        if not (task.meta or {}).get("quiet"):  # a task whose output is data (doit report) is not announced
+            super().execute_task(task)
+
+    def skip_uptodate(self, task: Task) -> None:
+        self._note(task, ran=False)
+
+    def add_success(self, task: Task) -> None:
+        self._note(task, ran=True)
+
+    def _first(self, names: dict[str, bool]) -> int:
+        return min(self.order.get(name, len(self.order)) for name in names)
+
+    def stage_lines(self) -> list[str]:
+        """Each stage's lines, stages and cells in the order doit created them."""
+        lines = []
+        for stage, names in sorted(self.seen.items(), key=lambda item: self._first(item[1])):
+            ordered = sorted(names, key=lambda name: self.order.get(name, len(self.order)))
+            lines += summary_lines(stage, [self.cells[name] for name in ordered], sum(names.values()))
+        return lines
+
+    def complete_run(self) -> None:
+        try:
+            for line in self.stage_lines():
+                self.write(line + "\n")
+        except ArtifactError as exc:  # a report vanished under the run: say so, do not crash
+            self.write(f"(no summary: {exc})\n")
+        super().complete_run()

@@ -1,0 +1,126 @@
+"""The ratchet half of the doit graph: kernel_tests, seal, bless, gate.
+
+- ``doit kernel_tests``: the kernel-marked tests under the assertcount plugin ->
+  artifacts/tests/kernel_tests.json (re-runs when a .py under tests/, kernels/ or
+  pipeline/ changes). A failing test is evidence; only a run that wrote no counts fails.
+- ``doit seal`` (``seal:<kernel>``): verify of the sealed sets (config.VERIFY_SETS), the
+  SASS counts and the kernel tests first, then ledger/seals/<kernel>.json; refuses,
+  writing nothing, when a sealed shape did not pass (pipeline.ratchet.seal).
+- ``doit bless`` / ``doit bless accept_new=1`` / ``doit bless accept_slower=<reason>``:
+  ledger/ledger.json from the last run's artifacts, under the ratchet's rules
+  (pipeline.ratchet.ledger.bless); runs nothing itself.
+- ``doit gate``: depends on the emit, ptxas, sass and verify cells of the chosen sets and on
+  kernel_tests (the same tasks and database as ``doit verify``: what the gate ran is up
+  to date afterwards), then judges (pipeline.ratchet.gate.main); its exit status (0 green,
+  1 red, 2 unreadable input) is doit's, through SystemExit.
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+from doit.exceptions import TaskFailed
+
+from kernels.registry import KERNELS
+from pipeline.core import config
+from pipeline.core.artifacts import read_model, rel, remove_folder, sweep_temp_files
+from pipeline.core.cmdline import describe, var
+from pipeline.core.errors import UserError
+from pipeline.ratchet.kernel_tests import run_kernel_tests
+from pipeline.ratchet.ledger import bless_file
+from pipeline.core.models import KernelTestRun
+from pipeline.ratchet.results import summarize
+from pipeline.ratchet.seal import build_seal, seal_path, write_seal
+from pipeline.core.shapes import select_sets
+from pipeline.core.sources import source_sha256
+from pipeline.stages.taskkit import failing_task, fails_on_user_error, one_line_failure
+from pipeline.stages.tasks_build import cell_task, verify_plan
+
+
+@one_line_failure
+def _kernel_tests() -> TaskFailed | None:
+    run = run_kernel_tests(config.TESTS_JSON)
+    for kernel, c in run.kernels.items():
+        print(f"{kernel}: {c.passed}/{c.total} passed, {c.failed} failed, {c.skipped} skipped, "
+              f"{c.vacuous} vacuous, {c.invariants} invariants")
+    return TaskFailed(f"kernel tests could not be collected: {run.errors[0]}") if run.errors else None
+
+
+def _sweep_all_temp_files() -> None:
+    """A `doit clean` action (doit wants None or a bool back, not the list swept)."""
+    sweep_temp_files(everything=True)
+
+
+def task_kernel_tests() -> dict:
+    """Run the kernel-marked tests, counting asserts (the counts seals and the ledger use)."""
+    deps = sorted(str(p) for folder in config.TEST_INPUT_DIRS for p in folder.rglob("*.py")
+                  if "__pycache__" not in p.parts)
+    return {"actions": [_kernel_tests], "file_dep": deps, "targets": [str(config.TESTS_JSON)], "verbosity": 2,
+            "clean": [(remove_folder, [config.TESTS_DIR])]}
+
+
+@one_line_failure
+def _seal(kernel: str) -> None:
+    seal = build_seal(kernel, source_sha256(KERNELS[kernel]), select_sets(config.VERIFY_SETS),
+                      read_model(config.TESTS_JSON, KernelTestRun))
+    written = write_seal(seal)
+    print(f"{kernel}: {'sealed' if written else 'seal unchanged'} in {rel(seal_path(kernel))} "
+          f"({len(seal.verify.shapes)} shapes on {seal.verify.backend}, tests {seal.tests.passed}/"
+          f"{seal.tests.total} passed, {seal.tests.vacuous} vacuous, {seal.tests.invariants} invariants, "
+          f"SASS per IMMA on {len(seal.sass)} archs)")
+
+
+@fails_on_user_error
+def task_seal() -> Iterator[dict]:
+    """Seal each kernel (ledger/seals/<kernel>.json) once its sealed sets verify."""
+    # seal:<k> waits for the verify cells this command line creates (see tasks_build.VERIFY)
+    cells = [c for c in verify_plan().cells if c[1] in config.VERIFY_SETS]
+    for kernel in KERNELS:
+        verify = [cell_task(*c) for c in cells if c[0] == kernel]
+        yield {"name": kernel, "actions": [(_seal, [kernel])],
+               "task_dep": [*verify, f"ptxas:{kernel}", f"sass:{kernel}", "kernel_tests"],
+               "uptodate": [False], "verbosity": 2}
+
+
+@one_line_failure
+def _bless() -> None:
+    run = summarize(config.VERIFY_SETS)
+    ledger, notes = bless_file(run.cells, run.results, var("accept_new") == "1", sass=run.sass,
+                               accept_slower=var("accept_slower") or None)
+    print(f"blessed {rel(config.LEDGER_FILE)}: {len(ledger.entries)} entries {dict(ledger.counts)}, "
+          f"max_not_pass {ledger.max_not_pass}")
+    for note in notes:
+        print(note)
+
+
+def task_bless() -> dict:
+    """Write ledger/ledger.json from the last run (accept_new=1 raises the cap by the new entries;
+    accept_slower=<reason> records a SASS per IMMA rise with that reason)."""
+    return {"actions": [_bless], "uptodate": [False], "verbosity": 2}
+
+
+def _gate(sets: list[str]) -> None:
+    from pipeline.ratchet import gate  # the judge and its rules: imported only when the gate runs
+
+    base = var("base")
+    code = gate.main(["--sets", ",".join(sets)] + (["--base", base] if base else []))
+    if code:
+        raise SystemExit(code)  # doit exits with it: 1 red, 2 unreadable input
+
+
+def task_gate() -> dict:
+    """CI's gate: brings emit, ptxas, sass, verify (shape=, default the sealed sets) and the kernel
+    tests up to date, then judges them against ledger, seals and the duplicate-body rule."""
+    try:
+        cells = verify_plan().cells
+    except UserError as exc:
+        return failing_task(str(exc))
+    deps = [f"{task}:{k}" for task in ("emit", "ptxas", "sass") for k in KERNELS]
+    sets = list(dict.fromkeys(shape_set for _, shape_set, _ in cells))
+    return {"actions": [(_gate, [sets])], "task_dep": deps + [cell_task(*c) for c in cells] + ["kernel_tests"],
+            "uptodate": [False], "verbosity": 2,
+            "clean": [(remove_folder, [config.GATE_DIR]), (_sweep_all_temp_files, [])]}
+
+
+task_gate.__doc__ = (f"CI: emit, ptxas, sass, verify, kernel tests, then judged vs ledger and seals: "
+                     f"{describe('shape', 'backend', 'base')}")
+task_bless.__doc__ = f"Write ledger/ledger.json from the last run: {describe('accept_new', 'accept_slower')}"
