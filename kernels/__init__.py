@@ -15,9 +15,9 @@ import importlib.util
 from typing import Any
 
 _HOME = {
-    "forward": "kernels.ops",  # Y = X (beta W) through the int8 forward kernel
-    "grad_input": "kernels.ops",  # dX = dY (beta W)^T through the dX kernel
-    "grad_weight": "kernels.ops",  # dW = X^T dY (K x N) through the dW kernel
+    "forward": "kernels.array_ops",  # Y = X (beta W) through the int8 forward kernel
+    "grad_input": "kernels.array_ops",  # dX = dY (beta W)^T through the dX kernel
+    "grad_weight": "kernels.array_ops",  # dW = X^T dY (K x N) through the dW kernel
     "pack": "kernels.ternary",  # K x N ternary -> packed uint32 (N, Kp/16)
     "unpack": "kernels.ternary",
     "packed_shape": "kernels.ternary",

@@ -1,6 +1,6 @@
 """The one cost model: device facts, loop counts, and the time of a kernel on a shape.
 
-Both the tile rule (``kernels.staged_tile.rule_cost``, called by
+Both the tile rule (``kernels.tile.rule.rule_cost``, called by
 ``kernels.registry.choose``) and ``doit model`` (``pipeline.stages.perf_model``) call it, so the
 configuration a caller gets and the figure the model prints come from the same numbers.
 Only numpy and the standard library: kernels/ must import without pipeline/.

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels import hslm_dw_s8, staged_tile
+from kernels import hslm_dw_s8
 from kernels.floats import from_f32
 from kernels.hslm_rescaled import OUT_TYPES, f32_vector, family, scales, workspace_of
 from kernels.pitch import pitch_param, pitched_transpose
 from kernels.spec import Dims
 from kernels.stepmath import rescale_cols
+from kernels.tile import epilogue, specs
 
 
 def dw_specs(suffix: str, split: bool = False) -> tuple:
@@ -26,12 +27,12 @@ def dw_specs(suffix: str, split: bool = False) -> tuple:
         acc = hslm_dw_s8.reference(d, {"x": inputs["x_t"], "dy": inputs["dy_t"]})
         return from_f32(rescale_cols(acc, inputs["v"], inputs["u"]), dtype)
 
-    rescale = staged_tile.Rescale(
+    rescale = epilogue.Rescale(
         dtype, buffers=(f32_vector("u", lambda d: d.K), f32_vector("v", lambda d: d.N), *workspace),
         row_scales="v", col_scales="u", **named)
-    return tuple(staged_tile.staged_spec(
+    return tuple(specs.staged_spec(
         family("dw", suffix, split), tile, gemm=("N", "K", "R"),
-        buffers=(staged_tile.rescaled_output("dw", rescale, lambda d: d.N, lambda d: d.K),
+        buffers=(epilogue.rescaled_output("dw", rescale, lambda d: d.N, lambda d: d.K),
                  pitched_transpose("x_t", lambda d: d.R, lambda d: d.K),  # Xq^T, K x pitch(R)
                  pitched_transpose("dy_t", lambda d: d.R, lambda d: d.N)),  # dYq^T, N x pitch(R)
         pitch=pitch_param("ldr", lambda d: d.R), operands=hslm_dw_s8.transposed_operands("x_t", "dy_t"),

@@ -1,6 +1,6 @@
 """hslm_dw_s8: dW[j, i] = sum_r dYq[r, j] Xq[r, i]  (the weight gradient, X^T x dY).
 
-A plain TN GEMM on the staged tile (``kernels/staged_tile.py``), one PTX entry per CTA
+A plain TN GEMM on the staged tile (``kernels/tile/``), one PTX entry per CTA
 tile in ``TILES``: D = dW (N x K, W's [column][in-feature] order), contraction over
 rows r. The kernel reads transposed copies with r contiguous, rows ``ldr`` = pitch(R)
 bytes apart: A[m=j][k=r] = dYq^T and B[k=r][n=i] = Xq^T stored [i][r]. Both go global
@@ -11,7 +11,7 @@ by launch (``kernels/pitch.py``). A's copies stop at R (src-size), so the paddin
 either copy is never multiplied by anything but zero.
 
 int32 is exact while R * 127 * 127 < 2^31, i.e. R <= 131071 (``MAX_ROWS``); the
-float op in kernels/ops.py splits longer batches and sums the chunks in int64.
+float op in kernels/array_ops.py splits longer batches and sums the chunks in int64.
 """
 from __future__ import annotations
 
@@ -19,37 +19,37 @@ from typing import Callable
 
 import numpy as np
 
-from kernels import staged_tile
 from kernels.pitch import pitch, pitch_param, pitched_output, pitched_transpose
 from kernels.ptx_emit import Ptx
 from kernels.reference import exact_matmul
 from kernels.spec import Dims, GemmForm, Operand
 from kernels.testdata import saturating_int8
+from kernels.tile import geometry, specs
+from kernels.tile.geometry import CHUNK_K, TILE_N
+from kernels.tile.operands import Coords, Source, StagedRows
+from kernels.tile.rule import segment_lines
 
 FAMILY = "hslm_dw_s8"
 MAX_ROWS = 131071  # 127 * 127 * 131071 < 2^31 <= 127 * 127 * 131072 + ...
 STAGES = 3  # two rings of 3 x 8 KiB: the 48 KiB of static shared memory
-TILES = (staged_tile.LARGE._replace(stages=STAGES), staged_tile.SMALL._replace(stages=STAGES))
+TILES = (geometry.LARGE._replace(stages=STAGES), geometry.SMALL._replace(stages=STAGES))
 
 
-def transposed_operands(x: str, dy: str) -> Callable[[Ptx, staged_tile.Coords, dict[str, str]],
-                                                     tuple[staged_tile.StagedRows, staged_tile.Source]]:
+def transposed_operands(x: str, dy: str) -> Callable[[Ptx, Coords, dict[str, str]], tuple[StagedRows, Source]]:
     """The operands from the parameters named ``x`` (Xq^T) and ``dy`` (dYq^T):
     A[m=j][k=r] = dYq^T[j, r], copies stopping at R so B's padding meets zeros;
     B[k=r][n=i] = Xq[r, i], stored [i][r]."""
-    def operands(ptx: Ptx, at: staged_tile.Coords, p: dict[str, str]) -> tuple[staged_tile.StagedRows,
-                                                                               staged_tile.Source]:
-        a = staged_tile.StagedRows(ptx, at, p[dy], p["ldr"], rows=p["N"], k_limit=p["R"], exact_tail=True)
-        b = staged_tile.StagedRows(ptx, at, p[x], p["ldr"], rows=p["K"], k_limit=p["R"], b=True)
+    def operands(ptx: Ptx, at: Coords, p: dict[str, str]) -> tuple[StagedRows, Source]:
+        a = StagedRows(ptx, at, p[dy], p["ldr"], rows=p["N"], k_limit=p["R"], exact_tail=True)
+        b = StagedRows(ptx, at, p[x], p["ldr"], rows=p["K"], k_limit=p["R"], b=True)
         return a, b
     return operands
 
 
-def operand_lines(d: Dims, tile: staged_tile.Tile) -> int:
+def operand_lines(d: Dims, tile: geometry.Tile) -> int:
     """Global lines a chunk touches (the tile rule's count): 64 bytes of ``tile.m`` Xq^T
     rows and of 128 dYq^T rows, pitch(R) bytes apart."""
-    return (staged_tile.segment_lines(tile.m, staged_tile.CHUNK_K, pitch(d.R))
-            + staged_tile.segment_lines(staged_tile.TILE_N, staged_tile.CHUNK_K, pitch(d.R)))
+    return segment_lines(tile.m, CHUNK_K, pitch(d.R)) + segment_lines(TILE_N, CHUNK_K, pitch(d.R))
 
 
 def make_inputs(d: Dims, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -60,7 +60,7 @@ def reference(d: Dims, inputs: dict[str, np.ndarray]) -> np.ndarray:
     return exact_matmul(inputs["dy"].T, inputs["x"]).astype(np.int32)
 
 
-SPECS = tuple(staged_tile.staged_spec(
+SPECS = tuple(specs.staged_spec(
     FAMILY, tile, gemm=("N", "K", "R"),  # D = dW (N x K), contraction R
     buffers=(pitched_output("dw", lambda d: d.N, lambda d: d.K),
              pitched_transpose("x", lambda d: d.R, lambda d: d.K),  # kernel layout: Xq^T, K x pitch(R)

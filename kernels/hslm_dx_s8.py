@@ -1,7 +1,7 @@
 """hslm_dx_s8: dX[r, i] = sum_j dYq[r, j] W[i, j]  (the input gradient, dY x W^T).
 
-On the staged tile (``kernels/staged_tile.py``), one PTX entry per CTA tile in
-``TILES`` (built by ``staged_tile.ternary_specs``). dX = dY W^T is the forward product
+On the staged tile (``kernels/tile/``), one PTX entry per CTA tile in
+``TILES`` (built by ``kernels.tile.specs.ternary_specs``). dX = dY W^T is the forward product
 with W^T for W: D = dX (R x K), A = dYq, rows ``ldy`` bytes apart (a multiple of 16),
 copied with 16-byte cp.async into a 4-stage ring; B[k=j][n=i] = W^T[j, i], read in W^T's
 ``FRAGMENTS_T`` planes (``kernels/planes.py``, made by launch from the packed W) and
@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels import planes, staged_tile
+from kernels import planes
 from kernels.reference import exact_matmul
 from kernels.spec import Dims, GemmForm, Operand
 from kernels.ternary import unpack
 from kernels.testdata import saturating_int8, ternary_weights
+from kernels.tile import geometry, specs
 
 FAMILY = "hslm_dx_s8"
-TILES = (staged_tile.LARGE, staged_tile.SMALL)
+TILES = (geometry.LARGE, geometry.SMALL)
 
 
 def make_inputs(d: Dims, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -29,7 +30,7 @@ def reference(d: Dims, inputs: dict[str, np.ndarray]) -> np.ndarray:
     return exact_matmul(inputs["dy"], unpack(inputs["w"], d.K).T).astype(np.int32)
 
 
-SPECS = staged_tile.ternary_specs(
+SPECS = specs.ternary_specs(
     FAMILY, TILES, out="dx", rows="dy", row_pitch="ldy", contraction="N", cols="K", order=planes.FRAGMENTS_T,
     make_inputs=make_inputs, reference=reference,
     gemm_form=GemmForm(a=Operand("dy"), bt=Operand("w")),  # dX = dY W^T

@@ -1,8 +1,8 @@
 """hslm_fwd_s8: Y[r, j] = sum_i Xq[r, i] W[i, j]  (int8 x ternary -> int32).
 
 The forward product of an HSLM linear layer, on the staged tile
-(``kernels/staged_tile.py``), one PTX entry per CTA tile in ``TILES`` (built by
-``staged_tile.ternary_specs``). D = Y (R x N). A = Xq, rows ``ldx`` bytes apart (a
+(``kernels/tile/``), one PTX entry per CTA tile in ``TILES`` (built by
+``kernels.tile.specs.ternary_specs``). D = Y (R x N). A = Xq, rows ``ldx`` bytes apart (a
 multiple of 16, ``kernels/pitch.py``), copied with 16-byte cp.async into a 4-stage
 ring, and reaching the tensor cores through ldmatrix; B = W, read in ``FRAGMENTS``
 planes (``kernels/planes.py``: a chunk of every column side by side, each word the 16
@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels import planes, staged_tile
+from kernels import planes
 from kernels.reference import exact_matmul
 from kernels.spec import Dims, GemmForm, Operand
 from kernels.ternary import unpack
 from kernels.testdata import ternary_weights, saturating_int8
+from kernels.tile import geometry, specs
 
 FAMILY = "hslm_fwd_s8"
-TILES = (staged_tile.LARGE, staged_tile.SMALL)
+TILES = (geometry.LARGE, geometry.SMALL)
 
 
 def make_inputs(d: Dims, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -31,7 +32,7 @@ def reference(d: Dims, inputs: dict[str, np.ndarray]) -> np.ndarray:
     return exact_matmul(inputs["x"], unpack(inputs["w"], d.K)).astype(np.int32)
 
 
-SPECS = staged_tile.ternary_specs(
+SPECS = specs.ternary_specs(
     FAMILY, TILES, out="y", rows="x", row_pitch="ldx", contraction="K", cols="N", order=planes.FRAGMENTS,
     make_inputs=make_inputs, reference=reference,
     gemm_form=GemmForm(a=Operand("x"), bt=Operand("w", transposed=True)),  # Y = X W

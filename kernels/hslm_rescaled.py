@@ -4,7 +4,7 @@ into their epilogue, writing the caller's float type straight from the accumulat
 ``hslm_<product>_<out>`` and ``hslm_<product>_splitk_<out>``, out in f32, f16, bf16).
 
 Each is the int32 product of its ``_s8`` module (same operands, same chunk loop, same
-tiles) whose epilogue (``staged_tile.Rescale``, ``staged_tile.RescaledRows``) stages the
+tiles) whose epilogue (``epilogue.Rescale``, ``epilogue.RescaledRows``) stages the
 tile's int32 sums through the A ring, as split-K does, and stores every element as
 
 - forward, Y (R x N):  (f32(acc) * row_scales[r]) * beta (+ bias[j] where has_bias);
@@ -25,7 +25,7 @@ would not give the rounding of the sum), so there are two families per product a
   contraction. Its parameters are the int32 kernel's inputs and the rescale's, nothing
   else (callers need no state between launches);
 - ``hslm_<product>_splitk_<out>`` splits where the tile rule says it pays and reduces in
-  int32 (``staged_tile.emit_split_rescale``): every split adds its int32 sums into
+  int32 (``epilogue.emit_split_rescale``): every split adds its int32 sums into
   ``partials`` with red.global.add.s32, takes the tile's arrival ticket, and the CTA that
   arrives last reads the sums back, rescales them once and leaves ``partials`` and
   ``tickets`` at 0 for the next launch (no memset launch): exact, and the same bits
@@ -33,7 +33,7 @@ would not give the rounding of the sum), so there are two families per product a
   and keeps them (``split_workspace``); parameters ``ldo`` and ``kspan`` follow, as in the
   int32 kernels. Where one split is cheaper it launches one, with the unsplit epilogue.
 
-The tile rule (``staged_tile.rule_cost``: clocks of the busiest SM of a 132-SM GPU, lower
+The tile rule (``rule.rule_cost``: clocks of the busiest SM of a 132-SM GPU, lower
 is better; ``registry.choose`` picks the tile; f32, f16 and bf16 score alike) at the HSLM
 shapes and the large ones of shapes.yaml, int32 kernel (with its splits) against each:
 
@@ -78,11 +78,11 @@ from typing import Any, Callable
 
 import numpy as np
 
-from kernels import staged_tile
 from kernels.floats import from_f32
 from kernels.pitch import output_pitch
 from kernels.spec import BufferSpec, Dims, KernelSpec
 from kernels.stepmath import rescale_rows
+from kernels.tile import epilogue, geometry, specs
 
 OUT_TYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}  # family suffix -> float type
 F32 = np.float32
@@ -106,12 +106,12 @@ def row_inputs(rng: np.random.Generator, rows: int) -> dict[str, np.ndarray]:
 def split_workspace(rows: Callable[[Dims], int], cols: Callable[[Dims], int]) -> tuple[tuple[BufferSpec, ...],
                                                                                  Callable[[Dims], dict]]:
     """The buffers a split family adds, which the caller keeps between launches, zeroed once
-    when allocated and left zeroed by every launch (``staged_tile.emit_split_rescale``):
+    when allocated and left zeroed by every launch (``epilogue.emit_split_rescale``):
     ``partials`` (int32, rows x output_pitch(cols): the int32 output's layout) and
     ``tickets`` (int32, one per output tile of the small tile's grid, the larger one, so
     one size serves every configuration of the family); and their zeroed arrays."""
     def tickets(d: Dims) -> int:
-        return math.prod(staged_tile.output_tiles(rows(d), cols(d), staged_tile.SMALL))
+        return math.prod(geometry.output_tiles(rows(d), cols(d), geometry.SMALL))
 
     def shapes(d: Dims) -> dict[str, tuple[int, ...]]:
         return {"partials": (rows(d), output_pitch(cols(d))), "tickets": (tickets(d),)}
@@ -142,21 +142,21 @@ def rescaled_rows(acc: np.ndarray, inputs: dict[str, np.ndarray], dtype: str,
 
 
 def row_rescale(dtype: str, workspace: tuple[BufferSpec, ...], named: dict[str, str],
-                bias: BufferSpec | None = None) -> staged_tile.Rescale:
+                bias: BufferSpec | None = None) -> epilogue.Rescale:
     """The forward and dX epilogue: ``row_scales`` (an f32 per row) and ``beta`` (one f32),
     then ``bias`` where the launch sets ``has_bias``, when the family has one; a split
     family's workspace (:func:`workspace_of`) last, in parameter order."""
     biased = {"bias": bias.name, "has_bias": "has_bias"} if bias else {}
-    return staged_tile.Rescale(
+    return epilogue.Rescale(
         dtype, buffers=(f32_vector("row_scales", lambda d: d.R), f32_vector("beta", lambda d: 1),
                         *((bias,) if bias else ()), *workspace),
         row_scales="row_scales", beta="beta", **biased, **named)
 
 
 def row_rescaled_specs(product: str, int32_module: types.ModuleType, suffix: str, split: bool,
-                       rescale: staged_tile.Rescale, **operands: Any) -> tuple[KernelSpec, ...]:
+                       rescale: epilogue.Rescale, **operands: Any) -> tuple[KernelSpec, ...]:
     """The family ``hslm_<product>[_splitk]_<suffix>``: ``int32_module``'s product (its
     tiles, its main loop's instruction counts) written through ``rescale``; ``operands``
-    are the rest of ``staged_tile.ternary_specs``' arguments."""
-    return staged_tile.ternary_specs(family(product, suffix, split), int32_module.TILES,
+    are the rest of ``specs.ternary_specs``' arguments."""
+    return specs.ternary_specs(family(product, suffix, split), int32_module.TILES,
                                      loop_family=int32_module.FAMILY, rescale=rescale, **operands)

@@ -88,7 +88,7 @@ def _check_layout(spec: KernelSpec, dims: Dims, param: BufferSpec, buf: Any) -> 
     if param.dtype == PACKED_DTYPE:
         fix = "pack the K x N ternary matrix with kernels.ternary.pack(w)"
     else:
-        fix = f"pass a {param.dtype} array of that shape (kernels.ops quantizes float inputs)"
+        fix = f"pass a {param.dtype} array of that shape (kernels.array_ops quantizes float inputs)"
     raise LaunchError(
         f"{spec.name}: input '{param.name}' is {_described(buf)}, expected {param.dtype}{want} "
         f"for R={dims.R} K={dims.K} N={dims.N}; {fix}"
@@ -181,7 +181,7 @@ def launch_outputs(spec: KernelSpec, fn: Callable[..., Any], dims: Dims,
     if spec.max_rows is not None and dims.R > spec.max_rows:
         raise LaunchError(
             f"{spec.name}: R={dims.R} is over {spec.max_rows}, where int32 accumulation "
-            f"could overflow; split the rows (kernels.ops does) and sum the chunks in int64"
+            f"could overflow; split the rows (kernels.array_ops does) and sum the chunks in int64"
         )
     geometry = spec.geometry(dims)
     for axis, size, limit in zip("xyz", geometry.grid, GRID_LIMITS):

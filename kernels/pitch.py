@@ -9,7 +9,7 @@ padding codes, which are 0 (``kernels.ternary`` refuses anything else); dW's cop
 at R exactly (src-size) and never read them. Buffers made here keep them 0 all the same.
 
 Two ways to hand a staged operand to ``kernels.launch``:
-- in the kernel's layout, marked :class:`KernelLayout`: the float ops (kernels.ops)
+- in the kernel's layout, marked :class:`KernelLayout`: the float ops (kernels.array_ops)
   allocate it with :func:`kernel_buffer` and the quantizing pass writes the codes
   straight into its logical part, so launch checks it and passes it on, never copying;
 - in the logical layout (rows packed back to back, not transposed), unmarked: launch

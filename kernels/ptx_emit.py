@@ -10,7 +10,7 @@ and returns the register that holds its result, so kernel code reads like datafl
 Every instruction text is produced in exactly one place (``Ptx.ins`` formats,
 the helpers choose the opcode), so a change of form is one edit. Nothing here knows
 about a particular kernel; the staged tile all three kernels share lives in
-``kernels/staged_tile.py``.
+``kernels/tile/``.
 
 PTX target: ``.version 8.0`` / ``.target sm_80`` (mma.m16n8k32 needs sm_80, and 8.0 is
 old enough for every driver and ptxas we meet).

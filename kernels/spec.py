@@ -144,7 +144,7 @@ class KernelSpec:
     @property
     def module(self) -> str:
         """The module that defines the kernel (where its reference lives; its emitter may
-        be built by a shared helper such as ``staged_tile.staged_spec``)."""
+        be built by a shared helper such as ``kernels.tile.specs.staged_spec``)."""
         return self.reference.__module__
 
     def gemm_operands(self, inputs: dict[str, np.ndarray], dims: Dims) -> tuple[np.ndarray, np.ndarray]:

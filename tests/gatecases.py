@@ -39,7 +39,7 @@ def ref(path: str, qualname: str, line: int = 1) -> FunctionRef:
 
 
 ALLOWED_PAIR = DuplicateGroup(members=[ref("kernels/x.py", "f"), ref("pipeline/y.py", "g")])
-COPY = DuplicateGroup(members=[ref("kernels/ops.py", "scale", 10), ref("pipeline/bench/run.py", "scale", 20)])
+COPY = DuplicateGroup(members=[ref("kernels/array_ops.py", "scale", 10), ref("pipeline/bench/run.py", "scale", 20)])
 
 
 def result(key, verdict="pass") -> CellResult:

@@ -9,7 +9,7 @@ test needs to know about a kernel is read off its KernelSpec and module:
   problem with three different extents; :func:`gemm_dims` maps a test's (rows, cols,
   contraction) back to that kernel's Dims, so one table of shapes serves forward, dX
   and dW alike.
-- :func:`tile_of`: the staged tile configuration (``kernels.staged_tile.Tile``) the
+- :func:`tile_of`: the staged tile configuration (``kernels.tile.geometry.Tile``) the
   kernel's module lists in ``TILES`` under the spec's ``tile`` label.
 - the groups tests run over: every kernel, the GEMMs, the staged-tile kernels, those
   with the int32 epilogue (one int32 output, stored or added by split-K), the ternary
@@ -31,11 +31,11 @@ from typing import Any, Callable, Iterable, NamedTuple
 import numpy as np
 import pytest
 
-from kernels import staged_tile
 from kernels.floats import same_values
 from kernels.ptxemu import Function, Module
 from kernels.registry import FAMILIES, KERNELS
 from kernels.spec import Dims, KernelSpec
+from kernels.tile.geometry import Tile
 
 PACKED = "uint32"  # the dtype of a packed ternary W input (kernels.launch.PACKED_DTYPE)
 PROBE = Dims(7, 11, 13)  # three extents no shape of the GEMM form can confuse
@@ -110,10 +110,10 @@ def span_of(name: str, dims: Dims) -> int:
     return next(p.value(dims) for p in KERNELS[name].params if p.name == "kspan")
 
 
-def tile_of(name: str) -> staged_tile.Tile | None:
+def tile_of(name: str) -> Tile | None:
     """The staged tile ``name`` runs on (None: not a staged-tile kernel)."""
     tiles = getattr(module_of(name), "TILES", ())
-    return next((t for t in tiles if isinstance(t, staged_tile.Tile) and t.label == KERNELS[name].tile), None)
+    return next((t for t in tiles if isinstance(t, Tile) and t.label == KERNELS[name].tile), None)
 
 
 def where(test: Callable[[KernelSpec], bool]) -> list[str]:

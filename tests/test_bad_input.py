@@ -18,7 +18,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from kernels import ops
+from kernels import array_ops
 from kernels.launch import kernel_args, launch
 from kernels.pitch import KernelLayout
 from kernels.quant import codes_into, ternarize
@@ -276,18 +276,18 @@ def test_a_damaged_tgz_is_one_line(tmp_path):
 
 def test_a_result_near_the_top_of_the_f64_range_is_right_not_nan():
     x = np.tile([1e308, -1e308], (4, 8))
-    y = ops.forward(x, W16x1, 1000.0)
+    y = array_ops.forward(x, W16x1, 1000.0)
     assert np.array_equal(y, np.zeros((4, 1)))  # +-1e308 in pairs: every sum is 0
     one = np.zeros((4, 16))
     one[:, 0] = 1e308
-    assert np.allclose(ops.forward(one, W16x1, 1e-3), 1e305, rtol=1e-2)  # s * beta underflows nothing
+    assert np.allclose(array_ops.forward(one, W16x1, 1e-3), 1e305, rtol=1e-2)  # s * beta underflows nothing
 
 
 def test_the_rescale_of_ordinary_scales_is_the_plain_product():
     rng = np.random.default_rng(3)
     acc = rng.integers(-2**20, 2**20, (7, 5)).astype(np.int32)
     s = rng.uniform(1e-3, 10, (7, 1))
-    assert np.array_equal(ops._rescale(acc, s, 0.37, np), acc * (s * 0.37))
+    assert np.array_equal(array_ops._rescale(acc, s, 0.37, np), acc * (s * 0.37))
 
 
 @pytest.mark.parametrize("weights, says", [
@@ -311,15 +311,15 @@ def test_ternarize_near_the_top_of_the_range_and_of_a_list():
 
 
 @pytest.mark.parametrize("call, says", [
-    (lambda: ops.forward(np.ones((4, 16)), W16x1, "1.0"), "forward: beta='1.0' is a str; expected the finite scale"),
-    (lambda: ops.forward(np.ones((4, 16)), W16x1, True), "forward: beta=True is a bool"),
-    (lambda: ops.grad_input(np.ones((4, 1)), W16x1, 1.0, K=0), "grad_input: K=0 is below 1; expected an int >= 1"),
-    (lambda: ops.grad_input(np.ones((4, 1)), W16x1, 1.0, K=-5), "grad_input: K=-5 is below 1"),
-    (lambda: ops.grad_input(np.ones((4, 1)), W16x1, 1.0, K="20"), "grad_input: K='20' is a str; expected an int"),
-    (lambda: ops.grad_input(np.ones((4, 1)), W16x1, 1.0, K=20.0), "grad_input: K=20.0 is a float; expected an int"),
-    (lambda: ops.grad_weight(np.ones((8, 4)), np.ones((8, 2)), chunk_rows=2.5),
+    (lambda: array_ops.forward(np.ones((4, 16)), W16x1, "1.0"), "forward: beta='1.0' is a str; expected the finite scale"),
+    (lambda: array_ops.forward(np.ones((4, 16)), W16x1, True), "forward: beta=True is a bool"),
+    (lambda: array_ops.grad_input(np.ones((4, 1)), W16x1, 1.0, K=0), "grad_input: K=0 is below 1; expected an int >= 1"),
+    (lambda: array_ops.grad_input(np.ones((4, 1)), W16x1, 1.0, K=-5), "grad_input: K=-5 is below 1"),
+    (lambda: array_ops.grad_input(np.ones((4, 1)), W16x1, 1.0, K="20"), "grad_input: K='20' is a str; expected an int"),
+    (lambda: array_ops.grad_input(np.ones((4, 1)), W16x1, 1.0, K=20.0), "grad_input: K=20.0 is a float; expected an int"),
+    (lambda: array_ops.grad_weight(np.ones((8, 4)), np.ones((8, 2)), chunk_rows=2.5),
      "grad_weight: chunk_rows=2.5 is a float; expected an int >= 1"),
-    (lambda: ops.forward([[1.0] * 16], W16x1, 1.0), "forward: inputs must all be numpy or all be cupy arrays"),
+    (lambda: array_ops.forward([[1.0] * 16], W16x1, 1.0), "forward: inputs must all be numpy or all be cupy arrays"),
     (lambda: pack(np.array([[1, None]], dtype=object)), "pack: w is object; expected numbers -1, 0 or +1"),
     (lambda: pack(np.array([["1"]])), "pack: w is <U1; expected numbers"),
     (lambda: pack(np.zeros((3, 0))), "pack: w has shape (3, 0) (K x N); K and N must be >= 1"),
@@ -332,16 +332,16 @@ def test_a_bad_argument_is_named(call, says):
 
 
 @pytest.mark.parametrize("op, call, hint", [
-    ("grad_weight", lambda: ops.grad_weight(np.ones((8, 4)), np.ones(8)), "dy.reshape(8, -1)"),
-    ("grad_input", lambda: ops.grad_input(np.ones(8), pack(np.ones((16, 8))), 1.0, K=16), "dy.reshape(-1, 8)"),
+    ("grad_weight", lambda: array_ops.grad_weight(np.ones((8, 4)), np.ones(8)), "dy.reshape(8, -1)"),
+    ("grad_input", lambda: array_ops.grad_input(np.ones(8), pack(np.ones((16, 8))), 1.0, K=16), "dy.reshape(-1, 8)"),
 ])
 def test_a_1d_operand_gets_a_reshape_that_fits(op, call, hint):
     """grad_weight's dY has X's rows (8 rows, one column here), grad_input's has W's N columns."""
     with pytest.raises(LaunchError) as info:
         call()
     assert str(info.value).endswith(f"reshape it, e.g. {hint}")
-    fixed = {"grad_weight": lambda: ops.grad_weight(np.ones((8, 4)), np.ones(8).reshape(8, -1)),
-             "grad_input": lambda: ops.grad_input(np.ones(8).reshape(-1, 8), pack(np.ones((16, 8))), 1.0, K=16)}
+    fixed = {"grad_weight": lambda: array_ops.grad_weight(np.ones((8, 4)), np.ones(8).reshape(8, -1)),
+             "grad_input": lambda: array_ops.grad_input(np.ones(8).reshape(-1, 8), pack(np.ones((16, 8))), 1.0, K=16)}
     assert fixed[op]().shape == {"grad_weight": (4, 1), "grad_input": (1, 16)}[op]
 
 
@@ -373,7 +373,7 @@ def test_a_read_only_output_is_refused():
 
 
 def test_an_input_that_starts_off_a_16_byte_boundary_is_copied_or_refused():
-    from kernels.ops import kernel_function
+    from kernels.array_ops import kernel_function
 
     dims = Dims(4, 32, 8)
     x = np.zeros(129, np.int8)[1:].reshape(4, 32)

@@ -210,6 +210,7 @@ def test_standin_sanitizer_refuses_an_unknown_tool_or_option():
 def _gpu_verify_module():
     spec = importlib.util.spec_from_file_location("gpu_verify_under_test", ROOT / "tools" / "gpu_verify.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # pydantic resolves the records' annotations through it
     spec.loader.exec_module(module)
     return module
 

@@ -9,8 +9,9 @@ import math
 import pytest
 from hypothesis import given, strategies as st
 
-from kernels import cost, staged_tile
+from kernels import cost
 from kernels.registry import KERNELS
+from kernels.tile import rule
 from pipeline.core import config
 from pipeline.stages import perf_model
 from pipeline.stages.sass import SassReport, sass_report
@@ -49,9 +50,9 @@ def test_a_device_without_a_source_is_one_line_naming_the_field(tmp_path):
 
 def test_the_tile_rule_reads_its_rates_from_the_device_file():
     rates = cost.rule_rates(H200)
-    assert (staged_tile.TARGET_CTAS, staged_tile.MACS_PER_SM_CLOCK, staged_tile.SCHEDULERS) == (
+    assert (rule.TARGET_CTAS, rule.MACS_PER_SM_CLOCK, rule.SCHEDULERS) == (
         rates.target_ctas, rates.macs_per_sm_clock, rates.schedulers) == (132, 2867, 4)
-    assert staged_tile.L2_BYTES_PER_CLOCK == rates.l2_bytes_per_clock == int(H200.rule_l2_bandwidth_gbs / 1.83)
+    assert rule.L2_BYTES_PER_CLOCK == rates.l2_bytes_per_clock == int(H200.rule_l2_bandwidth_gbs / 1.83)
 
 
 # ---- loop counts ---------------------------------------------------------------------

@@ -184,7 +184,7 @@ def test_finding_lines_name_the_cell_or_file_and_the_fix():
     assert lines[0] == ("UNEXPECTED FAILURE  kern_a verify smoke/tiny: ledger pass, now fail: ptxas fatal : "
                         "Unsupported .version 9.0  -> fix it (doit verify shape=smoke backend=emulator)")
     assert lines[1].startswith("STALE SEAL  ledger/seals/kern_a.json: PTX changed (old-kern_a -> p-kern_a)  -> doit seal:kern_a")
-    assert lines[2].startswith("DUPLICATE BODY  kernels/ops.py::scale:10: same body as pipeline/bench/run.py::scale:20  -> import")
+    assert lines[2].startswith("DUPLICATE BODY  kernels/array_ops.py::scale:10: same body as pipeline/bench/run.py::scale:20  -> import")
 
 
 def test_sass_lines_name_kernel_arch_ledger_vs_now_and_the_command():

@@ -12,7 +12,8 @@ import pytest
 from kernelcases import INT32_EPILOGUE, STAGED, TERNARY, TWO_STAGED, per_kernel, tile_of
 
 from kernels.registry import KERNELS, get_kernel
-from kernels.staged_tile import N_TILES, TILE_N, StagedRows
+from kernels.tile.geometry import N_TILES, TILE_N
+from kernels.tile.operands import StagedRows
 
 MMA = "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32"
 COPY = r"cp\.async\.cg\.shared\.global \[[^]]+\], \[[^]]+\], 16, (%[pr]\d+);"

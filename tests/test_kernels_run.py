@@ -9,11 +9,11 @@ from hypothesis import given, settings, strategies as st
 from kernelcases import (INT32_EPILOGUE, STAGED, TERNARY, TWO_STAGED, contraction, emulated, exact, family_configs,
                          gemm_dims, inputs_of, per_kernel, per_module, span_of, stated, tile_of)
 
-from kernels import staged_tile
 from kernels.launch import PACKED_DTYPE, LaunchError, launch, launch_outputs
 from kernels.registry import KERNELS, get_kernel
 from kernels.spec import Dims
 from kernels.ptxemu import EmulatorError, Module
+from kernels.tile import epilogue, geometry
 
 TAILS = [Dims(1, 1, 1), Dims(1, 17, 3), Dims(5, 16, 8), Dims(33, 31, 9), Dims(65, 64, 33), Dims(17, 129, 40),
          # fast chunks that end exactly at a row's (or the buffer's) last byte
@@ -123,7 +123,7 @@ def test_dw_refuses_rows_past_the_int32_bound():
 @pytest.mark.kernel("hslm_fwd_s8")
 def test_launch_refuses_a_grid_cuda_cannot_run():
     spec = get_kernel("hslm_fwd_s8")
-    rows = 65535 * staged_tile.LARGE.m  # the largest R that fits
+    rows = 65535 * geometry.LARGE.m  # the largest R that fits
     launch(spec, lambda *a, **k: None, Dims(rows, 1, 1), {
         "x": np.zeros((rows, 1), np.int8), "w": np.zeros((1, 1), np.uint32)})
     with pytest.raises(LaunchError, match=r"needs grid\.y=65536, over CUDA's 65535"):
@@ -304,7 +304,7 @@ def test_output_rows_off_16_byte_alignment_are_caught_misaligned(name):
 
 @pytest.mark.parametrize("name", per_kernel(INT32_EPILOGUE))
 def test_unpadded_output_staging_is_caught_conflicted(name, monkeypatch):
-    monkeypatch.setattr(staged_tile, "staging_row_words", lambda run: staged_tile.TILE_N)
+    monkeypatch.setattr(epilogue, "staging_row_words", lambda run: geometry.TILE_N)
     rows = epilogue_traffic(name)
     assert any(a.wavefronts > a.ideal_wavefronts for a in rows if a.opcode == "st.shared")
 
@@ -426,7 +426,7 @@ def test_split_k_with_plain_stores_is_caught(name):
     emulator refuses the second CTA's store to a word another CTA stored (a race: CTAs
     are not ordered); an emulator that let it through would show the lost sums."""
     ptx, count = re.subn(r"(@%p\d+) red\.global\.add\.s32", r"\1 st.global.s32", get_kernel(name).emit())
-    assert count == tile_of(name).m_tiles * staged_tile.N_TILES * 4  # one per accumulator element
+    assert count == tile_of(name).m_tiles * geometry.N_TILES * 4  # one per accumulator element
     try:
         got, want = split_run(name, Dims(70, 200, 140), 64, ptx)
     except EmulatorError as error:
@@ -482,7 +482,7 @@ def test_ternary_kernels_fetch_w_for_the_chunks_they_run_and_no_more(name):
     """One CTA, a contraction of 190: 3 chunks (one split), so each warp fetches its words
     3 times (the first before the loop, then one chunk ahead); the last chunk's fetch is
     predicated off. Negative: unguarded, the loop fetches a fourth time."""
-    tile, dims, words = tile_of(name), one_cta(name, 190), staged_tile.N_TILES  # a word per n tile a lane
+    tile, dims, words = tile_of(name), one_cta(name, 190), geometry.N_TILES  # a word per n tile a lane
     assert get_kernel(name).geometry(dims).grid == (1, 1, 1)
     assert w_fetches(name, dims) == tile.warps * words * 3
     ptx, count = re.subn(r"@%p\d+ (ld\.global\.u32)", r"\1", get_kernel(name).emit())

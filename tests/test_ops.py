@@ -1,4 +1,4 @@
-"""The float ops (kernels/ops.py) on the CPU: the real PTX through the emulator, checked
+"""The float ops (kernels/array_ops.py) on the CPU: the real PTX through the emulator, checked
 against an f64 reference with the bounds of tests/quantbounds.py.
 
 Each bound is checked not vacuous: the observed error is > 0 and well under the bound,
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from quantbounds import assert_tight, check_bound, codes, data, dw_bound, dx_bound, fwd_bound
 
-from kernels import ops, pitch
+from kernels import array_ops, pitch
 from kernels.launch import launch
 from kernels.pitch import logical_view
 from kernels.registry import choose, get_kernel
@@ -50,11 +50,11 @@ SHAPES = [(19, 40, 24), (3, 17, 33)]  # K not a multiple of 16, R and N off the 
 def test_forward_inside_bound_on_emulator(R, K, N):
     x, _, t, beta = data(np.random.default_rng(R * K), R, K, N)
     w = pack(t)
-    got = ops.forward(x, w, beta)  # numpy in: the PTX on the emulator
+    got = array_ops.forward(x, w, beta)  # numpy in: the PTX on the emulator
     ref = x @ (t * beta)
     assert got.shape == (R, N) and got.dtype == np.float64
     assert_tight(got, ref, fwd_bound(x, t, beta), np.abs(x) @ np.abs(t) * beta)
-    assert np.array_equal(got, ops.forward(x, w, beta, fn=reference_fn("hslm_fwd_s8")))
+    assert np.array_equal(got, array_ops.forward(x, w, beta, fn=reference_fn("hslm_fwd_s8")))
 
 
 @pytest.mark.kernel("hslm_dx_s8")
@@ -62,27 +62,27 @@ def test_forward_inside_bound_on_emulator(R, K, N):
 def test_grad_input_inside_bound_on_emulator(R, K, N):
     _, dy, t, beta = data(np.random.default_rng(R + K), R, K, N)
     w = pack(t)
-    got = ops.grad_input(dy, w, beta, K)
+    got = array_ops.grad_input(dy, w, beta, K)
     ref = dy @ (t * beta).T
     assert got.shape == (R, K)
     assert_tight(got, ref, dx_bound(dy, t, beta), np.abs(dy) @ np.abs(t).T * beta)
-    assert np.array_equal(got, ops.grad_input(dy, w, beta, K, fn=reference_fn("hslm_dx_s8")))
+    assert np.array_equal(got, array_ops.grad_input(dy, w, beta, K, fn=reference_fn("hslm_dx_s8")))
 
 
 @pytest.mark.kernel("hslm_dw_s8")
 @pytest.mark.parametrize("R,K,N", SHAPES)
 def test_grad_weight_inside_bound_on_emulator(R, K, N):
     x, dy, _, _ = data(np.random.default_rng(R * N), R, K, N)
-    got = ops.grad_weight(x, dy)
+    got = array_ops.grad_weight(x, dy)
     ref = x.T @ dy
     assert got.shape == (K, N)  # W's orientation, as pack takes it
     assert_tight(got, ref, dw_bound(x, dy), np.abs(x).T @ np.abs(dy))
-    assert np.array_equal(got, ops.grad_weight(x, dy, fn=reference_fn("hslm_dw_s8")))
+    assert np.array_equal(got, array_ops.grad_weight(x, dy, fn=reference_fn("hslm_dw_s8")))
 
 
 def test_float32_in_float32_out():
     x, _, t, beta = data(np.random.default_rng(0), 4, 16, 8)
-    got = ops.forward(x.astype(np.float32), pack(t), beta, fn=reference_fn("hslm_fwd_s8"))
+    got = array_ops.forward(x.astype(np.float32), pack(t), beta, fn=reference_fn("hslm_fwd_s8"))
     assert got.dtype == np.float32
 
 
@@ -113,7 +113,7 @@ def emulated(family: str, seen: list | None = None):
         if seen is not None:
             seen.append([a.copy() for a in args[1:] if isinstance(a, np.ndarray)])
         name = choose(family, dims_of(family, args)).name
-        ops.kernel_function(name, np)(grid, block, args, shared_mem=shared_mem)
+        array_ops.kernel_function(name, np)(grid, block, args, shared_mem=shared_mem)
 
     return fn
 
@@ -136,10 +136,10 @@ def old_path(op: str, x, dy, w, beta, K, fn, chunk_rows=8):
 
 def new_path(op: str, x, dy, w, beta, K, fn, chunk_rows=8):
     if op == "forward":
-        return ops.forward(x, w, beta, fn=fn)
+        return array_ops.forward(x, w, beta, fn=fn)
     if op == "grad_input":
-        return ops.grad_input(dy, w, beta, K, fn=fn)
-    return ops.grad_weight(x, dy, chunk_rows=chunk_rows, fn=fn)
+        return array_ops.grad_input(dy, w, beta, K, fn=fn)
+    return array_ops.grad_weight(x, dy, chunk_rows=chunk_rows, fn=fn)
 
 
 OPS = {"forward": "hslm_fwd_s8", "grad_input": "hslm_dx_s8", "grad_weight": "hslm_dw_s8"}
@@ -185,7 +185,7 @@ def test_ops_make_no_launch_side_copy(op, monkeypatch):
 @pytest.mark.kernel("hslm_dw_s8")
 def test_chunked_dw_equals_unchunked_on_emulator():
     x, dy, _, _ = data(np.random.default_rng(3), 37, 24, 20)
-    whole = ops.grad_weight(x, dy)
+    whole = array_ops.grad_weight(x, dy)
     launches: list[Dims] = []
     spy = emulated("hslm_dw_s8")
 
@@ -193,7 +193,7 @@ def test_chunked_dw_equals_unchunked_on_emulator():
         launches.append(dims_of("hslm_dw_s8", args))
         spy(grid, block, args, shared_mem=shared_mem)
 
-    chunked = ops.grad_weight(x, dy, chunk_rows=8, fn=counted)
+    chunked = array_ops.grad_weight(x, dy, chunk_rows=8, fn=counted)
     assert [d.R for d in launches] == [8, 8, 8, 8, 5]
     assert np.array_equal(chunked, whole)
 
@@ -205,7 +205,7 @@ def test_dw_over_the_row_bound_sums_chunks_in_int64():
     assert 127 * 127 * R > 2**31 - 1 >= 127 * 127 * spec.max_rows
     x, dy = np.ones((R, 2)), -np.ones((R, 3))
     launches: list[Dims] = []
-    got = ops.grad_weight(x, dy, fn=reference_fn("hslm_dw_s8", launches))
+    got = array_ops.grad_weight(x, dy, fn=reference_fn("hslm_dw_s8", launches))
     assert [d.R for d in launches] == [spec.max_rows, R - spec.max_rows]
     assert got == pytest.approx(np.full((2, 3), -float(R)), rel=1e-12)  # u = v = 1/127
     # negative: the same two chunk sums added in int32 wrap around
@@ -218,12 +218,12 @@ def test_dw_over_the_row_bound_sums_chunks_in_int64():
 def test_dw_refuses_a_chunk_outside_the_exact_range(chunk):
     x = np.ones((4, 2))
     with pytest.raises(LaunchError, match="chunk_rows"):
-        ops.grad_weight(x, x, chunk_rows=chunk, fn=reference_fn("hslm_dw_s8"))
+        array_ops.grad_weight(x, x, chunk_rows=chunk, fn=reference_fn("hslm_dw_s8"))
 
 
 def test_dw_refuses_row_count_mismatch():
     with pytest.raises(LaunchError, match="rows"):
-        ops.grad_weight(np.ones((4, 2)), np.ones((5, 2)), fn=reference_fn("hslm_dw_s8"))
+        array_ops.grad_weight(np.ones((4, 2)), np.ones((5, 2)), fn=reference_fn("hslm_dw_s8"))
 
 
 def test_array_module_refuses_mixed_arrays():
@@ -253,10 +253,10 @@ def test_ops_on_gpu_match_the_cpu_path():
     w = pack(t)
     X, DY, W = cp.asarray(x), cp.asarray(dy), cp.asarray(w)
     pairs = [
-        (ops.forward(X, W, beta), ops.forward(x, w, beta, fn=reference_fn("hslm_fwd_s8"))),
-        (ops.grad_input(DY, W, beta, 243), ops.grad_input(dy, w, beta, 243, fn=reference_fn("hslm_dx_s8"))),
-        (ops.grad_weight(X, DY), ops.grad_weight(x, dy, fn=reference_fn("hslm_dw_s8"))),
-        (ops.grad_weight(X, DY, chunk_rows=16), ops.grad_weight(x, dy, fn=reference_fn("hslm_dw_s8"))),
+        (array_ops.forward(X, W, beta), array_ops.forward(x, w, beta, fn=reference_fn("hslm_fwd_s8"))),
+        (array_ops.grad_input(DY, W, beta, 243), array_ops.grad_input(dy, w, beta, 243, fn=reference_fn("hslm_dx_s8"))),
+        (array_ops.grad_weight(X, DY), array_ops.grad_weight(x, dy, fn=reference_fn("hslm_dw_s8"))),
+        (array_ops.grad_weight(X, DY, chunk_rows=16), array_ops.grad_weight(x, dy, fn=reference_fn("hslm_dw_s8"))),
     ]
     for gpu, cpu in pairs:
         assert isinstance(gpu, cp.ndarray)
@@ -274,38 +274,38 @@ def _with(value, at, shape=(4, 16)):
 W16x8 = pack(np.ones((16, 8), np.int8))
 FWD, DX, DW = (reference_fn(n) for n in ("hslm_fwd_s8", "hslm_dx_s8", "hslm_dw_s8"))
 BAD_INPUTS = [
-    ("1-D x", lambda: ops.forward(np.ones(16), W16x8, 1.0, fn=FWD),
+    ("1-D x", lambda: array_ops.forward(np.ones(16), W16x8, 1.0, fn=FWD),
      "forward: x must be a 2-D array (R x K), got shape (16,); reshape it, e.g. x.reshape(-1, 16)"),
-    ("3-D x", lambda: ops.forward(np.ones((2, 4, 16)), W16x8, 1.0, fn=FWD),
+    ("3-D x", lambda: array_ops.forward(np.ones((2, 4, 16)), W16x8, 1.0, fn=FWD),
      "forward: x must be a 2-D array (R x K), got shape (2, 4, 16); reshape it, e.g. x.reshape(-1, 16)"),
-    ("R=0", lambda: ops.forward(np.ones((0, 16)), W16x8, 1.0, fn=FWD),
+    ("R=0", lambda: array_ops.forward(np.ones((0, 16)), W16x8, 1.0, fn=FWD),
      "forward: x has shape (0, 16) (R x K); every dimension must be >= 1: skip the call for an empty batch"),
-    ("K=0", lambda: ops.grad_weight(np.ones((4, 0)), np.ones((4, 8)), fn=DW),
+    ("K=0", lambda: array_ops.grad_weight(np.ones((4, 0)), np.ones((4, 8)), fn=DW),
      "grad_weight: x has shape (4, 0) (R x K); every dimension must be >= 1: skip the call for an empty batch"),
-    ("1-D dy", lambda: ops.grad_input(np.ones(8), W16x8, 1.0, 16, fn=DX),
+    ("1-D dy", lambda: array_ops.grad_input(np.ones(8), W16x8, 1.0, 16, fn=DX),
      "grad_input: dy must be a 2-D array (R x N), got shape (8,); reshape it, e.g. dy.reshape(-1, 8)"),
-    ("complex x", lambda: ops.forward(np.ones((4, 16), complex), W16x8, 1.0, fn=FWD),
+    ("complex x", lambda: array_ops.forward(np.ones((4, 16), complex), W16x8, 1.0, fn=FWD),
      "forward: x is complex128; expected a real array (float16/32/64 or integer)"),
-    ("unpacked W", lambda: ops.forward(np.ones((4, 16)), np.ones((16, 8), np.int8), 1.0, fn=FWD),
+    ("unpacked W", lambda: array_ops.forward(np.ones((4, 16)), np.ones((16, 8), np.int8), 1.0, fn=FWD),
      "hslm_fwd_s8_m32: input 'w' is int8(16, 8), expected uint32(8, 1) for R=4 K=16 N=8; "
      "pack the K x N ternary matrix with kernels.ternary.pack(w)"),
-    ("W packed for another K", lambda: ops.grad_input(np.ones((4, 8)), W16x8, 1.0, 40, fn=DX),
+    ("W packed for another K", lambda: array_ops.grad_input(np.ones((4, 8)), W16x8, 1.0, 40, fn=DX),
      "hslm_dx_s8_m32: input 'w' is uint32(8, 1), expected uint32(8, 3) for R=4 K=40 N=8; "
      "pack the K x N ternary matrix with kernels.ternary.pack(w)"),
-    ("code 3 in W", lambda: ops.forward(np.ones((4, 16)), W16x8 | np.uint32(3 << 30), 1.0, fn=FWD),
+    ("code 3 in W", lambda: array_ops.forward(np.ones((4, 16)), W16x8 | np.uint32(3 << 30), 1.0, fn=FWD),
      "hslm_fwd_s8_m32: input 'w': packed weights: code 3 at column 0, in-feature 15 (word 0, bits 30-31) "
      "is not allowed; the packer never writes it: re-pack the weights (kernels.ternary.pack)"),
-    ("NaN in x", lambda: ops.forward(_with(np.nan, (2, 5)), W16x8, 1.0, fn=FWD),
+    ("NaN in x", lambda: array_ops.forward(_with(np.nan, (2, 5)), W16x8, 1.0, fn=FWD),
      "forward: x has a non-finite value (nan) at (2, 5), so row 2 has no int8 scale; find where it came "
      "from (a diverging loss, a too-large learning rate)"),
-    ("inf in dy", lambda: ops.grad_input(_with(np.inf, (3, 1), (4, 8)), W16x8, 1.0, 16, fn=DX),
+    ("inf in dy", lambda: array_ops.grad_input(_with(np.inf, (3, 1), (4, 8)), W16x8, 1.0, 16, fn=DX),
      "grad_input: dy has a non-finite value (inf) at (3, 1), so row 3 has no int8 scale"),
-    ("-inf in dy for dW", lambda: ops.grad_weight(np.ones((4, 16)), _with(-np.inf, (1, 6), (4, 8)), fn=DW),
+    ("-inf in dy for dW", lambda: array_ops.grad_weight(np.ones((4, 16)), _with(-np.inf, (1, 6), (4, 8)), fn=DW),
      "grad_weight: dy has a non-finite value (-inf) at (1, 6), so column 6 has no int8 scale"),
-    ("torch tensor", lambda: ops.forward(np.ones((4, 16)), type("Tensor", (), {"__module__": "torch"})(), 1.0),
+    ("torch tensor", lambda: array_ops.forward(np.ones((4, 16)), type("Tensor", (), {"__module__": "torch"})(), 1.0),
      "forward: inputs must all be numpy or all be cupy arrays, got ['numpy', 'torch']; "
      "torch tensors go through kernels.torch_linear"),
-    ("NaN beta", lambda: ops.forward(np.ones((4, 16)), W16x8, float("nan"), fn=FWD),
+    ("NaN beta", lambda: array_ops.forward(np.ones((4, 16)), W16x8, float("nan"), fn=FWD),
      "forward: beta is nan; expected the finite scale of the ternary weights (kernels.quant.ternarize)"),
 ]
 
@@ -322,17 +322,17 @@ def test_bad_input_is_one_line_naming_it(call, message):
 def test_fortran_ordered_floats_give_the_c_order_result_on_emulator():
     x, dy, t, beta = data(np.random.default_rng(9), 9, 40, 24)
     w = pack(t)
-    assert np.array_equal(ops.forward(np.asfortranarray(x), w, beta), ops.forward(x, w, beta))
-    assert np.array_equal(ops.grad_weight(np.asfortranarray(x), dy.T.copy().T), ops.grad_weight(x, dy))
+    assert np.array_equal(array_ops.forward(np.asfortranarray(x), w, beta), array_ops.forward(x, w, beta))
+    assert np.array_equal(array_ops.grad_weight(np.asfortranarray(x), dy.T.copy().T), array_ops.grad_weight(x, dy))
 
 
 def test_a_gradient_step_packs_without_a_transpose():
     """grad_weight returns K x N, the orientation pack takes: an SGD step re-packs as is."""
     x, dy, t, beta = data(np.random.default_rng(5), 6, 20, 12)
-    dw = ops.grad_weight(x, dy, fn=DW)
+    dw = array_ops.grad_weight(x, dy, fn=DW)
     t_new, beta_new = ternarize(t * beta - 0.01 * dw / np.abs(dw).max())
     packed = pack(t_new)
     assert packed.shape == packed_shape(20, 12)
     assert np.array_equal(unpack(packed, 20), t_new)
-    assert ops.forward(x, packed, beta_new, fn=FWD).shape == (6, 12)
+    assert array_ops.forward(x, packed, beta_new, fn=FWD).shape == (6, 12)
     assert pack(dw.T != 0).shape != packed_shape(20, 12)  # the kernel's N x K would not fit W

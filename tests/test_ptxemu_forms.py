@@ -220,6 +220,7 @@ CASES: list[Case] = [
     Case("  setp.ge.u32 %p3, %r5, 0x6000;", pred(lambda i: A[i] >= 0x6000), post=SELP3),
     Case("  setp.eq.u32 %p3, %r5, 0;", pred(lambda i: A[i] == 0), post=SELP3),
     Case("  setp.le.s32 %p3, %r5, 0;", pred(lambda i: s32(A[i]) <= 0), post=SELP3),
+    Case("  setp.le.s32 %p3, %r5, %r6;", pred(lambda i: s32(A[i]) <= s32(B[i])), post=SELP3),
     Case("  or.pred %p3, %p1, %p2;", pred(lambda i: (A[i] | B[i]) & 1), post=SELP3),
     Case("  setp.gt.u32 %p3, %r5, 1;", pred(lambda i: A[i] > 1), post=SELP3),
     # red (PTX ISA red.add: atomic, wraps; guarded-off threads add nothing)

@@ -1,4 +1,4 @@
-"""Memory traffic per PTX line (LaunchStats.memory): hand-computed cases, and the
+"""Memory traffic per PTX line (LaunchCounts.memory): hand-computed cases, and the
 vectorized counts against a per-warp model written straight from the definitions."""
 from __future__ import annotations
 

@@ -265,7 +265,7 @@ def prmt_tables(ptx: str, kernel: str, arch: str, tmp: Path) -> tuple[set[str], 
 @pytest.mark.parametrize("kernel", TABLE_KERNELS)
 def test_decode_table_is_one_register_the_loop_never_rewrites(kernel, arch, tmp_path, tools):
     """ptxas re-materialises a warp-uniform constant at each use; the table is a per-thread
-    value (kernels.staged_tile.FragmentTernary), so every prmt reads one register."""
+    value (kernels.tile.operands.FragmentTernary), so every prmt reads one register."""
     tables, writes = prmt_tables(KERNELS[kernel].emit(), kernel, arch, tmp_path)
     assert len(tables) == 1 and writes == 0
 

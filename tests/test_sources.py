@@ -11,9 +11,10 @@ from pipeline.core.sources import check_hash, code_sha256, imported_modules, sou
 def test_closure_follows_the_imports():
     files = source_files(KERNELS["hslm_fwd_s8"])
     names = {p.name for p in files}
-    # the kernel module, what it imports, and what those import (staged_tile -> ptx_emit)
-    assert {"hslm_fwd_s8.py", "staged_tile.py", "planes.py", "ptx_emit.py", "spec.py", "ternary.py", "testdata.py",
-            "reference.py"} <= names
+    # the kernel module, what it imports, and what those import (tile/specs.py -> tile/mainloop.py -> ptx_emit)
+    assert {"hslm_fwd_s8.py", "geometry.py", "specs.py", "rule.py", "operands.py", "mainloop.py", "epilogue.py",
+            "planes.py", "ptx_emit.py", "spec.py", "ternary.py", "testdata.py", "reference.py"} <= names
+    assert ROOT / "kernels" / "tile" / "__init__.py" in files
     # and nothing else: every other file is imported by one of them
     imported = {name for p in files for name in imported_modules(p)}
     assert all(p.name == "hslm_fwd_s8.py" or module_file_name(p) in imported for p in files)
@@ -28,11 +29,14 @@ def module_file_name(path) -> str:
 
 def test_every_import_form_is_seen(tmp_path):
     module = tmp_path / "k.py"
-    module.write_text("import numpy as np\nimport kernels.ternary\nfrom kernels import staged_tile, spec\n"
+    module.write_text("import numpy as np\nimport kernels.ternary\nfrom kernels import tile, spec\n"
                       "from kernels.testdata import pack\nfrom os import path\n"
+                      "from kernels.tile import geometry, specs\nfrom kernels.tile.rule import split_k\n"
                       "def late():\n    from kernels.quant import quantize_rows\n")
-    assert imported_modules(module) == {"kernels.ternary", "kernels.staged_tile", "kernels.spec",
-                                        "kernels.testdata", "kernels.quant"}
+    # a package's submodule imported by name is a module of its own; a name from a module is not
+    assert imported_modules(module) == {"kernels.ternary", "kernels.tile", "kernels.spec", "kernels.testdata",
+                                        "kernels.tile.geometry", "kernels.tile.specs", "kernels.tile.rule",
+                                        "kernels.quant"}
 
 
 def test_check_hash_covers_reference_and_inputs_not_the_emitter():

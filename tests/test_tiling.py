@@ -1,13 +1,14 @@
-"""The tile rule (kernels.registry.choose, scored by kernels.staged_tile.rule_cost): which
+"""The tile rule (kernels.registry.choose, scored by kernels.tile.rule.rule_cost): which
 configuration a family runs on a shape, and that the float ops launch that one."""
 import numpy as np
 import pytest
 from kernelcases import family_configs, tile_of
 
-from kernels import ops, staged_tile
+from kernels import array_ops
 from kernels.registry import FAMILIES, KERNELS, choose
 from kernels.spec import Dims
 from kernels.ternary import pack
+from kernels.tile import geometry, rule
 
 HSLM = [Dims(27, 243, 243), Dims(27, 243, 729), Dims(27, 729, 243)]
 LARGE = [Dims(4096, 4096, 4096), Dims(8192, 4096, 4096)]
@@ -40,53 +41,53 @@ def test_the_rule_picks_the_lowest_score(family):
 
 
 def score(tile, rows=4096, cols=4096, contraction=4096, loop=150):
-    return staged_tile.rule_cost(rows, cols, contraction, tile, b_bits=2, loop_instructions=loop)
+    return rule.rule_cost(rows, cols, contraction, tile, b_bits=2, loop_instructions=loop)
 
 
 def test_l1_wavefronts_by_hand():
     # 128 x 128: per chunk 256 rows x 64 B stored, A (8 KiB) read by 4 warp columns and B
     # (8 KiB) by 2 warp rows: (16 + 32 + 16) KiB / 128 = 512; the 64 KiB output stored from
     # the accumulators 64 B a row (/ 64 = 1024), or staged and added with split-K (x 3 / 128)
-    assert staged_tile.l1_wavefronts(staged_tile.LARGE, 1, splits=1) == 512 + 1024
-    assert staged_tile.l1_wavefronts(staged_tile.LARGE, 1, splits=2) == 512 + 1536
+    assert rule.l1_wavefronts(geometry.LARGE, 1, splits=1) == 512 + 1024
+    assert rule.l1_wavefronts(geometry.LARGE, 1, splits=2) == 512 + 1536
     # 32 x 128: 160 rows stored, A (2 KiB) x 4, B (8 KiB) x 1: 208 a chunk; output 256 / 384
-    assert staged_tile.l1_wavefronts(staged_tile.SMALL, 2, splits=1) == 2 * 208 + 256
-    assert staged_tile.l1_wavefronts(staged_tile.SMALL, 2, splits=3) == 2 * 208 + 384
+    assert rule.l1_wavefronts(geometry.SMALL, 2, splits=1) == 2 * 208 + 256
+    assert rule.l1_wavefronts(geometry.SMALL, 2, splits=3) == 2 * 208 + 384
 
 
 def test_a_large_problem_makes_the_small_tile_lose_on_l1_traffic():
     """4096^3 fills every SM with either tile and the same padded work per SM; the small
     tile moves more shared bytes per multiply-add (its A is read by every warp, its B by one
     warp row for a quarter of the rows)."""
-    large, small = score(staged_tile.LARGE), score(staged_tile.SMALL)
-    assert large[0] == 8 * staged_tile.l1_wavefronts(staged_tile.LARGE, 64, 1)  # 1024 CTAs: 8 on the busiest SM
-    assert small[0] == 32 * staged_tile.l1_wavefronts(staged_tile.SMALL, 64, 1) > large[0]
+    large, small = score(geometry.LARGE), score(geometry.SMALL)
+    assert large[0] == 8 * rule.l1_wavefronts(geometry.LARGE, 64, 1)  # 1024 CTAs: 8 on the busiest SM
+    assert small[0] == 32 * rule.l1_wavefronts(geometry.SMALL, 64, 1) > large[0]
     # either way the tensor work per SM is the same, and below both
-    assert 8 * 128 * 128 * 4096 // staged_tile.MACS_PER_SM_CLOCK < large[0]
+    assert 8 * 128 * 128 * 4096 // rule.MACS_PER_SM_CLOCK < large[0]
 
 
 def test_the_score_counts_padded_rows_so_a_27_row_batch_wastes_less_on_32():
     # same grid and splits (2 x 1 x 2, 128 k each): a quarter of the rows per CTA
-    large, small = score(staged_tile.LARGE, 27, 243, 243), score(staged_tile.SMALL, 27, 243, 243)
-    assert large[0] == staged_tile.l1_wavefronts(staged_tile.LARGE, 2, splits=2) == 2560
-    assert small[0] == staged_tile.l1_wavefronts(staged_tile.SMALL, 2, splits=2) == 800
+    large, small = score(geometry.LARGE, 27, 243, 243), score(geometry.SMALL, 27, 243, 243)
+    assert large[0] == rule.l1_wavefronts(geometry.LARGE, 2, splits=2) == 2560
+    assert small[0] == rule.l1_wavefronts(geometry.SMALL, 2, splits=2) == 800
     # a loop four times as long would make the small tile issue-bound, and lose even here
-    assert score(staged_tile.SMALL, 27, 243, 243, loop=3000)[0] == 4 * 3000 * 2 // 4 > large[0]
+    assert score(geometry.SMALL, 27, 243, 243, loop=3000)[0] == 4 * 3000 * 2 // 4 > large[0]
 
 
 def test_bytes_moved_count_packed_w_at_two_bits_and_the_output_tile():
-    moved = staged_tile.rule_cost(27, 243, 243, staged_tile.SMALL, b_bits=2, loop_instructions=1)[1]
+    moved = rule.rule_cost(27, 243, 243, geometry.SMALL, b_bits=2, loop_instructions=1)[1]
     assert moved == 4 * ((32 + 32) * 128 + 4 * 32 * 128)  # 4 CTAs: A, packed B, the int32 tile
-    as_int8 = staged_tile.rule_cost(27, 243, 243, staged_tile.SMALL, b_bits=8, loop_instructions=1)[1]
+    as_int8 = rule.rule_cost(27, 243, 243, geometry.SMALL, b_bits=8, loop_instructions=1)[1]
     assert as_int8 - moved == 4 * 96 * 128
 
 
 def test_segment_lines_by_hand():
-    assert staged_tile.segment_lines(128, 64, 256) == 128  # Xq rows of K = 243: a line each
-    assert staged_tile.segment_lines(128, 16, 64) == 64  # packed W columns of K = 243: two a line
-    assert staged_tile.segment_lines(128, 16, 184) == 128  # K = 729: a column a line
-    assert staged_tile.segment_lines(64, 32, 64) == 32  # dX's W rows of K = 243
-    assert staged_tile.segment_lines(32, 64, 48) == 16  # rows narrower than the chunk: their span
+    assert rule.segment_lines(128, 64, 256) == 128  # Xq rows of K = 243: a line each
+    assert rule.segment_lines(128, 16, 64) == 64  # packed W columns of K = 243: two a line
+    assert rule.segment_lines(128, 16, 184) == 128  # K = 729: a column a line
+    assert rule.segment_lines(64, 32, 64) == 32  # dX's W rows of K = 243
+    assert rule.segment_lines(32, 64, 48) == 16  # rows narrower than the chunk: their span
 
 
 def test_the_rule_counts_the_lines_a_small_tile_fetches_again():
@@ -100,9 +101,9 @@ def test_the_rule_counts_the_lines_a_small_tile_fetches_again():
     assert KERNELS["hslm_fwd_s8_m32"].cost(dims) < KERNELS["hslm_fwd_s8"].cost(dims)
 
     def packed_order(tile):
-        lines = staged_tile.segment_lines(tile.m, 64, 736) + staged_tile.segment_lines(128, 16, 184)
-        return staged_tile.rule_cost(1782, 243, 729, tile, b_bits=2, loop_instructions=105, operand_lines=lines)
-    assert packed_order(staged_tile.LARGE) < packed_order(staged_tile.SMALL)
+        lines = rule.segment_lines(tile.m, 64, 736) + rule.segment_lines(128, 16, 184)
+        return rule.rule_cost(1782, 243, 729, tile, b_bits=2, loop_instructions=105, operand_lines=lines)
+    assert packed_order(geometry.LARGE) < packed_order(geometry.SMALL)
 
 
 def test_unknown_family_names_the_known_ones():
@@ -117,7 +118,7 @@ def test_forward_launches_the_configuration_the_rule_picks(R, K, N, want):
     blocks = []
     rng = np.random.default_rng(0)
     w = pack(rng.integers(-1, 2, (K, N)).astype(np.int8))
-    ops.forward(rng.standard_normal((R, K)), w, 1.0, fn=lambda grid, block, args, shared_mem=0: blocks.append(block))
+    array_ops.forward(rng.standard_normal((R, K)), w, 1.0, fn=lambda grid, block, args, shared_mem=0: blocks.append(block))
     assert blocks == [(tile_of(want).threads, 1, 1)]
 
 

@@ -10,13 +10,13 @@ checks), traffic (memory request counts), float_ops (f32 and 16-bit float forms)
 warp_shuffle (shfl.sync), atomics, async_copy, ldmatrix (their forms), limits (launch
 and shared-memory limits, the instruction budget), machine (the lockstep min-PC
 executor, Module and Function). After a launch
-``fn.stats`` (LaunchStats) says how many warp instructions it issued, by opcode, and
+``fn.stats`` (LaunchCounts) says how many warp instructions it issued, by opcode, and
 ``fn.stats.memory`` the global/shared traffic of each PTX line (AccessStats: requests,
 bytes, 32-byte sectors, 128-byte lines, shared bank wavefronts; see ``traffic.py``);
 ``fn.stats.memory_totals("shared", in_loop=True)`` sums them.
 """
-from kernels.ptxemu.machine import Function, LaunchStats, Module
+from kernels.ptxemu.machine import Function, LaunchCounts, Module
 from kernels.ptxemu.parse import EmulatorError
 from kernels.ptxemu.traffic import AccessStats
 
-__all__ = ["Module", "Function", "EmulatorError", "LaunchStats", "AccessStats"]
+__all__ = ["Module", "Function", "EmulatorError", "LaunchCounts", "AccessStats"]

@@ -57,7 +57,7 @@ class Step(NamedTuple):
     ex: Exec
 
 
-class LaunchStats(NamedTuple):
+class LaunchCounts(NamedTuple):
     """What one launch issued, counted as the hardware counts: one per warp that reaches
     an instruction, predicated-off or not (a guard does not take back the issue slot)."""
 
@@ -111,7 +111,7 @@ class Function:
     def __init__(self, entry: Entry, strict_shared_init: bool = True, arch: str = "sm_80"):
         self.entry, self.name, self.strict_shared_init = entry, entry.name, strict_shared_init
         self.arch = arch
-        self.stats: LaunchStats | None = None  # of the last launch
+        self.stats: LaunchCounts | None = None  # of the last launch
         self.instruction_budget: int | None = None
         self._dynamic_opt_in: int | None = None
         offsets, end, ext_align = {}, 0, 0
@@ -249,7 +249,7 @@ class Function:
             if count:
                 name = opcode_class(step.ins.op)
                 by_opcode[name] = by_opcode.get(name, 0) + count
-        self.stats = LaunchStats(int(issued.sum()), by_opcode, traffic.stats(self.in_loop),
+        self.stats = LaunchCounts(int(issued.sum()), by_opcode, traffic.stats(self.in_loop),
                                  steps, budget)
 
     # ---- the executor -------------------------------------------------------------------

@@ -126,7 +126,7 @@ def _ours(cp: Any, p: Problem, spec: KernelSpec) -> Callable[[], Case]:
     refusal is that row's error."""
     if spec.max_rows is not None and p.dims.R > spec.max_rows:
         return _refuse(f"R={p.dims.R} over the kernel's {spec.max_rows} rows "
-                       "(kernels.ops.grad_weight splits such R)")
+                       "(kernels.array_ops.grad_weight splits such R)")
     return lambda: case_ours(cp, p, spec, load_function("gpu", ptx_path(spec.name), spec.name))
 
 

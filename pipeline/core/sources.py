@@ -2,7 +2,8 @@
 
 :func:`source_files` is the kernel module plus every module under kernels/ it imports,
 transitively (read from the AST: ``import kernels.x``, ``from kernels import x``,
-``from kernels.x import y``): emit's file_dep, and the source hash a seal pins.
+``from kernels.x import y``, and ``kernels.x.y`` too where ``kernels.x`` is a package):
+emit's file_dep, and the source hash a seal pins.
 :func:`check_hash` covers what decides a verify verdict besides the PTX: the kernel's
 input generator and reference, the functions of its module they call, and the
 source closure of the other modules they use; an edit elsewhere in the kernel
@@ -37,6 +38,12 @@ def module_file(name: str) -> Path:
     return Path(found.origin)
 
 
+def is_package(name: str) -> bool:
+    """``name`` is a package (its submodules can be imported from it by name)."""
+    found = importlib.util.find_spec(name)
+    return found is not None and found.submodule_search_locations is not None
+
+
 @functools.lru_cache(maxsize=None)
 def imported_modules(path: Path) -> frozenset[str]:
     """The kernels/ modules ``path`` imports (anywhere in the file)."""
@@ -45,11 +52,12 @@ def imported_modules(path: Path) -> frozenset[str]:
         if isinstance(node, ast.Import):
             names.update(a.name for a in node.names if a.name.startswith(f"{PACKAGE}."))
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            if node.module == PACKAGE:  # from kernels import x: x is a module
-                names.update(f"{PACKAGE}.{a.name}" for a in node.names
-                             if importlib.util.find_spec(f"{PACKAGE}.{a.name}") is not None)
-            elif node.module.startswith(f"{PACKAGE}."):
+            if node.module.startswith(f"{PACKAGE}."):
                 names.add(node.module)
+            if node.module == PACKAGE or (node.module.startswith(f"{PACKAGE}.") and is_package(node.module)):
+                # from kernels import x, from kernels.tile import x: x may be a module
+                names.update(f"{node.module}.{a.name}" for a in node.names
+                             if importlib.util.find_spec(f"{node.module}.{a.name}") is not None)
     return frozenset(names)
 
 

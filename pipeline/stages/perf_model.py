@@ -37,7 +37,8 @@ from kernels.floats import storage_dtype
 from kernels.launch import launch
 from kernels.registry import KERNELS, choose
 from kernels.spec import Dims, KernelSpec
-from kernels.staged_tile import CHUNK_K, output_wavefronts as staged_output_wavefronts
+from kernels.tile.geometry import CHUNK_K
+from kernels.tile.rule import output_wavefronts as staged_output_wavefronts
 from pipeline.core.artifacts import read_json, read_yaml, rel, sha256_file
 from pipeline.core.errors import ArtifactError, UserError
 from pipeline.core.layer_records import LayerLaunch, LayerShape
@@ -353,7 +354,7 @@ MEMORY_SPACES = ("global", "shared")
 
 def memory_rows_from_emulator(spec: KernelSpec, shape: Shape, ptx: str) -> list[MemoryAccess]:
     """Run the kernel once on the emulator and take its memory rows (its launch statistics
-    carry one per PTX line with global or shared requests, ``kernels.ptxemu.LaunchStats``)."""
+    carry one per PTX line with global or shared requests, ``kernels.ptxemu.LaunchCounts``)."""
     dims = Dims(shape.R, shape.K, shape.N)
     fn = load_ptx("emulator", ptx, spec.name)
     launch(spec, fn, dims, spec.make_inputs(dims, np.random.default_rng(0)))
@@ -386,7 +387,7 @@ def l2_bytes(w: Work, memory: list[MemoryAccess] | None) -> float:
 # ---- rows ----------------------------------------------------------------------------
 
 
-class Prediction(Record):
+class ConfigPrediction(Record):
     """One implementation on one shape: its phases and bounds (us), the device time
     (the fixed cost + the largest bound), per call (+ the host's launch cost)."""
 
@@ -415,8 +416,8 @@ class ModelRow(Record):
     tail_chunks: int
     clocks_per_instruction: float  # ptxas's stall clocks per instruction of the fast body
     l1_source: str
-    ours: Prediction
-    reference: Prediction
+    ours: ConfigPrediction
+    reference: ConfigPrediction
 
 
 class LayerLaunchRow(Record):
@@ -474,8 +475,8 @@ class ModelReport(Record):
     layer_steps: list[LayerStepRow] = []
 
 
-def prediction(dev: cost.Device, config: str, p: cost.Phases, useful_ops: float) -> Prediction:
-    return Prediction(config=config, phases={k: round(getattr(p, k), 4) for k in PHASES},
+def prediction(dev: cost.Device, config: str, p: cost.Phases, useful_ops: float) -> ConfigPrediction:
+    return ConfigPrediction(config=config, phases={k: round(getattr(p, k), 4) for k in PHASES},
                       bounds={k: round(getattr(p, k), 4) for k in BOUNDS}, fixed_us=round(p.fixed, 4),
                       device_us=round(p.device_us, 4), per_call_us=round(p.per_call_us, 4), limiter=p.limiter,
                       pct_int8_peak=round(p.pct_peak(useful_ops, dev.int8_dense_tops), 3))

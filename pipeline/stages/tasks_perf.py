@@ -31,7 +31,7 @@ from pipeline.stages import perf_model
 from pipeline.stages import sass
 from pipeline.core.artifacts import read_model, rel, remove_folder, sha256_file, write_atomic, write_model
 from pipeline.bench.layer import LARGE_LAYER
-from pipeline.bench.record import Prediction as BenchPrediction
+from pipeline.bench.record import Prediction as BenchPrediction  # the bench file's row; perf_model's is ConfigPrediction
 from pipeline.core.cmdline import var
 from pipeline.core.config import MODEL_DIR, SASS_DIR, sass_json
 from pipeline.core.errors import UserError

@@ -1,4 +1,4 @@
-"""The float ops a trainer calls: forward, dX and dW around the int8 kernels.
+"""The float ops over numpy or CuPy arrays: forward, dX and dW around the int8 kernels.
 
 Each op quantizes its float operands with symmetric int8 scales (kernels/quant.py), launches
 the integer kernel through :func:`kernels.launch.launch`, and rescales the int32 result.

@@ -1,0 +1,108 @@
+"""The staged CTA tile's shape: a CTA of ``warps_m`` x 4 warps computes a (16 warps_m
+m_tiles) x 128 tile of D (:class:`Tile`; the large one: 8 warps, 128 x 128, each warp a
+64 x 32 block of four m16 x four n8 ``mma.m16n8k32`` accumulators, so a fragment load
+serves 4 mma); the contraction runs in chunks of 64 bytes of k. Every other part of the
+tile (the rule, the operands, the loop, the epilogue) is sized from these constants, the
+launch grid (:func:`geometry`) and the entry (:func:`begin`, :func:`entry_name`).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from kernels.ptx_emit import Ptx
+from kernels.spec import BufferSpec, Launch
+
+WARPS_N = 4  # warps along N; every configuration is TILE_N = 128 columns wide
+WARP_N = 32
+TILE_N = WARPS_N * WARP_N
+N_TILES = WARP_N // 8
+CHUNK_K = 64  # bytes of k per chunk: two k32 mma steps
+PIECE = 16  # bytes per cp.async and per ldmatrix row
+PIECES = CHUNK_K // PIECE
+STAGE_BYTES = TILE_N * CHUNK_K  # stride of a ring stage: room for the widest operand (TILE_N rows)
+SHARED_ALIGN = 128  # swizzled addresses flip bit 5 with xor: the base keeps bits 0-6 clear
+
+
+class Tile(NamedTuple):
+    """One CTA configuration: ``warps_m`` x WARPS_N warps, each ``m_tiles`` m16 tiles by
+    N_TILES n8 tiles, so the CTA computes (16 warps_m m_tiles) x TILE_N of D, with a copy
+    ring of ``stages`` chunks. Only M varies: a small M wastes fewer rows of a short
+    batch (R = 27) and gives the grid more CTAs; a large M reuses each decoded B chunk
+    and each B fragment across more rows."""
+
+    warps_m: int
+    m_tiles: int
+    stages: int = 4  # chunks in the ring; a power of two wraps with an and
+    # CTAs an SM must hold at once, stated to ptxas as .minnctapersm (PTX ISA 11.4): 2 CTAs
+    # of 256 threads cap it at the build's 128 registers a thread (65536 per SM); 1 leaves
+    # the allocation to ptxas
+    min_ctas: int = 1
+
+    @property
+    def warps(self) -> int:
+        return self.warps_m * WARPS_N
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps
+
+    @property
+    def warp_m(self) -> int:
+        return 16 * self.m_tiles
+
+    @property
+    def m(self) -> int:
+        return self.warps_m * self.warp_m
+
+    @property
+    def rows_per_pass(self) -> int:
+        """Rows one pass of all threads' 16-byte pieces covers."""
+        return self.threads // PIECES
+
+    def copies(self, rows: int) -> int:
+        """16-byte copies per thread per chunk for an operand of ``rows`` tile rows."""
+        return rows * PIECES // self.threads
+
+    @property
+    def label(self) -> str:
+        return f"{self.m}x{TILE_N}"
+
+
+LARGE = Tile(warps_m=2, m_tiles=4, min_ctas=2)  # 128 x 128, 8 warps of 64 x 32: 64 accumulators a thread
+SMALL = Tile(warps_m=1, m_tiles=2)  # 32 x 128, 4 warps of 32 x 32
+
+
+class Plan(NamedTuple):
+    """How a launch covers the contraction: ``splits`` CTAs along grid z, each over
+    ``span`` bytes of k (a whole number of chunks; the last split may get fewer)."""
+
+    splits: int
+    span: int
+
+
+def output_tiles(rows: int, cols: int, tile: Tile) -> tuple[int, int]:
+    """CTA tiles across a rows x cols output: (along columns, along rows), grid x and y."""
+    return -(-cols // TILE_N), -(-rows // tile.m)
+
+
+def geometry(rows: int, cols: int, plan: Plan, tile: Tile) -> Launch:
+    """Grid over a rows x cols output: x walks columns (TILE_N), y walks rows (tile.m),
+    z the contraction's splits."""
+    return Launch(grid=(*output_tiles(rows, cols, tile), plan.splits), block=(tile.threads, 1, 1))
+
+
+
+def entry_name(family: str, tile: Tile) -> str:
+    """The PTX entry of ``family`` on ``tile``: the family's name for the large tile, a
+    suffix with the tile's M otherwise (hslm_fwd_s8_m32)."""
+    return family if tile.m == LARGE.m else f"{family}_m{tile.m}"
+
+
+
+def begin(name: str, params: tuple[BufferSpec, ...], tile: Tile) -> tuple[Ptx, dict[str, str]]:
+    """A kernel entry of ``tile.threads`` per CTA with its parameters loaded (buffers as global
+    pointers, sizes and pitches as u32)."""
+    ptx = Ptx(name, [(p.name, "u64" if p.shape else "u32") for p in params], tile.threads,
+              min_ctas=tile.min_ctas)
+    return ptx, {p.name: ptx.param_ptr(p.name) if p.shape else ptx.param_u32(p.name) for p in params}
+

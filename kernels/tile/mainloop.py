@@ -1,0 +1,123 @@
+"""The staged tile's chunk loop: the copy ring's prologue, one ``bar.sync`` per chunk
+(after this thread's copies of the chunk have landed, ``cp.async.wait_group stages - 2``,
+it publishes them to the CTA and tells every thread that the stage read in the previous
+chunk is free, so the next copies may go there), the mma of the chunk, then the epilogue
+(``kernels.tile.epilogue``).
+
+The loop is uniform: every thread runs ceil(K / 64) chunks, only the copy sizes differ.
+"""
+from __future__ import annotations
+
+from kernels.ptx_emit import Ptx
+from kernels.tile.epilogue import Epilogue, Rescale, RescaledRows, emit_split_rescale
+from kernels.tile.geometry import N_TILES, STAGE_BYTES
+from kernels.tile.operands import Coords, Source, StagedRows
+
+def ring_step(ptx: Ptx, offset: str, stages: int, steps: int, into: str | None = None) -> str:
+    """``offset`` + ``steps`` stages, wrapped in a ring of ``stages`` (an and when a power of 2)."""
+    ring = stages * STAGE_BYTES
+    moved = ptx.add(offset, steps * STAGE_BYTES)
+    if stages & (stages - 1) == 0:
+        wrapped = ptx.band(moved, ring - 1)
+    else:
+        wrapped = ptx.selp(ptx.sub(moved, ring), moved, ptx.setp("ge", moved, ring, "u32"))
+    if into is not None:
+        ptx.ins("mov.b32", into, wrapped)
+    return wrapped
+
+
+def emit_staged(ptx: Ptx, at: Coords, a: StagedRows, b: Source, k_limit: str, out: str,
+                rows: str, cols: str, out_pitch: str,
+                rescale: "tuple[Rescale, dict[str, str]] | None" = None) -> None:
+    """The staged chunk loop over this CTA's split of k and the int32 output (rows
+    ``out_pitch`` words apart, ``Epilogue``): stored straight from the accumulators, 16
+    bytes a lane, when the launch has one split; staged through the A ring and added with
+    red.global.add.s32 (into a zeroed output) when it has several. Rows past ``rows`` are
+    neither; columns past ``cols`` are only stored, into the pitch's padding, when they
+    share a lane's 16 bytes with one inside. With ``rescale`` (the :class:`Rescale` and
+    the loaded parameters) the output is floats, ``out_pitch`` elements a row: with one
+    split the sums are staged the same way, then rescaled and stored
+    (:class:`RescaledRows`); with several they go through the partials
+    (:func:`emit_split_rescale`).
+
+    A source whose copies need tail arithmetic (``whole_next``) gets two loops of the
+    same body: "chunk" while the next chunk to copy ends at or before K, copying it
+    with no size arithmetic, then "chunk_tail" for the rest; each chunk runs in one of
+    them, so the loops' trips are the one loop's."""
+    stages = at.tile.stages
+    acc = [[[ptx.mov(0) for _ in range(4)] for _ in range(N_TILES)] for _ in range(at.tile.m_tiles)]
+    sources = (a, b)
+    for stage in range(stages - 1):
+        for src in sources:
+            src.issue(stage * STAGE_BYTES)
+        ptx.cp_async_commit()
+    read_stage = ptx.mov(0)
+    k_end = ptx.binop("min", ptx.add(at.k_first, at.span), k_limit, "u32")
+    # A's copy offset walks a chunk a trip, stages - 1 chunks and its piece ahead of the
+    # chunk being multiplied: compared with k_end moved as far, it counts the chunks
+    # without a counter of its own (one add a trip fewer)
+    copies_end = ptx.add(ptx.sub(a.k_at, at.k_first), k_end)
+
+    # sources step k together against one K, so any one's whole-chunk test is everyone's
+    whole = [test for test in (src.whole_next() for src in sources) if test is not None]
+    if whole:  # copies with tail arithmetic: whole chunks in "chunk", the rest in "chunk_tail"
+        ptx.branch("chunk_tail", guard="!" + whole[0])
+
+    def chunk_loop(label: str, whole_copies: bool) -> None:
+        ptx.label(label)
+        ptx.cp_async_wait(stages - 2)  # this thread's copies of this chunk have landed
+        for src in sources:
+            src.before_barrier()
+        ptx.barrier()  # everyone's copies and W are in; the previous chunk's stage is free
+        write_stage = ring_step(ptx, read_stage, stages, stages - 1)
+        for src in sources:
+            src.issue(write_stage, whole=whole_copies)
+        ptx.cp_async_commit()
+        more = ptx.setp("lt", a.k_at, copies_end, "u32")  # a next chunk: fetch for it, and loop
+        for src in sources:
+            src.after_issue(more)
+        frag_b = b.b_fragments(read_stage)
+        for step, frag_a in enumerate(a.a_fragments(read_stage)):
+            for mi in range(at.tile.m_tiles):
+                for ni in range(N_TILES):
+                    ptx.mma_s8(acc[mi][ni], frag_a[mi], frag_b[step][ni])
+        for src in sources:
+            src.end_chunk()
+        ring_step(ptx, read_stage, stages, 1, into=read_stage)
+        if whole_copies:  # stay while the next chunk is whole too; past the split's end, done
+            next_whole = [test for test in (src.whole_next() for src in sources) if test is not None]
+            ptx.branch(label, guard=ptx.fresh("pred", "and.pred", more, next_whole[0]))
+            ptx.branch("chunks_done", guard="!" + more)
+        else:
+            ptx.branch(label, guard=more)
+
+    if whole:
+        chunk_loop("chunk", True)
+        chunk_loop("chunk_tail", False)
+        ptx.label("chunks_done")
+    else:
+        chunk_loop("chunk", False)
+    ptx.cp_async_wait(None)  # no copy outlives the CTA or lands in the ring the output reuses
+
+    out = Epilogue(ptx, at, acc, a.ring, b, out, rows, cols, out_pitch, stages * STAGE_BYTES)
+    if rescale is not None:
+        ptx.barrier()  # every warp's last fragments are read: the A ring is free to stage the sums
+        spec, p = rescale
+        if spec.splits:
+            ptx.branch("rescale_alone", guard=ptx.setp("eq", ptx.special("%nctaid.z"), 1, "u32"))
+            partial = Epilogue(ptx, at, acc, a.ring, b, p[spec.partials], rows, cols, p["ldo"], stages * STAGE_BYTES)
+            emit_split_rescale(ptx, at, out, partial, spec, p)
+            ptx.branch("rescale_done")
+            ptx.label("rescale_alone")
+        writer = RescaledRows(out, spec, p)
+        out.emit(writer.write_row, "rescale", prepare=writer.prepare)
+        if spec.splits:
+            ptx.label("rescale_done")
+        return
+    ptx.branch("add_out", guard=ptx.setp("gt", ptx.special("%nctaid.z"), 1, "u32"))
+    out.store_fragments()
+    ptx.branch("out_done")
+    ptx.label("add_out")
+    ptx.barrier()  # every warp's last fragments are read: the A ring is free to stage the sums
+    out.emit(out.added_row, "add")
+    ptx.label("out_done")

@@ -1,0 +1,292 @@
+"""The staged tile's operand sources: what the chunk loop (``kernels.tile.mainloop``)
+calls to bring A and B into the mma's fragment registers.
+
+- Staged operands sit in shared memory as rows of one chunk (64 bytes = four 16-byte
+  pieces), piece p of row r stored at piece ``p ^ ((r >> 1) & 3)``: the 8 rows one
+  ``ldmatrix`` phase reads (and the 8 pieces one 16-byte store phase writes) fall into 8
+  different 16-byte bank groups, so neither conflicts. Rows 8 apart keep the same
+  swizzle, so fragment tiles 8 or 16 rows apart are immediate offsets;
+- fragments come from ``ldmatrix.x4`` (PTX ISA 9.7.14.5.15): for A (row-major [m][k])
+  lane l addresses row (l & 7) + 8((l >> 3) & 1) at piece 2s + (l >> 4), which gives
+  exactly the m16n8k32 A fragment of k step s; for B stored [n][k] lane l addresses
+  row l & 7 at piece l >> 3, which gives the B fragments of one n8 tile for both k steps;
+- A (activations, int8 rows with a 16-byte aligned pitch, ``kernels/pitch.py``) is
+  copied global -> shared with 16-byte ``cp.async.cg`` into a ring of ``stages`` chunks,
+  ``stages - 1`` chunks ahead of the one being multiplied (:class:`StagedRows`). Tails
+  need no separate code: a copy's src-size is the bytes left in its row (0 past the last
+  row or past K), the rest of the 16 bytes is zero-filled by the copy and never read;
+- B is either staged the same way (dW: dYq^T rows) or packed ternary W
+  (:class:`FragmentTernary`, forward and dX): each lane loads one u32 per n8 tile a
+  chunk ahead from W's planes (``kernels/planes.py``) and decodes it with ``prmt`` on
+  0x00FF0100 straight into its B fragment registers, never through shared memory.
+
+:class:`Source` is the interface the loop and the epilogue call on B.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+from kernels.ptx_emit import TERNARY_PRMT_TABLE, Ptx, decode_ternary
+from kernels.tile.geometry import CHUNK_K, N_TILES, PIECE, PIECES, SHARED_ALIGN, STAGE_BYTES, TILE_N, WARP_N, Tile
+
+def swizzled(ptx: Ptx, row: str, piece: str) -> str:
+    """Byte offset of 16-byte piece ``piece`` of chunk row ``row``."""
+    flip = ptx.band(ptx.shr(row, 1), PIECES - 1)
+    return ptx.mad(row, CHUNK_K, ptx.shl(ptx.binop("xor", piece, flip, "b32"), 4))
+
+
+class Coords:
+    """This thread's place in the CTA and the launch (b32 registers) for ``tile``;
+    ``span`` is the kernel's parameter of k bytes per split (Plan.span)."""
+
+    def __init__(self, ptx: Ptx, span: str, tile: Tile):
+        self.tile = tile
+        self.tid = ptx.special("%tid.x")
+        self.lane = ptx.band(self.tid, 31)
+        warp = ptx.shr(self.tid, 5)
+        self.warp_m = ptx.band(warp, tile.warps_m - 1)
+        self.warp_n = ptx.shr(warp, tile.warps_m.bit_length() - 1)
+        self.m_base = ptx.mul(ptx.special("%ctaid.y"), tile.m)  # first D row of the CTA
+        self.n_base = ptx.mul(ptx.special("%ctaid.x"), TILE_N)  # first D column of the CTA
+        self.span = span
+        self.k_first = ptx.mul(ptx.special("%ctaid.z"), span)  # first k of this CTA's split
+
+
+class Source(ABC):
+    """The B operand as the chunk loop (``mainloop.emit_staged``) and the epilogue
+    (``epilogue.Epilogue``) call it; :class:`StagedRows` (also the A operand, with
+    ``b=False``) and :class:`FragmentTernary` implement it.
+
+    Per chunk the loop calls, on A and B alike and in this order: ``before_barrier``,
+    then (after the barrier) ``issue`` into the stage ``stages - 1`` ahead,
+    ``after_issue``, then ``b_fragments`` of the stage being multiplied (B only), and
+    ``end_chunk``; ``issue`` also fills the ring's first ``stages - 1`` stages before
+    the loop, and ``whole_next`` picks the loop a chunk runs in. Each hook emits nothing
+    unless overridden. The epilogue places a lane's accumulators by ``col_first`` (the
+    D column of this lane's c0, a b32 register) and ``col_offset``.
+
+    The A operand is a :class:`StagedRows` (``b=False``): besides these hooks the loop
+    reads its ``a_fragments``, its ``k_at`` (the k byte its next copy starts at, which
+    counts the chunks) and its ``ring`` (reused by the epilogue to stage the sums)."""
+
+    col_first: str
+
+    def issue(self, stage_offset: str | int, whole: bool = False) -> None:
+        """Start copying the next chunk into the ring stage at ``stage_offset`` (``whole``:
+        the chunk is known to end at or before K)."""
+
+    def whole_next(self) -> str | None:
+        """A predicate: the next chunk this source copies ends at or before K, so its
+        copies need no tail arithmetic (None: they never do)."""
+        return None
+
+    def before_barrier(self) -> None:
+        """Write this thread's share of the chunk (the barrier that follows publishes it)."""
+
+    def after_issue(self, more: str) -> None:
+        """Start fetching what the next chunk needs (``more``: this CTA has a next chunk)."""
+
+    def end_chunk(self) -> None:
+        """Step per-chunk state."""
+
+    @abstractmethod
+    def b_fragments(self, stage_offset: str) -> list[list[list[str]]]:
+        """The chunk's B fragments in the ring stage at ``stage_offset``: [k step][n tile]
+        -> the tile's two B registers of the m16n8k32 mma."""
+
+    @staticmethod
+    @abstractmethod
+    def col_offset(tile: int, e: int) -> int:
+        """D column of fragment element (n tile ``tile``, c_e) past ``col_first``."""
+
+
+def nk_fragments(ptx: Ptx, read_at: str) -> list[list[list[str]]]:
+    """B fragments from a swizzled [n][k] tile: lane l reads row l & 7 of each n8 tile at
+    piece l >> 3 with one ``ldmatrix.x4``, the tile's B registers for both k steps.
+    Returns [k step][n tile] -> two registers."""
+    tiles = [ptx.ldmatrix_x4(read_at, ni * 8 * CHUNK_K) for ni in range(N_TILES)]
+    return [[regs[2 * step:2 * step + 2] for regs in tiles] for step in range(2)]
+
+
+def nk_read_offset(ptx: Ptx, at: Coords) -> str:
+    return swizzled(ptx, ptx.mad(at.warp_n, WARP_N, ptx.band(at.lane, 7)), ptx.shr(at.lane, 3))
+
+
+def paired_columns(ptx: Ptx, at: Coords) -> str:
+    """D column of this lane's c0 when n tiles 2p and 2p + 1 interleave in pairs of
+    columns: lane (g, t) holds columns 16p + 4t .. 16p + 4t + 3 of its row, one
+    st.shared.v4 when the output is staged (``Epilogue``)."""
+    return ptx.add(ptx.mad(at.warp_n, WARP_N, ptx.shl(ptx.band(at.lane, 3), 2)), at.n_base)
+
+
+def paired_column_of_row(ptx: Ptx, row: str) -> str:
+    """The D column (past n_base) that [n][k] B row ``row`` holds so that its fragments
+    land as ``paired_columns`` says: row 8 tile + n of a warp's 32 is column
+    16 (tile >> 1) + 4 (n >> 1) + 2 (tile & 1) + (n & 1), i.e. bits 3, 2, 1 of the row
+    move to bits 1, 3, 2."""
+    kept = ptx.band(row, ~0b1110 & 0xFFFFFFFF)
+    return ptx.binop("or", ptx.binop("or", kept, ptx.shl(ptx.band(row, 0b0110), 1), "b32"),
+                     ptx.band(ptx.shr(row, 2), 0b0010), "b32")
+
+
+class StagedRows(Source):
+    """int8 rows [m][k] (``pitch`` bytes apart) copied into a ring of ``tile.stages`` stages,
+    as A (``b=False``: rows are D's rows) or as B stored [n][k] (``b=True``: rows are
+    D's columns, B row r holding column ``paired_column_of_row(r)``).
+
+    Thread ``tid`` copies piece ``tid & 3`` of rows ``tid >> 2`` + P j, P = threads / 4
+    (``tile.rows_per_pass``), for j < ``tile.copies(rows)``: the P rows of one j are
+    64 P bytes of the stage, an immediate apart. Rows past the last
+    are zero-filled. Along k, by default a piece is copied whole while it starts inside
+    the row (k < K) and zero-filled after (ignore-src): bytes from K to the end of the
+    row's last piece are the caller's padding, read as they are, so the other operand
+    must be zero there (W's planes are: padded with code 0 to a multiple of 128). With
+    ``exact_tail`` the copy's src-size stops at K and the padding is
+    never read (a few more instructions per copy), in the chunks that reach past K
+    only: a chunk that ends at or before K (``whole_next``) is copied as whole pieces,
+    and ``emit_staged`` runs those chunks in a loop of their own.
+    """
+
+    def __init__(self, ptx: Ptx, at: Coords, ptr: str, pitch: str, rows: str, k_limit: str,
+                 b: bool = False, exact_tail: bool = False):
+        self.ptx, self.b, self.exact_tail = ptx, b, exact_tail
+        tile = at.tile
+        self.m_tiles, self.step_rows = tile.m_tiles, tile.rows_per_pass
+        row, piece = ptx.shr(at.tid, 2), ptx.band(at.tid, PIECES - 1)
+        self.ring = ring = ptx.shared_array("b_ring" if b else "a_ring", tile.stages * STAGE_BYTES, SHARED_ALIGN)
+        self.copy_at = ptx.add(ring, swizzled(ptx, row, piece))
+        first = ptx.add(at.n_base, paired_column_of_row(ptx, row)) if b else ptx.add(at.m_base, row)
+        rows_j = [ptx.add(first, self.step_rows * j) for j in range(tile.copies(TILE_N if b else tile.m))]
+        # each copy's row start stays put; the byte of k this thread's piece starts at
+        # walks a chunk per issue and is also the test for pieces past K
+        self.rows_at = [ptx.byte_offset(ptr, r, pitch) for r in rows_j]
+        self.k_at = ptx.mad(piece, PIECE, at.k_first)
+        self.k_limit = k_limit
+        # exact tail: src-size = bytes left while the row exists; else ignore-src past it
+        self.row_test = [ptx.setp("lt" if exact_tail else "ge", r, rows, "u32") for r in rows_j]
+        if exact_tail:  # a whole chunk: ignore-src for a row past the last, no src-size
+            self.row_past = [ptx.setp("ge", r, rows, "u32") for r in rows_j]
+            # this piece's chunk ends at or before K while k_at <= K - 64 + 16 (tid & 3)
+            self.whole_until = ptx.sub(ptx.mad(piece, PIECE, k_limit), CHUNK_K)
+        if b:
+            self.read_at = ptx.add(ring, nk_read_offset(ptx, at))
+            self.col_first = paired_columns(ptx, at)
+        else:  # ldmatrix rows (l & 7) + 8 ((l >> 3) & 1) = l & 15 of each m16 tile, piece l >> 4
+            read_row = ptx.mad(at.warp_m, tile.warp_m, ptx.band(at.lane, 15))
+            self.read_at = ptx.add(ring, swizzled(ptx, read_row, ptx.shr(at.lane, 4)))
+
+    @staticmethod
+    def col_offset(tile: int, e: int) -> int:
+        """As B: D column of fragment element (tile, c_e) past ``col_first`` (4t), B's rows
+        in ``paired_column_of_row`` order: 16 (tile >> 1) + 2 (tile & 1) + e."""
+        return 16 * (tile >> 1) + 2 * (tile & 1) + e
+
+    def whole_next(self) -> str | None:
+        if not self.exact_tail:
+            return None
+        return self.ptx.setp("le", self.k_at, self.whole_until, "s32")
+
+    def issue(self, stage_offset: str | int, whole: bool = False) -> None:
+        """Copy the next chunk into the stage at ``stage_offset``; step to the one after."""
+        ptx = self.ptx
+        dst = self.copy_at if stage_offset == 0 else ptx.add(self.copy_at, stage_offset)
+        if self.exact_tail and whole:
+            fills = self.row_past
+        elif self.exact_tail:
+            left = ptx.sub(self.k_limit, self.k_at)  # row bytes from this piece on
+            size = ptx.binop("min", ptx.binop("max", left, 0, "s32"), PIECE, "s32")
+            fills = [ptx.selp(size, 0, ok) for ok in self.row_test]
+        else:
+            past_k = ptx.setp("ge", self.k_at, self.k_limit, "u32")
+            fills = [ptx.fresh("pred", "or.pred", past_k, out) for out in self.row_test]
+        for j, fill in enumerate(fills):
+            ptx.cp_async(dst, ptx.byte_offset(self.rows_at[j], self.k_at, 1), fill,
+                         dst_offset=j * self.step_rows * CHUNK_K)
+        ptx.increment(self.k_at, CHUNK_K)
+
+    def a_fragments(self, stage_offset: str):
+        """Per k step (loaded when the loop asks for it): [m tile] -> the four A registers."""
+        ptx = self.ptx
+        low = ptx.add(self.read_at, stage_offset)
+        high = ptx.binop("xor", low, 2 * PIECE, "b32")  # piece 2 + (l >> 4): bit 5 flips
+        for base in (low, high):
+            yield [ptx.ldmatrix_x4(base, mi * 16 * CHUNK_K) for mi in range(self.m_tiles)]
+
+    def b_fragments(self, stage_offset: str) -> list[list[list[str]]]:
+        return nk_fragments(self.ptx, self.ptx.add(self.read_at, stage_offset))
+
+
+class FragmentTernary(Source):
+    """B[k][n] = ternary W decoded straight into the mma's B fragments, with no shared
+    memory between (forward: B = W, k = in-feature, n = out-feature; dX: B = W^T).
+
+    An m16n8k32 B fragment gives lane (g, t) column g of the n8 tile and k = 4t .. 4t + 3
+    (b0) and 16 + 4t .. 16 + 4t + 3 (b1) of a k step (PTX ISA, mma.m16n8k32 fragments for
+    .s8); over a chunk's two steps that is 16 codes of one column, exactly one word of W's
+    ``FRAGMENTS`` planes (``kernels/planes.py``), whose decode gives the four registers in
+    order. So each lane loads one word per n tile a chunk ahead (4 per chunk, an immediate
+    offset apart from one walking pointer, under the loop's back-edge predicate) and
+    decodes them before the barrier; the words are loaded again into the same registers
+    after it. Tile ni, row g of a warp holds column ``paired_column_of_row(8 ni + g)``,
+    so the epilogue's stores from registers work as for a staged B, and a warp's request
+    is 8 columns' 16 bytes in pairs: 4 whole sectors.
+
+    The warps of one n quarter decode the same words (2 of them on the 128 x 128 tile),
+    and do not split the decode. A word's decode is 9 SASS instructions (a shift, two
+    masks, two shifts, four prmt), 36 of the loop's 106 a chunk (sm_80). Warps cannot
+    share registers (a shuffle stays inside a warp), so sharing means shared memory:
+    each warp would decode 2 words, store its 8 registers and load the other warp's 8
+    (two 16-byte st.shared and two ld.shared): 18 decode instructions and 2 loads
+    fewer, 4 memory and about 2 address instructions more a chunk, but 8 KiB of
+    decoded B written and read a chunk in a double-buffered 16 KiB (the 48 KiB static
+    limit with the 32 KiB ring). By the tile rule's rates (``rule_cost``,
+    ``l1_wavefronts``) a chunk of the large tile is tensor-bound: 366 clocks of
+    multiply-adds, 320 shared wavefronts (A stored once, read by the four warp
+    columns), 212 clocks of issue (8 warps x 106 / 4 schedulers); the 128 wavefronts
+    that sharing adds (448) would make shared memory the bound to save issue that is
+    not."""
+
+    def __init__(self, ptx: Ptx, at: Coords, w_ptr: str, cols: str):
+        self.ptx = ptx
+        group, quad = ptx.shr(at.lane, 2), ptx.band(at.lane, 3)
+        plane = ptx.shl(ptx.round_up(cols, TILE_N), 4)  # bytes of a plane: 16 per column
+        self.step = ptx.widen(plane)  # a chunk is a plane on
+        first = ptx.add(at.n_base, paired_column_of_row(ptx, ptx.mad(at.warp_n, WARP_N, group)))
+        at_plane = ptx.byte_offset(w_ptr, ptx.shr(at.k_first, 6), plane)  # this split's first chunk
+        self.ptr = ptx.byte_offset(at_plane, ptx.mad(first, PIECES, quad), 4)
+        # tile ni's column is 16 (ni >> 1) + 2 (ni & 1) past tile 0's (paired_column_of_row)
+        self.offsets = [PIECE * (16 * (ni >> 1) + 2 * (ni & 1)) for ni in range(N_TILES)]
+        # prmt takes its table from a register: a constant there is warp-uniform, and ptxas
+        # keeps it in a uniform register and copies it into a new one for each prmt (12 a
+        # chunk on the 128 x 128 tile). Adding tid >> 24 (0: a CTA has at most 1024
+        # threads, PTX ISA 10, %tid) makes it a per-thread value, held in one register
+        self.table = ptx.mov(TERNARY_PRMT_TABLE)
+        ptx.increment(self.table, ptx.shr(at.tid, 24))
+        self.packed = self.fetch()
+        self.decoded: list[list[str]] = []
+        self.col_first = paired_columns(ptx, at)
+
+    def fetch(self, guard: str | None = None, into: list[str] | None = None) -> list[str]:
+        """This lane's word of each n tile of the next chunk into fresh registers, or into
+        ``into`` where ``guard`` holds; the pointer steps a plane on."""
+        ptx = self.ptx
+        words = [ptx.load("global", "u32", self.ptr, offset, guard=guard, into=reg)
+                 for offset, reg in zip(self.offsets, into or [None] * N_TILES)]
+        ptx.increment(self.ptr, self.step, "s64")
+        return words
+
+    def before_barrier(self) -> None:
+        """Decode this chunk's words into fragment registers, freeing the word registers."""
+        self.decoded = [decode_ternary(self.ptx, word, self.table) for word in self.packed]
+
+    def after_issue(self, more: str) -> None:
+        """Load the next chunk's words straight into the word registers, and only while
+        there is a next chunk (``more``)."""
+        self.fetch(guard=more, into=self.packed)
+
+    def b_fragments(self, stage_offset: str) -> list[list[list[str]]]:
+        """[k step][n tile] -> the tile's two B registers, as decoded."""
+        return [[regs[2 * step:2 * step + 2] for regs in self.decoded] for step in range(2)]
+
+    col_offset = staticmethod(StagedRows.col_offset)
+
