@@ -117,17 +117,23 @@ def _float_dtype(xp: Any, *arrays: Any) -> Any:
     return xp.result_type(*kinds) if kinds else xp.float64
 
 
+def _row_rescaled(op: str, family: str, name: str, a: Any, w_packed: Any, beta: float, dims: Dims, xp: Any,
+                  fn: Callable | None) -> Any:
+    """Forward and dX alike: per-row scales of ``a``, its codes in the layout of the
+    configuration the tile rule picks, the kernel against W, and the rescale by scale x beta."""
+    s = _scales(op, name, a, axis=1)
+    spec = choose(family, dims)
+    out = _run(spec, dims, {name: _codes(spec, name, dims, a, s, xp), "w": w_packed}, xp, fn)
+    return _rescale(out, s, beta, xp).astype(_float_dtype(xp, a), copy=False)
+
+
 def forward(x: Any, w_packed: Any, beta: float, *, fn: Callable | None = None) -> Any:
     """Y = X @ (beta * W): X float R x K, W packed ternary (N, Kp/16); returns R x N."""
     xp = module_of(x, w_packed, op="forward")
     R, K = float_matrix("forward", "x", x, "R x K")
     N = _packed_columns(w_packed, K)
     beta = _check_beta("forward", beta)
-    s = _scales("forward", "x", x, axis=1)
-    dims = Dims(R, K, N)
-    spec = choose("hslm_fwd_s8", dims)  # the configuration the tile rule picks
-    y = _run(spec, dims, {"x": _codes(spec, "x", dims, x, s, xp), "w": w_packed}, xp, fn)
-    return _rescale(y, s, beta, xp).astype(_float_dtype(xp, x), copy=False)
+    return _row_rescaled("forward", "hslm_fwd_s8", "x", x, w_packed, beta, Dims(R, K, N), xp, fn)
 
 
 def grad_input(dy: Any, w_packed: Any, beta: float, K: int, *, fn: Callable | None = None) -> Any:
@@ -137,11 +143,7 @@ def grad_input(dy: Any, w_packed: Any, beta: float, K: int, *, fn: Callable | No
     columns = tuple(getattr(w_packed, "shape", ()))[:1]
     R, N = float_matrix("grad_input", "dy", dy, "R x N", reshape=f"(-1, {columns[0]})" if columns else None)
     beta = _check_beta("grad_input", beta)
-    t = _scales("grad_input", "dy", dy, axis=1)
-    dims = Dims(R, K, N)
-    spec = choose("hslm_dx_s8", dims)  # the configuration the tile rule picks
-    dx = _run(spec, dims, {"dy": _codes(spec, "dy", dims, dy, t, xp), "w": w_packed}, xp, fn)
-    return _rescale(dx, t, beta, xp).astype(_float_dtype(xp, dy), copy=False)
+    return _row_rescaled("grad_input", "hslm_dx_s8", "dy", dy, w_packed, beta, Dims(R, K, N), xp, fn)
 
 
 def grad_weight(x: Any, dy: Any, *, chunk_rows: int | None = None,

@@ -8,7 +8,7 @@ kernels run on the CPU PTX emulator and which can fault a kernel with a sticky e
 `torch` that will not import; the script runs in a copy of the project with small shape
 sets and a few kernels (the plan's own tests check that the defaults cover every kernel).
 The stand-in racecheck plants a failure: the steps after it must still run. The tools the
-script calls (tools/cuda_tests.py, layer_rows.py, counter_calibration.py, device_summary.py)
+script calls (tools/cuda_tests.py, counter_calibration.py, device_summary.py, pipeline.bench.layer)
 are also tested on their own, in process, where the stand-in cannot reach what they do.
 """
 from __future__ import annotations
@@ -29,6 +29,7 @@ from pipeline.core.config import ROOT
 from pipeline.bench.counters import derive, parse_ncu_csv
 from pipeline.bench.land import LandedRun, land, main, read_steps
 from pipeline.bench.record import BenchReport
+from pipeline.bench import layer as bench_layer
 from pipeline.core.layer_records import LayerBenchReport, LayerBenchRow, LayerTiming
 from pipeline.core.models import LaunchStats, MemoryAccess, Shape
 
@@ -37,7 +38,6 @@ import counter_calibration  # noqa: E402
 import cuda_tests  # noqa: E402
 import device_summary  # noqa: E402
 import gpu_verify  # noqa: E402
-import layer_rows  # noqa: E402
 
 STANDIN = Path(__file__).parent / "data" / "bench" / "standin"
 # the kernels launched under the stand-in sanitizers and ncu: more than the 3 launches the
@@ -606,7 +606,7 @@ def test_layer_rows_rewrite_the_record_after_every_row_and_stop_at_the_budget(tm
                              dtype="bfloat16", eager=timing, graph=timing)
 
     torch = type("torch", (), {"__version__": "0-test"})
-    report = layer_rows.run_rows(torch, shapes, 10.0, out, "test", bench_row=bench_row, clock=lambda: now[0])
+    report = bench_layer.run_rows(torch, shapes, 10.0, out, "test", bench_row=bench_row, clock=lambda: now[0])
     assert seen == [0, 1, 2]  # each row found the rows before it already written
     assert read_model(out, LayerBenchReport) == report and len(report.rows) == 4
     assert [r.error for r in report.rows] == [None, None, None, "not run: the --budget-s 10 was spent"]

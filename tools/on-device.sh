@@ -23,7 +23,7 @@
 #   bench        python -m pipeline.bench.run $BENCH_SET -> bench-<set>.{json,md} (CSV and PNG in
 #                rest.tgz); the record is rewritten after every row and the bench stops
 #                starting rows before its cap, so a cut-off run still returns its rows
-#   layer        tools/layer_rows.py (pipeline.bench.layer's rows: TernaryLinear fwd+bwd, eager
+#   layer        python -m pipeline.bench.layer (TernaryLinear fwd+bwd, eager
 #                and CUDA-graph replayed, against bf16 nn.Linear, the hslm shapes and
 #                R=8192 K=N=4096) -> bench-layer.json, rewritten after every row
 #   torch-tests  the tests of $TORCH_TESTS that skip without CUDA (tools/cuda_tests.py finds
@@ -255,7 +255,7 @@ bench() {
 
 layer() {
   local budget=$(( STEP_LIMIT_S - LAYER_TAIL_S ))
-  python3 tools/layer_rows.py --out "$OUT/bench-layer.json" --budget-s $(( budget < 5 ? 5 : budget ))
+  python3 -m pipeline.bench.layer --out "$OUT/bench-layer.json" --budget-s $(( budget < 5 ? 5 : budget ))
 }
 
 torch_tests() {

@@ -163,9 +163,13 @@ def bench_row(torch: Any, shape: Shape, implementation: str) -> LayerBenchRow:
         return LayerBenchRow(**row, error=one_line(exc, 400))
 
 
-def run(torch: Any, shapes: Sequence[Shape], budget_s: float, clock: Callable[[], float] = time.monotonic) -> list[LayerBenchRow]:
+def run(torch: Any, shapes: Sequence[Shape], budget_s: float, clock: Callable[[], float] = time.monotonic,
+        bench: Callable[[Any, Shape, str], LayerBenchRow] = bench_row,
+        on_row: Callable[[list[LayerBenchRow]], None] | None = None) -> list[LayerBenchRow]:
+    """Every (shape, implementation) row; none starts after ``budget_s`` (those are recorded
+    as not run). ``on_row`` sees the rows so far after each one."""
     deadline = clock() + budget_s
-    rows = []
+    rows: list[LayerBenchRow] = []
     for shape in shapes:
         for implementation in IMPLEMENTATIONS:
             if clock() > deadline:
@@ -173,8 +177,32 @@ def run(torch: Any, shapes: Sequence[Shape], budget_s: float, clock: Callable[[]
                                           implementation=implementation, dtype="bfloat16",
                                           error=f"not run: the --budget-s {budget_s:g} was spent"))
             else:
-                rows.append(bench_row(torch, shape, implementation))
+                rows.append(bench(torch, shape, implementation))
+            if on_row:
+                on_row(rows)
     return rows
+
+
+def run_rows(torch: Any, shapes: Sequence[Shape], budget_s: float, out: Path, device: str,
+             bench_row: Callable[[Any, Shape, str], LayerBenchRow] = bench_row,
+             clock: Callable[[], float] = time.monotonic) -> LayerBenchReport:
+    """:func:`run`, with the report rewritten (atomically) at ``out`` after every row, so a
+    run killed at its time cap still leaves the rows it finished."""
+    created = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    reports: list[LayerBenchReport] = []
+
+    def write(rows: list[LayerBenchRow]) -> None:
+        report = LayerBenchReport(created=created, device=device, torch_version=str(torch.__version__),
+                                  budget_s=budget_s, rows=list(rows), ratios=ratios(rows))
+        write_model(out, report)
+        reports.append(report)
+        row = rows[-1]
+        times = (f"eager {row.eager.median_us:.1f} us, graph {row.graph.median_us:.1f} us"
+                 if row.eager and row.graph else row.error)
+        print(f"{row.shape} {row.implementation}: {times}", flush=True)
+
+    run(torch, shapes, budget_s, clock, bench_row, write)
+    return reports[-1]
 
 
 def ratios(rows: Sequence[LayerBenchRow]) -> list[LayerBenchRatio]:
@@ -201,15 +229,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (Refused, UserError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    rows = run(torch, shapes, args.budget_s)
-    report = LayerBenchReport(created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                              device=torch.cuda.get_device_name(), torch_version=torch.__version__,
-                              budget_s=args.budget_s, rows=rows, ratios=ratios(rows))
-    write_model(args.out, report)
-    for r in rows:
-        times = (f"eager {r.eager.median_us:.1f} us, graph {r.graph.median_us:.1f} us" if r.eager and r.graph
-                 else r.error)
-        print(f"{r.shape} {r.implementation}: {times}")
+    report = run_rows(torch, shapes, args.budget_s, args.out, torch.cuda.get_device_name())
     for q in report.ratios:
         print(f"{q.shape}: TernaryLinear / nn.Linear eager {q.eager}, graph {q.graph}")
     print(f"wrote {args.out}")

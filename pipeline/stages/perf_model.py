@@ -26,7 +26,7 @@ import statistics
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Callable, Literal
+from typing import Any, Callable, Literal, TypeVar
 
 import numpy as np
 from pydantic import Field, ValidationError
@@ -45,6 +45,8 @@ from pipeline.core.layer_records import LayerLaunch, LayerShape
 from pipeline.core.models import MemoryAccess, PtxasArch, Record, Shape
 from pipeline.stages.ptxas import PtxasError
 from pipeline.stages.sass import Body, SassArch, SassReport, class_width, cubin, find_cuobjdump
+
+M = TypeVar("M", bound=Record)  # the record a loader validates
 
 DEVICES_FILE = cost.DEVICES_FILE
 COUNTS_FILE = cost.COUNTS_FILE
@@ -113,17 +115,23 @@ def first_problem(exc: ValidationError) -> str:
     return f"field '{'.'.join(map(str, error['loc'])) or '(top level)'}': {error['msg']}"
 
 
+def _validated(path: Path, read: Callable[[Path], Any], model: type[M], holds: str) -> M:
+    """``read`` (strict JSON or YAML) then validate as ``model``; either failure is one
+    :class:`UserError` line naming the file and what it holds, or the field."""
+    try:
+        raw = read(path)
+    except ArtifactError as exc:
+        raise UserError(f"{exc}; it holds {holds}") from None
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        raise UserError(f"{rel(path)}: {first_problem(exc)}; fix the entry") from None
+
+
 def load_assumptions(path: Path = DEVICES_FILE) -> Assumptions:
     """devices.json, read strictly (UTF-8, no duplicate key) and validated; a bad file is
     one :class:`UserError` line naming the field."""
-    try:
-        raw = read_json(Path(path))
-    except ArtifactError as exc:
-        raise UserError(f"{exc}; it holds the cost model's device facts") from None
-    try:
-        return Assumptions.model_validate(raw)
-    except ValidationError as exc:
-        raise UserError(f"{rel(path)}: {first_problem(exc)}; fix the entry") from None
+    return _validated(Path(path), read_json, Assumptions, "the cost model's device facts")
 
 
 def gpu(assumptions: Assumptions, name: str) -> GpuModel:
@@ -652,14 +660,7 @@ class CalibrationRow(Record):
 
 
 def load_calibration(path: Path = CALIBRATION_FILE) -> Calibration:
-    try:
-        raw = read_yaml(Path(path))
-    except ArtifactError as exc:
-        raise UserError(f"{exc}; it holds the published points the model is calibrated against") from None
-    try:
-        return Calibration.model_validate(raw)
-    except ValidationError as exc:
-        raise UserError(f"{rel(path)}: {first_problem(exc)}; fix the entry") from None
+    return _validated(Path(path), read_yaml, Calibration, "the published points the model is calibrated against")
 
 
 def predict_point(point: CalibrationPoint, dev: cost.Device) -> tuple[float, str, str]:
