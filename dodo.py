@@ -21,7 +21,7 @@ from pipeline.stages.tasks_ratchet import task_bless, task_gate, task_kernel_tes
 
 # the stages: doit takes each as a task creator (its create_doit_tasks), named by the stage
 from pipeline.stages.tasks_build import PTXAS  # noqa: F401,E402  ptxas:<kernel>, ptxas:check
-from pipeline.stages.tasks_build import VERIFY  # noqa: F401,E402  verify:<kernel>/<set>/<shape>, verify:check
+from pipeline.stages.tasks_build import VERIFY  # noqa: F401,E402  verify:<kernel> (its cells inside), verify:check
 from pipeline.stages.tasks_layer import LAYER  # noqa: F401,E402  layer:<set>
 
 DOIT_CONFIG = {

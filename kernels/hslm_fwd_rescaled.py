@@ -9,6 +9,7 @@ from kernels import hslm_fwd_s8, planes
 from kernels.floats import from_f32, storage_dtype, to_f32
 from kernels.hslm_rescaled import (F32, OUT_TYPES, rescaled_rows, row_inputs, row_rescale, row_rescaled_specs,
                                    workspace_of)
+from kernels.layout import Plain
 from kernels.spec import BufferSpec, Dims
 
 
@@ -23,7 +24,7 @@ def forward_specs(suffix: str, split: bool = False) -> tuple:
     def reference(d: Dims, inputs: dict[str, np.ndarray]) -> np.ndarray:
         return rescaled_rows(hslm_fwd_s8.reference(d, inputs), inputs, dtype, to_f32(inputs["bias"], dtype))
 
-    rescale = row_rescale(dtype, workspace, named, bias=BufferSpec("bias", dtype, lambda d: (d.N,)))
+    rescale = row_rescale(dtype, workspace, named, bias=BufferSpec("bias", dtype, Plain(lambda d: (d.N,))))
     return row_rescaled_specs(
         "fwd", hslm_fwd_s8, suffix, split, rescale, out="y", rows="x", row_pitch="ldx", contraction="K", cols="N",
         order=planes.FRAGMENTS, make_inputs=make_inputs, reference=reference)

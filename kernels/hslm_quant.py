@@ -32,7 +32,8 @@ from kernels import stepmath
 from kernels.floats import to_f32
 from kernels.pitch import pitch, pitch_param
 from kernels.ptx_emit import Ptx
-from kernels.spec import BufferSpec, Dims, KernelSpec, Launch
+from kernels.layout import Plain
+from kernels.spec import BufferSpec, Dims, KernelSpec, Launch, ScalarSpec
 from kernels.stepforms import (CTA_THREADS, ELEMENT_BYTES, SHORT_NAMES, WARP, element_address, load_f32,
                                load_vector_f32, pack_bytes, scale_of_absmax, warp_max)
 from kernels.testdata import float_activations
@@ -187,7 +188,7 @@ def row_quantized(d: Dims, x: np.ndarray) -> dict[str, np.ndarray]:
 
 def _quantization_spec(kind: str, dtype: str, axis: int, emit: Callable[[str], str],
                        geometry: Callable[[Dims], Launch], quantized: Callable[[Dims, np.ndarray], dict],
-                       outputs: tuple[BufferSpec, ...], code_pitch: BufferSpec, trip_elements: int) -> KernelSpec:
+                       outputs: tuple[BufferSpec, ...], code_pitch: ScalarSpec, trip_elements: int) -> KernelSpec:
     """``hslm_<kind>_<dt>`` as a KernelSpec: both quantizers take the same inputs (x, R x K
     activations of ``dtype`` whose scales vary along ``axis``; the sizes R and C = K; the
     codes' pitch) after their ``outputs``, and their reference is ``quantized`` of x's f32
@@ -201,9 +202,9 @@ def _quantization_spec(kind: str, dtype: str, axis: int, emit: Callable[[str], s
     return KernelSpec(
         name=f"hslm_{kind}_{SHORT_NAMES[dtype]}", emit=lambda: emit(dtype), geometry=geometry,
         params=(*outputs,
-                BufferSpec("x", dtype, lambda d: (d.R, d.K)),
-                BufferSpec("R", "uint32", None),
-                BufferSpec("C", "uint32", None, value=lambda d: d.K),
+                BufferSpec("x", dtype, Plain(lambda d: (d.R, d.K))),
+                ScalarSpec("R"),
+                ScalarSpec("C", lambda d: d.K),
                 code_pitch),
         make_inputs=make_inputs, reference=reference,
         outputs=tuple(buffer.name for buffer in outputs), trip_elements=trip_elements,
@@ -213,8 +214,8 @@ def _quantization_spec(kind: str, dtype: str, axis: int, emit: Callable[[str], s
 def qrows_spec(dtype: str) -> KernelSpec:
     return _quantization_spec(
         "qrows", dtype, 1, emit_qrows, qrows_geometry, row_quantized,
-        outputs=(BufferSpec("codes", "int8", lambda d: (d.R, pitch(d.K))),
-                 BufferSpec("scales", "float32", lambda d: (d.R,))),
+        outputs=(BufferSpec("codes", "int8", Plain(lambda d: (d.R, pitch(d.K)))),
+                 BufferSpec("scales", "float32", Plain(lambda d: (d.R,)))),
         code_pitch=pitch_param("ld", lambda d: d.K),
         trip_elements=WARP * UNROLL)  # a trip of each pass: the same elements
 
@@ -334,9 +335,9 @@ def column_quantized(d: Dims, x: np.ndarray) -> dict[str, np.ndarray]:
 def qcols_spec(dtype: str) -> KernelSpec:
     return _quantization_spec(
         "qcols", dtype, 0, emit_qcols, qcols_geometry, column_quantized,
-        outputs=(BufferSpec("codes_t", "int8", lambda d: (d.K, pitch(d.R))),
-                 BufferSpec("scales", "float32", lambda d: (d.K,)),
-                 BufferSpec("sums", "float32", lambda d: (d.K,))),
+        outputs=(BufferSpec("codes_t", "int8", Plain(lambda d: (d.K, pitch(d.R)))),
+                 BufferSpec("scales", "float32", Plain(lambda d: (d.K,))),
+                 BufferSpec("sums", "float32", Plain(lambda d: (d.K,)))),
         code_pitch=pitch_param("ldr", lambda d: d.R),
         trip_elements=PIECE * WARP)  # a trip of each pass: 16 rows x 32 columns
 

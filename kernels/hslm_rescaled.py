@@ -80,6 +80,7 @@ import numpy as np
 
 from kernels.floats import from_f32
 from kernels.pitch import output_pitch
+from kernels.layout import Plain
 from kernels.spec import BufferSpec, Dims, KernelSpec
 from kernels.stepmath import rescale_rows
 from kernels.tile import epilogue, geometry, specs
@@ -89,7 +90,7 @@ F32 = np.float32
 
 
 def f32_vector(name: str, length: Callable[[Dims], int]) -> BufferSpec:
-    return BufferSpec(name, "float32", lambda d: (length(d),))
+    return BufferSpec(name, "float32", Plain(lambda d: (length(d),)))
 
 
 def scales(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -116,7 +117,7 @@ def split_workspace(rows: Callable[[Dims], int], cols: Callable[[Dims], int]) ->
     def shapes(d: Dims) -> dict[str, tuple[int, ...]]:
         return {"partials": (rows(d), output_pitch(cols(d))), "tickets": (tickets(d),)}
 
-    buffers = tuple(BufferSpec(name, "int32", lambda d, name=name: shapes(d)[name]) for name in ("partials", "tickets"))
+    buffers = tuple(BufferSpec(name, "int32", Plain(lambda d, name=name: shapes(d)[name])) for name in ("partials", "tickets"))
     return buffers, lambda d: {name: np.zeros(shape, np.int32) for name, shape in shapes(d).items()}
 
 

@@ -32,7 +32,8 @@ from kernels import stepmath
 from kernels.floats import to_f32
 from kernels.planes import FRAGMENTS, FRAGMENTS_T, shape as planes_shape
 from kernels.ptx_emit import Ptx
-from kernels.spec import BufferSpec, Dims, KernelSpec, Launch
+from kernels.layout import Plain
+from kernels.spec import BufferSpec, Dims, KernelSpec, Launch, ScalarSpec
 from kernels.stepforms import CTA_THREADS, SHORT_NAMES, cta_tree_sum, element_address, load_f32, pack_bytes
 from kernels.ternary import pack
 from kernels.testdata import latent_weights
@@ -92,9 +93,9 @@ def wsum_spec(dtype: str) -> KernelSpec:
 
     return KernelSpec(
         name=f"hslm_wsum_{SHORT_NAMES[dtype]}", emit=lambda: emit_wsum(dtype), geometry=wsum_geometry,
-        params=(BufferSpec("partials", "float32", lambda d: (partial_count(_count(d)),)),
-                BufferSpec("w", dtype, lambda d: (d.N, d.K)),
-                BufferSpec("count", "uint32", None, value=_count)),
+        params=(BufferSpec("partials", "float32", Plain(lambda d: (partial_count(_count(d)),))),
+                BufferSpec("w", dtype, Plain(lambda d: (d.N, d.K))),
+                ScalarSpec("count", _count)),
         make_inputs=make_inputs, reference=reference,
         outputs=("partials",), trip_elements=ITEMS * 32,
     )
@@ -231,13 +232,13 @@ def wprep_spec(dtype: str) -> KernelSpec:
 
     return KernelSpec(
         name=f"hslm_wprep_{SHORT_NAMES[dtype]}", emit=lambda: emit_wprep(dtype), geometry=wprep_geometry,
-        params=(BufferSpec("planes", "uint32", FRAGMENTS.shape),
-                BufferSpec("planes_t", "uint32", FRAGMENTS_T.shape),
-                BufferSpec("beta", "float32", lambda d: (1,)),
-                BufferSpec("w", dtype, lambda d: (d.N, d.K)),
-                BufferSpec("partials", "float32", lambda d: (partial_count(_count(d)),)),
-                BufferSpec("N", "uint32", None), BufferSpec("K", "uint32", None),
-                BufferSpec("P", "uint32", None, value=lambda d: partial_count(_count(d)))),
+        params=(BufferSpec("planes", "uint32", Plain(FRAGMENTS.shape)),
+                BufferSpec("planes_t", "uint32", Plain(FRAGMENTS_T.shape)),
+                BufferSpec("beta", "float32", Plain(lambda d: (1,))),
+                BufferSpec("w", dtype, Plain(lambda d: (d.N, d.K))),
+                BufferSpec("partials", "float32", Plain(lambda d: (partial_count(_count(d)),))),
+                ScalarSpec("N"), ScalarSpec("K"),
+                ScalarSpec("P", lambda d: partial_count(_count(d)))),
         make_inputs=make_inputs, reference=reference,
         outputs=("planes", "planes_t", "beta"), trip_elements=TILE * TILE // (CTA_THREADS // 32),
     )

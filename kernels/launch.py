@@ -24,8 +24,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from kernels.pitch import KernelLayout, logical_view
-from kernels.ternary import code_problem
+from kernels.pitch import KernelLayout
 from kernels.spec import BufferSpec, Dims, KernelSpec
 from kernels.validate import LaunchError, check_dims, module_of
 
@@ -37,7 +36,6 @@ OUTPUT_POISON = -0x2A2A2A2B  # 0xD5D5D5D5 in every int32 output before a launch:
 # kernels' arithmetic gives the canonical quiet NaN, PTX ISA 9.7.4 / 9.7.9.21)
 POISON = {"int32": OUTPUT_POISON & 0xFFFFFFFF, "int8": 0x80, "uint32": 0xFFFFFFFF,
           "float32": 0x7FBADBAD, "float16": 0x7DAD, "bfloat16": 0x7FAD}
-PACKED_DTYPE = "uint32"  # the only uint32 buffers are packed ternary weights, read in planes (kernels/planes.py)
 
 
 def kernel_args(spec: KernelSpec, dims: Dims, out: Any, inputs: dict[str, Any]) -> list[Any]:
@@ -54,9 +52,8 @@ def kernel_args(spec: KernelSpec, dims: Dims, out: Any, inputs: dict[str, Any]) 
     outs = out if isinstance(out, dict) else {spec.output.name: out}
     written = {p.name for p in spec.output_params}
     for param in spec.params:
-        if param.shape is None:
-            value = param.value(dims) if param.value else getattr(dims, param.name)
-            args.append(np.dtype(param.dtype).type(value))
+        if param.is_scalar:
+            args.append(np.dtype(param.dtype).type(param.value(dims)))
         elif param.name in written:
             if param.name not in outs:
                 raise LaunchError(f"{spec.name}: output '{param.name}' is missing")
@@ -82,16 +79,12 @@ def _has(buf: Any, dtype: str, shape: tuple[int, ...]) -> bool:
 def _check_layout(spec: KernelSpec, dims: Dims, param: BufferSpec, buf: Any) -> None:
     """Shape and dtype against the spec's caller-facing (logical) layout, with what to do
     when they differ."""
-    want = tuple((param.logical or param.shape)(dims))
+    want = tuple(param.layout.logical(dims))
     if _has(buf, param.storage, want):
         return
-    if param.dtype == PACKED_DTYPE:
-        fix = "pack the K x N ternary matrix with kernels.ternary.pack(w)"
-    else:
-        fix = f"pass a {param.dtype} array of that shape (kernels.array_ops quantizes float inputs)"
     raise LaunchError(
         f"{spec.name}: input '{param.name}' is {_described(buf)}, expected {param.dtype}{want} "
-        f"for R={dims.R} K={dims.K} N={dims.N}; {fix}"
+        f"for R={dims.R} K={dims.K} N={dims.N}; {param.layout.remedy(param.dtype)}"
     )
 
 
@@ -104,7 +97,7 @@ def _address(buf: Any) -> int:
 def _check_output(spec: KernelSpec, dims: Dims, param: BufferSpec, buf: Any) -> None:
     """The output is written in the kernel's layout (rows at ``kernels.pitch.output_pitch``
     words) with 16-byte vector stores: exactly that shape, C-ordered, 16-byte aligned."""
-    want = tuple(param.shape(dims))
+    want = tuple(param.layout.shape(dims))
     if _has(buf, param.storage, want) and buf.flags.c_contiguous and _address(buf) % 16 == 0:
         if not getattr(buf.flags, "writeable", True):
             raise LaunchError(f"{spec.name}: output '{param.name}' is read-only; let kernels.launch.launch allocate it")
@@ -117,9 +110,9 @@ def _check_output(spec: KernelSpec, dims: Dims, param: BufferSpec, buf: Any) -> 
 
 
 def _check_kernel_layout(spec: KernelSpec, dims: Dims, param: BufferSpec, buf: Any) -> None:
-    """A buffer marked as in the kernel's layout must be exactly ``param.shape(dims)``, C-ordered:
-    it is passed on as it is, so there is nothing to fix it with."""
-    want = tuple(param.shape(dims))
+    """A buffer marked as in the kernel's layout must be exactly ``param.layout.shape(dims)``,
+    C-ordered: it is passed on as it is, so there is nothing to fix it with."""
+    want = tuple(param.layout.shape(dims))
     right_shape = _has(buf, param.storage, want)
     if right_shape and buf.flags.c_contiguous:
         return
@@ -133,9 +126,10 @@ def _check_kernel_layout(spec: KernelSpec, dims: Dims, param: BufferSpec, buf: A
 
 def _checked_input(spec: KernelSpec, dims: Dims, param: BufferSpec, buf: Any) -> Any:
     """``buf`` checked, C-ordered (a copy only when it was strided) and in the kernel's layout
-    (a copy only when it was unmarked and in another layout). Packed W is scanned in the
-    layout it came in: the caller's packed buffer before its planes are made, or marked
-    planes as they are."""
+    (a copy only when it was unmarked and in another layout: ``param.layout.into``). The
+    contents are checked in the layout they came in (``param.layout.problem``: packed W's
+    codes in the caller's packed buffer before its planes are made, or marked planes as
+    they are)."""
     marked = isinstance(buf, KernelLayout)
     if marked:
         buf = buf.array
@@ -143,12 +137,11 @@ def _checked_input(spec: KernelSpec, dims: Dims, param: BufferSpec, buf: Any) ->
     else:
         _check_layout(spec, dims, param, buf)
         buf = module_of(buf).ascontiguousarray(buf)
-    if param.dtype == PACKED_DTYPE:
-        problem = param.prepare.problem(buf, dims.K, dims.N) if marked else code_problem(buf, dims.K)
-        if problem:
-            raise LaunchError(f"{spec.name}: input '{param.name}': {problem}")
-    if not marked and param.prepare is not None:
-        buf = param.prepare(buf, tuple(param.shape(dims)))
+    problem = param.layout.problem(buf, dims, in_kernel_layout=marked)
+    if problem:
+        raise LaunchError(f"{spec.name}: input '{param.name}': {problem}")
+    if not marked:
+        buf = param.layout.into(buf, dims)
     if _address(buf) % 16:  # rows are read by 16-byte cp.async and vector loads from this address
         if marked:
             raise LaunchError(f"{spec.name}: input '{param.name}' (marked KernelLayout) starts at an address "
@@ -160,7 +153,7 @@ def _checked_input(spec: KernelSpec, dims: Dims, param: BufferSpec, buf: Any) ->
 
 def poisoned(param: BufferSpec, dims: Dims, xp: Any = np) -> Any:
     """A fresh buffer of ``param``'s kernel layout holding its type's :data:`POISON`."""
-    bits = xp.full(param.shape(dims), POISON[param.dtype], dtype=f"uint{8 * np.dtype(param.storage).itemsize}")
+    bits = xp.full(param.layout.shape(dims), POISON[param.dtype], dtype=f"uint{8 * np.dtype(param.storage).itemsize}")
     return bits.view(param.storage)
 
 
@@ -192,8 +185,8 @@ def launch_outputs(spec: KernelSpec, fn: Callable[..., Any], dims: Dims,
             )
     # poisoned, so an element never stored shows; a split-K launch adds into its int32 output, so it starts at 0
     split = geometry.grid[2] > 1
-    outs = {p.name: xp.zeros(p.shape(dims), dtype=p.storage) if split and p.dtype == "int32" else poisoned(p, dims, xp)
-            for p in spec.output_params}
+    outs = {p.name: xp.zeros(p.layout.shape(dims), dtype=p.storage) if split and p.dtype == "int32"
+            else poisoned(p, dims, xp) for p in spec.output_params}
     fn(geometry.grid, geometry.block, kernel_args(spec, dims, outs, inputs),
        shared_mem=geometry.shared_mem)
-    return {p.name: logical_view(p, outs[p.name], dims) for p in spec.output_params}
+    return {p.name: p.layout.view(outs[p.name], dims) for p in spec.output_params}

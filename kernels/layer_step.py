@@ -548,8 +548,8 @@ def _launch(rt: Runtime, family: str | tuple[str, ...], dims: Dims, given: Mappi
     caller's input or one a step kernel wrote). ``allocate``: buffers made here by the
     runtime, at the shape and dtype the spec declares. Any other buffer the spec has that
     the kernel does not write is a workspace kept by the runtime (:meth:`Runtime.workspace`).
-    ``scalars``: u32 values by name; a scalar not given comes from its spec (``value``) or
-    from ``dims``. ``unused``: buffers the launch does not touch (a bias when there is
+    ``scalars``: u32 values by name; a scalar not given comes from its spec
+    (``ScalarSpec.value``: its rule, or the Dims field). ``unused``: buffers the launch does not touch (a bias when there is
     none), passed but not counted."""
     spec = pick(family, dims)
     if spec.max_rows is not None and dims.R > spec.max_rows:
@@ -559,12 +559,11 @@ def _launch(rt: Runtime, family: str | tuple[str, ...], dims: Dims, given: Mappi
     buffers, args, touched = {}, [], []
     written = {p.name for p in spec.output_params}
     for param in spec.params:
-        if param.shape is None:
-            value = (scalars[param.name] if param.name in scalars
-                     else param.value(dims) if param.value else getattr(dims, param.name))
+        if param.is_scalar:
+            value = scalars[param.name] if param.name in scalars else param.value(dims)
             args.append(np.dtype(param.dtype).type(value))
             continue
-        want = tuple(param.shape(dims))
+        want = tuple(param.layout.shape(dims))
         if param.name in allocate:
             buf = rt.empty(want, param.dtype)
         elif param.name in given:

@@ -29,6 +29,11 @@ never by the caller: launch allocates it and returns the logical view (rows x wi
 every row starts on a line and the kernel stores each row of its tile as whole 16-byte
 vectors (one ``st.global.v4`` per lane, PTX ISA 9.7.9.9: a vector access is aligned to
 its size) whatever the width. Words between the width and the pitch hold anything.
+
+Each of these is a :class:`kernels.layout.Layout` (:class:`PitchedRows`,
+:class:`PitchedTranspose`, :class:`PitchedOutput`, :class:`WPlanes`), so launch, the float
+ops and the tests convert every buffer with the same two calls, ``into`` and ``view``, and
+never ask which layout a parameter has.
 """
 from __future__ import annotations
 
@@ -37,8 +42,9 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from kernels import planes
-from kernels.spec import BufferSpec, Dims
-from kernels.ternary import packed_shape
+from kernels.layout import Layout, LayoutError
+from kernels.spec import BufferSpec, Dims, ScalarSpec
+from kernels.ternary import code_problem, packed_shape
 
 PITCH_ALIGN = 16
 OUTPUT_ALIGN = 32  # int32 words: a 128-byte line
@@ -46,8 +52,8 @@ OUTPUT_ALIGN = 32  # int32 words: a 128-byte line
 
 @dataclass(frozen=True)
 class KernelLayout:
-    """An input buffer already in the kernel's layout (``param.shape(dims)``, C-contiguous):
-    launch checks it against that shape and never copies it."""
+    """An input buffer already in the kernel's layout (``param.layout.shape(dims)``,
+    C-contiguous): launch checks it against that shape and never copies it."""
 
     array: Any
 
@@ -69,72 +75,139 @@ def aligned_copy(rows: Any, row_pitch: int) -> Any:
     return out
 
 
-def rows_into(rows: Any, want: tuple[int, int]) -> Any:
-    """Logical R x width rows -> the kernel's R x pitch buffer (as it is when width is
-    already a pitch)."""
-    return rows if tuple(rows.shape) == tuple(want) else aligned_copy(rows, want[1])
-
-
-def transposed_into(rows: Any, want: tuple[int, int]) -> Any:
-    """Logical R x width rows -> the kernel's width x pitch(R) transposed buffer."""
-    return aligned_copy(rows.T, want[1])
-
-
-def pitched_rows(name: str, rows: Callable[[Dims], int], width: Callable[[Dims], int]) -> BufferSpec:
-    """An int8 input the kernel reads as ``rows`` x pitch(``width``); callers may pass rows
-    x width (copied) or the kernel's layout marked :class:`KernelLayout`."""
-    return BufferSpec(name, "int8", lambda d: (rows(d), pitch(width(d))),
-                      logical=lambda d: (rows(d), width(d)), prepare=rows_into)
-
-
-def pitched_transpose(name: str, rows: Callable[[Dims], int], width: Callable[[Dims], int]) -> BufferSpec:
-    """An int8 input the kernel reads transposed, ``width`` x pitch(``rows``); callers pass
-    rows x width (copied) or the kernel's layout marked :class:`KernelLayout`."""
-    return BufferSpec(name, "int8", lambda d: (width(d), pitch(rows(d))),
-                      logical=lambda d: (rows(d), width(d)), prepare=transposed_into)
-
-
 def output_pitch(width: int) -> int:
     """Words between rows of an int32 output of ``width`` columns: a whole number of lines."""
     return -(-width // OUTPUT_ALIGN) * OUTPUT_ALIGN
 
 
+@dataclass(frozen=True)
+class PitchedRows(Layout):
+    """Logical ``rows`` x ``width`` rows, held ``pitch(width)`` apart (forward's X, dX's dY):
+    the logical part of each kernel row is its first ``width`` elements."""
+
+    rows: Callable[[Dims], int]
+    width: Callable[[Dims], int]
+
+    def row_pitch(self, width: int) -> int:
+        """Elements between rows of ``width``: the cp.async rule (a subclass, the output's)."""
+        return pitch(width)
+
+    def shape(self, dims: Dims) -> tuple[int, int]:
+        return (self.rows(dims), self.row_pitch(self.width(dims)))
+
+    def logical(self, dims: Dims) -> tuple[int, int]:
+        return (self.rows(dims), self.width(dims))
+
+    def _to_kernel(self, array: Any, dims: Dims) -> Any:
+        """No copy when the width already is a pitch (the two layouts are one)."""
+        want = self.shape(dims)
+        return array if tuple(array.shape) == want else aligned_copy(array, want[1])
+
+    def _to_logical(self, buffer: Any, dims: Dims) -> Any:
+        return buffer[:, :self.width(dims)]
+
+
+@dataclass(frozen=True)
+class PitchedOutput(PitchedRows):
+    """The int32 output, ``rows`` x ``width`` at ``output_pitch(width)`` words a row (whole
+    128-byte lines): launch allocates it and hands the caller the rows x width view."""
+
+    def row_pitch(self, width: int) -> int:
+        return output_pitch(width)
+
+
+@dataclass(frozen=True)
+class PitchedTranspose(Layout):
+    """Logical ``rows`` x ``width`` (dW's Xq, dYq) held transposed, ``width`` x
+    ``pitch(rows)``: the kernel walks the rows as its contraction, 16 bytes at a time."""
+
+    rows: Callable[[Dims], int]
+    width: Callable[[Dims], int]
+
+    def shape(self, dims: Dims) -> tuple[int, int]:
+        return (self.width(dims), pitch(self.rows(dims)))
+
+    def logical(self, dims: Dims) -> tuple[int, int]:
+        return (self.rows(dims), self.width(dims))
+
+    def _to_kernel(self, array: Any, dims: Dims) -> Any:
+        """Always a copy: even where the shapes coincide (R = K = 16) the elements move."""
+        return aligned_copy(array.T, self.shape(dims)[1])
+
+    def _to_logical(self, buffer: Any, dims: Dims) -> Any:
+        return buffer[:, :self.rows(dims)].T
+
+
+@dataclass(frozen=True)
+class WPlanes(Layout):
+    """Packed ternary W (N, Kp/16) as the kernel reads it, in planes of ``order``. The
+    planes permute the codes, so the logical form is a copy (to read), never a view to
+    write into; their codes are scanned as the packed buffer's are (``problem``)."""
+
+    order: planes.Planes
+
+    def shape(self, dims: Dims) -> tuple[int, int]:
+        return self.order.shape(dims)
+
+    def logical(self, dims: Dims) -> tuple[int, int]:
+        return packed_shape(dims.K, dims.N)
+
+    def _to_kernel(self, array: Any, dims: Dims) -> Any:
+        return self.order(array, self.shape(dims))
+
+    def _to_logical(self, buffer: Any, dims: Dims) -> Any:
+        return self.order.packed(buffer, dims.K, dims.N)
+
+    def zeroed(self, dims: Dims, dtype: str, xp: Any) -> tuple[Any, Any]:
+        raise LayoutError(f"packed W: make its planes from the packed buffer with "
+                          f"kernels.planes.{self.order.name.upper()}(packed, shape), not by writing into a view")
+
+    def problem(self, array: Any, dims: Dims, in_kernel_layout: bool) -> str | None:
+        """Code 3 or a non-zero padding code, in W's own terms, in whichever layout it came."""
+        if in_kernel_layout:
+            return self.order.problem(array, dims.K, dims.N)
+        return code_problem(array, dims.K)
+
+    def remedy(self, dtype: str) -> str:
+        return "pack the K x N ternary matrix with kernels.ternary.pack(w)"
+
+
+def pitched_rows(name: str, rows: Callable[[Dims], int], width: Callable[[Dims], int]) -> BufferSpec:
+    """An int8 input the kernel reads as ``rows`` x pitch(``width``); callers may pass rows
+    x width (copied) or the kernel's layout marked :class:`KernelLayout`."""
+    return BufferSpec(name, "int8", PitchedRows(rows, width))
+
+
+def pitched_transpose(name: str, rows: Callable[[Dims], int], width: Callable[[Dims], int]) -> BufferSpec:
+    """An int8 input the kernel reads transposed, ``width`` x pitch(``rows``); callers pass
+    rows x width (copied) or the kernel's layout marked :class:`KernelLayout`."""
+    return BufferSpec(name, "int8", PitchedTranspose(rows, width))
+
+
 def pitched_output(name: str, rows: Callable[[Dims], int], width: Callable[[Dims], int]) -> BufferSpec:
     """The int32 output, rows x output_pitch(``width``) words; launch allocates it and hands
     the caller its rows x width view."""
-    return BufferSpec(name, "int32", lambda d: (rows(d), output_pitch(width(d))),
-                      logical=lambda d: (rows(d), width(d)))
+    return BufferSpec(name, "int32", PitchedOutput(rows, width))
 
 
 def planes_param(name: str, order: planes.Planes) -> BufferSpec:
     """The packed W a kernel reads in planes of ``order``; callers pass the packed
     (N, Kp/16) buffer (launch makes the planes: one pass over the codes) or planes marked
     KernelLayout."""
-    return BufferSpec(name, "uint32", order.shape, logical=lambda d: packed_shape(d.K, d.N), prepare=order)
+    return BufferSpec(name, "uint32", WPlanes(order))
 
 
-def pitch_param(name: str, width: Callable[[Dims], int]) -> BufferSpec:
+def pitch_param(name: str, width: Callable[[Dims], int]) -> ScalarSpec:
     """The u32 pitch parameter that goes with a pitched input."""
-    return BufferSpec(name, "uint32", None, value=lambda d: pitch(width(d)))
-
-
-def logical_view(param: BufferSpec, buf: Any, dims: Dims) -> Any:
-    """A buffer in the kernel's layout seen in its logical one (a view: references read
-    it, the quantizer writes into it; W's planes give a packed copy, to read)."""
-    if param.logical is None:
-        return buf
-    if isinstance(param.prepare, planes.Planes):  # a permutation of the packed codes: a copy
-        return param.prepare.packed(buf, dims.K, dims.N)
-    rows, width = param.logical(dims)
-    return buf[:, :rows].T if param.prepare is transposed_into else buf[:, :width]
+    return ScalarSpec(name, lambda d: pitch(width(d)))
 
 
 def kernel_buffer(param: BufferSpec, dims: Dims, xp: Any) -> tuple[KernelLayout, Any]:
     """A zeroed buffer of ``param``'s kernel layout in ``xp`` (numpy or cupy), marked for
     launch, and the view of its logical part to write into (rows x width: ``buf[:, :width]``,
     or ``buf[:, :rows].T`` for a transposed operand)."""
-    if isinstance(param.prepare, planes.Planes):
-        raise ValueError(f"'{param.name}' is packed W: make its planes from the packed buffer "
-                         f"with kernels.planes.{param.prepare.name.upper()}(packed, shape), not by writing into a view")
-    buf = xp.zeros(param.shape(dims), dtype=param.dtype)
-    return KernelLayout(buf), logical_view(param, buf, dims)
+    try:
+        buf, view = param.layout.zeroed(dims, param.dtype, xp)
+    except LayoutError as refused:
+        raise LayoutError(f"kernel_buffer '{param.name}': {refused}") from None
+    return KernelLayout(buf), view

@@ -47,7 +47,7 @@ def _bit(register: int, byte: int) -> int:
 class Planes:
     """One order of the planes: ``place[q]`` = (word, bit) of contraction index q of a
     chunk; ``transposed``: the planes of W^T (dX, whose contraction is W's columns).
-    Called as launch's ``prepare`` (packed -> planes); ``problem`` scans planes as
+    Called by its layout, ``kernels.pitch.WPlanes`` (packed -> planes); ``problem`` scans planes as
     ``kernels.ternary.code_problem`` scans the packed buffer, in W's own terms;
     ``packed`` undoes it."""
 

@@ -9,11 +9,12 @@ bench times the same launch. Backends (CuPy's RawModule, our CPU emulator) suppl
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, NamedTuple
+from typing import Callable, ClassVar, NamedTuple
 
 import numpy as np
 
 from kernels.floats import FLOAT_DTYPES, storage_dtype
+from kernels.layout import Layout
 from kernels.ternary import unpack
 
 
@@ -34,16 +35,15 @@ class Launch(NamedTuple):
 
 
 class BufferSpec(NamedTuple):
-    """One kernel parameter: a global buffer (dtype + shape) or a u32 scalar (dtype only)."""
+    """One global-buffer parameter (a ``.u64`` pointer in the PTX): its element type and its
+    :class:`kernels.layout.Layout`, the kernel's shape and the caller's, and the conversions
+    between them (``kernels.pitch`` builds the pitched and planes ones)."""
 
     name: str
     dtype: str  # "int8", "uint32", "int32", or a float type: "float32", "float16", "bfloat16"
-    shape: Callable[[Dims], tuple[int, ...]] | None  # None: a scalar taken from Dims
-    value: Callable[[Dims], int] | None = None  # a scalar derived from Dims (a row pitch)
-    # a buffer callers may hand over in another layout (rows at their logical width, or
-    # not transposed): that shape, and how launch turns it into ``shape`` (one copy)
-    logical: Callable[[Dims], tuple[int, ...]] | None = None
-    prepare: Callable[[Any, tuple[int, ...]], Any] | None = None
+    layout: Layout
+
+    is_scalar = False  # a class attribute, not a field (ScalarSpec's is True)
 
     @property
     def storage(self) -> str:
@@ -54,6 +54,36 @@ class BufferSpec(NamedTuple):
     @property
     def is_float(self) -> bool:
         return self.dtype in FLOAT_DTYPES
+
+
+@dataclass(frozen=True)
+class ScalarSpec:
+    """One u32 scalar parameter (a ``.u32`` in the PTX): a Dims field of the same name, or
+    ``derived`` from Dims (a row pitch, a split's span).
+
+    Its own type rather than a BufferSpec without a shape: a scalar has no layout and a
+    buffer always has one, so neither carries a field that is meaningless for it (no shape
+    of ``None`` to test for), and the element type cannot tell them apart (packed W is u32
+    too). Callers branch on ``is_scalar``, which both types answer."""
+
+    name: str
+    derived: Callable[[Dims], int] | None = None  # None: the Dims field ``name``
+
+    is_scalar: ClassVar[bool] = True
+    dtype: ClassVar[str] = "uint32"
+
+    def value(self, dims: Dims) -> int:
+        """The argument for ``dims``. A scalar with no rule that is no Dims field (one the
+        layer step passes itself) is refused here, where a launch would need it."""
+        if self.derived is not None:
+            return self.derived(dims)
+        if self.name not in Dims._fields:
+            raise ValueError(f"scalar parameter '{self.name}' is not a Dims field ({', '.join(Dims._fields)}) and "
+                             "has no rule: give ScalarSpec the function that derives it from Dims, or pass its value")
+        return getattr(dims, self.name)
+
+
+Param = BufferSpec | ScalarSpec  # one PTX parameter of a kernel
 
 
 class Operand(NamedTuple):
@@ -90,7 +120,7 @@ class KernelSpec:
     name: str
     emit: Callable[[], str]
     geometry: Callable[[Dims], Launch]
-    params: tuple[BufferSpec, ...]
+    params: tuple[Param, ...]
     make_inputs: Callable[[Dims, np.random.Generator], dict[str, np.ndarray]]
     reference: Callable[[Dims, dict[str, np.ndarray]], np.ndarray | dict[str, np.ndarray]]
     gemm_form: GemmForm | None = None

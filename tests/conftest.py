@@ -1,7 +1,8 @@
 """Suite-wide settings, wiring and fixtures.
 
 - Under pytest-xdist (``-n N --dist loadgroup``, the README's test command) the tests
-  sharing a module-scoped fixture run on one worker (:func:`shares_a_fixture`).
+  sharing a module-scoped fixture run on one worker (:func:`shares_a_fixture`;
+  tests/test_suite_wiring.py checks that the fixture is then built once).
 - Warnings are errors in the emulator's tests (tests/test_ptxemu*.py: a numpy overflow or
   invalid-value warning is a bug in an emulator form); a test that expects one says so
   with its own ``filterwarnings`` mark, which takes precedence.
@@ -20,6 +21,14 @@
   artifactcases, quantbounds, floatcases, stepcases, gatecases), so no test module imports another.
 """
 from __future__ import annotations
+
+import os
+
+# Before anything imports numpy or torch: one BLAS / OpenMP thread a process. The suite runs
+# one worker per core (-n auto), so a second thread per worker only spins against the other
+# worker (OpenBLAS busy-waits); every result the tests compare is exact whatever the count.
+for _threads in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_threads, "1")
 
 import subprocess
 import sys
@@ -50,8 +59,19 @@ def shares_a_fixture(item: pytest.Item) -> bool:
     return info is not None and any(d.scope in SHARED_SCOPES for defs in info.name2fixturedefs.values() for d in defs)
 
 
+def keep_the_group_in_the_node_id(item: pytest.Item, group: str) -> None:
+    """pytest-xdist's loadgroup learns a test's group from a ``@group`` suffix on the node id
+    each worker reports, which it writes into ``Node._nodeid``; pytest >= 9.2 builds node ids
+    from ``Node._id`` (a NodeId), so that write is lost and every group is scattered over the
+    workers (pytest-dev/pytest-xdist#1386): each worker then builds each module fixture again.
+    Writes the suffix where this pytest reads the id; older pytest needs nothing."""
+    node_id = getattr(item, "_id", None)
+    if hasattr(node_id, "parse") and not str(node_id).endswith(f"@{group}"):
+        item._id = type(node_id).parse(f"{node_id}@{group}")
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Warnings are errors in the emulator's tests, below any filterwarnings mark of the
     test's own.
 
@@ -64,6 +84,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.filterwarnings("error"), append=False)
         if shares_a_fixture(item):
             item.add_marker(pytest.mark.xdist_group(item.path.stem))
+            if getattr(config.option, "loadgroup", False):  # a pytest-xdist worker under --dist loadgroup
+                keep_the_group_in_the_node_id(item, item.path.stem)
 
 
 @pytest.fixture

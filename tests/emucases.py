@@ -24,29 +24,27 @@ def module(body: str, params=("out", "a", "b", "c"), shared: str = "") -> str:
             f"  .reg .b64 %rd<32>;\n{shared}{body}\n  ret;\n}}\n")
 
 
-# thread gid; %rd3 = &out[gid] (u32); %r5, %r6, %r7 = a[gid], b[gid], c[gid]
-PROLOGUE = """
+# thread gid = %r4 (PTX ISA, Special Registers: %tid, %ctaid, %ntid): the first lines of every
+# prologue, here and in tests/floatcases.py
+THREAD_ID = """
   mov.u32 %r1, %tid.x;
   mov.u32 %r2, %ctaid.x;
   mov.u32 %r3, %ntid.x;
   mad.lo.s32 %r4, %r2, %r3, %r1;
-  mul.wide.u32 %rd2, %r4, 4;
-  ld.param.u64 %rd1, [out];
-  cvta.to.global.u64 %rd1, %rd1;
-  add.s64 %rd3, %rd1, %rd2;
-  ld.param.u64 %rd4, [a];
-  cvta.to.global.u64 %rd4, %rd4;
-  add.s64 %rd5, %rd4, %rd2;
-  ld.global.u32 %r5, [%rd5];
-  ld.param.u64 %rd6, [b];
-  cvta.to.global.u64 %rd6, %rd6;
-  add.s64 %rd7, %rd6, %rd2;
-  ld.global.u32 %r6, [%rd7];
-  ld.param.u64 %rd8, [c];
-  cvta.to.global.u64 %rd8, %rd8;
-  add.s64 %rd9, %rd8, %rd2;
-  ld.global.u32 %r7, [%rd9];
 """
+
+
+def element_address(param: str, base: str, offset: str, dest: str) -> str:
+    """Lines leaving in ``dest`` the global address ``offset`` bytes into the u64 param
+    ``param`` (read into ``base`` and converted with cvta.to.global)."""
+    return (f"  ld.param.u64 {base}, [{param}];\n  cvta.to.global.u64 {base}, {base};\n"
+            f"  add.s64 {dest}, {base}, {offset};\n")
+
+
+# %rd2 = 4 gid; %rd3 = &out[gid] (u32); %r5, %r6, %r7 = a[gid], b[gid], c[gid]
+PROLOGUE = (THREAD_ID + "  mul.wide.u32 %rd2, %r4, 4;\n" + element_address("out", "%rd1", "%rd2", "%rd3")
+            + "".join(element_address(param, f"%rd{4 + 2 * i}", "%rd2", f"%rd{5 + 2 * i}")
+                      + f"  ld.global.u32 %r{5 + i}, [%rd{5 + 2 * i}];\n" for i, param in enumerate("abc")))
 
 
 def s32(x) -> int:

@@ -5,6 +5,7 @@ Here rather than in that test module, so tests/test_ptxemu_forms.py can count th
 on the bodies' own lines as unit-tested without importing a test module."""
 from __future__ import annotations
 
+from emucases import THREAD_ID, element_address
 
 HEADER = ".version 8.0\n.target sm_80\n.address_size 64\n"
 REGS = ("  .reg .pred %p<8>;\n  .reg .b16 %h<8>;\n  .reg .b32 %r<32>;\n"
@@ -12,26 +13,11 @@ REGS = ("  .reg .pred %p<8>;\n  .reg .b16 %h<8>;\n  .reg .b32 %r<32>;\n"
         "  .shared .align 16 .b8 sh[256];\n")
 # thread gid = %r4; %f1, %f2 = a[gid], b[gid] as f32 (%r5, %r6 the same bits);
 # %rd2/%rd3/%rd4 = &a[gid], &b[gid], &out[gid]; the body leaves its u32 result in %r10
-PROLOGUE = """
-  mov.u32 %r1, %tid.x;
-  mov.u32 %r2, %ctaid.x;
-  mov.u32 %r3, %ntid.x;
-  mad.lo.s32 %r4, %r2, %r3, %r1;
-  mul.wide.u32 %rd1, %r4, 4;
-  ld.param.u64 %rd2, [a];
-  cvta.to.global.u64 %rd2, %rd2;
-  add.s64 %rd2, %rd2, %rd1;
-  ld.param.u64 %rd3, [b];
-  cvta.to.global.u64 %rd3, %rd3;
-  add.s64 %rd3, %rd3, %rd1;
-  ld.param.u64 %rd4, [out];
-  cvta.to.global.u64 %rd4, %rd4;
-  add.s64 %rd4, %rd4, %rd1;
-  ld.global.f32 %f1, [%rd2];
-  ld.global.f32 %f2, [%rd3];
-  ld.global.b32 %r5, [%rd2];
-  ld.global.b32 %r6, [%rd3];
-"""
+PROLOGUE = (THREAD_ID + "  mul.wide.u32 %rd1, %r4, 4;\n"
+            + "".join(element_address(param, reg, "%rd1", reg)
+                      for param, reg in (("a", "%rd2"), ("b", "%rd3"), ("out", "%rd4")))
+            + "  ld.global.f32 %f1, [%rd2];\n  ld.global.f32 %f2, [%rd3];\n"
+            "  ld.global.b32 %r5, [%rd2];\n  ld.global.b32 %r6, [%rd3];\n")
 TAIL = "  st.global.b32 [%rd4], %r10;\n"
 
 

@@ -32,12 +32,12 @@ import numpy as np
 import pytest
 
 from kernels.floats import same_values
+from kernels.pitch import WPlanes
 from kernels.ptxemu import Function, Module
 from kernels.registry import FAMILIES, KERNELS
 from kernels.spec import Dims, KernelSpec
 from kernels.tile.geometry import Tile
 
-PACKED = "uint32"  # the dtype of a packed ternary W input (kernels.launch.PACKED_DTYPE)
 PROBE = Dims(7, 11, 13)  # three extents no shape of the GEMM form can confuse
 
 
@@ -78,7 +78,7 @@ def family_configs(family: str) -> list[str]:
 def inputs_of(spec: KernelSpec) -> list[str]:
     """The kernel's input buffers, in parameter order (the layout the kernel reads)."""
     written = {p.name for p in spec.output_params}
-    return [p.name for p in spec.params if p.shape is not None and p.name not in written]
+    return [p.name for p in spec.params if not p.is_scalar and p.name not in written]
 
 
 @functools.lru_cache(maxsize=None)
@@ -131,7 +131,7 @@ def has_int32_epilogue(spec: KernelSpec) -> bool:
 
 def is_ternary(spec: KernelSpec) -> bool:
     """A staged GEMM whose B is packed ternary W, decoded into fragments."""
-    return is_staged(spec) and any(p.dtype == PACKED for p in spec.params if p.name in inputs_of(spec))
+    return is_staged(spec) and any(isinstance(p.layout, WPlanes) for p in spec.params if p.name in inputs_of(spec))
 
 
 ALL = list(KERNELS)

@@ -12,7 +12,8 @@ import pytest
 from kernels import planes, registry
 from kernels.layer_step import sum_partials
 from kernels.pitch import pitch
-from kernels.spec import BufferSpec, KernelSpec, Launch
+from kernels.layout import Plain
+from kernels.spec import BufferSpec, KernelSpec, Launch, Param, ScalarSpec
 
 SUFFIXES = ("f32", "f16", "bf16")
 FLOATS = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
@@ -20,15 +21,15 @@ HSLM = {"attn_r27": (27, 243, 243), "ffn_up_r27": (27, 243, 729), "ffn_down_r27"
         "attn_r1782": (1782, 243, 243), "ffn_up_r1782": (1782, 243, 729), "ffn_down_r1782": (1782, 729, 243)}
 
 
-def _scalar(name: str) -> BufferSpec:
-    return BufferSpec(name, "uint32", None)
+def _scalar(name: str) -> ScalarSpec:
+    return ScalarSpec(name)
 
 
 def _buffer(name: str, dtype: str, shape) -> BufferSpec:
-    return BufferSpec(name, dtype, shape)
+    return BufferSpec(name, dtype, Plain(shape))
 
 
-def standin_spec(name: str, params: tuple[BufferSpec, ...], geometry, outputs: tuple[str, ...]) -> KernelSpec:
+def standin_spec(name: str, params: tuple[Param, ...], geometry, outputs: tuple[str, ...]) -> KernelSpec:
     def never(*args):
         raise AssertionError(f"stand-in {name} has no PTX, inputs or reference")
 

@@ -362,7 +362,7 @@ def test_dims_that_are_not_sizes_are_named(dims, says):
 
 def test_a_read_only_output_is_refused():
     dims = Dims(4, 32, 8)
-    out = np.zeros(FWD.output.shape(dims), np.int32)
+    out = np.zeros(FWD.output.layout.shape(dims), np.int32)
     out.flags.writeable = False
     with pytest.raises(LaunchError, match="output 'y' is read-only"):
         kernel_args(FWD, dims, out, {})
@@ -382,7 +382,7 @@ def test_an_input_that_starts_off_a_16_byte_boundary_is_copied_or_refused():
     w = pack(np.ones((32, 8)))
     y = launch(FWD, kernel_function(FWD.name, np), dims, {"x": x, "w": w})
     assert np.array_equal(y, np.repeat(x.astype(np.int32).sum(axis=1, keepdims=True), 8, axis=1))
-    shifted = np.zeros(FWD.params[1].shape(dims)[0] * FWD.params[1].shape(dims)[1] + 1, np.int8)[1:]
-    marked = KernelLayout(shifted.reshape(FWD.params[1].shape(dims)))
+    shifted = np.zeros(FWD.params[1].layout.shape(dims)[0] * FWD.params[1].layout.shape(dims)[1] + 1, np.int8)[1:]
+    marked = KernelLayout(shifted.reshape(FWD.params[1].layout.shape(dims)))
     with pytest.raises(LaunchError, match="marked KernelLayout.*not 16-byte aligned"):
-        kernel_args(FWD, dims, np.zeros(FWD.output.shape(dims), np.int32), {"x": marked, "w": w})
+        kernel_args(FWD, dims, np.zeros(FWD.output.layout.shape(dims), np.int32), {"x": marked, "w": w})

@@ -65,9 +65,13 @@ SASS = {f"sass:{k}" for k in KERNELS}
 
 class Run(NamedTuple):
     rc: int
-    ran: set[str]
+    ran: set[str]  # the tasks that ran (doit's ".  name" lines)
     out: str
     err: str
+    cells: set[str]  # the verify cells that ran inside them, "<kernel>/<set>/<shape>" (their verdict lines)
+
+
+VERDICT = re.compile(r"^(\w+) (\w+)/(\w+) R=\d+ K=\d+ N=\d+: ", re.M)
 
 
 @pytest.fixture(scope="module")
@@ -90,13 +94,20 @@ def project(tmp_path_factory) -> Path:
     return root
 
 
+def copy_environ(project: Path) -> dict[str, str]:
+    """The environment of a run in the copy: its own modules first, no $PTXAS, and bytecode
+    kept in the copy (each of the file's ~60 runs would otherwise compile every module again)."""
+    skip = ("PTXAS", "PYTHONDONTWRITEBYTECODE")
+    return {**{k: v for k, v in os.environ.items() if k not in skip}, "PYTHONPATH": str(project)}
+
+
 def doit(project: Path, *args: str, **env: str) -> Run:
-    environ = {k: v for k, v in os.environ.items() if k != "PTXAS"}
-    environ.update(PYTHONPATH=str(project), **env)
+    environ = {**copy_environ(project), **env}
     proc = subprocess.run([sys.executable, "-m", "doit", *args], cwd=project, env=environ,
                           capture_output=True, text=True, timeout=300)
     lines = proc.stdout.splitlines()
-    return Run(proc.returncode, {l[3:] for l in lines if l.startswith(".  ")}, proc.stdout, proc.stderr)
+    cells = {"/".join(m.groups()) for m in VERDICT.finditer(proc.stdout)}
+    return Run(proc.returncode, {l[3:] for l in lines if l.startswith(".  ")}, proc.stdout, proc.stderr, cells)
 
 
 def edit(path: Path, text: str, keep_mtime: bool = False) -> None:
@@ -286,7 +297,8 @@ def test_bad_shapes_yaml_blocks_only_what_reads_it(project):
 # ---- verify (on the emulator) --------------------------------------------------------
 
 SMOKE = ("tiny", "small", "k_tail")
-CELLS = {f"verify:{k}/smoke/{s}" for k in KERNELS for s in SMOKE}
+CELLS = {f"{k}/smoke/{s}" for k in KERNELS for s in SMOKE}
+VERIFY = {f"verify:{k}" for k in KERNELS}  # one task a kernel, its cells run inside it
 
 
 def family_emits(family: str) -> set[str]:
@@ -298,10 +310,10 @@ def test_verify_runs_only_stale_cells(project):
     args = ("verify", "shape=smoke", "backend=emulator")
     first = doit(project, *args)
     assert first.rc == 0, first.out + first.err
-    assert first.ran == CELLS  # verify:check is up to date: every report is exact
+    assert first.ran == VERIFY and first.cells == CELLS  # verify:check is up to date: every report is exact
     assert f"verify: {len(CELLS)} cells on emulator ({len(CELLS)} ran): all exact" in first.out
     again = doit(project, *args)
-    assert again.ran == set() and again.out.endswith(f"verify: {len(CELLS)} cells on emulator (all up to date): all exact\n")
+    assert again.ran == again.cells == set() and again.out.endswith(f"verify: {len(CELLS)} cells on emulator (all up to date): all exact\n")
     source = project / "kernels" / "hslm_dw_s8.py"
     original = source.read_text()
     edit(source, original + "# comment only\n")
@@ -311,8 +323,13 @@ def test_verify_runs_only_stale_cells(project):
     report = project / "artifacts/verify/hslm_dx_s8/smoke/small.json"
     good = report.read_text()
     report.write_text(good.replace('"mismatches": 0', '"mismatches": 7'))
-    assert doit(project, *args).ran == {"verify:hslm_dx_s8/smoke/small"}
+    rerun = doit(project, *args)
+    assert rerun.ran == {"verify:hslm_dx_s8"} and rerun.cells == {"hslm_dx_s8/smoke/small"}  # that cell only
     assert '"mismatches": 0' in report.read_text()
+    index = project / "artifacts/verify/hslm_dx_s8/index.json"
+    index.write_text(index.read_text().replace('"passed": true', '"passed": false', 1))
+    rerun = doit(project, *args)  # an edited index is a damaged target: rebuilt from the reports, no cell runs
+    assert rerun.ran == {"verify:hslm_dx_s8"} and rerun.cells == set() and '"passed": false' not in index.read_text()
 
 
 def test_a_launch_change_with_the_same_ptx_reruns_its_cells(project):
@@ -328,8 +345,8 @@ def test_a_launch_change_with_the_same_ptx_reruns_its_cells(project):
     run = doit(project, "verify", "shape=smoke", "backend=emulator")
     edit(source, original)
     back = doit(project, "verify", "shape=smoke", "backend=emulator")  # the original launch again
-    assert run.rc == 0 and {f"verify:hslm_fwd_s8/smoke/{name}" for name in SMOKE} <= run.ran
-    assert back.rc == 0 and {f"verify:hslm_fwd_s8/smoke/{name}" for name in SMOKE} <= back.ran
+    assert run.rc == 0 and {f"hslm_fwd_s8/smoke/{name}" for name in SMOKE} <= run.cells
+    assert back.rc == 0 and {f"hslm_fwd_s8/smoke/{name}" for name in SMOKE} <= back.cells
     assert not {"ptxas:hslm_fwd_s8"} & run.ran and not any(t.startswith("verify:hslm_dx_s8") for t in run.ran)
 
 
@@ -350,7 +367,7 @@ def test_verify_mismatch_fails_with_the_first_one(project):
                         r"first at \(row 0, col 0\): got (-?\d+), want (-?\d+) \(\+2 more above\)", failure.group(1))
     assert line and int(line.group(3)) == int(line.group(4)) - 1
     again = doit(project, "verify", "shape=smoke", "backend=emulator")  # restored
-    assert again.rc == 0 and again.ran >= {f"verify:hslm_fwd_s8/smoke/{s}" for s in SMOKE}
+    assert again.rc == 0 and again.cells >= {f"hslm_fwd_s8/smoke/{s}" for s in SMOKE}
 
 
 # ---- the gate shares the graph -------------------------------------------------------
@@ -360,7 +377,7 @@ def test_gate_then_verify_reruns_nothing(project):
     what it ran is up to date afterwards (a gate on its own database re-ran 55 tasks here)."""
     (project / "artifacts" / "verify").exists() and shutil.rmtree(project / "artifacts" / "verify")
     gate = doit(project, "gate", "shape=smoke")
-    assert CELLS | SASS | {"kernel_tests", "gate"} <= gate.ran, gate.out + gate.err
+    assert VERIFY | SASS | {"kernel_tests", "gate"} <= gate.ran and gate.cells == CELLS, gate.out + gate.err
     assert "gate: " in gate.out and "Traceback" not in gate.out + gate.err
     assert doit(project, "sass").ran == {"sass:summary"}  # the counts the gate judged are up to date
     after = doit(project, "verify", "shape=smoke")
@@ -447,24 +464,22 @@ def test_interrupted_verify_keeps_the_finished_cells(project):
     """SIGTERM in the middle of `doit verify`: one line, and the cells that finished are
     saved (doit writes its database when the run ends, also on an exception)."""
     shutil.rmtree(project / "artifacts" / "verify", ignore_errors=True)
-    environ = {**{k: v for k, v in os.environ.items() if k != "PTXAS"}, "PYTHONPATH": str(project),
-               "PYTHONUNBUFFERED": "1"}  # each line as it is printed
+    environ = {**copy_environ(project), "PYTHONUNBUFFERED": "1"}  # each line as it is printed
     proc = subprocess.Popen([sys.executable, "-m", "doit", "verify", "shape=tails", "backend=emulator"],
                             cwd=project, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    started = []
+    finished = set()
     for line in proc.stdout:
-        if line.startswith(".  verify:"):
-            started.append(line[3:].strip())
-        if len(started) == 4:  # the first three have finished and doit recorded them
+        if match := VERDICT.match(line):  # printed once the cell is in its kernel's index
+            finished.add("/".join(match.groups()))
+        if len(finished) == 3:
             proc.send_signal(signal.SIGTERM)
             break
-    finished = [name.split(":", 1)[1] for name in started[:3]]
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130 and "Traceback" not in err
     assert err.strip().startswith("interrupted (signal 15); the tasks that finished are saved")
     again = doit(project, "verify", "shape=tails", "backend=emulator")
-    assert again.rc == 0 and again.ran  # the rest of the cells
-    assert not {f"verify:{cell}" for cell in finished} & again.ran
+    assert again.rc == 0 and again.cells  # the rest of the cells
+    assert len(finished) == 3 and not finished & again.cells
 
 
 def test_report_reprints_the_last_tables(project):
@@ -481,7 +496,7 @@ def test_report_reprints_the_last_tables(project):
 def test_report_into_a_closed_pipe_ends_quietly(project):
     """`doit report format=json | head`: the reader leaves before the report is written
     (here: before it starts); no BrokenPipeError traceback, exit 0."""
-    environ = {**os.environ, "PYTHONPATH": str(project)}
+    environ = copy_environ(project)
     proc = subprocess.Popen([sys.executable, "-m", "doit", "report", "shape=smoke", "format=json"], cwd=project,
                             env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     proc.stdout.close()  # no reader: the first write fails with EPIPE

@@ -9,7 +9,8 @@ from hypothesis import given, settings, strategies as st
 from kernelcases import (INT32_EPILOGUE, STAGED, TERNARY, TWO_STAGED, contraction, emulated, exact, family_configs,
                          gemm_dims, inputs_of, per_kernel, per_module, span_of, stated, tile_of)
 
-from kernels.launch import PACKED_DTYPE, LaunchError, launch, launch_outputs
+from kernels.launch import LaunchError, launch, launch_outputs
+from kernels.pitch import WPlanes
 from kernels.registry import KERNELS, get_kernel
 from kernels.spec import Dims
 from kernels.ptxemu import EmulatorError, Module
@@ -52,7 +53,7 @@ def test_exact_on_tail_shapes(name, dims):
     got, want = run(name, dims)
     spec = get_kernel(name)
     assert {k: (v.shape, v.dtype.name) for k, v in got.items()} == \
-        {p.name: (p.logical(dims) if p.logical else p.shape(dims), p.storage) for p in spec.output_params}
+        {p.name: (p.layout.logical(dims), p.storage) for p in spec.output_params}
     assert exact(spec, got, want)
 
 
@@ -152,10 +153,10 @@ def run_pitched(name: str, dims: Dims, row_pitch: int, seed: int = 0):
     inputs = spec.make_inputs(dims, rng)
     params = {p.name: p for p in spec.params}
     key, packed = inputs_of(spec)  # the staged rows, then W
-    assert params[packed].dtype == PACKED_DTYPE
+    assert isinstance(params[packed].layout, WPlanes)
     rows = rng.integers(-128, 128, (dims.R, row_pitch), dtype=np.int8)
     rows[:, :inputs[key].shape[1]] = inputs[key]
-    w = params[packed].prepare(inputs[packed], params[packed].shape(dims))  # W in the kernel's planes
+    w = params[packed].layout.into(inputs[packed], dims)  # W in the kernel's planes
     return launch_raw(name, dims, [rows, w], row_pitch), spec.reference(dims, inputs)
 
 
@@ -168,8 +169,8 @@ def launch_raw(name: str, dims: Dims, buffers: list, row_pitch: int, ptx: str | 
     span = span or span_of(name, dims)
     geo = spec.geometry(dims)
     grid = (*geo.grid[:2], -(-contraction(name, dims) // span))
-    rows, width = spec.output.logical(dims)
-    out = np.zeros((rows, out_pitch or spec.output.shape(dims)[1]), np.int32)
+    rows, width = spec.output.layout.logical(dims)
+    out = np.zeros((rows, out_pitch or spec.output.layout.shape(dims)[1]), np.int32)
     sizes = [np.uint32(v) for v in (dims.R, dims.K, dims.N, row_pitch, out.shape[1], span)]
     fn = Module(code=ptx).get_function(name) if ptx else emulated(name)
     fn(grid, geo.block, [out, *buffers, *sizes])
@@ -196,7 +197,7 @@ def test_launch_copies_unpitched_rows_into_an_aligned_buffer():
     spec = get_kernel("hslm_fwd_s8")
     dims = Dims(9, 40, 8)
     inputs = spec.make_inputs(dims, np.random.default_rng(4))
-    assert inputs["x"].shape == (9, 40) and spec.params[1].shape(dims) == (9, 48)
+    assert inputs["x"].shape == (9, 40) and spec.params[1].layout.shape(dims) == (9, 48)
     seen = {}
     launch(spec, lambda grid, block, args, shared_mem=0: seen.update(x=args[1], ldx=args[6]), dims, inputs)
     assert seen["x"].shape == (9, 48) and seen["ldx"] == 48
@@ -284,7 +285,8 @@ def test_one_split_stores_from_registers_whole_sectors(name):
     rows = epilogue_traffic(name, shapes=WHOLE)
     assert {a.opcode for a in rows} == {"st.global"}
     assert all(a.bytes_used == 32 * a.sectors and a.lines <= 8 * a.requests for a in rows)
-    assert sum(a.bytes_used for a in rows) == 4 * math.prod(get_kernel(name).output.logical(gemm_dims(name, *WHOLE)))
+    logical = get_kernel(name).output.layout.logical(gemm_dims(name, *WHOLE))
+    assert sum(a.bytes_used for a in rows) == 4 * math.prod(logical)
 
 
 @pytest.mark.parametrize("name", per_kernel(INT32_EPILOGUE))
@@ -384,8 +386,8 @@ def in_kernel_layout(name: str, dims: Dims, inputs: dict) -> tuple[list, int]:
     spec = get_kernel(name)
     params = {p.name: p for p in spec.params}
     names = inputs_of(spec)
-    buffers = [params[k].prepare(inputs[k], params[k].shape(dims)) if params[k].prepare else inputs[k] for k in names]
-    return buffers, params[names[0]].shape(dims)[1]
+    buffers = [params[k].layout.into(inputs[k], dims) for k in names]
+    return buffers, params[names[0]].layout.shape(dims)[1]
 
 
 def split_run(name: str, dims: Dims, span: int, ptx: str | None = None):
@@ -405,10 +407,10 @@ def test_output_rows_at_a_wider_pitch_are_exact_and_the_padding_past_the_last_gr
     dims = gemm_dims(name, rows=33, cols=131, contraction=70)
     inputs = spec.make_inputs(dims, np.random.default_rng(6))
     buffers, row_pitch = in_kernel_layout(name, dims, inputs)
-    pitch = spec.output.shape(dims)[1] + 64
+    pitch = spec.output.layout.shape(dims)[1] + 64
     got = launch_raw(name, dims, buffers, row_pitch, out_pitch=pitch)
     rows = got.base  # the whole pitched buffer, zeroed before the launch
-    assert rows.shape == (spec.output.logical(dims)[0], 224) and got.shape[1] == 131
+    assert rows.shape == (spec.output.layout.logical(dims)[0], 224) and got.shape[1] == 131
     assert np.array_equal(got, spec.reference(dims, inputs))
     assert not rows[:, 132:].any()
 

@@ -7,7 +7,7 @@ import pytest
 from kernelcases import per_kernel
 
 from kernels.launch import OUTPUT_POISON, LaunchError, kernel_args, launch
-from kernels.pitch import KernelLayout, kernel_buffer, logical_view
+from kernels.pitch import KernelLayout, WPlanes, kernel_buffer
 from kernels.ptxemu import Module
 from kernels.registry import KERNELS, get_kernel
 from kernels.spec import Dims
@@ -119,9 +119,9 @@ def test_an_output_not_in_the_kernels_layout_is_refused(make):
     handed to kernel_args must be exactly that, else one line says what it needs."""
     spec = get_kernel("hslm_dw_s8")
     dims = Dims(4, 16, 8)
-    assert spec.output.shape(dims) == (8, 32)  # 16 columns pitched to a 32-word line
+    assert spec.output.layout.shape(dims) == (8, 32)  # 16 columns pitched to a 32-word line
     with pytest.raises(LaunchError, match=r"output 'dw' is .*expected a C-contiguous, 16-byte aligned int32\(8, 32\)"):
-        kernel_args(spec, dims, make(spec.output.shape(dims)), inputs_for("hslm_dw_s8", dims))
+        kernel_args(spec, dims, make(spec.output.layout.shape(dims)), inputs_for("hslm_dw_s8", dims))
     assert len(kernel_args(spec, dims, np.zeros((8, 32), np.int32), inputs_for("hslm_dw_s8", dims))) == len(spec.params)
 
 
@@ -148,11 +148,11 @@ def test_a_skipped_store_shows_where_the_answer_is_zero(name):
     inputs = {k: np.zeros_like(v) for k, v in inputs_for(name, dims).items()}  # every answer is 0
 
     def skips_element_0(grid, block, args, shared_mem=0):
-        buffers = [p for p in spec.params[1:] if p.shape is not None]
-        out = spec.reference(dims, {p.name: logical_view(p, a, dims) for p, a in zip(buffers, args[1:])})
+        buffers = [p for p in spec.params[1:] if not p.is_scalar]
+        out = spec.reference(dims, {p.name: p.layout.view(a, dims) for p, a in zip(buffers, args[1:])})
         stored = np.ones(out.shape, bool)
         stored[0, 0] = False  # element (0, 0) is never stored
-        logical_view(spec.output, args[0], dims)[stored] = out[stored]
+        spec.output.layout.view(args[0], dims)[stored] = out[stored]
 
     got = launch(spec, skips_element_0, dims, inputs)
     want = spec.reference(dims, inputs)
@@ -167,9 +167,9 @@ def marked(name, dims, inputs):
     params = {p.name: p for p in get_kernel(name).params}
     out = dict(inputs)
     for key, value in inputs.items():
-        if isinstance(params[key].prepare, planes.Planes):
-            out[key] = KernelLayout(params[key].prepare(value, params[key].shape(dims)))
-        elif params[key].logical is not None:
+        if isinstance(params[key].layout, WPlanes):  # planes permute the codes: made, not written into
+            out[key] = KernelLayout(params[key].layout.into(value, dims))
+        else:
             out[key], view = kernel_buffer(params[key], dims, np)
             view[...] = value
     return out
@@ -244,7 +244,7 @@ def test_marked_planes_are_still_scanned_for_code_3_and_padding(name):
     (negative, the planes' own padding) a non-zero code in a column past N."""
     inputs = inputs_for(name)
     inputs["w"][1, 0] |= np.uint32(3 << 4)
-    order = get_kernel(name).params[2].prepare
+    order = get_kernel(name).params[2].layout.order
     inputs["w"] = KernelLayout(order(inputs["w"], order.shape(DIMS)))
     with pytest.raises(LaunchError, match=rf"{name}: input 'w': packed weights: code 3 at column 1, in-feature 2 "):
         launch(get_kernel(name), never_called, DIMS, inputs)
@@ -261,7 +261,7 @@ def test_packed_w_is_read_in_planes(name):
     go as they are. Negative: the packed buffer marked as planes has the wrong shape."""
     inputs = inputs_for(name)
     seen = captured(name, DIMS, inputs)
-    order = get_kernel(name).params[2].prepare
+    order = get_kernel(name).params[2].layout.order
     assert order is (planes.FRAGMENTS if name == "hslm_fwd_s8" else planes.FRAGMENTS_T)  # dX reads W^T
     assert np.array_equal(seen["w"], order(inputs["w"], order.shape(DIMS)))
     with pytest.raises(LaunchError, match=rf"input 'w' \(marked KernelLayout\) is uint32\(6, 2\), expected a "

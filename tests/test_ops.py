@@ -13,7 +13,6 @@ from quantbounds import assert_tight, check_bound, codes, data, dw_bound, dx_bou
 
 from kernels import array_ops, pitch
 from kernels.launch import launch
-from kernels.pitch import logical_view
 from kernels.registry import choose, get_kernel
 from kernels.spec import Dims
 from kernels.quant import quantize_cols, quantize_rows, ternarize
@@ -23,19 +22,19 @@ from kernels.validate import LaunchError, module_of
 
 def dims_of(name: str, args) -> Dims:
     """The R, K, N scalars of a kernel's argument list (by parameter name)."""
-    sizes = {p.name: int(a) for p, a in zip(get_kernel(name).params, args) if p.shape is None}
+    sizes = {p.name: int(a) for p, a in zip(get_kernel(name).params, args) if p.is_scalar}
     return Dims(sizes["R"], sizes["K"], sizes["N"])
 
 
 def reference_fn(name: str, launches: list[Dims] | None = None):
     """A RawKernel-style callable that writes the kernel's integer reference (no PTX)."""
     spec = get_kernel(name)
-    buffers = [p for p in spec.params if p.shape is not None]
+    buffers = [p for p in spec.params if not p.is_scalar]
 
     def fn(grid, block, args, shared_mem=0):
         dims = dims_of(name, args)
-        logical_view(spec.output, args[0], dims)[...] = spec.reference(
-            dims, {p.name: logical_view(p, a, dims) for p, a in zip(buffers[1:], args[1:])})
+        spec.output.layout.view(args[0], dims)[...] = spec.reference(
+            dims, {p.name: p.layout.view(a, dims) for p, a in zip(buffers[1:], args[1:])})
         if launches is not None:
             launches.append(dims)
 

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from kernels.pitch import PITCH_ALIGN, KernelLayout, aligned_copy, kernel_buffer, logical_view, pitch
+from kernels.pitch import PITCH_ALIGN, KernelLayout, aligned_copy, kernel_buffer, pitch
 from kernels.registry import get_kernel
 from kernels.spec import Dims
 
@@ -37,10 +37,10 @@ def test_kernel_buffer_is_the_zeroed_kernel_layout_and_a_view_of_its_logical_par
     marked, view = kernel_buffer(param, dims, np)
     assert isinstance(marked, KernelLayout)
     buf = marked.array
-    assert buf.shape == tuple(param.shape(dims)) == want and buf.dtype == np.int8
+    assert buf.shape == tuple(param.layout.shape(dims)) == want and buf.dtype == np.int8
     assert buf.flags.c_contiguous and not buf.any()
-    assert view.shape == tuple(param.logical(dims)) and np.shares_memory(view, buf)
+    assert view.shape == tuple(param.layout.logical(dims)) and np.shares_memory(view, buf)
     view[...] = np.arange(view.size).reshape(view.shape) % 100 + 1  # no zero: every written byte shows
     logical = buf[:, :dims.R].T if transposed else buf[:, :view.shape[1]]
-    assert np.array_equal(logical, view) and np.array_equal(logical_view(param, buf, dims), view)
+    assert np.array_equal(logical, view) and np.array_equal(param.layout.view(buf, dims), view)
     assert np.count_nonzero(buf) == view.size  # the bytes past the logical part stay zero

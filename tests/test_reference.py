@@ -37,7 +37,7 @@ def test_reference_matches_float64_einsum(name, dims):
         want = EINSUM[spec.family_name](dims, floats)
     else:
         want = gemm_form_product(spec)(dims, inputs)
-    assert got.dtype == np.int32 and got.shape == spec.output.logical(dims)
+    assert got.dtype == np.int32 and got.shape == spec.output.layout.logical(dims)
     assert np.array_equal(got, want)  # float64 is exact far beyond these sums
 
 

@@ -102,3 +102,32 @@ def test_a_kernel_modules_docstring_edit_keeps_its_code_hash(tmp_path):
     assert code_sha256(path) == base
     path.write_text(text + "\nEXTRA = 1\n")
     assert code_sha256(path) != base
+
+
+def test_parses_are_kept_by_content(tmp_path, monkeypatch):
+    """The parse memo is keyed by the file's bytes: an edit is parsed again, the old
+    bytes' result stays for when they come back, and a new process reads what was kept."""
+    from pipeline.core import sources
+    from pipeline.core.artifacts import sha256_file
+
+    monkeypatch.setattr(sources, "MEMO_FILE", tmp_path / "memo.json")
+    monkeypatch.setattr(sources, "MEMO", sources._Memo())
+    module = tmp_path / "m.py"
+    module.write_text("import kernels.spec\n")
+    assert imported_modules(module) == {"kernels.spec"}
+    first = sha256_file(module)
+    module.write_text("import kernels.pitch\n")
+    assert imported_modules(module) == {"kernels.pitch"}
+    sources.MEMO.save()
+    kept = sources._Memo().get()  # what the next process starts from
+    assert kept.imports[first] == ["kernels.spec"] and kept.imports[sha256_file(module)] == ["kernels.pitch"]
+
+
+def test_an_unreadable_memo_is_recomputed(tmp_path, monkeypatch):
+    from pipeline.core import sources
+
+    (tmp_path / "memo.json").write_text('{"imports": {"x": "not a list"}}')
+    monkeypatch.setattr(sources, "MEMO_FILE", tmp_path / "memo.json")
+    monkeypatch.setattr(sources, "MEMO", sources._Memo())
+    assert sources.MEMO.get().imports == {}
+    assert check_hash(KERNELS["hslm_fwd_s8"]) == sources.computed_check_hash(KERNELS["hslm_fwd_s8"])

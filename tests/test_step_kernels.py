@@ -115,7 +115,7 @@ def test_every_cta_sums_many_partials_alike():
     partials = (rng.random(P) * 50).astype(np.float32)
     w = latent_weights(rng, N, K, "float32")
     dims = Dims(1, K, N)
-    outs = {p.name: np.full(p.shape(dims), POISON["uint32"], dtype=np.uint32) for p in spec.output_params[:2]}
+    outs = {p.name: np.full(p.layout.shape(dims), POISON["uint32"], dtype=np.uint32) for p in spec.output_params[:2]}
     outs["beta"] = np.zeros(1, dtype=np.float32)
     args = kernel_args(spec, dims, outs, {"w": w, "partials": np.zeros(partial_count(N * K), np.float32)})
     args[4], args[7] = partials, np.uint32(P)  # more partials than the shape's own

@@ -41,6 +41,24 @@ def _add_in_order(words: np.ndarray, at: np.ndarray, add: np.ndarray) -> np.ndar
     return old
 
 
+def _update_words(st, m, where, value, unsigned, in_order) -> np.ndarray:
+    """One atomic update of the 32-bit words the active threads of mask ``m`` address:
+    ``value``'s operand seen as ``unsigned``, the accesses recorded, then ``in_order(words,
+    rows, operands)`` (add or exchange, in thread order) on each global buffer the addresses
+    fall in. Returns every thread's old word (0 for an inactive one), as atom returns it."""
+    sel = st.sel(m)
+    operand = np.broadcast_to(np.asarray(value(st, m)).view(unsigned), (st.T,))
+    operand = operand if m is None else operand[sel]
+    old = np.zeros(sel.size, np.uint32)
+    at = where.addresses(st, m, sel)
+    where.record(st, at, sel)
+    for k, pos, rows in st.gmem.locate(at, sel, 4):
+        old[pos] = in_order(st.gmem.words(k), rows, operand[pos])
+    full = np.zeros(st.T, np.uint32)
+    full[sel] = old
+    return full
+
+
 @form(rf"(?P<op>red|atom){_SEM}\.global\.add\.(?P<t>[su]32)")
 def _atomic_add(cx, op, t):
     t = TYPES[t]
@@ -49,18 +67,9 @@ def _atomic_add(cx, op, t):
     where, value = place(cx, args[-2], op + ".global", "global", 4), cx.src(args[-1], t)
 
     def run(st, m):
-        sel = st.sel(m)
-        add = np.broadcast_to(np.asarray(value(st, m)).view(t.udtype), (st.T,))
-        add = add if m is None else add[sel]
-        old = np.zeros(sel.size, np.uint32)
-        at = where.addresses(st, m, sel)
-        where.record(st, at, sel)
-        for k, pos, rows in st.gmem.locate(at, sel, 4):
-            old[pos] = _add_in_order(st.gmem.words(k), rows, add[pos])
+        old = _update_words(st, m, where, value, t.udtype, _add_in_order)
         if put is not None:
-            full = np.zeros(st.T, np.uint32)
-            full[sel] = old
-            put(st, m, full.view(t.dtype))
+            put(st, m, old.view(t.dtype))
     return run
 
 
@@ -84,17 +93,7 @@ def _atomic_exchange(cx):
     put, where, value = cx.dst(d, t), place(cx, a, "atom.global", "global", 4), cx.src(b, t)
 
     def run(st, m):
-        sel = st.sel(m)
-        new = np.broadcast_to(np.asarray(value(st, m)).view(np.uint32), (st.T,))
-        new = new if m is None else new[sel]
-        old = np.zeros(sel.size, np.uint32)
-        at = where.addresses(st, m, sel)
-        where.record(st, at, sel)
-        for k, pos, rows in st.gmem.locate(at, sel, 4):
-            old[pos] = _exchange_in_order(st.gmem.words(k), rows, new[pos])
-        full = np.zeros(st.T, np.uint32)
-        full[sel] = old
-        put(st, m, full)
+        put(st, m, _update_words(st, m, where, value, np.uint32, _exchange_in_order))
     return run
 
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Callable, NamedTuple
 
 from kernels.ptx_emit import Ptx
-from kernels.spec import BufferSpec, Dims
+from kernels.layout import Plain
+from kernels.spec import BufferSpec, Dims, ScalarSpec
 from kernels.tile.geometry import N_TILES, TILE_N
 from kernels.tile.operands import Coords, Source
 
@@ -207,16 +208,16 @@ class Rescale(NamedTuple):
         return 4 if self.dtype == "float32" else 2
 
     @property
-    def scalars(self) -> tuple[BufferSpec, ...]:
+    def scalars(self) -> tuple[ScalarSpec, ...]:
         """The u32 switch of the bias; a verify cell always adds one (``value``)."""
-        return (BufferSpec(self.has_bias, "uint32", None, value=lambda d: 1),) if self.has_bias else ()
+        return (ScalarSpec(self.has_bias, lambda d: 1),) if self.has_bias else ()
 
 
 def rescaled_output(name: str, rescale: Rescale, rows: Callable[[Dims], int],
                     width: Callable[[Dims], int]) -> BufferSpec:
     """The float output of a :class:`Rescale`: rows x width of its dtype, contiguous (the
     caller's tensor as it is: no pitch, the stores are one element each)."""
-    return BufferSpec(name, rescale.dtype, lambda d: (rows(d), width(d)))
+    return BufferSpec(name, rescale.dtype, Plain(lambda d: (rows(d), width(d))))
 
 
 class RescaledRows:

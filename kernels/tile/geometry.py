@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from kernels.ptx_emit import Ptx
-from kernels.spec import BufferSpec, Launch
+from kernels.spec import Launch, Param
 
 WARPS_N = 4  # warps along N; every configuration is TILE_N = 128 columns wide
 WARP_N = 32
@@ -99,10 +99,10 @@ def entry_name(family: str, tile: Tile) -> str:
 
 
 
-def begin(name: str, params: tuple[BufferSpec, ...], tile: Tile) -> tuple[Ptx, dict[str, str]]:
+def begin(name: str, params: tuple[Param, ...], tile: Tile) -> tuple[Ptx, dict[str, str]]:
     """A kernel entry of ``tile.threads`` per CTA with its parameters loaded (buffers as global
     pointers, sizes and pitches as u32)."""
-    ptx = Ptx(name, [(p.name, "u64" if p.shape else "u32") for p in params], tile.threads,
+    ptx = Ptx(name, [(p.name, "u32" if p.is_scalar else "u64") for p in params], tile.threads,
               min_ctas=tile.min_ctas)
-    return ptx, {p.name: ptx.param_ptr(p.name) if p.shape else ptx.param_u32(p.name) for p in params}
+    return ptx, {p.name: ptx.param_u32(p.name) if p.is_scalar else ptx.param_ptr(p.name) for p in params}
 

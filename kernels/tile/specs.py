@@ -12,7 +12,7 @@ from kernels.pitch import (output_pitch, pitch as row_pitch_of, pitch_param, pit
                            planes_param)
 from kernels.planes import Planes
 from kernels.ptx_emit import Ptx
-from kernels.spec import BufferSpec, Dims, KernelSpec
+from kernels.spec import BufferSpec, Dims, KernelSpec, ScalarSpec
 from kernels.tile.epilogue import Rescale, rescaled_output
 from kernels.tile.geometry import CHUNK_K, Plan, Tile, begin, entry_name, geometry
 from kernels.tile.mainloop import emit_staged
@@ -51,7 +51,7 @@ def ternary_specs(family: str, tiles: tuple[Tile, ...], out: str, rows: str, row
 
 
 def staged_spec(family: str, tile: Tile, gemm: tuple[str, str, str], buffers: tuple[BufferSpec, ...],
-                pitch: BufferSpec, operands: Callable[[Ptx, Coords, dict[str, str]], tuple["StagedRows", "Source"]],
+                pitch: ScalarSpec, operands: Callable[[Ptx, Coords, dict[str, str]], tuple["StagedRows", "Source"]],
                 b_bits: int, operand_lines: Callable[[Dims, Tile], int], loop_family: str | None = None,
                 b_shared: bool = True, rescale: "Rescale | None" = None, **fields: Any) -> KernelSpec:
     """``family`` on ``tile`` as a KernelSpec: what every staged kernel shares, so a kernel
@@ -94,9 +94,9 @@ def staged_spec(family: str, tile: Tile, gemm: tuple[str, str, str], buffers: tu
                        key=lambda candidate: rule(d, candidate))
         return split_k(*extents(d), tile=tile, split=rescale is None)
 
-    sizes = tuple(BufferSpec(n, "uint32", None) for n in ("R", "K", "N"))
-    split_params = (BufferSpec("ldo", "uint32", None, value=lambda d: output_pitch(getattr(d, cols))),  # int32 words a row
-                    BufferSpec("kspan", "uint32", None, value=lambda d: plan(d).span))  # k bytes per split
+    sizes = tuple(ScalarSpec(n) for n in ("R", "K", "N"))
+    split_params = (ScalarSpec("ldo", lambda d: output_pitch(getattr(d, cols))),  # int32 words a row
+                    ScalarSpec("kspan", lambda d: plan(d).span))  # k bytes per split
     if rescale is None:
         params = (*buffers, *sizes, pitch, *split_params)
     else:

@@ -14,7 +14,6 @@ from typing import Any, Callable
 import numpy as np
 
 from kernels.launch import OUTPUT_POISON, kernel_args
-from kernels.pitch import logical_view
 from kernels.spec import Dims, KernelSpec
 from pipeline.bench.record import TOLERANCE
 from pipeline.core.models import Shape
@@ -98,12 +97,12 @@ def _pad_note(what: list[tuple[str, int, int]], why: str) -> str:
 
 def case_ours(cp: Any, p: Problem, spec: KernelSpec, fn: Callable[..., Any]) -> Case:
     geo = spec.geometry(p.dims)
-    out_shape = spec.output.shape(p.dims)
+    out_shape = spec.output.layout.shape(p.dims)
     split = geo.grid[2] > 1  # split-K adds into the output: it starts at 0, zeroed in every call
 
     def make_set() -> dict[str, Any]:
         bufs = {prm.name: cp.asarray(p.inputs[prm.name]) for prm in spec.params[1:]
-                if prm.shape is not None}
+                if not prm.is_scalar}
         bufs["out"] = cp.full(out_shape, 0 if split else OUTPUT_POISON, dtype=spec.output.dtype)
         bufs["args"] = kernel_args(spec, p.dims, bufs["out"], bufs)
         return bufs
@@ -114,7 +113,7 @@ def case_ours(cp: Any, p: Problem, spec: KernelSpec, fn: Callable[..., Any]) -> 
         fn(geo.grid, geo.block, s["args"], shared_mem=geo.shared_mem)
 
     return Case(make_set=make_set, launch=launch,
-                result=lambda s: cp.asnumpy(logical_view(spec.output, s["out"], p.dims)), gemm=p.gemm,
+                result=lambda s: cp.asnumpy(spec.output.layout.view(s["out"], p.dims)), gemm=p.gemm,
                 note=f"grid {geo.grid} block {geo.block}")
 
 

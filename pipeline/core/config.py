@@ -55,6 +55,7 @@ DEFAULT_BACKEND = "auto"
 PTX_DIR = ARTIFACTS / "ptx"
 PTXAS_DIR = ARTIFACTS / "ptxas"
 VERIFY_DIR = ARTIFACTS / "verify"
+SOURCES_MEMO = ARTIFACTS / "cache" / "sources.json"  # what parsing the kernels' sources gave (pipeline.core.sources)
 SASS_DIR = ARTIFACTS / "sass"
 TESTS_DIR = ARTIFACTS / "tests"
 TESTS_JSON = TESTS_DIR / "kernel_tests.json"
@@ -87,6 +88,10 @@ def ptxas_json(kernel: str) -> Path:
 
 def verify_json(kernel: str, shape_set: str, shape: str) -> Path:
     return VERIFY_DIR / kernel / shape_set / f"{shape}.json"
+
+
+def verify_index(kernel: str) -> Path:
+    return VERIFY_DIR / kernel / "index.json"
 
 
 def sass_json(kernel: str) -> Path:

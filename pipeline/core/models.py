@@ -165,6 +165,27 @@ class VerifyReport(Document):
         return self.error is None and self.mismatches == 0 and self.rows_checked == self.R
 
 
+
+class VerifiedCell(Record):
+    """One cell in its kernel's :class:`VerifyIndex`: what it was run on and what it said."""
+
+    inputs: str  # sha256 of the cell's inputs besides the PTX (shape, seed, launch, reference, backend)
+    ptx_sha256: str
+    report_sha256: str  # of its VerifyReport file: a report edited since is run again
+    backend: Literal["gpu", "emulator"]
+    passed: bool
+    line: str  # the verdict line (pipeline.stages.verify.verdict)
+
+
+class VerifyIndex(Document):
+    """verify: one kernel's cells, keyed "<set>/<shape>", written after each cell. A cell
+    whose inputs, PTX and report file are unchanged is not run again, and the judge and
+    the summary read this instead of every report."""
+
+    kernel: str
+    cells: dict[str, VerifiedCell] = {}
+
+
 # --- seal, ledger, gate -------------------------------------------------------------
 # Written by pipeline/ratchet/assertcount.py (test counts), pipeline/ratchet/seal.py (seals),
 # pipeline/ratchet/results.py (a run's verdicts), pipeline/ratchet/ledger.py (ledger) and read back

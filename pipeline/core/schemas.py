@@ -19,10 +19,10 @@ from pydantic import BaseModel
 
 from pipeline.core.layer_records import LayerBenchReport, LayerLedger, LayerReport
 from pipeline.core.models import (
-    EmitResult, KernelTestRun, Ledger, PtxasReport, RunSummary, Seal, VerifyReport,
+    EmitResult, KernelTestRun, Ledger, PtxasReport, RunSummary, Seal, VerifyIndex, VerifyReport,
 )
 
-DOCUMENTS: tuple[type[BaseModel], ...] = (EmitResult, PtxasReport, VerifyReport, KernelTestRun, Seal, Ledger,
+DOCUMENTS: tuple[type[BaseModel], ...] = (EmitResult, PtxasReport, VerifyReport, VerifyIndex, KernelTestRun, Seal, Ledger,
                                            RunSummary, LayerReport, LayerLedger, LayerBenchReport)
 
 

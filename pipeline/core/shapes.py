@@ -6,11 +6,12 @@ a pydantic dump or a KeyError deep inside a task.
 """
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from pydantic import ValidationError
 
-from pipeline.core.artifacts import read_yaml, rel
+from pipeline.core.artifacts import parse_yaml, read_document, rel
 from pipeline.core.config import SHAPES_FILE
 from pipeline.core.errors import ArtifactError, UserError
 from pipeline.core.models import NAME_RULE, Shape, safe_name
@@ -26,13 +27,24 @@ def _entry_error(where: str, exc: ValidationError) -> UserError:
 
 
 def load_shape_sets(path: Path = SHAPES_FILE) -> dict[str, tuple[Shape, ...]]:
-    """Every set in ``path``, in file order; raises :class:`UserError` on any bad entry."""
+    """Every set in ``path``, in file order; raises :class:`UserError` on any bad entry.
+    Parsed once per content in a process (every task creator asks)."""
     name = rel(path)
     if not Path(path).exists() and not Path(path).is_symlink():
         raise UserError(f"{name}: missing; it lists the shape sets (see the README)")
     try:
-        raw = read_yaml(path)
-    except ArtifactError as exc:  # not a file, not UTF-8, not YAML, a key twice: one line
+        text = read_document(Path(path))
+    except ArtifactError as exc:  # not a file, not UTF-8: one line
+        raise UserError(f"{exc}; fix it (or git checkout it to start again)") from None
+    return dict(_parsed_sets(Path(path), text))
+
+
+@functools.lru_cache(maxsize=8)
+def _parsed_sets(path: Path, text: str) -> tuple[tuple[str, tuple[Shape, ...]], ...]:
+    name = rel(path)
+    try:
+        raw = parse_yaml(path, text)
+    except ArtifactError as exc:  # not YAML, a key twice: one line
         raise UserError(f"{exc}; fix it (or git checkout it to start again)") from None
     if not isinstance(raw, dict) or not raw:
         raise UserError(f"{name}: expected a mapping of set name -> list of shapes")
@@ -60,7 +72,7 @@ def load_shape_sets(path: Path = SHAPES_FILE) -> dict[str, tuple[Shape, ...]]:
                 raise UserError(f"{where}: field 'name': duplicate name in set '{set_name}'")
             shapes.append(shape)
         sets[set_name] = tuple(shapes)
-    return sets
+    return tuple(sets.items())
 
 
 def parse_set_names(text: str) -> tuple[str, ...]:

@@ -14,21 +14,79 @@ docstrings, line numbers or comments (the tokenizer drops those before the tree 
 built), so an edit to the prose leaves every seal fresh and only a change that can
 alter the PTX, the launch or the reference stales one. Emit still re-runs on any
 byte of change (its file_dep), and finds the same PTX.
+
+Parsing is the costly part (every task creator asks, on every run), so what a file's
+parse gave (its imports, its code hash) and each kernel's :func:`check_hash` are kept
+across runs in :data:`MEMO_FILE`, keyed by the bytes they were computed from: the
+sha256 of the file (for imports, also the list of kernels/ modules, which decides what
+``from kernels.x import y`` names), and of every file of the kernel's source closure.
+A run in which no source changed parses nothing.
 """
 from __future__ import annotations
 
 import ast
+import atexit
 import functools
 import importlib.util
 import inspect
+import json
 import types
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from pydantic import ValidationError
+
 from kernels.spec import KernelSpec
-from pipeline.core.artifacts import rel, sha256_bytes, sha256_file
+from pipeline.core import config
+from pipeline.core.artifacts import rel, sha256_bytes, sha256_file, write_atomic
+from pipeline.core.models import Record
 
 PACKAGE = "kernels"
+MEMO_FILE = config.SOURCES_MEMO
+
+
+class SourceMemo(Record):
+    """What parsing gave, by the sha256 of what was parsed (see the module docstring)."""
+
+    layout: str = ""  # sha256 of the kernels/ module list the ``imports`` were resolved against
+    imports: dict[str, list[str]] = {}  # file sha256 -> the kernels/ modules it imports
+    code: dict[str, str] = {}  # file sha256 -> code_text_sha256 of the file
+    checks: dict[str, str] = {}  # "<kernel>:<closure sha256>" -> check_hash
+
+
+class _Memo:
+    """The memo of this process: read on first use, written once at exit when it grew.
+    An unreadable memo is an empty one (it is only a cache: everything is recomputed)."""
+
+    def __init__(self) -> None:
+        self.data: SourceMemo | None = None
+        self.dirty = False
+
+    def get(self) -> SourceMemo:
+        if self.data is None:
+            try:
+                self.data = SourceMemo.model_validate(json.loads(MEMO_FILE.read_text()))
+            except (OSError, ValueError, ValidationError):
+                self.data = SourceMemo()
+            layout = sha256_bytes("\n".join(rel(p) for p in sorted(config.ROOT.glob(f"{PACKAGE}/**/*.py"))).encode())
+            if self.data.layout != layout:
+                self.data = SourceMemo(layout=layout, code=self.data.code, checks={})
+            atexit.register(self.save)
+        return self.data
+
+    def put(self, field: str, key: str, value: Any) -> Any:
+        getattr(self.get(), field)[key] = value
+        self.dirty = True
+        return value
+
+    def save(self) -> None:
+        if self.dirty and self.data is not None and config.ARTIFACTS.is_dir():
+            MEMO_FILE.parent.mkdir(exist_ok=True)
+            write_atomic(MEMO_FILE, self.data.model_dump_json() + "\n")
+            self.dirty = False
+
+
+MEMO = _Memo()
 
 
 def module_file(name: str) -> Path:
@@ -44,9 +102,16 @@ def is_package(name: str) -> bool:
     return found is not None and found.submodule_search_locations is not None
 
 
-@functools.lru_cache(maxsize=None)
 def imported_modules(path: Path) -> frozenset[str]:
-    """The kernels/ modules ``path`` imports (anywhere in the file)."""
+    """The kernels/ modules ``path`` imports (anywhere in the file), parsed once per content."""
+    digest = sha256_file(path)
+    found = MEMO.get().imports.get(digest)
+    if found is None:
+        found = MEMO.put("imports", digest, sorted(parsed_imports(path)))
+    return frozenset(found)
+
+
+def parsed_imports(path: Path) -> set[str]:
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
@@ -58,7 +123,7 @@ def imported_modules(path: Path) -> frozenset[str]:
                 # from kernels import x, from kernels.tile import x: x may be a module
                 names.update(f"{node.module}.{a.name}" for a in node.names
                              if importlib.util.find_spec(f"{node.module}.{a.name}") is not None)
-    return frozenset(names)
+    return names
 
 
 @functools.lru_cache(maxsize=None)
@@ -102,7 +167,8 @@ def code_text_sha256(text: str, filename: str = "<source>") -> str:
 
 @functools.lru_cache(maxsize=None)
 def _code_sha256(path: Path, content_sha256: str) -> str:
-    return code_text_sha256(path.read_text(), str(path))
+    found = MEMO.get().code.get(content_sha256)
+    return found if found is not None else MEMO.put("code", content_sha256, code_text_sha256(path.read_text(), str(path)))
 
 
 def code_sha256(path: Path) -> str:
@@ -146,7 +212,25 @@ def _used_by(fn: Callable[..., Any], home: str, functions: dict[str, str], modul
 
 def check_hash(spec: KernelSpec) -> str:
     """sha256 of the code that decides a verify verdict besides the PTX (see the module
-    docstring). A change there re-runs the verify cells even when the PTX bytes did not."""
+    docstring). A change there re-runs the verify cells even when the PTX bytes did not.
+    What it reads is the kernel's source closure and the files that define its input
+    generator and reference (a spec can be built elsewhere), so their bytes key it."""
+    sites = [(Path(fn.__code__.co_filename), f"{fn.__qualname__}@{fn.__code__.co_firstlineno}")
+             for fn in (spec.make_inputs, spec.reference)]
+    files = tuple(sorted(set(closure(spec.module)) | {path for path, _ in sites if path.is_file()}))
+    key = f"{spec.name}:{closure_bytes_sha256(files)}:{' '.join(site for _, site in sites)}"
+    found = MEMO.get().checks.get(key)
+    return found if found is not None else MEMO.put("checks", key, computed_check_hash(spec))
+
+
+@functools.lru_cache(maxsize=None)
+def closure_bytes_sha256(files: tuple[Path, ...]) -> str:
+    """One hash over the bytes of ``files`` (relative path + sha256 each); kernels that share
+    a closure share it (the files do not change during one task creation)."""
+    return sha256_bytes("".join(f"{rel(p)}\0{sha256_file(p)}\n" for p in files).encode())
+
+
+def computed_check_hash(spec: KernelSpec) -> str:
     functions: dict[str, str] = {}
     modules: set[str] = set()
     for fn in (spec.make_inputs, spec.reference):

@@ -310,7 +310,7 @@ def global_bytes(classes: dict[str, int]) -> float:
 
 def work(spec: KernelSpec, dims: Dims, sass: SassArch) -> Work:
     geometry = spec.geometry(dims)
-    rows, cols = (spec.output.logical or spec.output.shape)(dims)  # a contiguous output has no pitch
+    rows, cols = spec.output.layout.logical(dims)  # the caller's rows x width, not the pitched rows
     contraction = dims.R * dims.K * dims.N // (rows * cols)
     splits = geometry.grid[2]  # split-K: each CTA along z runs its share of the chunks
     span = -(-(-(-contraction // CHUNK_K)) // splits) * CHUNK_K
@@ -319,8 +319,8 @@ def work(spec: KernelSpec, dims: Dims, sass: SassArch) -> Work:
     if fbody is None:
         raise UserError(f"{spec.name} {sass.arch}: the SASS record has no loop; run `doit sass`")
     loop = next(lp for lp in sass.loops if lp.start == sass.steady_loop)
-    buffers = sum(math.prod((p.logical or p.shape)(dims)) * storage_dtype(p.dtype).itemsize  # the caller's layout
-                  for p in spec.params if p.shape)
+    buffers = sum(math.prod(p.layout.logical(dims)) * storage_dtype(p.dtype).itemsize  # the caller's layout
+                  for p in spec.params if not p.is_scalar)
     return Work(
         ctas=math.prod(geometry.grid), warps_per_cta=math.prod(geometry.block) // 32,
         contraction=contraction, fast_chunks=fast, tail_chunks=tail, stages=spec.stages,
@@ -513,7 +513,7 @@ def model_row(spec: KernelSpec, shape: Shape, g: GpuModel, sass: SassArch, count
     w, staged, l1_source = staged_work(spec, dims, g, sass, counts, ptxas, memory, memory_source)
     resident = staged.resident
     ours = cost.staged_phases(dev, staged)
-    rows, cols = spec.output.logical(dims)
+    rows, cols = spec.output.layout.logical(dims)
     ref_cfg, ref = cost.best_dense(dev, rows, cols, w.contraction, "int8")
     useful = 2.0 * dims.R * dims.K * dims.N
     return ModelRow(kernel=spec.name, shape=shape.name, R=shape.R, K=shape.K, N=shape.N,

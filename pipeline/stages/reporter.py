@@ -4,7 +4,8 @@ A task that runs is shown as doit shows it (``.  name``) and failures as doit wr
 them. Up-to-date tasks are not listed one by one; at the end, each stage
 (pipeline.stages.table.Stage) whose cells were part of the run gets its lines: its table when
 any of its cells ran, then its summary, e.g. ``verify: 48 cells on emulator (all up to
-date): all exact``. A stage's cells are the tasks whose ``meta["stage"]`` is that Stage
+date): all exact``. A cell task that runs several units returns ``{"ran": n}`` (doit keeps
+a python action's returned dict as the task's values), and the summary counts units. A stage's cells are the tasks whose ``meta["stage"]`` is that Stage
 (the Stage puts it there), so this module names no stage.
 """
 from __future__ import annotations
@@ -21,14 +22,14 @@ class StageReporter(ConsoleReporter):
 
     def __init__(self, outstream, options) -> None:
         super().__init__(outstream, options)
-        self.seen: dict[Stage, dict[str, bool]] = {}  # stage -> its cells' task names -> ran
+        self.seen: dict[Stage, dict[str, int]] = {}  # stage -> its cells' task names -> units run
         self.order: dict[str, int] = {}  # task name -> creation order (registry, then shapes.yaml)
         self.cells: dict[str, object] = {}  # task name -> its cell
 
     def initialize(self, tasks, selected_tasks) -> None:
         self.order = {name: i for i, name in enumerate(tasks)}
 
-    def _note(self, task: Task, ran: bool) -> None:
+    def _note(self, task: Task, ran: int) -> None:
         stage = (task.meta or {}).get("stage")
         if isinstance(stage, Stage):
             self.seen.setdefault(stage, {})[task.name] = ran
@@ -39,10 +40,11 @@ class StageReporter(ConsoleReporter):
             super().execute_task(task)
 
     def skip_uptodate(self, task: Task) -> None:
-        self._note(task, ran=False)
+        self._note(task, ran=0)
 
     def add_success(self, task: Task) -> None:
-        self._note(task, ran=True)
+        # a task that runs several units (a kernel's verify cells) says how many it ran
+        self._note(task, ran=int((task.values or {}).get("ran", 1)))
 
     def _first(self, names: dict[str, bool]) -> int:
         return min(self.order.get(name, len(self.order)) for name in names)

@@ -73,6 +73,8 @@ def prune_empty_folders(top: Path) -> None:
 
 
 def _leave_nothing(database: bool) -> None:
+    if database:  # the parse memo goes with the state it sped up
+        config.SOURCES_MEMO.unlink(missing_ok=True)
     prune_empty_folders(config.ARTIFACTS)
     if database:
         for path in config.ROOT.glob(f"{DATABASE}*"):

@@ -1,7 +1,7 @@
 """The build half of the doit graph: emit -> ptxas -> verify, one subtask per kernel (x shape).
 
 Names on the command line: ``emit``, ``ptxas``, ``verify`` (each a group: ``emit:<kernel>``,
-``ptxas:<kernel>``, ``verify:<kernel>/<set>/<shape>``, and ``ptxas:check`` /
+``ptxas:<kernel>``, ``verify:<kernel>`` (its cells, ``<set>/<shape>``, run inside it), and ``ptxas:check`` /
 ``verify:check``, the judges).
 
 A cell records its evidence and succeeds, whatever the evidence says: a ptxas report
@@ -9,7 +9,7 @@ with spills, a verify report with mismatches or a launch error. It fails only wh
 could produce no evidence (no ptxas, an unreadable artifact, a cell refused as too
 big). The judges (``ptxas:check``, ``verify:check``) fail when a cell's evidence does
 not pass, and are up to date exactly when all of it passes (an ``uptodate`` that reads
-the reports, no saved state). So ``doit gate`` can depend on the cells and judge a
+the ptxas reports and the verify indexes, no saved state). So ``doit gate`` can depend on the cells and judge a
 failing one against the ledger, and whatever it ran is up to date for ``doit verify``.
 
 Up-to-date rules, so only stale work re-runs:
@@ -18,9 +18,11 @@ Up-to-date rules, so only stale work re-runs:
 - every task's targets are re-hashed against the hashes saved when it last succeeded
   (pipeline.core.checker.targets_intact): a damaged or hand-edited artifact or report
   re-runs the stage that owns it.
-- ``config_changed`` carries the parameters (archs, budget, ptxas, dims, backend, seed,
-  the hash of the reference and input generator, and of the emulator when it is the
-  backend: pipeline.core.sources.check_hash, pipeline.stages.verify.backend_hash).
+- ``config_changed`` carries the parameters (archs, budget, ptxas; for verify each cell's
+  inputs hash: dims, backend, seed, launch, the hash of the reference and input generator,
+  and of the emulator when it is the backend: pipeline.core.sources.check_hash,
+  pipeline.stages.verify.backend_hash), and inside a kernel's verify task a cell runs
+  only when its VerifyIndex entry no longer matches (the verify section below).
 
 Command-line variables (pipeline.core.cmdline) are checked when doit starts. A bad input a
 creator reads (shapes.yaml, shape=, backend=) makes only that creator's tasks fail,
@@ -29,8 +31,10 @@ with one line; ``doit list`` and ``doit emit`` still work.
 from __future__ import annotations
 
 import functools
+import json
 from typing import Any, Iterator, NamedTuple, Sequence
 
+from doit.exceptions import TaskFailed
 from doit.task import clean_targets
 from doit.tools import config_changed
 
@@ -38,12 +42,12 @@ from kernels.registry import KERNELS
 from kernels.spec import Dims, KernelSpec
 from pipeline.core import config
 from pipeline.stages import report
-from pipeline.core.artifacts import rel, write_model
+from pipeline.core.artifacts import read_model, read_present, rel, sha256_bytes, sha256_file, write_model
 from pipeline.core.checker import targets_intact
 from pipeline.core.cmdline import describe, var
 from pipeline.stages.emit import emit
-from pipeline.core.errors import UserError
-from pipeline.core.models import EmitResult, PtxasReport, Shape, VerifyReport
+from pipeline.core.errors import ArtifactError, UserError
+from pipeline.core.models import EmitResult, PtxasReport, Shape, VerifiedCell, VerifyIndex, VerifyReport
 from pipeline.stages.ptxas import assemble, find_ptxas, ptxas_version
 from pipeline.core.shapes import parse_set_names, select_sets
 from pipeline.core.sources import check_hash, source_files
@@ -81,15 +85,20 @@ def task_emit() -> Iterator[dict]:
 
 # ---- ptxas ---------------------------------------------------------------------------
 
-def _ptxas_config(kernel: str) -> dict[str, Any]:
-    """What a ptxas report depends on besides the PTX: archs, budget, which ptxas.
-    A missing ptxas is not an error here (``doit emit`` must work without one)."""
+@functools.lru_cache(maxsize=None)
+def _found_ptxas() -> tuple[tuple[str, str | None], ...]:
+    """Which ptxas, looked up once a run. A missing ptxas is not an error here (``doit
+    emit`` must work without one)."""
     try:
         ptxas = find_ptxas()
-        found = {"ptxas": str(ptxas), "version": ptxas_version(ptxas)}
+        return (("ptxas", str(ptxas)), ("version", ptxas_version(ptxas)))
     except UserError:
-        found = {"ptxas": None}
-    return {"archs": list(config.ARCHS), "budget": config.budget(kernel)._asdict(), **found}
+        return (("ptxas", None),)
+
+
+def _ptxas_config(kernel: str) -> dict[str, Any]:
+    """What a ptxas report depends on besides the PTX: archs, budget, which ptxas."""
+    return {"archs": list(config.ARCHS), "budget": config.budget(kernel)._asdict(), **dict(_found_ptxas())}
 
 
 @one_line_failure
@@ -145,21 +154,10 @@ PTXAS = Stage(
 
 
 # ---- verify --------------------------------------------------------------------------
-
-@one_line_failure
-def _verify(kernel: str, shape_set: str, shape: Shape, backend: str, force: bool) -> None:
-    print(verdict(verify_cell(KERNELS[kernel], shape_set, shape, backend, force)))
-
-
-def verify_problems(cell: tuple[str, str, Shape]) -> list[str]:
-    """The judge's line for one cell: its verdict when it does not pass, or no current report."""
-    kernel, shape_set, shape = cell
-    emitted = report.cached_record(config.emit_json(kernel), EmitResult)
-    found = report.cached_record(config.verify_json(kernel, shape_set, shape.name), VerifyReport)
-    if emitted is None or found is None or found.ptx_sha256 != emitted.ptx_sha256:
-        return [f"{kernel} {shape_set}/{shape.name}: no verify report of the current PTX"]
-    return [] if found.passed else [verdict(found)]
-
+# One doit task per kernel (``verify:<kernel>``), its cells run inside it: doit's cost is
+# per task, and a kernel's cells share its PTX, its reference and its emulator. A cell is
+# run again only when its inputs, its PTX or its report file changed since its entry in
+# the kernel's VerifyIndex was written (after each cell, so a killed run keeps what finished).
 
 class VerifyPlan(NamedTuple):
     """The verify cells this command line asks for, and how to run them."""
@@ -179,17 +177,37 @@ def verify_plan() -> VerifyPlan:
     return VerifyPlan(cells, resolve_backend(var("backend")), var("force") == "1")
 
 
+class KernelCells(NamedTuple):
+    """One kernel's verify cells on this command line: the stage's cell, one doit task."""
+
+    kernel: str
+    shapes: tuple[tuple[str, Shape], ...]  # (set, shape), set then file order
+    inputs: tuple[str, ...]  # each cell's inputs hash (:func:`cell_inputs`), beside ``shapes``
+    backend: str
+    force: bool
+
+    def keys(self) -> list[str]:
+        return [index_key(shape_set, shape.name) for shape_set, shape in self.shapes]
+
+    def named(self) -> list[tuple[str, str, str]]:
+        return [(self.kernel, shape_set, shape.name) for shape_set, shape in self.shapes]
+
+
+def index_key(shape_set: str, shape: str) -> str:
+    return f"{shape_set}/{shape}"
+
+
+def verify_task_name(kernel: str) -> str:
+    return f"verify:{kernel}"
+
+
 def launch_config(spec: KernelSpec, shape: Shape) -> str:
     """The cell's launch as data: grid, block, shared bytes and the scalar arguments. A
     change to a tile or split-K rule that leaves the PTX bytes alone still changes how
     the cell runs, so the cell re-runs; a comment edit changes none of it."""
     dims = Dims(shape.R, shape.K, shape.N)
-    scalars = [p.value(dims) if p.value else getattr(dims, p.name) for p in spec.params if p.shape is None]
+    scalars = [p.value(dims) for p in spec.params if p.is_scalar]
     return repr((tuple(spec.geometry(dims)), scalars))
-
-
-def cell_task(kernel: str, shape_set: str, shape: Shape) -> str:
-    return f"verify:{kernel}/{shape_set}/{shape.name}"
 
 
 @functools.lru_cache(maxsize=None)
@@ -207,39 +225,129 @@ def _backend_hash(backend: str) -> str:
     return backend_hash(backend)
 
 
-def verify_task(cell: tuple[str, str, Shape]) -> dict:
-    kernel, shape_set, shape = cell
-    backend, force = _resolved(var("backend")), var("force") == "1"
-    params = {"R": shape.R, "K": shape.K, "N": shape.N, "backend": backend,
-              "seed": seed(kernel, shape), "reference": _check_hash(kernel), "emulator": _backend_hash(backend),
+def cell_inputs(kernel: str, shape: Shape, backend: str) -> str:
+    """sha256 of what a cell's verdict depends on besides the PTX: its shape, input seed,
+    launch, the reference's code and, on the emulator, the emulator's."""
+    params = {"R": shape.R, "K": shape.K, "N": shape.N, "backend": backend, "seed": seed(kernel, shape),
+              "reference": _check_hash(kernel), "emulator": _backend_hash(backend),
               "launch": launch_config(KERNELS[kernel], shape)}
+    return sha256_bytes(json.dumps(params, sort_keys=True).encode())
+
+
+def kernel_cells() -> list[KernelCells]:
+    """The stage's cells: the plan's cells grouped by kernel, with their inputs hashed."""
+    plan = verify_plan()
+    backend = _resolved(var("backend"))
+    grouped: dict[str, list[tuple[str, Shape]]] = {}
+    for kernel, shape_set, shape in plan.cells:
+        grouped.setdefault(kernel, []).append((shape_set, shape))
+    return [KernelCells(kernel, tuple(shapes), tuple(cell_inputs(kernel, shape, backend) for _, shape in shapes),
+                        backend, plan.force) for kernel, shapes in grouped.items()]
+
+
+def read_index(kernel: str) -> VerifyIndex:
+    """The kernel's index; an empty one when there is none or it is unreadable (its cells
+    then all run again, which rewrites it)."""
+    try:
+        return read_present(config.verify_index(kernel), VerifyIndex) or VerifyIndex(kernel=kernel)
+    except ArtifactError:
+        return VerifyIndex(kernel=kernel)
+
+
+def is_current(entry: VerifiedCell | None, inputs: str, ptx_sha256: str) -> bool:
+    return entry is not None and entry.inputs == inputs and entry.ptx_sha256 == ptx_sha256
+
+
+def indexed(found: VerifyReport, inputs: str, report_sha256: str) -> VerifiedCell:
+    return VerifiedCell(inputs=inputs, ptx_sha256=found.ptx_sha256, report_sha256=report_sha256,
+                        backend=found.backend, passed=found.passed, line=verdict(found))
+
+
+@one_line_failure
+def _verify(cells: KernelCells) -> dict | TaskFailed:
+    """Run the kernel's cells that are not current; ``{"ran": n}`` for the reporter. A cell
+    refused (over the emulator's work budget) is left out of the index, the others run,
+    and the task fails with the refusal."""
+    kernel = cells.kernel
+    ptx_sha256 = read_model(config.emit_json(kernel), EmitResult).ptx_sha256
+    index = read_index(kernel)
+    entries = dict(index.cells)
+    ran, refused = 0, []
+    for (shape_set, shape), inputs, key in zip(cells.shapes, cells.inputs, cells.keys()):
+        path = config.verify_json(kernel, shape_set, shape.name)
+        entry = entries.get(key)
+        if is_current(entry, inputs, ptx_sha256) and path.is_file() and sha256_file(path) == entry.report_sha256:
+            entries[key] = indexed(read_model(path, VerifyReport), inputs, entry.report_sha256)  # the report decides
+            continue
+        try:
+            found = verify_cell(KERNELS[kernel], shape_set, shape, cells.backend, cells.force)
+        except UserError as exc:
+            refused.append(str(exc))
+            entries.pop(key, None)
+            continue
+        entries[key] = indexed(found, inputs, sha256_file(path))
+        write_model(config.verify_index(kernel), VerifyIndex(kernel=kernel, cells=entries))
+        print(entries[key].line)  # after the index: a cell whose line was printed is kept by a run killed next
+        ran += 1
+    if refused:
+        more = f" (+{len(refused) - 1} more)" if len(refused) > 1 else ""
+        return TaskFailed(refused[0] + more)
+    if entries != index.cells or not config.verify_index(kernel).is_file():
+        write_model(config.verify_index(kernel), VerifyIndex(kernel=kernel, cells=entries))
+    return {"ran": ran}
+
+
+def verify_problems(cells: KernelCells) -> list[str]:
+    """The judge's lines for one kernel: each cell's verdict when it does not pass, or no
+    current entry (of this PTX and these inputs) in the kernel's index."""
+    emitted = report.cached_record(config.emit_json(cells.kernel), EmitResult)
+    index = report.cached_record(config.verify_index(cells.kernel), VerifyIndex) or VerifyIndex(kernel=cells.kernel)
+    lines = []
+    for (shape_set, shape), inputs, key in zip(cells.shapes, cells.inputs, cells.keys()):
+        entry = index.cells.get(key)
+        if emitted is None or not is_current(entry, inputs, emitted.ptx_sha256):
+            lines.append(f"{cells.kernel} {key}: no verify report of the current PTX")
+        elif not entry.passed:
+            lines.append(entry.line)
+    return lines
+
+
+def verify_entries(kernels: Sequence[KernelCells]) -> list[VerifiedCell]:
+    """Every cell's index entry, for the summary line; a missing one is an ArtifactError."""
+    found = []
+    for cells in kernels:
+        index = report.cached_record(config.verify_index(cells.kernel), VerifyIndex, True)
+        for key in cells.keys():
+            if key not in index.cells:
+                raise ArtifactError(f"{rel(config.verify_index(cells.kernel))}: no entry for {key}")
+            found.append(index.cells[key])
+    return found
+
+
+def verify_task(cells: KernelCells) -> dict:
     return {
-        "name": cell_task(kernel, shape_set, shape).split(":", 1)[1],
-        "actions": [(_verify, [kernel, shape_set, shape, backend, force])],
-        "file_dep": [str(config.ptx_path(kernel))],
-        "task_dep": [f"ptxas:{kernel}"],
-        "targets": [str(config.verify_json(kernel, shape_set, shape.name))],
-        "uptodate": [config_changed(params), targets_intact()],
+        "name": cells.kernel,
+        "actions": [(_verify, [cells])],
+        "file_dep": [str(config.ptx_path(cells.kernel))],
+        "task_dep": [f"ptxas:{cells.kernel}"],
+        "targets": [str(config.verify_json(*cell)) for cell in cells.named()] + [str(config.verify_index(cells.kernel))],
+        "uptodate": [config_changed({"cells": dict(zip(cells.keys(), cells.inputs))}), targets_intact()],
         "clean": [clean_targets, clean_leftovers],
     }
-
-
-def _named(cells: Sequence[tuple[str, str, Shape]]) -> list[tuple[str, str, str]]:
-    return [(k, s, shape.name) for k, s, shape in cells]
 
 
 VERIFY = Stage(
     name="verify",
     doc=f"Run every kernel on the shape sets, compare exactly: {describe('shape', 'backend', 'force')}",
-    cells=lambda: verify_plan().cells,
+    cells=kernel_cells,
     cell_task=verify_task,
     record="VerifyReport",
     problems=verify_problems,
     judge_doc="fail unless every cell's report is of the current PTX and exact",
     judge_after=("ptxas:check",),
     list_failing=True,
-    table=lambda cells: report.verify_table(_named(cells)),
-    summary=lambda cells, ran: report.verify_line(report.verify_reports(_named(cells)), ran),
+    table=lambda kernels: report.verify_table([cell for cells in kernels for cell in cells.named()]),
+    summary=lambda kernels, ran: report.verify_line(verify_entries(kernels), ran),
     rerun="doit verify shape={set} backend=emulator",
 )
 
@@ -257,7 +365,7 @@ def task_report() -> Iterator[dict]:
     fmt = var("format")
     if fmt not in ("text", "json"):
         raise UserError(f"format={fmt}: expected text or json")
-    kernels, cells = PTXAS.cells(), _named(VERIFY.cells())
+    kernels, cells = PTXAS.cells(), [(k, s, shape.name) for k, s, shape in verify_plan().cells]
     yield {"name": "last", "actions": [(_report, [kernels, cells, fmt])], "uptodate": [False], "verbosity": 2,
            "meta": {"quiet": True}}
 

@@ -33,7 +33,7 @@ from pipeline.ratchet.seal import build_seal, seal_path, write_seal
 from pipeline.core.shapes import select_sets
 from pipeline.core.sources import source_sha256
 from pipeline.stages.taskkit import failing_task, fails_on_user_error, one_line_failure
-from pipeline.stages.tasks_build import cell_task, verify_plan
+from pipeline.stages.tasks_build import verify_plan, verify_task_name
 
 
 @one_line_failure
@@ -72,10 +72,10 @@ def _seal(kernel: str) -> None:
 @fails_on_user_error
 def task_seal() -> Iterator[dict]:
     """Seal each kernel (ledger/seals/<kernel>.json) once its sealed sets verify."""
-    # seal:<k> waits for the verify cells this command line creates (see tasks_build.VERIFY)
-    cells = [c for c in verify_plan().cells if c[1] in config.VERIFY_SETS]
+    # seal:<k> waits for the kernel's verify task when this command line asks for a sealed set
+    verified = {kernel for kernel, shape_set, _ in verify_plan().cells if shape_set in config.VERIFY_SETS}
     for kernel in KERNELS:
-        verify = [cell_task(*c) for c in cells if c[0] == kernel]
+        verify = [verify_task_name(kernel)] if kernel in verified else []
         yield {"name": kernel, "actions": [(_seal, [kernel])],
                "task_dep": [*verify, f"ptxas:{kernel}", f"sass:{kernel}", "kernel_tests"],
                "uptodate": [False], "verbosity": 2}
@@ -116,7 +116,8 @@ def task_gate() -> dict:
         return failing_task(str(exc))
     deps = [f"{task}:{k}" for task in ("emit", "ptxas", "sass") for k in KERNELS]
     sets = list(dict.fromkeys(shape_set for _, shape_set, _ in cells))
-    return {"actions": [(_gate, [sets])], "task_dep": deps + [cell_task(*c) for c in cells] + ["kernel_tests"],
+    return {"actions": [(_gate, [sets])], "task_dep": deps + [verify_task_name(k) for k in dict.fromkeys(k for k, _, _ in cells)]
+            + ["kernel_tests"],
             "uptodate": [False], "verbosity": 2,
             "clean": [(remove_folder, [config.GATE_DIR]), (_sweep_all_temp_files, [])]}
 
