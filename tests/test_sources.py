@@ -110,8 +110,7 @@ def test_parses_are_kept_by_content(tmp_path, monkeypatch):
     from pipeline.core import sources
     from pipeline.core.artifacts import sha256_file
 
-    monkeypatch.setattr(sources, "MEMO_FILE", tmp_path / "memo.json")
-    monkeypatch.setattr(sources, "MEMO", sources._Memo())
+    monkeypatch.setattr(sources, "MEMO", sources._Memo(tmp_path / "cache" / "memo.json"))
     module = tmp_path / "m.py"
     module.write_text("import kernels.spec\n")
     assert imported_modules(module) == {"kernels.spec"}
@@ -119,7 +118,7 @@ def test_parses_are_kept_by_content(tmp_path, monkeypatch):
     module.write_text("import kernels.pitch\n")
     assert imported_modules(module) == {"kernels.pitch"}
     sources.MEMO.save()
-    kept = sources._Memo().get()  # what the next process starts from
+    kept = sources._Memo(tmp_path / "cache" / "memo.json").get()  # what the next process starts from
     assert kept.imports[first] == ["kernels.spec"] and kept.imports[sha256_file(module)] == ["kernels.pitch"]
 
 
@@ -127,7 +126,6 @@ def test_an_unreadable_memo_is_recomputed(tmp_path, monkeypatch):
     from pipeline.core import sources
 
     (tmp_path / "memo.json").write_text('{"imports": {"x": "not a list"}}')
-    monkeypatch.setattr(sources, "MEMO_FILE", tmp_path / "memo.json")
-    monkeypatch.setattr(sources, "MEMO", sources._Memo())
+    monkeypatch.setattr(sources, "MEMO", sources._Memo(tmp_path / "memo.json"))
     assert sources.MEMO.get().imports == {}
     assert check_hash(KERNELS["hslm_fwd_s8"]) == sources.computed_check_hash(KERNELS["hslm_fwd_s8"])

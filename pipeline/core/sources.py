@@ -58,14 +58,15 @@ class _Memo:
     """The memo of this process: read on first use, written once at exit when it grew.
     An unreadable memo is an empty one (it is only a cache: everything is recomputed)."""
 
-    def __init__(self) -> None:
+    def __init__(self, path: Path = MEMO_FILE) -> None:
+        self.path = Path(path)
         self.data: SourceMemo | None = None
         self.dirty = False
 
     def get(self) -> SourceMemo:
         if self.data is None:
             try:
-                self.data = SourceMemo.model_validate(json.loads(MEMO_FILE.read_text()))
+                self.data = SourceMemo.model_validate(json.loads(self.path.read_text()))
             except (OSError, ValueError, ValidationError):
                 self.data = SourceMemo()
             layout = sha256_bytes("\n".join(rel(p) for p in sorted(config.ROOT.glob(f"{PACKAGE}/**/*.py"))).encode())
@@ -80,9 +81,9 @@ class _Memo:
         return value
 
     def save(self) -> None:
-        if self.dirty and self.data is not None and config.ARTIFACTS.is_dir():
-            MEMO_FILE.parent.mkdir(exist_ok=True)
-            write_atomic(MEMO_FILE, self.data.model_dump_json() + "\n")
+        if self.dirty and self.data is not None and self.path.parent.parent.is_dir():  # not after a clean
+            self.path.parent.mkdir(exist_ok=True)
+            write_atomic(self.path, self.data.model_dump_json() + "\n")
             self.dirty = False
 
 
