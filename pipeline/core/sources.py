@@ -32,13 +32,14 @@ import inspect
 import json
 import types
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from pydantic import ValidationError
 
 from kernels.spec import KernelSpec
 from pipeline.core import config
 from pipeline.core.artifacts import rel, sha256_bytes, sha256_file, write_atomic
+from pipeline.core.checker import content_sha256
 from pipeline.core.models import Record
 
 PACKAGE = "kernels"
@@ -224,11 +225,10 @@ def check_hash(spec: KernelSpec) -> str:
     return found if found is not None else MEMO.put("checks", key, computed_check_hash(spec))
 
 
-@functools.lru_cache(maxsize=None)
-def closure_bytes_sha256(files: tuple[Path, ...]) -> str:
-    """One hash over the bytes of ``files`` (relative path + sha256 each); kernels that share
-    a closure share it (the files do not change during one task creation)."""
-    return sha256_bytes("".join(f"{rel(p)}\0{sha256_file(p)}\n" for p in files).encode())
+def closure_bytes_sha256(files: Iterable[Path]) -> str:
+    """One hash over the bytes of ``files`` (relative path + sha256 each), each file hashed
+    once per version in a process (pipeline.core.checker.content_sha256)."""
+    return sha256_bytes("".join(f"{rel(p)}\0{content_sha256(str(p))}\n" for p in files).encode())
 
 
 def computed_check_hash(spec: KernelSpec) -> str:

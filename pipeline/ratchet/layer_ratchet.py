@@ -24,13 +24,13 @@ from pathlib import Path
 from typing import Iterable, Literal, Mapping, NamedTuple
 
 from pipeline.core import config
-from pipeline.core.artifacts import read_committed, read_model, rel, sha256_bytes, sha256_file, write_atomic
+from pipeline.core.artifacts import read_committed, read_model, rel, write_atomic
 from kernels.validate import LaunchError
 from pipeline.core.errors import BlessRefused
 from pipeline.stages.layer_count import build_report
 from pipeline.core.layer_records import COUNTS, LayerCounts, LayerLedger, LayerLevel, LayerReport
 from pipeline.core.shapes import load_shape_sets
-from pipeline.core.sources import closure
+from pipeline.core.sources import closure, closure_bytes_sha256
 
 STEP_MODULE = "kernels.layer_step"
 LAYER_DIR = config.ARTIFACTS / "layer"
@@ -64,7 +64,7 @@ def step_source_files() -> tuple[Path, ...]:
 
 def step_source_sha256() -> str:
     """One hash over the step's source files (relative path + content each)."""
-    return sha256_bytes("".join(f"{rel(p)}\0{sha256_file(p)}\n" for p in step_source_files()).encode())
+    return closure_bytes_sha256(step_source_files())
 
 
 def rises(held: LayerCounts, now: LayerCounts) -> list[str]:

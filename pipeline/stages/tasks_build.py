@@ -216,11 +216,6 @@ def _check_hash(kernel: str) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def _resolved(backend: str) -> str:
-    return resolve_backend(backend)  # 'auto' looks for a GPU once, not once a cell
-
-
-@functools.lru_cache(maxsize=None)
 def _backend_hash(backend: str) -> str:
     return backend_hash(backend)
 
@@ -237,12 +232,11 @@ def cell_inputs(kernel: str, shape: Shape, backend: str) -> str:
 def kernel_cells() -> list[KernelCells]:
     """The stage's cells: the plan's cells grouped by kernel, with their inputs hashed."""
     plan = verify_plan()
-    backend = _resolved(var("backend"))
     grouped: dict[str, list[tuple[str, Shape]]] = {}
     for kernel, shape_set, shape in plan.cells:
         grouped.setdefault(kernel, []).append((shape_set, shape))
-    return [KernelCells(kernel, tuple(shapes), tuple(cell_inputs(kernel, shape, backend) for _, shape in shapes),
-                        backend, plan.force) for kernel, shapes in grouped.items()]
+    return [KernelCells(kernel, tuple(shapes), tuple(cell_inputs(kernel, shape, plan.backend) for _, shape in shapes),
+                        plan.backend, plan.force) for kernel, shapes in grouped.items()]
 
 
 def read_index(kernel: str) -> VerifyIndex:
