@@ -7,22 +7,30 @@ r"""The task graph (`doit list`; `doit help <task>` for one task and its variabl
     report: the last ptxas, verify and bench tables again
     layer: what one TernaryLinear step launches, syncs, copies, allocates, moves      pipeline/stages/tasks_layer.py
 
-A stage (pipeline.stages.table.Stage: its cells, their task, its judge and its summary line) is
-one line below; doit makes each into its task group. `doit verify` is the default; CI
-runs `doit gate`.
+Each line of GRAPH is one stage: its task group, its creator, and the stages its tasks
+depend on. A run loads the stages it asks for and what they need, nothing else
+(pipeline.stages.graph), so `doit verify` never imports the bench or the perf model.
+`doit verify` is the default; CI runs `doit gate`.
 """
 from pipeline.core.checker import ContentChecker
 from pipeline.core.cmdline import startup
+from pipeline.stages.graph import Node, creators
 from pipeline.stages.reporter import StageReporter
-from pipeline.stages.tasks_bench import task_bench  # noqa: F401
-from pipeline.stages.tasks_build import task_emit, task_report  # noqa: F401
-from pipeline.stages.tasks_perf import task_model, task_sass  # noqa: F401
-from pipeline.stages.tasks_ratchet import task_bless, task_gate, task_kernel_tests, task_seal  # noqa: F401
 
-# the stages: doit takes each as a task creator (its create_doit_tasks), named by the stage
-from pipeline.stages.tasks_build import PTXAS  # noqa: F401,E402  ptxas:<kernel>, ptxas:check
-from pipeline.stages.tasks_build import VERIFY  # noqa: F401,E402  verify:<kernel> (its cells inside), verify:check
-from pipeline.stages.tasks_layer import LAYER  # noqa: F401,E402  layer:<set>
+GRAPH = (
+    Node("emit", "pipeline.stages.tasks_build:task_emit"),
+    Node("ptxas", "pipeline.stages.tasks_build:PTXAS", needs=("emit",)),  # ptxas:<kernel>, ptxas:check
+    Node("verify", "pipeline.stages.tasks_build:VERIFY", needs=("ptxas",)),  # verify:<kernel> (its cells inside), verify:check
+    Node("sass", "pipeline.stages.tasks_perf:task_sass", needs=("emit",)),
+    Node("model", "pipeline.stages.tasks_perf:task_model", needs=("sass", "verify")),
+    Node("bench", "pipeline.stages.tasks_bench:task_bench", needs=("emit",)),
+    Node("layer", "pipeline.stages.tasks_layer:LAYER"),  # layer:<set>
+    Node("kernel_tests", "pipeline.stages.tasks_ratchet:task_kernel_tests"),
+    Node("seal", "pipeline.stages.tasks_ratchet:task_seal", needs=("verify", "sass", "kernel_tests")),
+    Node("bless", "pipeline.stages.tasks_ratchet:task_bless"),
+    Node("gate", "pipeline.stages.tasks_ratchet:task_gate", needs=("verify", "sass", "kernel_tests")),
+    Node("report", "pipeline.stages.tasks_build:task_report"),
+)
 
 DOIT_CONFIG = {
     "default_tasks": ["verify"],
@@ -35,3 +43,4 @@ DOIT_CONFIG = {
 }
 
 startup()  # refuse unknown name=value variables, sweep a killed run's temp files
+globals().update(creators(GRAPH, DOIT_CONFIG["default_tasks"]))  # the stages this command line needs

@@ -19,24 +19,32 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Callable
-
-try:
-    import torch
-except ImportError:
-    sys.exit("error: bench/layer_cpu_bench.py needs torch, which is not installed: pip install -e '.[torch]'")
+from typing import TYPE_CHECKING, Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kernels import TernaryLinear  # noqa: E402
 from pipeline.bench.cli import OneLineParser, run_cli  # noqa: E402
+
+if TYPE_CHECKING:
+    import torch
+
+
+def import_torch():
+    """torch, once the arguments are read (``--help`` and a bad option answer without it)."""
+    try:
+        import torch
+    except ImportError:
+        sys.exit("error: bench/layer_cpu_bench.py needs torch, which is not installed: pip install -e '.[torch]'")
+    return torch
 
 
 def step(layer: torch.nn.Module, x: torch.Tensor, dy: torch.Tensor) -> None:
     """One training step's layer work: the weight changed in place (as an optimizer step
     changes it, so TernaryLinear prepares it again: beta and the ternary codes), the
     gradients cleared, forward + backward."""
+    import torch
+
     with torch.no_grad():
         layer.weight.mul_(1.0)  # same values, a new version
     layer.weight.grad = layer.bias.grad = x.grad = None
@@ -75,6 +83,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--threads", type=at_least(0), default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--profile", action="store_true", help="print the operator profile of one step")
     args = parser.parse_args(argv)
+    torch = import_torch()
+    from kernels import TernaryLinear
+
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)

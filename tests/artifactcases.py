@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipeline.core import config
-from pipeline.core.artifacts import sha256_bytes, write_atomic, write_model
+from pipeline.core.artifacts import write_model
+from pipeline.core.files import sha256_bytes, write_atomic
 from pipeline.core.models import EmitResult, Mismatch, PtxasArch, PtxasReport, Shape, VerifyReport
 from pipeline.stages.sass import Body, SassArch, SassReport
 

@@ -17,6 +17,7 @@
   (the ratchet's tasks with their inputs swapped for fixtures).
 - ``world``: gate.main() on files in tmp_path holding the gate's green world
   (tests/gatecases.py).
+- The build plan a test computes in-process is kept in a temp folder (``plan_memo_in_tmp``).
 - Helpers tests share live in modules that are not tests (kernelcases, emucases,
   artifactcases, quantbounds, floatcases, stepcases, gatecases), so no test module imports another.
 """
@@ -27,7 +28,8 @@ import os
 # Before anything imports numpy or torch: one BLAS / OpenMP thread a process. The suite runs
 # one worker per core (-n auto), so a second thread per worker only spins against the other
 # worker (OpenBLAS busy-waits); every result the tests compare is exact whatever the count.
-for _threads in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+# torch.compile's inductor would likewise start a pool of compile workers per process.
+for _threads in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "TORCHINDUCTOR_COMPILE_THREADS"):
     os.environ.setdefault(_threads, "1")
 
 import subprocess
@@ -52,6 +54,14 @@ ERRORS_ON_WARNINGS = "test_ptxemu"  # the emulator's test modules: a numpy warni
 
 SHARED_SCOPES = ("module", "class", "package")  # fixtures built once for many tests
 
+# The longest files first (seconds of test time, `pytest --durations=0` on 2 workers), so the
+# workers start on them and end together on the many short tests: without it the last long
+# group can start when everything else is done. A file not listed keeps its place after
+# these; a stale order costs wall time only.
+LONGEST_FIRST = ("test_graph.py", "test_on_device.py", "test_kernels_run.py", "test_bench_tools.py",
+                 "test_fused_epilogue.py", "test_sass.py", "test_torch_linear.py", "test_bench.py", "test_cost.py",
+                 "test_new_kernel.py", "test_torch_compile.py", "test_bench_report.py")
+
 
 def shares_a_fixture(item: pytest.Item) -> bool:
     """Whether ``item`` uses a fixture built once for its module (or class, or package)."""
@@ -70,6 +80,15 @@ def keep_the_group_in_the_node_id(item: pytest.Item, group: str) -> None:
         item._id = type(node_id).parse(f"{node_id}@{group}")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """pytest-xdist hands the groups out largest first by their count of tests (its
+    ``--loadscope-reorder``, on by default); here the order is the collection's, longest
+    first by time (:data:`LONGEST_FIRST`). The controller reads this option; it loads this
+    file as an initial conftest of ``testpaths``."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Warnings are errors in the emulator's tests, below any filterwarnings mark of the
@@ -78,7 +97,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     Under ``pytest -n N --dist loadgroup`` (pytest-xdist) the tests of a module that share
     a module-scoped fixture go to one worker, in file order: the fixture is built once
     (not once per worker) and tests that leave state for the next (tests/test_graph.py)
-    still run in sequence. Every other test is handed to whichever worker is free."""
+    still run in sequence. Every other test is handed to whichever worker is free, the
+    files of :data:`LONGEST_FIRST` first (pytest_configure keeps xdist to that order)."""
+    items.sort(key=lambda item: LONGEST_FIRST.index(item.path.name) if item.path.name in LONGEST_FIRST
+               else len(LONGEST_FIRST))  # stable: file order within a file, and among the rest
     for item in items:
         if item.path.name.startswith(ERRORS_ON_WARNINGS):
             item.add_marker(pytest.mark.filterwarnings("error"), append=False)
@@ -86,6 +108,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group(item.path.stem))
             if getattr(config.option, "loadgroup", False):  # a pytest-xdist worker under --dist loadgroup
                 keep_the_group_in_the_node_id(item, item.path.stem)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def plan_memo_in_tmp(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Tests create the build's tasks in-process: the plan they keep
+    (pipeline.stages.build_plan) goes to a temp folder, not the working tree's artifacts/."""
+    config.PLAN_DIR = tmp_path_factory.mktemp("plans")
 
 
 @pytest.fixture

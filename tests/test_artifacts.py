@@ -11,7 +11,7 @@ import time
 import pytest
 
 from pipeline.core import proc
-from pipeline.core.artifacts import sweep_temp_files, temp_path, write_atomic
+from pipeline.core.files import sweep_temp_files, temp_path, write_atomic
 
 
 def mode(path) -> int:

@@ -28,7 +28,8 @@ from kernels.ternary import PackError, pack
 from kernels.validate import LaunchError
 from pipeline.core import cmdline
 from pipeline.ratchet import gate
-from pipeline.core.artifacts import read_json, read_model, read_yaml, scratch_folder, sweep_scratch_folders
+from pipeline.core.artifacts import read_json, read_model, read_yaml
+from pipeline.core.files import scratch_folder, sweep_scratch_folders
 from pipeline.bench.land import unpack_rest
 from pipeline.core.config import ROOT
 from pipeline.core.errors import ArtifactError, UserError

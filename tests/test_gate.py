@@ -264,7 +264,7 @@ def test_doit_gate_passes_the_exit_status_through(tmp_path, tmp_doit):
     dodo = """
         from pipeline.ratchet import gate
         from pipeline.stages import tasks_ratchet
-        from pipeline.stages.tasks_build import VerifyPlan
+        from pipeline.stages.build_steps import VerifyPlan
         gate.main = lambda argv: int(open("code").read())
         tasks_ratchet.KERNELS, tasks_ratchet.verify_plan = {}, lambda: VerifyPlan([], "emulator", False)
         from pipeline.stages.tasks_ratchet import task_gate

@@ -108,7 +108,7 @@ def test_parses_are_kept_by_content(tmp_path, monkeypatch):
     """The parse memo is keyed by the file's bytes: an edit is parsed again, the old
     bytes' result stays for when they come back, and a new process reads what was kept."""
     from pipeline.core import sources
-    from pipeline.core.artifacts import sha256_file
+    from pipeline.core.files import sha256_file
 
     monkeypatch.setattr(sources, "MEMO", sources._Memo(tmp_path / "cache" / "memo.json"))
     module = tmp_path / "m.py"

@@ -16,7 +16,7 @@ from pipeline.core import checker
 from pipeline.stages import report
 from pipeline.core.errors import ArtifactError, UserError
 from pipeline.core.models import Check, EmitResult
-from pipeline.stages.table import Stage, all_pass, judge, stage_rerun, summary_lines
+from pipeline.stages.table import NOTHING_RAN, Stage, judge, stage_rerun, summary_lines
 from pipeline.stages.tasks_build import PTXAS, VERIFY
 from pipeline.stages.tasks_layer import LAYER
 
@@ -30,14 +30,16 @@ def toy(problems=None, cells=lambda: ["a", "b"], **extra) -> Stage:
 
 
 def test_a_stage_makes_its_cells_and_its_judge():
-    stage = toy(problems=lambda c: [], judge_after=("other:check",))
+    stage = toy(problems=lambda c: [], judge_after=("other:check",), judged=lambda c: [Path(f"{c}.json"), Path("all.json")])
     assert stage.create_doit_tasks.basename == "toy" and stage.create_doit_tasks.__doc__ == "a toy stage"
     *cells, check = list(stage.create_doit_tasks())
     assert [t["name"] for t in cells] == ["a", "b"]
     assert all(t["meta"]["stage"] is stage and t["meta"]["cell"] == t["name"] for t in cells)
     assert cells[0]["task_dep"] == ["up:a"]  # the cell's own fields are kept
     assert check["name"] == "check" and check["task_dep"] == ["toy:a", "toy:b", "other:check"]
-    assert check["uptodate"][0]()  # nothing fails
+    # the judge reads the cells' records: they, and the cells, decide whether it is up to date
+    assert check["file_dep"] == ["a.json", "all.json", "b.json"] and check["meta"] == {"stage": stage, "judge": True}
+    assert check["uptodate"][0].config == {"cells": ["'a'", "'b'"]}
 
 
 def test_a_stage_without_problems_has_no_judge_and_a_bad_input_fails_it_alone():
@@ -52,21 +54,24 @@ def test_a_stage_without_problems_has_no_judge_and_a_bad_input_fails_it_alone():
 
 def test_the_judge_fails_with_the_first_line_and_counts_the_rest(capsys):
     lines = {"a": ["a: over budget", "a: spills"], "b": ["b: mismatch"]}
-    failed = judge(lines.get, ["a", "b"], False)
+    failed = judge(toy(problems=lines.get), ["a", "b"])
     assert str(failed).strip().endswith("a: over budget (+2 more)") and capsys.readouterr().out == ""
-    failed = judge(lines.get, ["a", "b"], True)
+    failed = judge(toy(problems=lines.get, list_failing=True), ["a", "b"])
     assert str(failed).strip().endswith("a: over budget (+2 more above)")
     assert capsys.readouterr().out == "a: spills\nb: mismatch\n"
-    assert judge(lambda c: [], ["a"], True) is None
-    assert not all_pass(lines.get, ["a"]) and all_pass(lambda c: [], ["a", "b"])
+    assert judge(toy(problems=lambda c: []), ["a"]) == {}
 
 
-def test_an_unreadable_record_keeps_the_judge_stale():
+def test_a_passing_judge_keeps_the_line_a_run_with_nothing_to_do_prints():
+    stage = toy(problems=lambda c: [], summary=lambda cells, ran: f"toy: {len(cells)} cells ({ran} ran)")
+    assert judge(stage, ["a", "b"]) == {NOTHING_RAN: "toy: 2 cells (0 ran)"}
+
+
+def test_an_unreadable_record_fails_the_judge_with_one_line():
     def unreadable(cell: str) -> list[str]:
         raise ArtifactError(f"{cell}.json: unreadable JSON")
 
-    assert not all_pass(unreadable, ["a"])
-    assert "a.json: unreadable JSON" in str(judge(unreadable, ["a"], False))
+    assert "a.json: unreadable JSON" in str(judge(toy(problems=unreadable), ["a"]))
 
 
 def test_summary_lines_table_only_when_a_cell_ran():
@@ -96,7 +101,7 @@ def test_a_file_is_hashed_once_per_version(tmp_path, monkeypatch):
     path = tmp_path / "k.ptx"
     path.write_text("one")
     reads = []
-    monkeypatch.setattr(checker, "sha256_file", lambda p: reads.append(p) or p.read_text())
+    monkeypatch.setattr(checker, "sha256_file", lambda p: reads.append(p) or Path(p).read_text())
     later = time.time_ns() + 10 * checker.RACY_NS  # as if hashed long after the file was written
     monkeypatch.setattr(checker.time, "time_ns", lambda: later)
     assert checker.content_sha256(str(path)) == "one" and checker.content_sha256(str(path)) == "one"
@@ -111,7 +116,7 @@ def test_a_file_changed_just_before_it_was_hashed_is_never_taken_from_the_cache(
     path = tmp_path / "k.ptx"
     path.write_text("one")
     reads = []
-    monkeypatch.setattr(checker, "sha256_file", lambda p: reads.append(p) or p.read_text())
+    monkeypatch.setattr(checker, "sha256_file", lambda p: reads.append(p) or Path(p).read_text())
     checker.content_sha256(str(path))
     checker.content_sha256(str(path))
     assert len(reads) == 2  # written within RACY_NS of being hashed: re-read
@@ -150,6 +155,7 @@ def cell_task(name):
 
 COPY = Stage(name="copy", doc="copy each input", cells=lambda: ["a", "b", "c"], cell_task=cell_task,
              problems=lambda name: [f"{name}: bad"] if Path(f"out/{name}").read_text() == "bad" else [],
+             judged=lambda name: [Path(f"out/{name}")],
              table=lambda cells: "TABLE", summary=lambda cells, ran: f"copy: {len(cells)} cells ({ran} ran)")
 DOIT_CONFIG = {"dep_file": "db", "backend": "sqlite3", "check_file_uptodate": ContentChecker,
                "reporter": StageReporter, "verbosity": 2}
@@ -170,18 +176,18 @@ def test_a_stage_in_doit_reruns_only_its_stale_cells(tmp_path):
     for name in "abc":
         (tmp_path / "in" / name).write_text(name)
     rc, ran, out = run_toy(tmp_path)
-    # the judge is up to date as soon as all the evidence passes: it never needs to run
-    assert rc == 0 and ran == {"copy:a", "copy:b", "copy:c"} and "TABLE" in out
+    assert rc == 0 and ran == {"copy:a", "copy:b", "copy:c", "copy:check"} and "TABLE" in out
     rc, ran, out = run_toy(tmp_path)
+    # nothing ran: the line is the one the judge kept when it passed
     assert rc == 0 and ran == set() and out.splitlines()[-1] == "copy: 3 cells (0 ran)" and "TABLE" not in out
     source = tmp_path / "in" / "b"
     stat = source.stat()
     source.write_text("B")  # same size, mtime put back: content decides
     os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     rc, ran, out = run_toy(tmp_path)
-    assert rc == 0 and ran == {"copy:b"} and out.splitlines()[-1] == "copy: 3 cells (1 ran)"
-    (tmp_path / "out" / "c").write_text("damaged")  # a target edited by hand: its cell re-runs
-    assert run_toy(tmp_path)[1] == {"copy:c"}
+    assert rc == 0 and ran == {"copy:b", "copy:check"} and out.splitlines()[-1] == "copy: 3 cells (1 ran)"
+    (tmp_path / "out" / "c").write_text("damaged")  # a target edited by hand: its cell re-runs, and
+    assert run_toy(tmp_path)[1] == {"copy:c"}  # writes what the judge last read: the judge is up to date
     (tmp_path / "in" / "a").write_text("bad")  # the cell records it; the judge fails
     rc, ran, out = run_toy(tmp_path)
     assert rc == 1 and ran == {"copy:a", "copy:check"} and "a: bad" in out

@@ -30,7 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # one_launch, beside t
 
 import numpy as np  # noqa: E402
 
-from pipeline.core.artifacts import read_json, rel, write_atomic, write_model  # noqa: E402
+from pipeline.core.artifacts import read_json, write_model
+
+from pipeline.core.files import rel, write_atomic  # noqa: E402
 from pipeline.bench.cli import OneLineParser, run_cli  # noqa: E402
 from pipeline.bench.counters import METRICS, available, left_out, parse_ncu_csv  # noqa: E402
 from pipeline.core.errors import UserError  # noqa: E402

@@ -26,7 +26,7 @@ import re
 import sys
 from pathlib import Path
 
-from pipeline.core.artifacts import rel, write_atomic
+from pipeline.core.files import rel, write_atomic
 from pipeline.core.errors import UserError
 from pipeline.bench.cli import OneLineParser, run_cli
 

@@ -17,7 +17,9 @@ import sys
 import tarfile
 from pathlib import Path
 
-from pipeline.core.artifacts import read_model, rel, write_atomic, write_model
+from pipeline.core.artifacts import read_model, write_model
+
+from pipeline.core.files import rel, write_atomic
 from pipeline.core.config import ROOT
 from pipeline.core.errors import UserError
 from pipeline.bench.cli import OneLineParser, run_cli

@@ -16,7 +16,9 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, ValidationError, model_validator
 
-from pipeline.core.artifacts import read_json, rel
+from pipeline.core.artifacts import read_json
+
+from pipeline.core.files import rel
 from pipeline.core.errors import ArtifactError, UserError
 from pipeline.core.models import Record
 

@@ -16,7 +16,8 @@ from pathlib import Path
 
 from kernels.registry import KERNELS, choose
 from kernels.spec import Dims
-from pipeline.core.artifacts import read_model, rel, write_atomic, write_model
+from pipeline.core.artifacts import read_model, write_model
+from pipeline.core.files import rel, write_atomic
 from pipeline.bench.cli import OneLineParser, run_cli
 from pipeline.bench.record import (IMPLS, BenchReport, Row, Timing, load_predictions,
                                    with_predictions)

@@ -34,7 +34,8 @@ import numpy as np
 from kernels.backends import load_function
 from kernels.registry import KERNELS
 from kernels.spec import Dims, KernelSpec
-from pipeline.core.artifacts import read_model, rel, sha256_file, write_model
+from pipeline.core.artifacts import read_model, write_model
+from pipeline.core.files import rel, sha256_file
 from pipeline.core.errors import UserError
 from pipeline.bench.baselines import (Case, Problem, case_cublas_f16, case_cublas_f32,
                                       case_cublas_int8, case_ours, case_torch_bf16,

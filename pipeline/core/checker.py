@@ -6,20 +6,24 @@ is trusted). Here every file_dep is hashed on every run and every task's targets
 re-hashed against the hashes saved when it last succeeded (:class:`targets_intact`),
 so both cases re-run exactly the stage that owns the file.
 
-A file is hashed once per version within one run (:func:`content_sha256`): every verify
-cell of a kernel depends on the same PTX, so it would otherwise be read once a cell.
-The version is the file's inode, size, mtime and ctime *in this process*: what is
-compared with the saved state is still the content's sha256, so an edit between runs is
-seen whatever it did to the mtime, and a file rewritten during the run is hashed again
-(ctime moves with every write and ``utime``, and no one can set it). As in git's "racy
-clean" rule, a file changed within :data:`RACY_NS` of being hashed is never taken from
-the cache: the clock that stamps ctime is coarse, so a second write in the same tick
-would otherwise keep the stamp.
+A file is hashed once per version (:func:`content_sha256`): every verify cell of a
+kernel depends on the same PTX, and a run with nothing to do would otherwise read every
+report of every cell. The version is the file's path, inode, size, mtime and ctime, as
+git's index keeps them: what is compared with the saved state is still the content's
+sha256, so an edit is seen whatever it did to the mtime (ctime moves with every write,
+``utime`` and rename, and no one can set it). As in git's "racy clean" rule, a version
+hashed within :data:`RACY_NS` of its last change is never taken from the cache (the
+clock that stamps ctime is coarse, so a second write in the same tick would otherwise
+keep the stamp); it is hashed again, and trusted from then on. A doit run keeps the
+versions it hashed for the next run (:func:`keep_hashes`, called by
+pipeline.core.cmdline.startup); anything unreadable there is a miss.
 Readers still check an artifact against the sha256 its result JSON records
 (pipeline.core.artifacts.check_artifact) before using it.
 """
 from __future__ import annotations
 
+import atexit
+import json
 import os
 import time
 from pathlib import Path
@@ -27,11 +31,13 @@ from pathlib import Path
 from doit.dependency import FileChangedChecker
 from doit.task import Task
 
-from pipeline.core.artifacts import sha256_file
+from pipeline.core.files import sha256_file, write_atomic
 
 
 RACY_NS = 2_000_000_000  # far above any file system's timestamp tick
 _hashes: dict[tuple[str, int, int, int, int], tuple[str, int]] = {}  # version -> (sha256, when hashed)
+_kept: list[Path] = []  # where this run's hashes go for the next one (keep_hashes)
+_new: set[tuple[str, int, int, int, int]] = set()  # versions hashed in this process
 
 
 def content_sha256(path: str, stat: os.stat_result | None = None) -> str:
@@ -42,9 +48,52 @@ def content_sha256(path: str, stat: os.stat_result | None = None) -> str:
     if found is not None and st.st_ctime_ns < found[1] - RACY_NS:
         return found[0]
     hashed_at = time.time_ns()
-    digest = sha256_file(Path(path))
+    digest = sha256_file(path)
     _hashes[key] = (digest, hashed_at)
+    _new.add(key)
     return digest
+
+
+def _present_sha256(path: str) -> str | None:
+    """sha256 of the file at ``path``, None when there is none (one stat, not two)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return content_sha256(path, st)
+
+
+def keep_hashes(memo: Path) -> None:
+    """Start from the versions ``memo`` holds, and write it back when the process ends
+    with the versions that are still current, when this process hashed any."""
+    try:
+        for path, ino, size, mtime, ctime, digest, hashed_at in json.loads(memo.read_text()):
+            _hashes.setdefault((path, ino, size, mtime, ctime), (digest, hashed_at))
+    except (OSError, ValueError, TypeError):
+        _hashes.clear()
+    if not _kept:
+        atexit.register(_write_kept)
+    _kept[:] = [memo]
+
+
+def drop_kept_hashes() -> None:
+    """Write nothing at exit (``doit clean`` removes the memo with everything else)."""
+    _kept.clear()
+
+
+def _current(key: tuple[str, int, int, int, int]) -> bool:
+    try:
+        st = os.stat(key[0])
+    except OSError:
+        return False
+    return key == (key[0], st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _write_kept() -> None:
+    if not _kept or not _new:
+        return
+    rows = [[*key, *found] for key, found in _hashes.items() if _current(key)]
+    write_atomic(_kept[0], json.dumps(rows))
 
 
 class ContentChecker(FileChangedChecker):
@@ -70,7 +119,7 @@ class targets_intact:
 
     @staticmethod
     def hashes(targets: list[str]) -> dict[str, str | None]:
-        return {t: content_sha256(t) if os.path.exists(t) else None for t in targets}
+        return {t: _present_sha256(t) for t in targets}
 
     def __call__(self, task: Task, values: dict) -> bool:
         saved = values.get(self.KEY)

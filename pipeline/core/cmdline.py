@@ -16,7 +16,8 @@ from typing import NamedTuple
 from doit import doit_cmd, get_var
 
 from pipeline.core import config
-from pipeline.core.artifacts import sweep_scratch_folders, sweep_temp_files
+from pipeline.core.checker import keep_hashes
+from pipeline.core.files import sweep_scratch_folders, sweep_temp_files
 
 
 class Variable(NamedTuple):
@@ -125,7 +126,8 @@ def database_problem(path: Path) -> str | None:
 
 def startup() -> None:
     """What every doit run does first: refuse unknown variables (exit 3, doit's status for a
-    bad command line), sweep temp files of killed runs, and turn SIGTERM into
+    bad command line), sweep temp files of killed runs, start from the file hashes the last
+    run kept (pipeline.core.checker.keep_hashes), and turn SIGTERM into
     KeyboardInterrupt: doit saves its database only when a run ends (all its backends
     keep it in memory until then), and it does so on an exception, so the cells that
     finished before a Ctrl-C or a SIGTERM are not redone. A SIGKILL still loses them."""
@@ -144,6 +146,7 @@ def startup() -> None:
         raise SystemExit(2)
     sweep_temp_files()
     sweep_scratch_folders()
+    keep_hashes(config.HASHES_MEMO)
     signal.signal(signal.SIGTERM, _interrupt)
     sys.excepthook = _interrupted
 

@@ -55,7 +55,10 @@ DEFAULT_BACKEND = "auto"
 PTX_DIR = ARTIFACTS / "ptx"
 PTXAS_DIR = ARTIFACTS / "ptxas"
 VERIFY_DIR = ARTIFACTS / "verify"
-SOURCES_MEMO = ARTIFACTS / "cache" / "sources.json"  # what parsing the kernels' sources gave (pipeline.core.sources)
+CACHE_DIR = ARTIFACTS / "cache"  # what a run keeps to be fast, never evidence: `doit clean` removes it
+SOURCES_MEMO = CACHE_DIR / "sources.json"  # what parsing the kernels' sources gave (pipeline.core.sources)
+PLAN_DIR = CACHE_DIR / "plans"  # the build's tasks as data, one file per command line (pipeline.stages.build_plan)
+HASHES_MEMO = CACHE_DIR / "hashes.json"  # each file version's sha256 (pipeline.core.checker)
 SASS_DIR = ARTIFACTS / "sass"
 TESTS_DIR = ARTIFACTS / "tests"
 TESTS_JSON = TESTS_DIR / "kernel_tests.json"
@@ -87,7 +90,7 @@ def ptxas_json(kernel: str) -> Path:
 
 
 def verify_json(kernel: str, shape_set: str, shape: str) -> Path:
-    return VERIFY_DIR / kernel / shape_set / f"{shape}.json"
+    return VERIFY_DIR.joinpath(kernel, shape_set, f"{shape}.json")  # one parse: a no-op run names 1134 of these
 
 
 def verify_index(kernel: str) -> Path:

@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from pipeline.core.artifacts import rel, write_atomic
+from pipeline.core.files import rel, write_atomic
 from pipeline.bench.cli import OneLineParser, run_cli
 from pipeline.core.config import SCHEMAS_DIR
 from pipeline.core.errors import UserError

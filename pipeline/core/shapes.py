@@ -11,7 +11,9 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from pipeline.core.artifacts import parse_yaml, read_document, rel
+from pipeline.core.artifacts import parse_yaml, read_document
+
+from pipeline.core.files import rel
 from pipeline.core.config import SHAPES_FILE
 from pipeline.core.errors import ArtifactError, UserError
 from pipeline.core.models import NAME_RULE, Shape, safe_name

@@ -38,7 +38,7 @@ from pydantic import ValidationError
 
 from kernels.spec import KernelSpec
 from pipeline.core import config
-from pipeline.core.artifacts import rel, sha256_bytes, sha256_file, write_atomic
+from pipeline.core.files import rel, sha256_bytes, sha256_file, write_atomic
 from pipeline.core.checker import content_sha256
 from pipeline.core.models import Record
 

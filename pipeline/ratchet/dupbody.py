@@ -23,7 +23,9 @@ from typing import Iterator
 
 from pydantic import ValidationError
 
-from pipeline.core.artifacts import field_error, read_yaml, rel
+from pipeline.core.artifacts import field_error, read_yaml
+
+from pipeline.core.files import rel
 from pipeline.bench.cli import OneLineParser, run_cli
 from pipeline.core.config import ALLOWED_FILE, ROOT
 from pipeline.core.errors import ArtifactError, UserError

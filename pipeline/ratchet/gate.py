@@ -79,7 +79,8 @@ from pydantic import ValidationError
 
 from pipeline.core import config
 from pipeline.core import proc
-from pipeline.core.artifacts import field_error, parse_json, read_yaml, rel, write_model
+from pipeline.core.artifacts import field_error, parse_json, read_yaml, write_model
+from pipeline.core.files import rel
 from pipeline.core.config import ALLOWED_FILE, GATE_DIR, LEDGER_FILE, SEALS_DIR
 from pipeline.ratchet.dupbody import allowed_group, read_allowed, stale_allowances
 from pipeline.core.errors import ArtifactError, UserError

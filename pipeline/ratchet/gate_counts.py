@@ -20,7 +20,8 @@ from typing import Callable, NamedTuple
 
 from kernels import cost
 from kernels.registry import KERNELS
-from pipeline.core.artifacts import read_json, read_model, rel
+from pipeline.core.artifacts import read_json, read_model
+from pipeline.core.files import rel
 from pipeline.core.config import sass_json
 from pipeline.stages.perf_model import counts_disagreements
 from pipeline.stages.sass import SassReport

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence, TypeVar
 
-from pipeline.core.artifacts import rel
+from pipeline.core.files import rel
 from pipeline.ratchet.seal import seal_path
 
 if TYPE_CHECKING:

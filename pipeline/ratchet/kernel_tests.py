@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 
 from pipeline.core import proc
-from pipeline.core.artifacts import read_model, rel
+from pipeline.core.artifacts import read_model
+from pipeline.core.files import rel
 from pipeline.core.config import ROOT, TESTS_JSON, TESTS_PYCACHE
 from pipeline.core.errors import ArtifactError
 from pipeline.core.models import KernelTestRun

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Iterable, Literal, Mapping, NamedTuple
 
 from pipeline.core import config
-from pipeline.core.artifacts import read_committed, read_model, rel, write_atomic
+from pipeline.core.artifacts import read_committed, read_model
+from pipeline.core.files import rel, write_atomic
 from kernels.validate import LaunchError
 from pipeline.core.errors import BlessRefused
 from pipeline.stages.layer_count import build_report

@@ -27,7 +27,9 @@ import json
 from pathlib import Path
 from typing import Callable, Iterable, NamedTuple, get_args
 
-from pipeline.core.artifacts import read_committed, rel, write_atomic
+from pipeline.core.artifacts import read_committed
+
+from pipeline.core.files import rel, write_atomic
 from pipeline.core.config import LEDGER_FILE
 from pipeline.core.errors import BlessRefused
 from pipeline.ratchet.layer_ratchet import LAYER_LEDGER, planned_bless, write_layer_ledger

@@ -13,7 +13,8 @@ from typing import Iterable
 
 from kernels.registry import KERNELS
 from pipeline.core import config
-from pipeline.core.artifacts import read_present, rel, sha256_file
+from pipeline.core.artifacts import read_present
+from pipeline.core.files import rel, sha256_file
 from pipeline.ratchet.dupbody import find_duplicates
 from pipeline.core.schemas import drift
 from pipeline.core.errors import ArtifactError

@@ -21,7 +21,9 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from pathlib import Path
 
-from pipeline.core.artifacts import check_artifact, read_committed, read_model, rel, write_model
+from pipeline.core.artifacts import check_artifact, read_committed, read_model, write_model
+
+from pipeline.core.files import rel
 from pipeline.core.config import SEALS_DIR, emit_json, ptx_path, ptxas_json, sass_json, verify_json
 from pipeline.core.errors import ArtifactError, SealRefused
 from pipeline.ratchet.results import hashes_of_test_files, verify_results

@@ -7,7 +7,8 @@ e.g. a comment in a kernel module, re-runs emit and nothing after it.
 from __future__ import annotations
 
 from kernels.spec import KernelSpec
-from pipeline.core.artifacts import rel, sha256_bytes, write_atomic, write_model
+from pipeline.core.artifacts import write_model
+from pipeline.core.files import rel, sha256_bytes, write_atomic
 from pipeline.core.config import emit_json, ptx_path
 from pipeline.core.models import EmitResult
 from pipeline.core.sources import source_sha256

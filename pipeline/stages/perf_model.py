@@ -39,7 +39,8 @@ from kernels.registry import KERNELS, choose
 from kernels.spec import Dims, KernelSpec
 from kernels.tile.geometry import CHUNK_K
 from kernels.tile.rule import output_wavefronts as staged_output_wavefronts
-from pipeline.core.artifacts import read_json, read_yaml, rel, sha256_file
+from pipeline.core.artifacts import read_json, read_yaml
+from pipeline.core.files import rel, sha256_file
 from pipeline.core.errors import ArtifactError, UserError
 from pipeline.core.layer_records import LayerLaunch, LayerShape
 from pipeline.core.models import MemoryAccess, PtxasArch, Record, Shape

@@ -17,7 +17,7 @@ import shutil
 from pathlib import Path
 
 from pipeline.core import proc
-from pipeline.core.artifacts import rel, scratch_folder, sha256_file
+from pipeline.core.files import rel, scratch_folder, sha256_file
 from pipeline.core.config import Budget
 from pipeline.core.errors import PtxasError, UserError
 from pipeline.core.models import PtxasArch, PtxasReport, PtxasUsage

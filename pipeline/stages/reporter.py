@@ -5,8 +5,11 @@ them. Up-to-date tasks are not listed one by one; at the end, each stage
 (pipeline.stages.table.Stage) whose cells were part of the run gets its lines: its table when
 any of its cells ran, then its summary, e.g. ``verify: 48 cells on emulator (all up to
 date): all exact``. A cell task that runs several units returns ``{"ran": n}`` (doit keeps
-a python action's returned dict as the task's values), and the summary counts units. A stage's cells are the tasks whose ``meta["stage"]`` is that Stage
-(the Stage puts it there), so this module names no stage.
+a python action's returned dict as the task's values), and the summary counts units.
+When none of a stage's cells ran and its judge passed, the line is the one the judge kept
+(doit loads an up-to-date task's values), so a run with nothing to do reads no record. A
+stage's cells are the tasks whose ``meta["stage"]`` is that Stage (the Stage puts it
+there, and ``meta["judge"]`` on its judge), so this module names no stage.
 """
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ from doit.reporter import ConsoleReporter
 from doit.task import Task
 
 from pipeline.core.errors import ArtifactError
-from pipeline.stages.table import Stage, summary_lines
+from pipeline.stages.table import NOTHING_RAN, Stage, summary_lines
 
 
 class StageReporter(ConsoleReporter):
@@ -25,13 +28,16 @@ class StageReporter(ConsoleReporter):
         self.seen: dict[Stage, dict[str, int]] = {}  # stage -> its cells' task names -> units run
         self.order: dict[str, int] = {}  # task name -> creation order (registry, then shapes.yaml)
         self.cells: dict[str, object] = {}  # task name -> its cell
+        self.judges: dict[Stage, Task] = {}  # stage -> its judge, when it passed or was up to date
 
     def initialize(self, tasks, selected_tasks) -> None:
         self.order = {name: i for i, name in enumerate(tasks)}
 
     def _note(self, task: Task, ran: int) -> None:
         stage = (task.meta or {}).get("stage")
-        if isinstance(stage, Stage):
+        if isinstance(stage, Stage) and task.meta.get("judge"):
+            self.judges[stage] = task  # its values are there by the end of the run
+        elif isinstance(stage, Stage):
             self.seen.setdefault(stage, {})[task.name] = ran
             self.cells[task.name] = task.meta["cell"]
 
@@ -54,7 +60,9 @@ class StageReporter(ConsoleReporter):
         lines = []
         for stage, names in sorted(self.seen.items(), key=lambda item: self._first(item[1])):
             ordered = sorted(names, key=lambda name: self.order.get(name, len(self.order)))
-            lines += summary_lines(stage, [self.cells[name] for name in ordered], sum(names.values()))
+            ran = sum(names.values())
+            kept = (self.judges[stage].values or {}).get(NOTHING_RAN) if stage in self.judges and not ran else None
+            lines += [kept] if kept else summary_lines(stage, [self.cells[name] for name in ordered], ran)
         return lines
 
     def complete_run(self) -> None:

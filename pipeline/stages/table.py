@@ -8,23 +8,29 @@ for every kernel, then ``ptxas:check``). From its one declaration come:
   lists the stages and each becomes its group: every cell's task carries
   ``meta={"stage": <the Stage>, "cell": cell}``;
 - the judge ``<name>:check`` when the stage has ``problems``: it fails with the first
-  failing line and is up to date exactly when no cell has one (an ``uptodate`` that reads
-  the records, no saved state), so the cells record evidence and only the judge fails;
-- the reporter's lines (pipeline.stages.reporter): ``table`` when a cell ran, then ``summary``;
+  failing line, so the cells record evidence and only the judge fails. Its file_dep are
+  the records the cells' problems are read from (``judged``) and its ``config_changed``
+  the cells, so it is up to date exactly while nothing it read has changed since it last
+  passed (doit saves a task's state only when it succeeds: a failing judge runs again on
+  every run);
+- the reporter's lines (pipeline.stages.reporter): ``table`` when a cell ran, then
+  ``summary``. A passing judge keeps, as its doit value, the summary a run with nothing
+  to do prints, so such a run reads no record;
 - the gate's re-run command for one of the stage's cells (:func:`rerun`).
 
-The fields are plain functions of the stage's own module, which imports its heavy modules
-inside them, so listing every stage in ``dodo.py`` costs nothing for the ones not asked for.
+A cell is plain data (a name, a tuple): its repr is what the judge's ``config_changed``
+keeps. The fields that read records are pipeline.stages.taskkit.Deferred paths, so
+creating a stage's tasks imports no record module.
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Hashable, Iterator, Sequence
 
 from doit.exceptions import TaskFailed
+from doit.tools import config_changed
 
-from pipeline.core.errors import ArtifactError
 from pipeline.stages.taskkit import fails_on_user_error, one_line_failure
 
 Cell = Hashable  # a stage's unit of work: a kernel, (kernel, set, shape), a shape set
@@ -40,6 +46,7 @@ class Stage:
     cell_task: Callable[[Cell], dict]  # one cell's doit task: name, actions, file_dep, targets, uptodate, clean
     record: str = ""  # the pipeline.core.models record a cell writes (documentation and the report's key)
     problems: Callable[[Cell], list[str]] | None = None  # a cell's failing lines (empty: it passes); makes a judge
+    judged: Callable[[Cell], Sequence[Path]] = lambda cell: ()  # the records ``problems`` reads for a cell
     judge_doc: str = ""
     judge_after: tuple[str, ...] = ()  # tasks the judge waits for besides the cells (another stage's judge)
     list_failing: bool = False  # the judge prints every failing line, not only the first
@@ -61,9 +68,11 @@ class Stage:
             yield {
                 "name": "check",
                 "doc": self.judge_doc,
-                "actions": [(judge, [self.problems, cells, self.list_failing])],
+                "actions": [(judge, [self, cells])],
                 "task_dep": names + list(self.judge_after),
-                "uptodate": [functools.partial(all_pass, self.problems, cells)],
+                "file_dep": sorted({str(path) for cell in cells for path in self.judged(cell)}),
+                "uptodate": [config_changed({"cells": [repr(cell) for cell in cells]})],
+                "meta": {"stage": self, "judge": True},
             }
 
     def __post_init__(self) -> None:
@@ -79,20 +88,17 @@ def failing_lines(problems: Callable[[Cell], list[str]], cells: Sequence[Cell]) 
     return [line for cell in cells for line in problems(cell)]
 
 
-def all_pass(problems: Callable[[Cell], list[str]], cells: Sequence[Cell]) -> bool:
-    """A judge's uptodate: no cell has a failing line (an unreadable record is one)."""
-    try:
-        return not failing_lines(problems, cells)
-    except ArtifactError:
-        return False
+NOTHING_RAN = "line"  # a passing judge's value: the stage's summary when none of its cells ran
 
 
 @one_line_failure
-def judge(problems: Callable[[Cell], list[str]], cells: Sequence[Cell], list_failing: bool) -> TaskFailed | None:
-    """A judge's action: the first failing line as the failure, and how many more."""
-    failing = failing_lines(problems, cells)
+def judge(stage: Stage, cells: Sequence[Cell]) -> TaskFailed | dict:
+    """A judge's action: the first failing line as the failure, and how many more; when
+    every cell passes, the summary line a run with nothing to do prints (kept by doit)."""
+    failing = failing_lines(stage.problems, cells)
     if not failing:
-        return None
+        return {NOTHING_RAN: stage.summary(cells, 0)} if stage.summary else {}
+    list_failing = stage.list_failing
     if list_failing:
         for line in failing[1:]:
             print(line)

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import atexit
 import functools
+import importlib
 import os
+import shutil
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from doit.exceptions import TaskFailed
 
 from pipeline.core import config
+from pipeline.core.checker import drop_kept_hashes
 from pipeline.core.errors import ArtifactError, PtxasError, UserError
 
 
@@ -55,6 +58,30 @@ def fails_on_user_error(creator: Callable[[], Iterator[dict]]) -> Callable[[], I
     return create
 
 
+class Deferred:
+    """A function named by its path, ``"module:name"``, imported when it is first called.
+
+    A task's action, or a stage's judge, table or summary, that needs the kernels, numpy
+    or pydantic is declared with one, so creating the task imports none of them: only a
+    run that calls it pays for the import. It pickles as its path."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __call__(self, *args: Any) -> Any:
+        module, name = self.path.split(":")
+        return getattr(importlib.import_module(module), name)(*args)
+
+    def __repr__(self) -> str:
+        return f"Deferred({self.path!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Deferred) and other.path == self.path
+
+    def __hash__(self) -> int:
+        return hash(self.path)
+
+
 # ---- clean ---------------------------------------------------------------------------
 
 DATABASE = ".doit.db"  # dodo.py's dep_file: sqlite3 writes this file, the dbm backends a few beside it
@@ -73,8 +100,9 @@ def prune_empty_folders(top: Path) -> None:
 
 
 def _leave_nothing(database: bool) -> None:
-    if database:  # the parse memo goes with the state it sped up
-        config.SOURCES_MEMO.unlink(missing_ok=True)
+    if database:  # the memos go with the state they sped up
+        drop_kept_hashes()
+        shutil.rmtree(config.CACHE_DIR, ignore_errors=True)
     prune_empty_folders(config.ARTIFACTS)
     if database:
         for path in config.ROOT.glob(f"{DATABASE}*"):

@@ -17,7 +17,7 @@ from doit.tools import config_changed
 
 from kernels.registry import KERNELS
 from pipeline.core import config
-from pipeline.core.artifacts import remove_folder
+from pipeline.core.files import remove_folder
 from pipeline.bench.report import output_paths
 from pipeline.core.cmdline import describe, var
 from pipeline.stages.taskkit import failing_task, one_line_failure

@@ -1,16 +1,12 @@
-"""The build half of the doit graph: emit -> ptxas -> verify, one subtask per kernel (x shape).
+"""The build half of the doit graph: emit -> ptxas -> verify, one subtask per kernel.
 
 Names on the command line: ``emit``, ``ptxas``, ``verify`` (each a group: ``emit:<kernel>``,
 ``ptxas:<kernel>``, ``verify:<kernel>`` (its cells, ``<set>/<shape>``, run inside it), and ``ptxas:check`` /
 ``verify:check``, the judges).
 
-A cell records its evidence and succeeds, whatever the evidence says: a ptxas report
-with spills, a verify report with mismatches or a launch error. It fails only when it
-could produce no evidence (no ptxas, an unreadable artifact, a cell refused as too
-big). The judges (``ptxas:check``, ``verify:check``) fail when a cell's evidence does
-not pass, and are up to date exactly when all of it passes (an ``uptodate`` that reads
-the ptxas reports and the verify indexes, no saved state). So ``doit gate`` can depend on the cells and judge a
-failing one against the ledger, and whatever it ran is up to date for ``doit verify``.
+This module only declares the tasks, from the build plan (pipeline.stages.build_plan), and
+names what they run by path (pipeline.stages.build_steps, through taskkit.Deferred): a
+run with nothing to do imports neither the kernels nor numpy nor pydantic.
 
 Up-to-date rules, so only stale work re-runs:
 - file_dep are compared by sha256 (pipeline.core.checker.ContentChecker): a comment-only
@@ -22,7 +18,10 @@ Up-to-date rules, so only stale work re-runs:
   inputs hash: dims, backend, seed, launch, the hash of the reference and input generator,
   and of the emulator when it is the backend: pipeline.core.sources.check_hash,
   pipeline.stages.verify.backend_hash), and inside a kernel's verify task a cell runs
-  only when its VerifyIndex entry no longer matches (the verify section below).
+  only when its VerifyIndex entry no longer matches.
+- a judge (``ptxas:check``, ``verify:check``) reads the records its cells wrote and is up
+  to date while they and the cells are as they were when it last passed
+  (pipeline.stages.table).
 
 Command-line variables (pipeline.core.cmdline) are checked when doit starts. A bad input a
 creator reads (shapes.yaml, shape=, backend=) makes only that creator's tasks fail,
@@ -30,54 +29,36 @@ with one line; ``doit list`` and ``doit emit`` still work.
 """
 from __future__ import annotations
 
-import functools
-import json
-from typing import Any, Iterator, NamedTuple, Sequence
+from typing import Any, Iterator
 
-from doit.exceptions import TaskFailed
 from doit.task import clean_targets
 from doit.tools import config_changed
 
-from kernels.registry import KERNELS
-from kernels.spec import Dims, KernelSpec
 from pipeline.core import config
-from pipeline.stages import report
-from pipeline.core.artifacts import read_model, read_present, rel, sha256_bytes, sha256_file, write_model
 from pipeline.core.checker import targets_intact
-from pipeline.core.cmdline import describe, var
-from pipeline.stages.emit import emit
-from pipeline.core.errors import ArtifactError, UserError
-from pipeline.core.models import EmitResult, PtxasReport, Shape, VerifiedCell, VerifyIndex, VerifyReport
-from pipeline.stages.ptxas import assemble, find_ptxas, ptxas_version
-from pipeline.core.shapes import parse_set_names, select_sets
-from pipeline.core.sources import check_hash, source_files
+from pipeline.core.cmdline import describe
+from pipeline.core.errors import UserError
+from pipeline.stages.build_plan import KernelCells, build_plan
 from pipeline.stages.table import Stage
-from pipeline.stages.taskkit import clean_leftovers, fails_on_user_error, one_line_failure
-from pipeline.stages.verify import backend_hash, resolve_backend, seed, verdict, verify_cell
+from pipeline.stages.taskkit import Deferred, clean_leftovers, fails_on_user_error
+
+STEPS = "pipeline.stages.build_steps"
 
 
-def chosen_sets() -> dict[str, tuple[Shape, ...]]:
-    """The shape sets of ``shape=`` (default config.VERIFY_SETS), from shapes.yaml."""
-    return select_sets(parse_set_names(var("shape")))
+def steps(name: str) -> Deferred:
+    return Deferred(f"{STEPS}:{name}")
 
 
 # ---- emit ----------------------------------------------------------------------------
 
-@one_line_failure
-def _emit(kernel: str) -> None:
-    result = emit(KERNELS[kernel])
-    print(f"{kernel}: {result.ptx_path} {result.ptx_bytes} bytes sha256 {result.ptx_sha256[:12]}")
-
-
 def task_emit() -> Iterator[dict]:
     """Emit each kernel's PTX (artifacts/ptx/<kernel>.ptx and .emit.json)."""
-    for spec in KERNELS.values():
-        ptx, result = config.ptx_path(spec.name), config.emit_json(spec.name)
+    for kernel in build_plan().kernels:
         yield {
-            "name": spec.name,
-            "actions": [(_emit, [spec.name])],
-            "file_dep": [str(p) for p in source_files(spec)],
-            "targets": [str(ptx), str(result)],
+            "name": kernel.name,
+            "actions": [(steps("run_emit"), [kernel.name])],
+            "file_dep": list(kernel.sources),
+            "targets": [str(config.ptx_path(kernel.name)), str(config.emit_json(kernel.name))],
             "uptodate": [targets_intact()],
             "clean": [clean_targets, (clean_leftovers, [True])],
         }
@@ -85,55 +66,18 @@ def task_emit() -> Iterator[dict]:
 
 # ---- ptxas ---------------------------------------------------------------------------
 
-@functools.lru_cache(maxsize=None)
-def _found_ptxas() -> tuple[tuple[str, str | None], ...]:
-    """Which ptxas, looked up once a run. A missing ptxas is not an error here (``doit
-    emit`` must work without one)."""
-    try:
-        ptxas = find_ptxas()
-        return (("ptxas", str(ptxas)), ("version", ptxas_version(ptxas)))
-    except UserError:
-        return (("ptxas", None),)
-
-
-def _ptxas_config(kernel: str) -> dict[str, Any]:
+def ptxas_config(kernel: str) -> dict[str, Any]:
     """What a ptxas report depends on besides the PTX: archs, budget, which ptxas."""
-    return {"archs": list(config.ARCHS), "budget": config.budget(kernel)._asdict(), **dict(_found_ptxas())}
-
-
-@one_line_failure
-def _ptxas(kernel: str) -> None:
-    result = assemble(kernel, kernel, config.ptx_path(kernel), config.ARCHS, config.budget(kernel))
-    write_model(config.ptxas_json(kernel), result)
-    problems = report.ptxas_problems(result)
-    if problems:
-        more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
-        print(f"{problems[0]}{more}; see {rel(config.ptxas_json(kernel))}")
-    else:
-        print(f"{kernel}: within budget on {', '.join(config.ARCHS)} (ptxas {result.ptxas_version})")
-
-
-def current_ptxas(kernel: str) -> PtxasReport | None:
-    """The kernel's ptxas report when it is of the current PTX, else None."""
-    emitted = report.cached_record(config.emit_json(kernel), EmitResult)
-    found = report.cached_record(config.ptxas_json(kernel), PtxasReport)
-    return found if emitted and found and found.ptx_sha256 == emitted.ptx_sha256 else None
-
-
-def ptxas_problems(kernel: str) -> list[str]:
-    """The judge's lines for one kernel: each arch not within budget, or no current report."""
-    found = current_ptxas(kernel)
-    return report.ptxas_problems(found) if found else [f"{kernel}: no ptxas report of the current PTX"]
+    return {"archs": list(config.ARCHS), "budget": config.budget(kernel)._asdict(), **dict(build_plan().ptxas)}
 
 
 def ptxas_task(kernel: str) -> dict:
-    ptx, result = config.ptx_path(kernel), config.ptxas_json(kernel)
     return {
         "name": kernel,
-        "actions": [(_ptxas, [kernel])],
-        "file_dep": [str(ptx)],
-        "targets": [str(result)],
-        "uptodate": [config_changed(_ptxas_config(kernel)), targets_intact()],
+        "actions": [(steps("run_ptxas"), [kernel])],
+        "file_dep": [str(config.ptx_path(kernel))],
+        "targets": [str(config.ptxas_json(kernel))],
+        "uptodate": [config_changed(ptxas_config(kernel)), targets_intact()],
         "clean": [clean_targets, clean_leftovers],
     }
 
@@ -141,14 +85,14 @@ def ptxas_task(kernel: str) -> dict:
 PTXAS = Stage(
     name="ptxas",
     doc="Assemble every kernel with ptxas -v per arch; fail on spills, over budget or a refusal.",
-    cells=lambda: list(KERNELS),
+    cells=lambda: build_plan().names(),
     cell_task=ptxas_task,
     record="PtxasReport",
-    problems=ptxas_problems,
+    problems=steps("ptxas_problems"),
+    judged=lambda kernel: [config.emit_json(kernel), config.ptxas_json(kernel)],
     judge_doc="fail unless every kernel is within budget and spill-free on every arch",
-    table=report.ptxas_table,
-    summary=lambda kernels, ran: report.ptxas_line([report.cached_record(config.ptxas_json(k), PtxasReport, True)
-                                                    for k in kernels], ran),
+    table=Deferred("pipeline.stages.report:ptxas_table"),
+    summary=steps("ptxas_summary"),
     rerun="doit ptxas",
 )
 
@@ -159,169 +103,22 @@ PTXAS = Stage(
 # run again only when its inputs, its PTX or its report file changed since its entry in
 # the kernel's VerifyIndex was written (after each cell, so a killed run keeps what finished).
 
-class VerifyPlan(NamedTuple):
-    """The verify cells this command line asks for, and how to run them."""
-
-    cells: list[tuple[str, str, Shape]]  # (kernel, set, shape), registry then file order
-    backend: str
-    force: bool
-
-
-def verify_plan() -> VerifyPlan:
-    """From ``shape=``, ``backend=`` and ``force=``; :class:`UserError` on a bad one. The
-    tasks that depend on verify cells (seal, gate) read the same plan, so a bad input
-    fails them the same way instead of leaving them a dependency that does not exist."""
-    sets = chosen_sets()
-    cells = [(spec.name, shape_set, shape) for spec in KERNELS.values()
-             for shape_set, shapes in sets.items() for shape in shapes]
-    return VerifyPlan(cells, resolve_backend(var("backend")), var("force") == "1")
-
-
-class KernelCells(NamedTuple):
-    """One kernel's verify cells on this command line: the stage's cell, one doit task."""
-
-    kernel: str
-    shapes: tuple[tuple[str, Shape], ...]  # (set, shape), set then file order
-    inputs: tuple[str, ...]  # each cell's inputs hash (:func:`cell_inputs`), beside ``shapes``
-    backend: str
-    force: bool
-
-    def keys(self) -> list[str]:
-        return [index_key(shape_set, shape.name) for shape_set, shape in self.shapes]
-
-    def named(self) -> list[tuple[str, str, str]]:
-        return [(self.kernel, shape_set, shape.name) for shape_set, shape in self.shapes]
-
-
-def index_key(shape_set: str, shape: str) -> str:
-    return f"{shape_set}/{shape}"
-
-
 def verify_task_name(kernel: str) -> str:
     return f"verify:{kernel}"
 
 
-def launch_config(spec: KernelSpec, shape: Shape) -> str:
-    """The cell's launch as data: grid, block, shared bytes and the scalar arguments. A
-    change to a tile or split-K rule that leaves the PTX bytes alone still changes how
-    the cell runs, so the cell re-runs; a comment edit changes none of it."""
-    dims = Dims(shape.R, shape.K, shape.N)
-    scalars = [p.value(dims) for p in spec.params if p.is_scalar]
-    return repr((tuple(spec.geometry(dims)), scalars))
-
-
-@functools.lru_cache(maxsize=None)
-def _check_hash(kernel: str) -> str:
-    return check_hash(KERNELS[kernel])  # one kernel's reference hash serves all its cells
-
-
-@functools.lru_cache(maxsize=None)
-def _backend_hash(backend: str) -> str:
-    return backend_hash(backend)
-
-
-def cell_inputs(kernel: str, shape: Shape, backend: str) -> str:
-    """sha256 of what a cell's verdict depends on besides the PTX: its shape, input seed,
-    launch, the reference's code and, on the emulator, the emulator's."""
-    params = {"R": shape.R, "K": shape.K, "N": shape.N, "backend": backend, "seed": seed(kernel, shape),
-              "reference": _check_hash(kernel), "emulator": _backend_hash(backend),
-              "launch": launch_config(KERNELS[kernel], shape)}
-    return sha256_bytes(json.dumps(params, sort_keys=True).encode())
-
-
-def kernel_cells() -> list[KernelCells]:
-    """The stage's cells: the plan's cells grouped by kernel, with their inputs hashed."""
-    plan = verify_plan()
-    grouped: dict[str, list[tuple[str, Shape]]] = {}
-    for kernel, shape_set, shape in plan.cells:
-        grouped.setdefault(kernel, []).append((shape_set, shape))
-    return [KernelCells(kernel, tuple(shapes), tuple(cell_inputs(kernel, shape, plan.backend) for _, shape in shapes),
-                        plan.backend, plan.force) for kernel, shapes in grouped.items()]
-
-
-def read_index(kernel: str) -> VerifyIndex:
-    """The kernel's index; an empty one when there is none or it is unreadable (its cells
-    then all run again, which rewrites it)."""
-    try:
-        return read_present(config.verify_index(kernel), VerifyIndex) or VerifyIndex(kernel=kernel)
-    except ArtifactError:
-        return VerifyIndex(kernel=kernel)
-
-
-def is_current(entry: VerifiedCell | None, inputs: str, ptx_sha256: str) -> bool:
-    return entry is not None and entry.inputs == inputs and entry.ptx_sha256 == ptx_sha256
-
-
-def indexed(found: VerifyReport, inputs: str, report_sha256: str) -> VerifiedCell:
-    return VerifiedCell(inputs=inputs, ptx_sha256=found.ptx_sha256, report_sha256=report_sha256,
-                        backend=found.backend, passed=found.passed, line=verdict(found))
-
-
-@one_line_failure
-def _verify(cells: KernelCells) -> dict | TaskFailed:
-    """Run the kernel's cells that are not current; ``{"ran": n}`` for the reporter. A cell
-    refused (over the emulator's work budget) is left out of the index, the others run,
-    and the task fails with the refusal."""
-    kernel = cells.kernel
-    ptx_sha256 = read_model(config.emit_json(kernel), EmitResult).ptx_sha256
-    index = read_index(kernel)
-    entries = dict(index.cells)
-    ran, refused = 0, []
-    for (shape_set, shape), inputs, key in zip(cells.shapes, cells.inputs, cells.keys()):
-        path = config.verify_json(kernel, shape_set, shape.name)
-        entry = entries.get(key)
-        if is_current(entry, inputs, ptx_sha256) and path.is_file() and sha256_file(path) == entry.report_sha256:
-            entries[key] = indexed(read_model(path, VerifyReport), inputs, entry.report_sha256)  # the report decides
-            continue
-        try:
-            found = verify_cell(KERNELS[kernel], shape_set, shape, cells.backend, cells.force)
-        except UserError as exc:
-            refused.append(str(exc))
-            entries.pop(key, None)
-            continue
-        entries[key] = indexed(found, inputs, sha256_file(path))
-        write_model(config.verify_index(kernel), VerifyIndex(kernel=kernel, cells=entries))
-        print(entries[key].line)  # after the index: a cell whose line was printed is kept by a run killed next
-        ran += 1
-    if refused:
-        more = f" (+{len(refused) - 1} more)" if len(refused) > 1 else ""
-        return TaskFailed(refused[0] + more)
-    if entries != index.cells or not config.verify_index(kernel).is_file():
-        write_model(config.verify_index(kernel), VerifyIndex(kernel=kernel, cells=entries))
-    return {"ran": ran}
-
-
-def verify_problems(cells: KernelCells) -> list[str]:
-    """The judge's lines for one kernel: each cell's verdict when it does not pass, or no
-    current entry (of this PTX and these inputs) in the kernel's index."""
-    emitted = report.cached_record(config.emit_json(cells.kernel), EmitResult)
-    index = report.cached_record(config.verify_index(cells.kernel), VerifyIndex) or VerifyIndex(kernel=cells.kernel)
-    lines = []
-    for (shape_set, shape), inputs, key in zip(cells.shapes, cells.inputs, cells.keys()):
-        entry = index.cells.get(key)
-        if emitted is None or not is_current(entry, inputs, emitted.ptx_sha256):
-            lines.append(f"{cells.kernel} {key}: no verify report of the current PTX")
-        elif not entry.passed:
-            lines.append(entry.line)
-    return lines
-
-
-def verify_entries(kernels: Sequence[KernelCells]) -> list[VerifiedCell]:
-    """Every cell's index entry, for the summary line; a missing one is an ArtifactError."""
-    found = []
-    for cells in kernels:
-        index = report.cached_record(config.verify_index(cells.kernel), VerifyIndex, True)
-        for key in cells.keys():
-            if key not in index.cells:
-                raise ArtifactError(f"{rel(config.verify_index(cells.kernel))}: no entry for {key}")
-            found.append(index.cells[key])
-    return found
+def kernel_cells() -> tuple[KernelCells, ...]:
+    """The stage's cells, from the plan; a bad shape= or backend= is its one line."""
+    cells = build_plan().verify
+    if isinstance(cells, str):
+        raise UserError(cells)
+    return cells
 
 
 def verify_task(cells: KernelCells) -> dict:
     return {
         "name": cells.kernel,
-        "actions": [(_verify, [cells])],
+        "actions": [(steps("run_verify"), [cells])],
         "file_dep": [str(config.ptx_path(cells.kernel))],
         "task_dep": [f"ptxas:{cells.kernel}"],
         "targets": [str(config.verify_json(*cell)) for cell in cells.named()] + [str(config.verify_index(cells.kernel))],
@@ -336,32 +133,31 @@ VERIFY = Stage(
     cells=kernel_cells,
     cell_task=verify_task,
     record="VerifyReport",
-    problems=verify_problems,
+    problems=steps("verify_problems"),
+    judged=lambda cells: [config.emit_json(cells.kernel), config.verify_index(cells.kernel)],
     judge_doc="fail unless every cell's report is of the current PTX and exact",
     judge_after=("ptxas:check",),
     list_failing=True,
-    table=lambda kernels: report.verify_table([cell for cells in kernels for cell in cells.named()]),
-    summary=lambda kernels, ran: report.verify_line(verify_entries(kernels), ran),
+    table=steps("verify_table"),
+    summary=steps("verify_summary"),
     rerun="doit verify shape={set} backend=emulator",
 )
 
 
 # ---- report --------------------------------------------------------------------------
 
-@one_line_failure  # an unreadable report is one line, not a traceback
-def _report(kernels: Sequence[str], cells: Sequence[tuple[str, str, str]], fmt: str) -> None:
-    report.print_to_pipe(report.last_run(kernels, cells, fmt))  # `doit report | head` ends quietly
-
-
 @fails_on_user_error
 def task_report() -> Iterator[dict]:
     # its doc (`doit list`) names the variables: set after the definition
+    from pipeline.core.cmdline import var
+    from pipeline.stages.build_steps import verify_plan
+
     fmt = var("format")
     if fmt not in ("text", "json"):
         raise UserError(f"format={fmt}: expected text or json")
     kernels, cells = PTXAS.cells(), [(k, s, shape.name) for k, s, shape in verify_plan().cells]
-    yield {"name": "last", "actions": [(_report, [kernels, cells, fmt])], "uptodate": [False], "verbosity": 2,
-           "meta": {"quiet": True}}
+    yield {"name": "last", "actions": [(steps("run_report"), [kernels, cells, fmt])], "uptodate": [False],
+           "verbosity": 2, "meta": {"quiet": True}}
 
 
 task_report.__doc__ = f"Re-print the last ptxas, verify (and bench) tables: {describe('shape', 'format')}"

@@ -25,7 +25,8 @@ from kernels.validate import LaunchError
 from pipeline.core import config
 from pipeline.stages import layer_count
 from pipeline.core import layer_records
-from pipeline.core.artifacts import remove_folder, write_model
+from pipeline.core.artifacts import write_model
+from pipeline.core.files import remove_folder
 from pipeline.core.cmdline import VARIABLES, var
 from pipeline.stages.layer_count import STEP_DTYPE, build_report
 from pipeline.ratchet.layer_ratchet import LAYER_DIR, report_path, step_source_files, step_source_sha256

@@ -29,7 +29,8 @@ from pipeline.core import config
 from pipeline.stages import layer_count
 from pipeline.stages import perf_model
 from pipeline.stages import sass
-from pipeline.core.artifacts import read_model, rel, remove_folder, sha256_file, write_atomic, write_model
+from pipeline.core.artifacts import read_model, write_model
+from pipeline.core.files import rel, remove_folder, sha256_file, write_atomic
 from pipeline.bench.layer import LARGE_LAYER
 from pipeline.bench.record import Prediction as BenchPrediction  # the bench file's row; perf_model's is ConfigPrediction
 from pipeline.core.cmdline import var

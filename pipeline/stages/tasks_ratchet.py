@@ -22,7 +22,8 @@ from doit.exceptions import TaskFailed
 
 from kernels.registry import KERNELS
 from pipeline.core import config
-from pipeline.core.artifacts import read_model, rel, remove_folder, sweep_temp_files
+from pipeline.core.artifacts import read_model
+from pipeline.core.files import rel, remove_folder, sweep_temp_files
 from pipeline.core.cmdline import describe, var
 from pipeline.core.errors import UserError
 from pipeline.ratchet.kernel_tests import run_kernel_tests
@@ -33,7 +34,8 @@ from pipeline.ratchet.seal import build_seal, seal_path, write_seal
 from pipeline.core.shapes import select_sets
 from pipeline.core.sources import source_sha256
 from pipeline.stages.taskkit import failing_task, fails_on_user_error, one_line_failure
-from pipeline.stages.tasks_build import verify_plan, verify_task_name
+from pipeline.stages.build_steps import verify_plan
+from pipeline.stages.tasks_build import verify_task_name
 
 
 @one_line_failure

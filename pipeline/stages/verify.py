@@ -29,7 +29,8 @@ from kernels import backends
 from kernels.backends import GPU_HINT, gpu_available
 from kernels.floats import same_values, to_f32
 from kernels.spec import BufferSpec, Dims, KernelSpec
-from pipeline.core.artifacts import check_artifact, read_model, sha256_bytes, write_model
+from pipeline.core.artifacts import check_artifact, read_model, write_model
+from pipeline.core.files import sha256_bytes
 from pipeline.core.config import (
     BACKENDS, EMULATOR_MACS_PER_SECOND, EMULATOR_WORK_BUDGET, emit_json, ptx_path, verify_json,
 )
