@@ -3,7 +3,7 @@ and the duplicate-body rule.
 
 ``doit gate`` first brings emit, ptxas, the SASS counts, verify (the sealed sets,
 config.VERIFY_SETS) and the kernel tests up to date through the same graph and database as every other
-command (a failing cell is evidence, not an error: pipeline.stages.tasks_build); then
+command (a failing cell is evidence, not an error: pipeline.stages.build_steps); then
 ``python -m pipeline.ratchet.gate`` judges what is on disk and prints one line per finding::
 
     KIND  cell-or-file: what  -> the command that fixes it
