@@ -31,19 +31,17 @@ from pathlib import Path
 from doit.dependency import FileChangedChecker
 from doit.task import Task
 
-from pipeline.core.files import sha256_file, write_atomic
+from pipeline.core.files import RACY_NS, Version, sha256_file, version, write_atomic
 
-
-RACY_NS = 2_000_000_000  # far above any file system's timestamp tick
-_hashes: dict[tuple[str, int, int, int, int], tuple[str, int]] = {}  # version -> (sha256, when hashed)
+_hashes: dict[Version, tuple[str, int]] = {}  # version -> (sha256, when hashed)
 _kept: list[Path] = []  # where this run's hashes go for the next one (keep_hashes)
-_new: set[tuple[str, int, int, int, int]] = set()  # versions hashed in this process
+_new: set[Version] = set()  # versions hashed in this process
 
 
 def content_sha256(path: str, stat: os.stat_result | None = None) -> str:
     """sha256 of the file at ``path``, read once per version in this process."""
     st = stat or os.stat(path)
-    key = (path, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    key = version(path, st)
     found = _hashes.get(key)
     if found is not None and st.st_ctime_ns < found[1] - RACY_NS:
         return found[0]
@@ -81,12 +79,11 @@ def drop_kept_hashes() -> None:
     _kept.clear()
 
 
-def _current(key: tuple[str, int, int, int, int]) -> bool:
+def _current(key: Version) -> bool:
     try:
-        st = os.stat(key[0])
+        return key == version(key[0], os.stat(key[0]))
     except OSError:
         return False
-    return key == (key[0], st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def _write_kept() -> None:

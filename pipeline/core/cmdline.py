@@ -76,7 +76,7 @@ def bad_value(name: str, value: str) -> str | None:
     return None
 
 
-DATABASE = ".doit.db"  # DOIT_CONFIG["dep_file"] in dodo.py
+DATABASE = ".doit.db"  # DOIT_CONFIG["dep_file"] in dodo.py (doit clean removes it: pipeline.stages.taskkit)
 
 
 def option(argv: list[str], name: str) -> str | None:

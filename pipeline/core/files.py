@@ -25,6 +25,18 @@ from pipeline.core.config import ROOT, WRITTEN_DIRS
 
 
 TEMP = re.compile(r"^\..+\.tmp-(\d+)$")
+# A file version changed within this long of being read is not trusted by its stamp: the
+# clock that stamps ctime is coarse, so a second write in the same tick keeps it (git's
+# "racy clean" rule). Far above any file system's timestamp tick.
+RACY_NS = 2_000_000_000
+
+Version = tuple[str, int, int, int, int]
+
+
+def version(path: str, st: os.stat_result) -> Version:
+    """A file's version as git's index keeps it: path, inode, size, mtime and ctime. ctime
+    moves with every write, ``utime`` and rename, and no one can set it."""
+    return (path, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def sha256_bytes(data: bytes) -> str:

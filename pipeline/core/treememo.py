@@ -25,9 +25,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from pipeline.core.config import ROOT
-from pipeline.core.files import write_atomic
+from pipeline.core.files import RACY_NS, version, write_atomic
 
-RACY_NS = 2_000_000_000  # far above any file system's timestamp tick
 FORMAT = 1
 
 
@@ -46,7 +45,7 @@ def stamp(folders: Iterable[Path], files: Iterable[Path] = ()) -> list[list[Any]
         except OSError:
             rows.append([_short(path)])
             continue
-        rows.append([_short(path), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns])
+        rows.append(list(version(_short(path), st)))
     return rows
 
 

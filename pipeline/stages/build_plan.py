@@ -24,6 +24,7 @@ import sys
 from typing import NamedTuple
 
 from pipeline.core import config
+from pipeline.core.cmdline import given_variables
 from pipeline.core.treememo import remembered, stamp
 
 VARIABLES = ("shape", "backend", "force")  # the command-line variables the plan reads
@@ -69,8 +70,6 @@ def ptxas_stamp(ptxas: str | None) -> list:
 
 
 def _key() -> dict:
-    from pipeline.core.cmdline import given_variables
-
     given = given_variables()
     nvcc = importlib.util.find_spec("nvidia.cuda_nvcc") if importlib.util.find_spec("nvidia") else None
     return {"variables": {name: given.get(name) for name in VARIABLES}, "python": sys.version,

@@ -17,6 +17,7 @@ from pydantic import BaseModel
 
 from pipeline.core import config
 from pipeline.core.artifacts import read_model, read_present
+from pipeline.core.files import version
 from pipeline.core.models import PtxasReport, VerifyReport
 
 VerifyCell = tuple[str, str, str]  # (kernel, set, shape)
@@ -30,13 +31,13 @@ VERIFY_COLUMNS = ("kernel", "set", "shape", "R", "K", "N", "backend", "mismatche
 
 def cached_record(path: Path, model_type: type[M], required: bool = False) -> M | None:
     """:func:`pipeline.core.artifacts.read_present` (``required``: read_model), parsed once per
-    file version in this process: the key is the path, the model and the file's inode,
-    size and mtime, so a rewrite (write_model renames a new file in place) is read again."""
+    file version in this process (pipeline.core.files.version: path, inode, size, mtime,
+    ctime), so a rewrite (write_model renames a new file in place) is read again."""
     try:
         st = os.stat(path)
     except FileNotFoundError:
         return read_model(path, model_type) if required else None  # read_model says it is missing
-    key = (str(path), model_type, st.st_ino, st.st_size, st.st_mtime_ns)
+    key = (model_type, version(str(path), st))
     found = _records.get(key)
     if found is None:
         found = _records[key] = read_model(path, model_type)

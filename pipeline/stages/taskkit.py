@@ -18,6 +18,7 @@ from doit.exceptions import TaskFailed
 
 from pipeline.core import config
 from pipeline.core.checker import drop_kept_hashes
+from pipeline.core.cmdline import DATABASE
 from pipeline.core.errors import ArtifactError, PtxasError, UserError
 
 
@@ -84,7 +85,6 @@ class Deferred:
 
 # ---- clean ---------------------------------------------------------------------------
 
-DATABASE = ".doit.db"  # dodo.py's dep_file: sqlite3 writes this file, the dbm backends a few beside it
 _after_clean: set[bool] = set()
 
 
@@ -105,7 +105,7 @@ def _leave_nothing(database: bool) -> None:
         shutil.rmtree(config.CACHE_DIR, ignore_errors=True)
     prune_empty_folders(config.ARTIFACTS)
     if database:
-        for path in config.ROOT.glob(f"{DATABASE}*"):
+        for path in config.ROOT.glob(f"{DATABASE}*"):  # sqlite3 writes this file, the dbm backends a few beside it
             path.unlink(missing_ok=True)
 
 

@@ -107,7 +107,7 @@ def verify_task_name(kernel: str) -> str:
     return f"verify:{kernel}"
 
 
-def kernel_cells() -> tuple[KernelCells, ...]:
+def planned_cells() -> tuple[KernelCells, ...]:
     """The stage's cells, from the plan; a bad shape= or backend= is its one line."""
     cells = build_plan().verify
     if isinstance(cells, str):
@@ -130,7 +130,7 @@ def verify_task(cells: KernelCells) -> dict:
 VERIFY = Stage(
     name="verify",
     doc=f"Run every kernel on the shape sets, compare exactly: {describe('shape', 'backend', 'force')}",
-    cells=kernel_cells,
+    cells=planned_cells,
     cell_task=verify_task,
     record="VerifyReport",
     problems=steps("verify_problems"),
