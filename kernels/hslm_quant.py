@@ -17,6 +17,10 @@ int8 codes in the exact layouts the GEMMs read, and their f32 scales.
   tiles into shared memory, column-major (16 rows of a column packed into one 16-byte
   piece), and writes the transposed C x ldr buffer as whole 128-byte rows of 16-byte
   stores, rows past R coded 0 up to the pitch.
+- ``hslm_quant_<dt>``: both of the above on the same x in one launch (the row CTAs
+  first, then the column CTAs), for a step that needs both: forward (Xq for the product,
+  Xq^T for dW) and a backward computing dX and dW (dYq and dYq^T). Outputs and bits are
+  the two kernels' own; what it saves is one launch's fixed cost.
 
 The reads use 32-bit (f32) or 16-bit elements rather than 16-byte vectors: the HSLM
 widths (243, 729, 2187) leave most rows unaligned to 16 bytes, and a warp's scalar loads
@@ -36,7 +40,8 @@ from kernels.layout import Plain
 from kernels.spec import BufferSpec, Dims, KernelSpec, Launch, ScalarSpec
 from kernels.stepforms import (CTA_THREADS, ELEMENT_BYTES, SHORT_NAMES, WARP, element_address, load_f32,
                                load_vector_f32, pack_bytes, scale_of_absmax, warp_max)
-from kernels.testdata import float_activations
+from kernels.hslm_wprep import partial_count, wsum_body
+from kernels.testdata import float_activations, latent_weights
 
 DTYPES = ("float32", "float16", "bfloat16")
 WARPS = CTA_THREADS // WARP
@@ -73,14 +78,21 @@ def _uniform_loop(ptx: Ptx, name: str, trips: str, body) -> None:
 
 
 def emit_qrows(dtype: str) -> str:
-    """Per-row scales and codes, a warp per row; rows of a 16-byte multiple from a 16-byte
-    aligned base (the launch decides, uniformly) take 16-byte vectors, others elements."""
+    """Per-row scales and codes, a warp per row (:func:`_rows_body`)."""
     ptx = Ptx(f"hslm_qrows_{SHORT_NAMES[dtype]}", [("codes", "u64"), ("scales", "u64"), ("x", "u64"),
                                                   ("R", "u32"), ("C", "u32"), ("ld", "u32")], CTA_THREADS)
     p = {n: ptx.param_ptr(n) for n in ("codes", "scales", "x")} | {n: ptx.param_u32(n) for n in ("R", "C", "ld")}
+    _rows_body(ptx, dtype, p, lambda: ptx.special("%ctaid.x"))
+    return ptx.render()
+
+
+def _rows_body(ptx: Ptx, dtype: str, p: dict[str, str], cta: Callable[[], str]) -> None:
+    """CTA ``cta()``'s 8 rows, a warp each (p: codes, scales, x, R, C, ld); rows of a
+    16-byte multiple from a 16-byte aligned base (the launch decides, uniformly) take
+    16-byte vectors, others elements. A warp past R goes to ``done`` (no barrier follows)."""
     tid = ptx.special("%tid.x")
     lane = ptx.band(tid, WARP - 1)
-    row = ptx.mad(ptx.special("%ctaid.x"), WARPS, ptx.shr(tid, 5))
+    row = ptx.mad(cta(), WARPS, ptx.shr(tid, 5))
     ptx.branch("done", guard=ptx.setp("ge", row, p["R"], "u32"))  # a whole warp: no barrier follows
     first = element_address(ptx, p["x"], ptx.mul(row, p["C"]), dtype)  # the row's first element
     out_row = ptx.byte_offset(p["codes"], row, p["ld"])
@@ -91,7 +103,6 @@ def emit_qrows(dtype: str) -> str:
     ptx.label("vector_rows")
     _vector_row(ptx, dtype, p, row, lane, first, out_row)
     ptx.label("done")
-    return ptx.render()
 
 
 def _row_scale(ptx: Ptx, maxima: list[str], p: dict[str, str], row: str, lane: str) -> str:
@@ -233,15 +244,23 @@ def _tile_piece(ptx: Ptx, tile: str, column: str, piece: str) -> str:
 
 
 def emit_qcols(dtype: str) -> str:
-    """Per-column scales, sums and transposed codes, a CTA per 32 columns."""
+    """Per-column scales, sums and transposed codes, a CTA per 32 columns (:func:`_cols_body`)."""
     ptx = Ptx(f"hslm_qcols_{SHORT_NAMES[dtype]}", [("codes_t", "u64"), ("scales", "u64"), ("sums", "u64"),
                                                   ("x", "u64"), ("R", "u32"), ("C", "u32"), ("ldr", "u32")],
               CTA_THREADS)
-    codes_t, scales, sums, x = (ptx.param_ptr(n) for n in ("codes_t", "scales", "sums", "x"))
-    R, C, ldr = ptx.param_u32("R"), ptx.param_u32("C"), ptx.param_u32("ldr")
+    p = {n: ptx.param_ptr(n) for n in ("codes_t", "scales", "sums", "x")} | {n: ptx.param_u32(n) for n in ("R", "C", "ldr")}
+    _cols_body(ptx, dtype, p, lambda: ptx.special("%ctaid.x"))
+    return ptx.render()
+
+
+def _cols_body(ptx: Ptx, dtype: str, p: dict[str, str], cta: Callable[[], str]) -> None:
+    """CTA ``cta()``'s 32 columns (p: codes_t, scales, sums, x, R, C, ldr), every thread of
+    the CTA taking part (it has barriers)."""
+    codes_t, scales, sums, x = (p[n] for n in ("codes_t", "scales", "sums", "x"))
+    R, C, ldr = p["R"], p["C"], p["ldr"]
     tid = ptx.special("%tid.x")
     warp, lane = ptx.shr(tid, 5), ptx.band(tid, WARP - 1)
-    c0 = ptx.shl(ptx.special("%ctaid.x"), 5)
+    c0 = ptx.shl(cta(), 5)
     column = ptx.add(c0, lane)
     column_inside = ptx.setp("lt", column, C, "u32")
     group_maxima = ptx.shared_array("group_max", 4 * GROUPS * WARP)
@@ -315,7 +334,6 @@ def emit_qcols(dtype: str) -> str:
         ptx.increment(r0, TILE_ROWS)
 
     _uniform_loop(ptx, "tile_loop", _trips(ptx, ldr, TILE_ROWS), tile_trip)
-    return ptx.render()
 
 
 def qcols_geometry(d: Dims) -> Launch:
@@ -342,4 +360,96 @@ def qcols_spec(dtype: str) -> KernelSpec:
         trip_elements=PIECE * WARP)  # a trip of each pass: 16 rows x 32 columns
 
 
-SPECS = tuple(qrows_spec(dt) for dt in DTYPES) + tuple(qcols_spec(dt) for dt in DTYPES)
+# ---- hslm_quant, hslm_quant_wsum: independent passes in one launch ------------------------
+
+
+def quant_ctas(d: Dims) -> tuple[int, int]:
+    """(row CTAs, column CTAs) of ``hslm_quant``'s grid: qrows' grid, then qcols'."""
+    return qrows_geometry(d).grid[0], qcols_geometry(d).grid[0]
+
+
+def _quant_name(dtype: str, weight_dtype: str | None) -> str:
+    if weight_dtype is None:
+        return f"hslm_quant_{SHORT_NAMES[dtype]}"
+    return f"hslm_quant_wsum_{SHORT_NAMES[dtype]}_{SHORT_NAMES[weight_dtype]}"
+
+
+def emit_quant(dtype: str, weight_dtype: str | None = None) -> str:
+    """The row and the column quantization of the same x in one launch: the first
+    ceil(R / 8) CTAs run :func:`_rows_body`, the rest :func:`_cols_body` on CTA
+    ctaid.x - ceil(R / 8). With ``weight_dtype`` the first ceil(N K / 4096) CTAs run
+    ``hslm_wsum``'s partial sums of |W| (:func:`kernels.hslm_wprep.wsum_body`) before
+    them: what a step's forward needs before its weight preparation and its product.
+    Each branch is CTA-uniform, so every barrier of a part sees all the threads of its
+    CTA. The parts share no data; one launch saves the others' fixed
+    launch-and-teardown time."""
+    weight = () if weight_dtype is None else (("partials", "u64"),)
+    pointers = (*(n for n, _ in weight), "codes", "row_scales", "codes_t", "col_scales", "sums", "x",
+                *(("w",) if weight_dtype else ()))
+    sizes = (*(("count",) if weight_dtype else ()), "R", "C", "ld", "ldr")
+    ptx = Ptx(_quant_name(dtype, weight_dtype), [(n, "u64") for n in pointers] + [(n, "u32") for n in sizes],
+              CTA_THREADS)
+    p = {n: ptx.param_ptr(n) for n in pointers} | {n: ptx.param_u32(n) for n in sizes}
+    cta = ptx.special("%ctaid.x")
+    if weight_dtype is not None:
+        sum_ctas = ptx.shr(ptx.add(p["count"], stepmath.SUM_BLOCK - 1), stepmath.SUM_BLOCK.bit_length() - 1)
+        ptx.branch("quantize", guard=ptx.setp("ge", cta, sum_ctas, "u32"))
+        wsum_body(ptx, weight_dtype, p, lambda: cta)
+        ptx.branch("quant_end")
+        ptx.label("quantize")
+        cta = ptx.sub(cta, sum_ctas, "u32")
+    row_ctas = _trips(ptx, p["R"], WARPS)
+    ptx.branch("columns", guard=ptx.setp("ge", cta, row_ctas, "u32"))
+    _rows_body(ptx, dtype, p | {"scales": p["row_scales"]}, lambda: cta)
+    ptx.branch("quant_end")
+    ptx.label("columns")
+    _cols_body(ptx, dtype, p | {"scales": p["col_scales"]}, lambda: ptx.sub(cta, row_ctas, "u32"))
+    ptx.label("quant_end")
+    return ptx.render()
+
+
+def quant_spec(dtype: str, weight_dtype: str | None = None) -> KernelSpec:
+    """``hslm_quant_<dt>``: qrows' outputs (codes, row_scales) and qcols' (codes_t,
+    col_scales, sums) of one x (R x K), each exactly its own kernel's reference; with
+    ``weight_dtype``, ``hslm_quant_wsum_<dt>_<wdt>``: hslm_wsum's partials of W (N x K)
+    first. Its test data varies the scale per row or per column by a seeded coin, so
+    both halves meet their tie and non-finite slices over the cells."""
+    def make_inputs(d: Dims, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        x = float_activations(rng, (d.R, d.K), dtype, axis=int(rng.integers(0, 2)))
+        return {"x": x} if weight_dtype is None else {"x": x, "w": latent_weights(rng, d.N, d.K, weight_dtype)}
+
+    def reference(d: Dims, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        x = to_f32(inputs["x"], dtype)
+        rows, cols = row_quantized(d, x), column_quantized(d, x)
+        sums = {} if weight_dtype is None else {"partials": stepmath.abs_partials(to_f32(inputs["w"], weight_dtype))}
+        return {**sums, "codes": rows["codes"], "row_scales": rows["scales"], "codes_t": cols["codes_t"],
+                "col_scales": cols["scales"], "sums": cols["sums"]}
+
+    weight_count = lambda d: d.N * d.K  # noqa: E731
+    partials = () if weight_dtype is None else (
+        BufferSpec("partials", "float32", Plain(lambda d: (partial_count(weight_count(d)),))),)
+    outputs = (*partials,
+               BufferSpec("codes", "int8", Plain(lambda d: (d.R, pitch(d.K)))),
+               BufferSpec("row_scales", "float32", Plain(lambda d: (d.R,))),
+               BufferSpec("codes_t", "int8", Plain(lambda d: (d.K, pitch(d.R)))),
+               BufferSpec("col_scales", "float32", Plain(lambda d: (d.K,))),
+               BufferSpec("sums", "float32", Plain(lambda d: (d.K,))))
+    inputs = (BufferSpec("x", dtype, Plain(lambda d: (d.R, d.K))),
+              *(() if weight_dtype is None else (BufferSpec("w", weight_dtype, Plain(lambda d: (d.N, d.K))),)))
+    sizes = (*(() if weight_dtype is None else (ScalarSpec("count", weight_count),)), ScalarSpec("R"),
+             ScalarSpec("C", lambda d: d.K), pitch_param("ld", lambda d: d.K), pitch_param("ldr", lambda d: d.R))
+
+    def geometry(d: Dims) -> Launch:
+        first = 0 if weight_dtype is None else partial_count(weight_count(d))
+        return Launch((first + sum(quant_ctas(d)), 1, 1), (CTA_THREADS, 1, 1))
+
+    return KernelSpec(
+        name=_quant_name(dtype, weight_dtype), emit=lambda: emit_quant(dtype, weight_dtype), geometry=geometry,
+        params=(*outputs, *inputs, *sizes), make_inputs=make_inputs, reference=reference,
+        outputs=tuple(buffer.name for buffer in outputs), trip_elements=WARP * UNROLL,  # a row trip, as qrows
+    )
+
+
+SPECS = (tuple(qrows_spec(dt) for dt in DTYPES) + tuple(qcols_spec(dt) for dt in DTYPES)
+         + tuple(quant_spec(dt) for dt in DTYPES)
+         + tuple(quant_spec(dt, wdt) for dt in DTYPES for wdt in DTYPES))

@@ -26,6 +26,8 @@ Tiles past N or K (the planes' padding to 128) are coded 0, as the host conversi
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 from kernels import stepmath
@@ -63,8 +65,16 @@ def _count(d: Dims) -> int:
 def emit_wsum(dtype: str) -> str:
     """One partial sum of |W| per CTA (:func:`kernels.stepmath.abs_partials`)."""
     ptx = Ptx(f"hslm_wsum_{SHORT_NAMES[dtype]}", [("partials", "u64"), ("w", "u64"), ("count", "u32")], CTA_THREADS)
-    partials, w, count = ptx.param_ptr("partials"), ptx.param_ptr("w"), ptx.param_u32("count")
-    tid, cta = ptx.special("%tid.x"), ptx.special("%ctaid.x")
+    p = {"partials": ptx.param_ptr("partials"), "w": ptx.param_ptr("w"), "count": ptx.param_u32("count")}
+    wsum_body(ptx, dtype, p, lambda: ptx.special("%ctaid.x"))
+    return ptx.render()
+
+
+def wsum_body(ptx: Ptx, dtype: str, p: dict[str, str], cta_of: Callable[[], str]) -> None:
+    """CTA ``cta_of()``'s partial sum (p: partials, w, count), every thread of the CTA
+    taking part (the tree has barriers)."""
+    partials, w, count = p["partials"], p["w"], p["count"]
+    tid, cta = ptx.special("%tid.x"), cta_of()
     scratch = ptx.shared_array("sum_scratch", 4 * CTA_THREADS)
     first = ptx.mad(cta, stepmath.SUM_BLOCK, tid)
     values = []
@@ -77,7 +87,6 @@ def emit_wsum(dtype: str) -> str:
         acc = ptx.fadd(acc, ptx.fabs(value))
     total = cta_tree_sum(ptx, acc, tid, scratch)
     ptx.store("global", "f32", ptx.byte_offset(partials, cta, 4), total, guard=ptx.setp("eq", tid, 0, "u32"))
-    return ptx.render()
 
 
 def wsum_geometry(d: Dims) -> Launch:

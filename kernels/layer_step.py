@@ -4,12 +4,15 @@ A step is weight preparation (once per weight version), forward, and backward (d
 the bias gradient). Every GPU operation in it is one of the step's PTX kernels:
 
 - ``prepare_weight``: ``hslm_wsum_<dt>`` (partial sums of |W|), ``hslm_wprep_<dt>``
-  (beta = mean|W|, the planes of W and of W^T): 2 launches;
-- ``forward``: ``hslm_qrows_<dt>`` (row scales, codes straight into forward's pitched
-  layout), ``hslm_qcols_<dt>`` (column scales and transposed codes, kept for dW), the
-  fused GEMM ``hslm_fwd_<out>``: 3 launches;
-- ``backward``: ``hslm_qrows_<dt>`` and ``hslm_qcols_<dt>`` on dY (the column sums are the
-  bias gradient), ``hslm_dx_<out>``, ``hslm_dw_<wdt>``: at most 4 launches.
+  (beta = mean|W|, the planes of W and of W^T): 2 launches; the first forward of a weight
+  version (``prepare_and_forward``) runs the sums inside x's quantization launch
+  (``hslm_quant_wsum_<dt>_<wdt>``), so a training step's forward is 3 launches in all;
+- ``forward``: ``hslm_quant_<dt>`` (in one launch: row scales and codes straight into
+  forward's pitched layout, column scales and transposed codes kept for dW), the fused
+  GEMM ``hslm_fwd_<out>``: 2 launches;
+- ``backward``: ``hslm_quant_<dt>`` on dY (its column sums are the bias gradient; only
+  ``hslm_qrows_<dt>`` or ``hslm_qcols_<dt>`` when dX or dW alone is asked for),
+  ``hslm_dx_<out>``, ``hslm_dw_<wdt>``: at most 3 launches.
 
 Each fused GEMM has an unsplit family and a split-K one (``hslm_fwd_splitk_<out>`` ...,
 which reduces in int32 into a workspace it leaves zeroed); :func:`pick` runs the split one
@@ -633,13 +636,21 @@ def sum_partials(count: int) -> int:
 def prepare_weight(rt: Runtime, w: Any) -> PreparedWeight:
     """beta and the planes of W and W^T from the latent float W (N x K), in two launches:
     per-block partial sums of |W|, then beta and both planes (every CTA of the second sums
-    the partials the same way, so all agree on beta). Done once per weight version."""
+    the partials the same way, so all agree on beta). Done once per weight version; the
+    first forward of a version can take the first launch along (:func:`prepare_and_forward`)."""
     N, K = _matrix("prepare_weight", "w", w, "N x K")
     dt = DTYPE_SUFFIX[_float_type(rt, "prepare_weight", "w", w)]
-    dims, P = weight_dims(N, K), sum_partials(N * K)
-    first = _launch(rt, f"hslm_wsum_{dt}", dims, {"w": w}, allocate=("partials",), scalars={"count": N * K})
-    second = _launch(rt, f"hslm_wprep_{dt}", dims, {"w": w, "partials": first["partials"]},
-                     allocate=("planes", "planes_t", "beta"), scalars={"N": N, "K": K, "P": P})
+    first = _launch(rt, f"hslm_wsum_{dt}", weight_dims(N, K), {"w": w}, allocate=("partials",),
+                    scalars={"count": N * K})
+    return _planes(rt, w, first["partials"])
+
+
+def _planes(rt: Runtime, w: Any, partials: Any) -> PreparedWeight:
+    """The second preparation launch: beta and both plane sets from W and its partial sums."""
+    N, K = w.shape
+    dt = DTYPE_SUFFIX[rt.dtype_of(w)]
+    second = _launch(rt, f"hslm_wprep_{dt}", weight_dims(N, K), {"w": w, "partials": partials},
+                     allocate=("planes", "planes_t", "beta"), scalars={"N": N, "K": K, "P": sum_partials(N * K)})
     return PreparedWeight(second["beta"], second["planes"], second["planes_t"], N, K, rt.dtype_of(w))
 
 
@@ -662,42 +673,91 @@ def _quantize_cols(rt: Runtime, a: Any, dt: str) -> dict[str, Any]:
                    allocate=("codes_t", "scales", "sums"), scalars={"R": rows, "C": cols, "ldr": pitch(rows)})
 
 
-def forward(rt: Runtime, x: Any, prepared: PreparedWeight, bias: Any = None) -> tuple[Any, SavedActivations]:
-    """y = x (beta W_t)^T (+ bias) in x's float type, and what dW needs later: 3 launches
-    (row quantization, column quantization, the fused GEMM)."""
-    R, K = _matrix("forward", "x", x, "R x K")
-    if K != prepared.K:
-        raise LaunchError(f"forward: x has {K} columns, the weight has in_features={prepared.K}")
-    dtype = _float_type(rt, "forward", "x", x)
-    dt, N = DTYPE_SUFFIX[dtype], prepared.N
-    rows = _quantize_rows(rt, x, dt)
-    cols = _quantize_cols(rt, x, dt)
+def _quantize_both(rt: Runtime, a: Any, dt: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """:func:`_quantize_rows` and :func:`_quantize_cols` of ``a`` in one launch
+    (``hslm_quant_<dt>``), returned as theirs would be."""
+    rows, cols = a.shape
+    return _quantized(_launch(rt, f"hslm_quant_{dt}", quant_dims(rows, cols), {"x": a},
+                              allocate=("codes", "row_scales", "codes_t", "col_scales", "sums"),
+                              scalars={"R": rows, "C": cols, "ld": pitch(cols), "ldr": pitch(rows)}))
+
+
+def _activations(rt: Runtime, op: str, x: Any, in_features: int) -> tuple[int, int, str]:
+    """x's rows, columns and kernel suffix, checked against the weight's in_features."""
+    R, K = _matrix(op, "x", x, "R x K")
+    if K != in_features:
+        raise LaunchError(f"{op}: x has {K} columns, the weight has in_features={in_features}")
+    return R, K, DTYPE_SUFFIX[_float_type(rt, op, "x", x)]
+
+
+def forward(rt: Runtime, x: Any, prepared: PreparedWeight, bias: Any = None,
+            keep_columns: bool = True) -> tuple[Any, SavedActivations | None]:
+    """y = x (beta W_t)^T (+ bias) in x's float type, and what dW needs later (None
+    without ``keep_columns``: no weight gradient to come): 2 launches (the row and column
+    quantizations of x in one, or the row one alone; the fused GEMM)."""
+    R, K, dt = _activations(rt, "forward", x, prepared.K)
+    rows, cols = _quantize_both(rt, x, dt) if keep_columns else (_quantize_rows(rt, x, dt), None)
+    return _forward_product(rt, x, rows, cols, prepared, bias)
+
+
+def prepare_and_forward(rt: Runtime, x: Any, w: Any, bias: Any = None) -> tuple[PreparedWeight, Any, SavedActivations]:
+    """:func:`prepare_weight` then :func:`forward` in 3 launches where the two take 4: the
+    partial sums of |W| ride in x's quantization launch (``hslm_quant_wsum_<dt>_<wdt>``:
+    neither reads what the other writes), then beta and the planes, then the product.
+    The first forward of a weight version, in training every step."""
+    N, K = _matrix("prepare_and_forward", "w", w, "N x K")
+    wdt = DTYPE_SUFFIX[_float_type(rt, "prepare_and_forward", "w", w)]
+    R, _, dt = _activations(rt, "prepare_and_forward", x, K)
+    out = _launch(rt, f"hslm_quant_wsum_{dt}_{wdt}", Dims(R, K, N), {"x": x, "w": w},
+                  allocate=("partials", "codes", "row_scales", "codes_t", "col_scales", "sums"),
+                  scalars={"count": N * K, "R": R, "C": K, "ld": pitch(K), "ldr": pitch(R)})
+    prepared = _planes(rt, w, out["partials"])
+    y, saved = _forward_product(rt, x, *_quantized(out), prepared, bias)
+    return prepared, y, saved
+
+
+def _quantized(out: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A fused quantization's outputs as :func:`_quantize_rows` and :func:`_quantize_cols` name theirs."""
+    return ({"codes": out["codes"], "scales": out["row_scales"]},
+            {"codes_t": out["codes_t"], "scales": out["col_scales"], "sums": out["sums"]})
+
+
+def _forward_product(rt: Runtime, x: Any, rows: Mapping[str, Any], cols: Mapping[str, Any] | None,
+                     prepared: PreparedWeight, bias: Any) -> tuple[Any, SavedActivations | None]:
+    """Forward's fused GEMM on x's row codes, and the column codes kept for dW."""
+    R, K = x.shape
+    dt, N = DTYPE_SUFFIX[rt.dtype_of(x)], prepared.N
     given = {"x": rows["codes"], "w": prepared.planes, "row_scales": rows["scales"], "beta": prepared.beta,
              "bias": rows["scales"] if bias is None else bias}  # no bias: any valid pointer, never read
     out = _launch(rt, _product("fwd", dt), Dims(R, K, N), given, allocate=("y",),
                   scalars={"R": R, "K": K, "N": N, "ldx": pitch(K), "has_bias": int(bias is not None)},
                   unused=("bias",) if bias is None else ())
-    return out["y"], SavedActivations(cols["codes_t"], cols["scales"], R)
+    return out["y"], None if cols is None else SavedActivations(cols["codes_t"], cols["scales"], R)
 
 
 def backward(rt: Runtime, dy: Any, saved: SavedActivations, prepared: PreparedWeight,
              need_dx: bool = True, need_dw: bool = True, need_db: bool = False) -> tuple[Any, Any, Any]:
     """(dX in dY's float type, dW N x K in the weight's, db as f32 column sums of dY); each
-    None when not asked for. Up to 4 launches: the two quantizations of dY (the column pass
-    only when dW or db is asked), dX and dW."""
+    None when not asked for. Up to 3 launches: the quantization of dY (rows for dX, columns
+    for dW and db: one launch when both are asked), dX and dW."""
     R, N = _matrix("backward", "dy", dy, "R x N")
     if (R, N) != (saved.R, prepared.N):
         raise LaunchError(f"backward: dy has shape {(R, N)}, expected ({saved.R}, {prepared.N}) from forward")
     dtype = _float_type(rt, "backward", "dy", dy)
     dt, K = DTYPE_SUFFIX[dtype], prepared.K
     dx = dw = db = None
-    if need_dx:
+    need_cols = need_dw or need_db
+    if need_dx and need_cols:
+        rows, cols = _quantize_both(rt, dy, dt)
+    elif need_dx:
         rows = _quantize_rows(rt, dy, dt)
+    elif need_cols:
+        cols = _quantize_cols(rt, dy, dt)
+    if need_dx:
         given = {"dy": rows["codes"], "w": prepared.planes_t, "row_scales": rows["scales"], "beta": prepared.beta}
         dx = _launch(rt, _product("dx", dt), Dims(R, K, N), given, allocate=("dx",),
                      scalars={"R": R, "K": K, "N": N, "ldy": pitch(N)})["dx"]
-    if need_dw or need_db:
-        cols = _quantize_cols(rt, dy, dt)
+    if need_cols:
         db = cols["sums"] if need_db else None
         if need_dw:
             given = {"x_t": saved.x_t, "dy_t": cols["codes_t"], "u": saved.u, "v": cols["scales"]}

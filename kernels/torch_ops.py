@@ -101,17 +101,33 @@ def prepared_weight(weight: torch.Tensor, backend: str, fresh: bool = False) -> 
     """The weight's preparation for ``backend``: from the cache when its version was seen,
     else made now (``fresh`` forces that) and cached. A weight made under
     ``torch.inference_mode`` has no version counter: it is prepared every time."""
+    kept = None if fresh else _kept(weight, backend)
+    return kept if kept is not None else _keep(weight, backend, _prepare(weight, backend))
+
+
+def _slot(weight: torch.Tensor, backend: str) -> tuple[dict | None, tuple, int]:
+    """(the cache's slots of the weight's storage, the view's key, its version); no slots
+    for an inference tensor, which has no version counter."""
     try:
         version = weight._version
     except RuntimeError:  # an inference tensor
-        return _prepare(weight, backend)
+        return None, (), 0
     view = (weight.storage_offset(), tuple(weight.shape), weight.stride(), weight.dtype, backend)
-    slots = _PREPARED.setdefault(weight.untyped_storage(), {})
-    entry = slots.get(view)
-    if entry is not None and entry[0] == version and not fresh:
-        return entry[1]
-    prepared = slots[view] = (version, _prepare(weight, backend))
-    return prepared[1]
+    return _PREPARED.setdefault(weight.untyped_storage(), {}), view, version
+
+
+def _kept(weight: torch.Tensor, backend: str) -> Any:
+    """The cached preparation of the weight's current version, or None."""
+    slots, view, version = _slot(weight, backend)
+    entry = None if slots is None else slots.get(view)
+    return entry[1] if entry is not None and entry[0] == version else None
+
+
+def _keep(weight: torch.Tensor, backend: str, prepared: Any) -> Any:
+    slots, view, version = _slot(weight, backend)
+    if slots is not None:
+        slots[view] = (version, prepared)
+    return prepared
 
 
 def _prepare(weight: torch.Tensor, backend: str) -> Any:
@@ -151,9 +167,16 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, bac
     with torch.autocast(x.device.type, enabled=False):  # the step's arithmetic is fixed
         if backend == "cpu" or _degenerate(R, K, N):
             return _cpu_forward(x, weight, bias, keep_for_dw)
-        prepared = prepared_weight(weight, backend, fresh=_capturing(weight))
-        y, saved = layer_step().forward(runtime(backend), to_array(backend, x), prepared,
-                                        None if bias is None else to_array(backend, bias.to(x.dtype)))
+        rt, xs = runtime(backend), to_array(backend, x)
+        bias_array = None if bias is None else to_array(backend, bias.to(x.dtype))
+        prepared = None if _capturing(weight) else _kept(weight, backend)
+        if prepared is None and keep_for_dw:  # a weight's first forward: its |W| sums ride in x's launch
+            PREPARE_COUNT["count"] += 1
+            prepared, y, saved = layer_step().prepare_and_forward(rt, xs, to_array(backend, weight), bias_array)
+            _keep(weight, backend, prepared)
+        else:
+            prepared = prepared if prepared is not None else prepared_weight(weight, backend, fresh=True)
+            y, saved = layer_step().forward(rt, xs, prepared, bias_array, keep_columns=keep_for_dw)
         if not keep_for_dw:
             return to_tensor(backend, y, x.dtype), *_nothing_kept(x)
         return (to_tensor(backend, y, x.dtype), to_tensor(backend, saved.x_t),

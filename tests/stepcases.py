@@ -67,6 +67,23 @@ def standin_specs() -> list[KernelSpec]:
             _buffer("sums", "float32", lambda d: (d.K,)), _buffer("x", f, lambda d: (d.R, d.K)),
             _scalar("R"), _scalar("C"), _scalar("ldr")),
             lambda d: _grid(d.K, 32), ("codes_t", "scales", "sums")))
+        specs.append(standin_spec(f"hslm_quant_{dt}", (
+            _buffer("codes", "int8", lambda d: (d.R, pitch(d.K))), _buffer("row_scales", "float32", lambda d: (d.R,)),
+            _buffer("codes_t", "int8", lambda d: (d.K, pitch(d.R))), _buffer("col_scales", "float32", lambda d: (d.K,)),
+            _buffer("sums", "float32", lambda d: (d.K,)), _buffer("x", f, lambda d: (d.R, d.K)),
+            _scalar("R"), _scalar("C"), _scalar("ld"), _scalar("ldr")),
+            lambda d: Launch((-(-d.R // 8) + -(-d.K // 32), 1, 1), (256, 1, 1), 0),
+            ("codes", "row_scales", "codes_t", "col_scales", "sums")))
+        for wdt in SUFFIXES:
+            specs.append(standin_spec(f"hslm_quant_wsum_{dt}_{wdt}", (
+                _buffer("partials", "float32", lambda d: (sum_partials(count(d)),)),
+                _buffer("codes", "int8", lambda d: (d.R, pitch(d.K))), _buffer("row_scales", "float32", lambda d: (d.R,)),
+                _buffer("codes_t", "int8", lambda d: (d.K, pitch(d.R))),
+                _buffer("col_scales", "float32", lambda d: (d.K,)), _buffer("sums", "float32", lambda d: (d.K,)),
+                _buffer("x", f, lambda d: (d.R, d.K)), _buffer("w", FLOATS[wdt], lambda d: (d.N, d.K)),
+                _scalar("count"), _scalar("R"), _scalar("C"), _scalar("ld"), _scalar("ldr")),
+                lambda d: Launch((sum_partials(count(d)) + -(-d.R // 8) + -(-d.K // 32), 1, 1), (256, 1, 1), 0),
+                ("partials", "codes", "row_scales", "codes_t", "col_scales", "sums")))
         specs.append(standin_spec(f"hslm_fwd_{dt}", (
             _buffer("y", f, lambda d: (d.R, d.N)), _buffer("x", "int8", lambda d: (d.R, pitch(d.K))),
             _buffer("w", "uint32", planes.FRAGMENTS.shape), _buffer("row_scales", "float32", lambda d: (d.R,)),

@@ -47,8 +47,8 @@ def test_hslm_report_meets_the_targets_and_round_trips(standins, tmp_path):
     assert [s.name for s in report.shapes] == list(HSLM)
     for s in report.shapes:
         assert tasks_layer.missed_targets(s) == []
-        assert (s.launches, s.host_syncs, s.h2d_copies, s.foreign_allocations) == (9, 0, 0, 0)
-        assert len(s.launch_list) == 9 and sum(x.bytes for x in s.launch_list) == s.bytes_moved
+        assert (s.launches, s.host_syncs, s.h2d_copies, s.foreign_allocations) == (6, 0, 0, 0)
+        assert len(s.launch_list) == 6 and sum(x.bytes for x in s.launch_list) == s.bytes_moved
     write_model(tmp_path / "hslm.json", report)
     assert read_model(tmp_path / "hslm.json", LayerReport) == report
     text = tasks_layer.layer_table(report)
@@ -56,14 +56,14 @@ def test_hslm_report_meets_the_targets_and_round_trips(standins, tmp_path):
 
 
 def test_a_planted_sync_misses_the_target(standins, monkeypatch):
-    real = layer_step.prepare_weight
+    real = layer_step._planes
 
-    def peeking(rt, w):
-        prepared = real(rt, w)
+    def peeking(rt, w, partials):
+        prepared = real(rt, w, partials)
         float(prepared.beta[0])  # float(beta): the host waits
         return prepared
 
-    monkeypatch.setattr(layer_step, "prepare_weight", peeking)
+    monkeypatch.setattr(layer_step, "_planes", peeking)
     counted = layer_count.count_step(shape())
     assert counted.host_syncs == 1 and counted.sync_sites[0].startswith(__file__)
     assert tasks_layer.missed_targets(counted) == ["host syncs 1 > 0"]
@@ -79,11 +79,11 @@ def test_missed_targets_name_each():
 
 
 def test_a_missing_kernel_fails_the_stage_in_one_line(monkeypatch, tmp_path):
-    monkeypatch.delitem(registry.FAMILIES, "hslm_wsum_bf16", raising=False)
+    monkeypatch.delitem(registry.FAMILIES, "hslm_quant_wsum_bf16_bf16", raising=False)
     monkeypatch.setattr(tasks_layer, "report_path", lambda s: tmp_path / f"{s}.json")
     result = tasks_layer._layer("smoke")
     assert isinstance(result, TaskFailed)
-    assert result.message.startswith("layer smoke/tiny: layer step: unknown kernel family 'hslm_wsum_bf16'")
+    assert result.message.startswith("layer smoke/tiny: layer step: unknown kernel family 'hslm_quant_wsum_bf16_bf16'")
     assert "\n" not in result.message and not (tmp_path / "smoke.json").exists()
 
 

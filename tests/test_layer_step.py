@@ -17,7 +17,8 @@ from hypothesis import given, settings, strategies as st
 
 from kernels import layer_step, planes, registry
 from kernels.layer_step import (
-    EmulatorRuntime, FakeBuffer, RecordingRuntime, backward, forward, prepare_weight, quant_dims, runtime_for,
+    EmulatorRuntime, FakeBuffer, RecordingRuntime, backward, forward, prepare_and_forward, prepare_weight, quant_dims,
+    runtime_for,
     step_bytes_minimum, sum_partials, weight_dims,
 )
 from kernels.pitch import pitch
@@ -25,16 +26,15 @@ from kernels.spec import Dims, KernelSpec
 from kernels.validate import LaunchError
 from stepcases import FLOATS, HSLM, SUFFIXES, install_standins, standin_spec, standin_specs
 
-STEP_LAUNCHES = 9  # 2 to prepare W, 3 forward, 4 backward
+STEP_LAUNCHES = 6  # 3 to prepare W and run forward, 3 backward
 
 
 def run_step(rt, R: int, K: int, N: int, dtype: str = "bfloat16", weight_dtype: str = "bfloat16",
              bias: bool = True, need_dx: bool = True):
-    """One recorded step: prepare W, forward, backward with dX, dW and db."""
+    """One recorded training step: prepare W with the forward, backward with dX, dW and db."""
     w = rt.input((N, K), weight_dtype)
     x = rt.input((R, K), dtype)
-    prepared = prepare_weight(rt, w)
-    y, saved = forward(rt, x, prepared, rt.input((N,), dtype) if bias else None)
+    prepared, y, saved = prepare_and_forward(rt, x, w, rt.input((N,), dtype) if bias else None)
     dy = rt.input(tuple(y.shape), dtype)
     return y, backward(rt, dy, saved, prepared, need_dx=need_dx, need_dw=True, need_db=bias)
 
@@ -53,8 +53,8 @@ def test_hslm_step_meets_its_targets(standins, shape):
     y, (dx, dw, db) = run_step(rt, R, K, N)
     rec = rt.recording
     assert [launch.kernel for launch in rec.launches] == [
-        "hslm_wsum_bf16", "hslm_wprep_bf16", "hslm_qrows_bf16", "hslm_qcols_bf16", "hslm_fwd_bf16",
-        "hslm_qrows_bf16", "hslm_dx_bf16", "hslm_qcols_bf16", "hslm_dw_bf16"]
+        "hslm_quant_wsum_bf16_bf16", "hslm_wprep_bf16", "hslm_fwd_bf16",
+        "hslm_quant_bf16", "hslm_dx_bf16", "hslm_dw_bf16"]
     assert (rec.host_syncs, rec.h2d_copies, rec.foreign_allocations) == ([], [], [])
     minimum = step_bytes_minimum(R, K, N, "bfloat16", "bfloat16", bias=True)
     assert minimum <= rec.bytes_moved <= 3 * minimum
@@ -79,7 +79,7 @@ def test_hslm_step_on_the_registered_kernels_meets_its_targets(monkeypatch, shap
     minimum = step_bytes_minimum(R, K, N, "bfloat16", "bfloat16", bias=True)
     assert minimum <= rec.bytes_moved <= 3 * minimum
     fwd = layer_step.pick(("hslm_fwd_bf16", "hslm_fwd_splitk_bf16"), Dims(R, K, N))
-    assert rec.launches[4].kernel == fwd.name and rec.launches[4].grid == fwd.geometry(Dims(R, K, N)).grid
+    assert rec.launches[2].kernel == fwd.name and rec.launches[2].grid == fwd.geometry(Dims(R, K, N)).grid
 
 
 def test_a_split_is_picked_only_where_it_pays():
@@ -101,13 +101,18 @@ def test_geometry_and_bytes_come_from_the_specs(standins):
     by_name = {launch.kernel: launch for launch in rt.recording.launches}
     fwd = registry.KERNELS["hslm_fwd_bf16"]
     assert by_name["hslm_fwd_bf16"].grid == fwd.geometry(Dims(27, 243, 729)).grid
-    wsum = by_name["hslm_wsum_bf16"]
-    assert wsum.grid == (sum_partials(243 * 729), 1, 1) and wsum.block == (256, 1, 1)
+    first = by_name["hslm_quant_wsum_bf16_bf16"]  # |W|'s partial sums' CTAs, then x's rows' and columns'
+    assert first.grid == (sum_partials(243 * 729) + 4 + 8, 1, 1) and first.block == (256, 1, 1)
     # forward reads x's codes (27 x pitch(243)), the planes, both scales, beta and the bias; writes y
     assert dict((n, b) for n, b, _ in by_name["hslm_fwd_bf16"].buffers) == {
         "y": 27 * 729 * 2, "x": 27 * 256, "w": math.prod(planes.FRAGMENTS.shape(Dims(27, 243, 729))) * 4,
         "row_scales": 27 * 4, "beta": 4, "bias": 729 * 2}
-    assert [n for n, _, written in by_name["hslm_qcols_bf16"].buffers if written] == ["codes_t", "scales", "sums"]
+    assert [n for n, _, written in by_name["hslm_quant_bf16"].buffers if written] == [
+        "codes", "row_scales", "codes_t", "col_scales", "sums"]
+    quant = registry.KERNELS["hslm_quant_bf16"] if "hslm_quant_bf16" in registry.KERNELS else None
+    if quant is not None:  # one launch: qrows' CTAs, then qcols'
+        rows, cols = (registry.KERNELS[f"hslm_{k}_bf16"].geometry(Dims(27, 729, 729)).grid[0] for k in ("qrows", "qcols"))
+        assert by_name["hslm_quant_bf16"].grid == quant.geometry(Dims(27, 729, 729)).grid == (rows + cols, 1, 1)
 
 
 def test_parameter_order_is_the_specs(monkeypatch):
@@ -149,22 +154,52 @@ def test_backward_launches_only_what_is_asked(standins):
     dx, dw, db = backward(rt, rt.input((4, 8), "float32"), saved, prepared, need_dx=False, need_dw=False, need_db=True)
     assert (dx, dw) == (None, None) and db.shape == (8,)
     assert [launch.kernel for launch in rt.recording.launches[before:]] == ["hslm_qcols_f32"]
+    before = len(rt.recording.launches)
     dx, dw, db = backward(rt, rt.input((4, 8), "float32"), saved, prepared, need_dx=True, need_dw=False, need_db=False)
     assert dw is None and db is None and dx.shape == (4, 16)
+    assert [launch.kernel for launch in rt.recording.launches[before:]] == ["hslm_qrows_f32", "hslm_dx_f32"]
+    before = len(rt.recording.launches)
+    dx, dw, db = backward(rt, rt.input((4, 8), "float32"), saved, prepared, need_dx=True, need_dw=False, need_db=True)
+    assert dw is None and dx.shape == (4, 16) and db.shape == (8,)
+    assert [launch.kernel for launch in rt.recording.launches[before:]] == ["hslm_quant_f32", "hslm_dx_f32"]
+
+
+def test_preparing_with_the_forward_is_the_same_launches_less_one(standins):
+    """prepare_and_forward is prepare_weight + forward with wsum's CTAs inside x's
+    quantization launch: the same buffers written, the product given the same shapes."""
+    apart, fused = RecordingRuntime(), RecordingRuntime()
+    forward(apart, apart.input((5, 40), "float16"), prepare_weight(apart, apart.input((24, 40), "float32")))
+    prepare_and_forward(fused, fused.input((5, 40), "float16"), fused.input((24, 40), "float32"))
+    names = lambda rt: [launch.kernel for launch in rt.recording.launches]  # noqa: E731
+    assert names(apart) == ["hslm_wsum_f32", "hslm_wprep_f32", "hslm_quant_f16", "hslm_fwd_f16"]
+    assert names(fused) == ["hslm_quant_wsum_f16_f32", "hslm_wprep_f32", "hslm_fwd_f16"]
+    written = lambda launch: sorted((n, b) for n, b, w in launch.buffers if w)  # noqa: E731
+    assert written(fused.recording.launches[0]) == sorted(written(apart.recording.launches[0])
+                                                          + written(apart.recording.launches[2]))
+    assert fused.recording.launches[1:] == [apart.recording.launches[1], apart.recording.launches[3]]
+
+
+def test_a_forward_without_dw_to_come_quantizes_rows_only(standins):
+    rt = RecordingRuntime()
+    prepared = prepare_weight(rt, rt.input((8, 16), "float32"))
+    before = len(rt.recording.launches)
+    y, saved = forward(rt, rt.input((4, 16), "float32"), prepared, keep_columns=False)
+    assert saved is None and y.shape == (4, 8)
+    assert [launch.kernel for launch in rt.recording.launches[before:]] == ["hslm_qrows_f32", "hslm_fwd_f32"]
 
 
 def test_mixed_float_types_name_their_kernels(standins):
     rt = RecordingRuntime()
     run_step(rt, 3, 17, 5, dtype="float16", weight_dtype="float32")
     names = [launch.kernel for launch in rt.recording.launches]
-    assert names[:2] == ["hslm_wsum_f32", "hslm_wprep_f32"] and names[-1] == "hslm_dw_f32"
+    assert names[:2] == ["hslm_quant_wsum_f16_f32", "hslm_wprep_f32"] and names[-1] == "hslm_dw_f32"
     assert "hslm_fwd_f16" in names and "hslm_dx_f16" in names
 
 
 @settings(max_examples=40, deadline=None)
 @given(R=st.integers(1, 3000), K=st.integers(1, 900), N=st.integers(1, 900),
        dtype=st.sampled_from(sorted(FLOATS.values())), bias=st.booleans())
-def test_every_shape_is_nine_launches_and_at_least_the_minimum(R, K, N, dtype, bias):
+def test_every_shape_is_six_launches_and_at_least_the_minimum(R, K, N, dtype, bias):
     with pytest.MonkeyPatch.context() as mp:
         install_standins(mp)
         rt = RecordingRuntime()
@@ -178,15 +213,15 @@ def test_every_shape_is_nine_launches_and_at_least_the_minimum(R, K, N, dtype, b
 # ---- negative: what the stand-in catches -------------------------------------------------------
 
 def test_a_planted_host_sync_is_counted(standins, monkeypatch):
-    real = layer_step._quantize_rows
+    real = layer_step._quantized
 
-    def checking(rt, a, dt):
-        out = real(rt, a, dt)
-        if bool(out["scales"].any()):  # a value check: the host waits for the device
+    def checking(out):
+        rows, cols = real(out)
+        if bool(rows["scales"].any()):  # a value check: the host waits for the device
             pass
-        return out
+        return rows, cols
 
-    monkeypatch.setattr(layer_step, "_quantize_rows", checking)
+    monkeypatch.setattr(layer_step, "_quantized", checking)
     rt = RecordingRuntime()
     run_step(rt, 27, 243, 243)
     assert len(rt.recording.host_syncs) == 2  # forward's X and backward's dY
@@ -195,16 +230,16 @@ def test_a_planted_host_sync_is_counted(standins, monkeypatch):
 
 
 def test_a_planted_extra_launch_is_counted(standins, monkeypatch):
-    real = layer_step._quantize_cols
+    real = layer_step._quantize_both
 
     def twice(rt, a, dt):
         real(rt, a, dt)
         return real(rt, a, dt)
 
-    monkeypatch.setattr(layer_step, "_quantize_cols", twice)
+    monkeypatch.setattr(layer_step, "_quantize_both", twice)
     rt = RecordingRuntime()
     run_step(rt, 27, 243, 243)
-    assert len(rt.recording.launches) == STEP_LAUNCHES + 2
+    assert len(rt.recording.launches) == STEP_LAUNCHES + 1  # dY quantized twice
 
 
 def test_a_planted_foreign_op_is_a_launch_and_an_allocation(standins, monkeypatch):
@@ -332,7 +367,7 @@ def test_fake_buffers_are_not_arrays():
 
 # ---- the real kernels on the emulator ---------------------------------------------------------------
 
-STEP_FAMILIES = [f"hslm_{k}_{dt}" for k in ("wsum", "wprep", "qrows", "qcols", "fwd", "dx", "dw") for dt in SUFFIXES]
+STEP_FAMILIES = [f"hslm_{k}_{dt}" for k in ("wsum", "wprep", "qrows", "qcols", "quant", "fwd", "dx", "dw") for dt in SUFFIXES]
 
 
 def _ternary_planes(t: np.ndarray, dims: Dims, order: planes.Planes) -> np.ndarray:

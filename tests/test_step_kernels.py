@@ -64,12 +64,29 @@ FAULTS = {
     "hslm_wprep": ("0x6420", "0x6410", "planes"),  # a code in the wrong bits of a forward word
     "hslm_qrows": ("cvt.rni.s32.f32", "cvt.rzi.s32.f32", "codes"),  # truncation, not nearest even
     "hslm_qcols": ("add.rn.f32", "sub.rn.f32", "sums"),  # the column sum
+    "hslm_quant": ("cvt.rni.s32.f32", "cvt.rzi.s32.f32", "codes"),  # the row half's rounding
+    "hslm_quant_wsum": ("shfl.sync.down.b32", "shfl.sync.up.b32", "partials"),  # the |W| part's tree
 }
+
+
+def fault_of(kernel: str) -> tuple[str, str, str]:
+    """The planted fault of ``kernel``'s kind: the longest kind its name starts with."""
+    return FAULTS[max((kind for kind in FAULTS if kernel.startswith(kind + "_")), key=len)]
+
+
+@pytest.mark.parametrize("kernel", ["hslm_quant_f32", "hslm_quant_bf16"])
+def test_a_fault_in_the_column_half_of_quant_is_caught_there(kernel):
+    """The fused kernel's column CTAs: the column sum's order, in sums only."""
+    ptx = KERNELS[kernel].emit()
+    assert ptx.count("add.rn.f32") >= 1
+    got, want = run(kernel, Dims(37, 70, 70), ptx=ptx.replace("add.rn.f32", "sub.rn.f32"))
+    counts = mismatches(kernel, got, want)
+    assert counts["sums"] > 0 and counts["codes"] == counts["row_scales"] == counts["codes_t"] == 0
 
 
 @pytest.mark.parametrize("kernel", STEP_KERNELS)
 def test_a_planted_fault_is_caught(kernel):
-    old, new, output = FAULTS[kernel.rsplit("_", 1)[0]]
+    old, new, output = fault_of(kernel)
     ptx = KERNELS[kernel].emit()
     assert old in ptx
     got, want = run(kernel, Dims(37, 70, 129), ptx=ptx.replace(old, new))

@@ -510,14 +510,14 @@ def step_kernels_registered() -> bool:
     """Whether kernels.registry holds every kernel family kernels.layer_step launches."""
     from kernels import registry
 
-    kinds = ("wsum", "wprep", "qrows", "qcols", "fwd", "dx", "dw")
+    kinds = ("wsum", "wprep", "qrows", "qcols", "quant", "fwd", "dx", "dw")
     return all(f"hslm_{kind}_f32" in registry.FAMILIES for kind in kinds)
 
 
 @pytest.mark.parametrize("dtype", list(FLOAT_TYPES), ids=list(FLOAT_TYPES.values()))
 def test_the_emulator_backend_equals_the_cpu_backend(dtype):
     if not step_kernels_registered():
-        pytest.skip("the layer step's kernels (hslm_wsum/wprep/qrows/qcols) are not in kernels.registry yet")
+        pytest.skip("the layer step's kernels (hslm_wsum/wprep/qrows/qcols/quant) are not in kernels.registry yet")
     R, K, N = 19, 40, 24
     rng = np.random.default_rng(9)
     torch.manual_seed(9)
@@ -534,7 +534,7 @@ def test_the_emulator_backend_equals_the_cpu_backend(dtype):
 def test_the_emulator_backend_equals_the_cpu_backend_with_mixed_dtypes_and_nan():
     """f32 parameters, bf16 activations (the bias read in bf16 by both), a NaN row in x."""
     if not step_kernels_registered():
-        pytest.skip("the layer step's kernels (hslm_wsum/wprep/qrows/qcols) are not in kernels.registry yet")
+        pytest.skip("the layer step's kernels (hslm_wsum/wprep/qrows/qcols/quant) are not in kernels.registry yet")
     rng = np.random.default_rng(13)
     torch.manual_seed(13)
     cpu, emulator = TernaryLinear(40, 24), TernaryLinear(40, 24, backend="emulator")

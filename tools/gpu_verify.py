@@ -49,7 +49,7 @@ from pipeline.stages.verify import one_line, resolve_backend, verdict, verify_ce
 
 MAX_FRESH_PROCESSES = 8  # sticky errors after which the cells left are reported, not run
 # The time model of one cell on the GPU machine, measured on the CPU machine (the
-# reference and inputs are numpy there as here): 54 kernels x the hslm set (40 G
+# reference and inputs are numpy there as here): the 54 kernels of the time x the hslm set (40 G
 # multiply-adds) took 18.5 CPU s, and the 810 smoke and tails cells 4.4 CPU s besides
 # start-up; a PTX module's first JIT by the driver is taken as 0.3 s (later loads hit the
 # driver's compute cache), a process's start (imports, CUDA context) as 3 s.

@@ -83,7 +83,7 @@ export PROBE_S=${PROBE_S:-12}  # each of the two probes: facts stays inside its 
 # 4-stage ring wraps, and no dimension is a multiple of 16: the tails' predicates run too
 export SANITIZE_SHAPE=${SANITIZE_SHAPE:-300x330x270}
 # one of each kind of kernel the layer step launches (bf16, as bench_layer runs it) and the int8 GEMMs
-export COUNTER_KERNELS=${COUNTER_KERNELS:-hslm_fwd_s8,hslm_fwd_s8_m32,hslm_dx_s8,hslm_dw_s8,hslm_fwd_bf16,hslm_fwd_splitk_bf16,hslm_dx_bf16,hslm_dx_splitk_bf16,hslm_dw_bf16,hslm_dw_splitk_bf16,hslm_wsum_bf16,hslm_wprep_bf16,hslm_qrows_bf16,hslm_qcols_bf16}
+export COUNTER_KERNELS=${COUNTER_KERNELS:-hslm_fwd_s8,hslm_fwd_s8_m32,hslm_dx_s8,hslm_dw_s8,hslm_fwd_bf16,hslm_fwd_splitk_bf16,hslm_dx_bf16,hslm_dx_splitk_bf16,hslm_dw_bf16,hslm_dw_splitk_bf16,hslm_quant_wsum_bf16_bf16,hslm_wprep_bf16,hslm_qrows_bf16,hslm_quant_bf16}
 export COUNTERS_SHAPE=${COUNTERS_SHAPE:-ffn_up_r1782}
 export COUNTER_BATCH=${COUNTER_BATCH:-5}     # kernels per ncu run: a run cut off loses only its batch
 export COUNTER_TAIL_S=${COUNTER_TAIL_S:-12}  # of the counters cap: no batch starts in it
@@ -91,7 +91,7 @@ export CALIBRATION_JOBS=${CALIBRATION_JOBS:-8}
 # name:cap_s:expected_s; the caps add to 435 s, TOTAL_S (450) less PACKAGE_S (15); the
 # arithmetic behind each is in docs/gpu-run.md
 PLAN=${PLAN:-wheels:10:4 facts:35:20 verify:50:15 bench:110:80 layer:45:25 torch-tests:55:35
-sanitize-memcheck:25:12 sanitize-racecheck:30:18 sanitize-synccheck:20:12 sanitize-initcheck:15:10
+sanitize-memcheck:25:12 sanitize-racecheck:30:21 sanitize-synccheck:20:12 sanitize-initcheck:15:10
 counters:40:25}
 export WORK=$(mktemp -d /tmp/on-device.XXXXXX)
 mkdir -p "$OUT" "$SITE"

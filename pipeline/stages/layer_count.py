@@ -2,7 +2,7 @@
 what the gate and ``doit bless`` judge (each counts afresh: it takes milliseconds, nothing
 is computed).
 
-The layer step's own code (kernels.layer_step: prepare_weight, forward, backward with dX,
+The layer step's own code (kernels.layer_step: prepare_and_forward, backward with dX,
 dW and the bias gradient, the code that runs on a GPU) runs on
 kernels.layer_step.RecordingRuntime in place of the GPU runtime, in bf16 as a trainer
 runs it. A first step runs uncounted (it makes the workspaces a split-K kernel keeps,
@@ -19,9 +19,10 @@ STEP_DTYPE = "bfloat16"  # activations, weight and bias: the layer as a bf16 tra
 
 
 def run_step(rt: layer_step.Runtime, R: int, K: int, N: int, dtype: str, weight_dtype: str, bias: bool) -> None:
-    """One training step of the layer: a new weight version prepared, forward, dX + dW + db."""
-    prepared = layer_step.prepare_weight(rt, rt.input((N, K), weight_dtype))
-    y, saved = layer_step.forward(rt, rt.input((R, K), dtype), prepared, rt.input((N,), dtype) if bias else None)
+    """One training step of the layer: a new weight version prepared with the forward
+    (``prepare_and_forward``, as the torch op runs a weight's first forward), dX + dW + db."""
+    prepared, y, saved = layer_step.prepare_and_forward(rt, rt.input((R, K), dtype), rt.input((N, K), weight_dtype),
+                                                        rt.input((N,), dtype) if bias else None)
     layer_step.backward(rt, rt.input(tuple(y.shape), dtype), saved, prepared,
                         need_dx=True, need_dw=True, need_db=bias)
 
