@@ -34,7 +34,8 @@ kept apart (``per_call_us``).
 The reference class (:func:`best_dense`) is what a user would get from a library: the
 best of several CUTLASS/cuBLAS-like configurations on the same phase model (64x64,
 128x64 and 128x128 tiles, split-K with a reduction kernel, a stream-K-like even split),
-and :func:`torch_linear_step` is bf16 ``nn.Linear``'s three GEMMs of a layer step.
+and :func:`torch_linear_step` is bf16 ``nn.Linear``'s layer step: its three GEMMs and,
+with a bias, the bias gradient's reduction.
 A kernel that is not a GEMM is timed as a memory-bound pass (:func:`stream_phases`); a
 step of launches is timed eagerly (:func:`eager_us`) or replayed from a CUDA graph
 (:func:`graph_us`).
@@ -428,10 +429,29 @@ def torch_linear_gemms(dev: Device, rows: int, in_features: int, out_features: i
     return [best_dense(dev, m, n, k, "bf16")[1] for m, n, k in gemms]
 
 
-def torch_linear_step(dev: Device, rows: int, in_features: int, out_features: int) -> float:
-    """Per-call us of bf16 ``nn.Linear``'s layer step launched eagerly: its three GEMMs'
-    device time and each launch's host cost (:func:`torch_linear_gemms`)."""
-    return eager_us(torch_linear_gemms(dev, rows, in_features, out_features))
+BF16_BYTES = 2
+
+
+def torch_linear_launches(dev: Device, rows: int, in_features: int, out_features: int,
+                          bias: bool = True) -> list[Phases]:
+    """bf16 ``nn.Linear``'s layer step, launch by launch: its three GEMMs
+    (:func:`torch_linear_gemms`) and, with a bias, the bias gradient: autograd's
+    AddmmBackward0 sums the output gradient over its rows to the bias's shape, an
+    ``aten::sum`` of its own (torch.profiler on bf16 ``nn.Linear(243, 729)``, forward and
+    backward on a CPU, lists aten::addmm, aten::mm twice and aten::sum once, besides
+    views), a memory-bound pass that reads dY (R x N) and writes N (:func:`stream_phases`).
+    The CPU's addmm also copies the bias into its output first; that copy is not counted
+    (on a GPU a bias epilogue can fold it), which keeps the reference on torch's side."""
+    launches = torch_linear_gemms(dev, rows, in_features, out_features)
+    if bias:
+        launches.append(stream_phases(dev, (rows + 1) * out_features * BF16_BYTES))
+    return launches
+
+
+def torch_linear_step(dev: Device, rows: int, in_features: int, out_features: int, bias: bool = True) -> float:
+    """Per-call us of bf16 ``nn.Linear``'s layer step launched eagerly: every launch's
+    device time and host cost (:func:`torch_linear_launches`)."""
+    return eager_us(torch_linear_launches(dev, rows, in_features, out_features, bias))
 
 
 def eager_us(launches: list[Phases]) -> float:

@@ -21,6 +21,9 @@ int8 codes in the exact layouts the GEMMs read, and their f32 scales.
   first, then the column CTAs), for a step that needs both: forward (Xq for the product,
   Xq^T for dW) and a backward computing dX and dW (dYq and dYq^T). Outputs and bits are
   the two kernels' own; what it saves is one launch's fixed cost.
+- ``hslm_quant_wsum_<dt>_<wdt>``: ``hslm_wsum_<wdt>``'s partial sums of |W| (the first
+  CTAs), then the same: the first forward of a weight version, whose preparation needs
+  the sums before its second launch (``kernels.layer_step.prepare_and_forward``).
 
 The reads use 32-bit (f32) or 16-bit elements rather than 16-byte vectors: the HSLM
 widths (243, 729, 2187) leave most rows unaligned to 16 bytes, and a warp's scalar loads

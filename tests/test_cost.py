@@ -175,11 +175,15 @@ def test_split_k_pays_a_reduction_kernel_and_its_launch():
     assert four.device_us > four.fixed + max(four.serial, four.l2, four.dram)  # + the reduction kernel
 
 
-def test_torch_linear_is_three_bf16_gemms():
+def test_torch_linear_is_three_bf16_gemms_and_the_bias_gradients_reduction():
     want = sum(cost.best_dense(H200, m, n, k, "bf16")[1].per_call_us
                for m, n, k in ((1782, 729, 243), (1782, 243, 729), (729, 243, 1782)))
-    assert cost.torch_linear_step(H200, 1782, 243, 729) == pytest.approx(want)
+    assert cost.torch_linear_step(H200, 1782, 243, 729, bias=False) == pytest.approx(want)
     assert want > 3 * (H200.kernel_fixed_us + H200.launch_us)
+    reduction = cost.stream_phases(H200, (1782 * 729 + 729) * 2)  # dY read, db written, bf16
+    assert cost.torch_linear_step(H200, 1782, 243, 729) == pytest.approx(want + reduction.per_call_us)
+    assert len(cost.torch_linear_launches(H200, 1782, 243, 729)) == 4
+    assert len(cost.torch_linear_launches(H200, 1782, 243, 729, bias=False)) == 3
 
 
 def test_a_big_square_gemm_is_near_the_library_tensor_rate():
@@ -205,7 +209,8 @@ def test_eager_pays_every_launch_a_graph_replay_one():
     assert cost.eager_us(launches) == pytest.approx(device + 2 * H200.launch_us)
     assert cost.graph_us(H200, launches) == pytest.approx(device + H200.launch_us)
     torch = cost.torch_linear_gemms(H200, 27, 243, 729)
-    assert len(torch) == 3 and cost.torch_linear_step(H200, 27, 243, 729) == pytest.approx(cost.eager_us(torch))
+    assert len(torch) == 3 and cost.torch_linear_step(H200, 27, 243, 729, bias=False) == pytest.approx(
+        cost.eager_us(torch))
 
 
 @given(st.lists(st.floats(min_value=0, max_value=1e9), min_size=1, max_size=12))

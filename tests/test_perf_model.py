@@ -278,7 +278,8 @@ def test_every_launch_of_the_step_is_timed(counted_step):
     assert row.gemm_device_us + row.other_device_us == pytest.approx(sum(x.device_us for x in row.launches), abs=1e-2)
     # eager pays the host's launch per kernel, a graph replay once
     assert row.eager_us - row.graph_us == pytest.approx(5 * dev.launch_us, abs=1e-2)
-    torch = cost.torch_linear_gemms(dev, 1782, 243, 729)
+    torch = cost.torch_linear_launches(dev, 1782, 243, 729, bias=counted_step.bias)
+    assert counted_step.bias and len(torch) == 4  # the step is counted with a bias: torch reduces dY for db
     assert row.torch_eager_us == pytest.approx(cost.torch_linear_step(dev, 1782, 243, 729), abs=1e-3)
     assert row.torch_graph_us == pytest.approx(sum(p.device_us for p in torch) + dev.launch_us, abs=1e-3)
 
@@ -302,10 +303,14 @@ def step(target: str, eager: float, graph: float) -> perf_model.LayerStepRow:
 
 def test_the_target_lines_say_met_only_when_every_figure_is():
     assert perf_model.layer_targets([step("hslm", 14.0, 7.0), step("hslm", 12.0, 6.0)]) == [
-        "MODEL target: HSLM step within 1.5x of torch bf16 nn.Linear: eager 2 of 2 shapes (ours/torch 1.20-1.40), "
-        "graph 2 of 2 shapes (ours/torch 1.20-1.40): met"]
-    assert perf_model.layer_targets([step("hslm", 14.0, 8.0)])[0].endswith("graph 0 of 1 shapes (ours/torch "
-                                                                        "1.60-1.60): NOT met")
+        "MODEL target: HSLM step, graph-replayed, within 1.5x of torch bf16 nn.Linear: graph 2 of 2 shapes "
+        "(ours/torch 1.20-1.40) (eager, not the target: eager 2 of 2 shapes (ours/torch 1.20-1.40)): met"]
+    assert perf_model.layer_targets([step("hslm", 14.0, 8.0)])[0].endswith(
+        "graph 0 of 1 shapes (ours/torch 1.60-1.60) (eager, not the target: eager 1 of 1 shapes "
+        "(ours/torch 1.40-1.40)): NOT met")
+    # the target is the graph-replayed step: a slow eager step alone does not miss it, one slow graph step does
+    assert perf_model.layer_targets([step("hslm", 17.0, 7.0)])[0].endswith("): met")
+    assert perf_model.layer_targets([step("hslm", 12.0, 7.0), step("hslm", 12.0, 7.6)])[0].endswith(": NOT met")
     big = perf_model.layer_targets([step("large", 7.0, 3.0), step("large", 7.0, 4.0)])
     assert [line.rsplit(": ", 1)[1] for line in big] == ["met", "NOT met"]
     assert "torch/ours eager 1.43, graph 1.67" in big[0]

@@ -444,7 +444,7 @@ class LayerLaunchRow(Record):
 
 class LayerStepRow(Record):
     """Every launch of one TernaryLinear step (as ``doit layer`` records it) beside torch
-    bf16 nn.Linear's three GEMMs, launched eagerly (the host's launch cost per kernel) and
+    bf16 nn.Linear's (three GEMMs and the bias gradient's reduction), launched eagerly (the host's launch cost per kernel) and
     replayed from a CUDA graph (once)."""
 
     kind: Literal["MODEL"] = "MODEL"
@@ -571,7 +571,8 @@ def launch_phases(layer: LayerShape, recorded: LayerLaunch, g: GpuModel,
 
 def layer_step_row(layer: LayerShape, g: GpuModel, records: GemmRecords, target: str) -> LayerStepRow:
     """Every recorded launch of ``layer``'s step timed (:func:`launch_phases`), eager and
-    graph-replayed, beside torch bf16 nn.Linear's three GEMMs timed the same two ways."""
+    graph-replayed, beside torch bf16 nn.Linear's step (three GEMMs and, with a bias, the
+    bias gradient's reduction: ``cost.torch_linear_launches``) timed the same two ways."""
     dev = as_device(g)
     launches, phases = [], []
     for recorded in layer.launch_list:
@@ -579,7 +580,7 @@ def layer_step_row(layer: LayerShape, g: GpuModel, records: GemmRecords, target:
         phases.append(p)
         launches.append(LayerLaunchRow(kernel=recorded.kernel, model="gemm" if entry else "memory", loop=entry,
                                        bytes=recorded.bytes, device_us=round(p.device_us, 4), limiter=p.limiter))
-    torch = cost.torch_linear_gemms(dev, layer.R, layer.K, layer.N)
+    torch = cost.torch_linear_launches(dev, layer.R, layer.K, layer.N, layer.bias)
     return LayerStepRow(
         target=target, shape=layer.name, R=layer.R, K=layer.K, N=layer.N, launches=launches,
         gemm_device_us=round(sum(p.device_us for p, x in zip(phases, launches) if x.model == "gemm"), 3),
@@ -589,19 +590,20 @@ def layer_step_row(layer: LayerShape, g: GpuModel, records: GemmRecords, target:
 
 
 def layer_targets(steps: list[LayerStepRow]) -> list[str]:
-    """One line per target: the HSLM steps within :data:`HSLM_STEP_MAX_RATIO` of torch,
-    the large layer at least :data:`LARGE_STEP_MIN_SPEEDUP` x faster; eager and graph."""
+    """One line per target: the HSLM steps, graph-replayed, within :data:`HSLM_STEP_MAX_RATIO`
+    of torch (as the target is stated; the eager figures are printed beside them), the
+    large layer at least :data:`LARGE_STEP_MIN_SPEEDUP` x faster both ways."""
     lines = []
     hslm = [s for s in steps if s.target == "hslm"]
     if hslm:
         parts = []
-        for how in ("eager", "graph"):
+        for how in ("graph", "eager"):
             ratios = [getattr(s, f"{how}_ratio") for s in hslm]
             parts.append(f"{how} {sum(r <= HSLM_STEP_MAX_RATIO for r in ratios)} of {len(ratios)} shapes "
                          f"(ours/torch {min(ratios):.2f}-{max(ratios):.2f})")
-        met = all(max(s.eager_ratio, s.graph_ratio) <= HSLM_STEP_MAX_RATIO for s in hslm)
-        lines.append(f"MODEL target: HSLM step within {HSLM_STEP_MAX_RATIO}x of torch bf16 nn.Linear: "
-                     f"{', '.join(parts)}: {'met' if met else 'NOT met'}")
+        met = all(s.graph_ratio <= HSLM_STEP_MAX_RATIO for s in hslm)
+        lines.append(f"MODEL target: HSLM step, graph-replayed, within {HSLM_STEP_MAX_RATIO}x of torch bf16 "
+                     f"nn.Linear: {parts[0]} (eager, not the target: {parts[1]}): {'met' if met else 'NOT met'}")
     for s in (s for s in steps if s.target == "large"):
         eager, graph = 1 / s.eager_ratio, 1 / s.graph_ratio
         met = min(eager, graph) >= LARGE_STEP_MIN_SPEEDUP

@@ -257,10 +257,11 @@ def layer_table(steps: list[perf_model.LayerStepRow]) -> list[str]:
              s.torch_eager_us, round(s.eager_ratio, 3), s.graph_us, s.torch_graph_us, round(s.graph_ratio, 3)]
             for s in steps]
     return [table(LAYER_COLUMNS, rows),
-            "MODEL layer step = every launch `doit layer` records (weight sum + prep, row/column quantization of X "
-            "and dY, the fused GEMMs): a GEMM on the phase model of the int32 GEMM whose loop it runs, any other "
+            "MODEL layer step = every launch `doit layer` records (X's quantization with W's |W| sums, W's "
+            "preparation, dY's quantization, the fused GEMMs): a GEMM on the phase model of the int32 GEMM whose loop it runs, any other "
             "kernel as a memory-bound pass over its buffers' bytes at DRAM's reachable rate + the fixed cost; "
-            "torch = bf16 nn.Linear's 3 GEMMs (best library-like configuration each, no bias-gradient kernel); "
+            "torch = bf16 nn.Linear's 3 GEMMs (best library-like configuration each) and, with a bias, its "
+            "bias-gradient reduction (a memory-bound pass over dY); "
             "eager adds the host's launch cost per kernel, graph once",
             *(f"MODEL {s.shape} launches, device us: "
               + ", ".join(f"{x.kernel} {x.device_us:.2f} ({x.limiter})" for x in s.launches) for s in steps),
