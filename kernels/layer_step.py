@@ -673,13 +673,20 @@ def _quantize_cols(rt: Runtime, a: Any, dt: str) -> dict[str, Any]:
                    allocate=("codes_t", "scales", "sums"), scalars={"R": rows, "C": cols, "ldr": pitch(rows)})
 
 
+QUANT_OUTPUTS = ("codes", "row_scales", "codes_t", "col_scales", "sums")  # hslm_quant's, after any partials
+
+
+def _quant_scalars(rows: int, cols: int) -> dict[str, int]:
+    """The sizes and both code pitches of a fused quantization of a rows x cols matrix."""
+    return {"R": rows, "C": cols, "ld": pitch(cols), "ldr": pitch(rows)}
+
+
 def _quantize_both(rt: Runtime, a: Any, dt: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """:func:`_quantize_rows` and :func:`_quantize_cols` of ``a`` in one launch
     (``hslm_quant_<dt>``), returned as theirs would be."""
     rows, cols = a.shape
-    return _quantized(_launch(rt, f"hslm_quant_{dt}", quant_dims(rows, cols), {"x": a},
-                              allocate=("codes", "row_scales", "codes_t", "col_scales", "sums"),
-                              scalars={"R": rows, "C": cols, "ld": pitch(cols), "ldr": pitch(rows)}))
+    return _quantized(_launch(rt, f"hslm_quant_{dt}", quant_dims(rows, cols), {"x": a}, allocate=QUANT_OUTPUTS,
+                              scalars=_quant_scalars(rows, cols)))
 
 
 def _activations(rt: Runtime, op: str, x: Any, in_features: int) -> tuple[int, int, str]:
@@ -709,8 +716,7 @@ def prepare_and_forward(rt: Runtime, x: Any, w: Any, bias: Any = None) -> tuple[
     wdt = DTYPE_SUFFIX[_float_type(rt, "prepare_and_forward", "w", w)]
     R, _, dt = _activations(rt, "prepare_and_forward", x, K)
     out = _launch(rt, f"hslm_quant_wsum_{dt}_{wdt}", Dims(R, K, N), {"x": x, "w": w},
-                  allocate=("partials", "codes", "row_scales", "codes_t", "col_scales", "sums"),
-                  scalars={"count": N * K, "R": R, "C": K, "ld": pitch(K), "ldr": pitch(R)})
+                  allocate=("partials", *QUANT_OUTPUTS), scalars={"count": N * K, **_quant_scalars(R, K)})
     prepared = _planes(rt, w, out["partials"])
     y, saved = _forward_product(rt, x, *_quantized(out), prepared, bias)
     return prepared, y, saved
