@@ -57,6 +57,9 @@ informational):
 - The layer step's counts (pipeline.ratchet.layer_ratchet, ledger/layer.json, counted afresh here): a
   rise is SLOWER, a fall FASTER, a level or count without the other MISSING, levels sealed on
   another step source STALE SEAL, counts with no levels UNSEALED.
+- ledger/loop_counts.json against the SASS records (pipeline.ratchet.gate_counts) and
+  docs/model-tables.md against a fresh render of the MODEL (pipeline.stages.model_doc): a
+  file that no longer says what the code does is STALE, with the command that rewrites it.
 - FASTER (informational): a figure fell below the ledger's level; ``doit seal && doit
   bless`` records it as the new level.
 - ACCEPTED SLOWER (informational): a rise the ledger accepted with a reason from
@@ -86,6 +89,7 @@ from pipeline.ratchet.dupbody import allowed_group, read_allowed, stale_allowanc
 from pipeline.core.errors import ArtifactError, UserError
 from pipeline.ratchet.gate_new_kernel import fold_new_kernels
 from pipeline.ratchet.gate_counts import counts_findings
+from pipeline.stages.model_doc import doc_findings
 from pipeline.ratchet.layer_ratchet import LAYER_LEDGER, gate_findings as layer_findings
 from pipeline.ratchet.ledger import CELL_REASONS, RANK, REASONS, cell_name, loosenings, read_ledger
 from pipeline.core.models import AllowedDuplicates, Ledger, RunSummary, Seal
@@ -404,6 +408,8 @@ def main(argv: list[str] | None = None) -> int:
         layer = layer_findings(REASONS, LEDGER_FILE.with_name(LAYER_LEDGER.name),
                                required=LEDGER_FILE == config.LEDGER_FILE)
         layer += counts_findings(LEDGER_FILE, required=LEDGER_FILE == config.LEDGER_FILE)  # loop_counts.json
+        if LEDGER_FILE == config.LEDGER_FILE:  # the project's documentation quotes the model's tables
+            layer += doc_findings()
     except (ArtifactError, UserError, ImportError) as exc:
         print(f"gate: cannot read {exc}; no verdict", file=sys.stderr)
         return 2

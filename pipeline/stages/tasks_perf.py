@@ -11,7 +11,8 @@
   large layer, eager and graph-replayed, beside torch bf16 nn.Linear) ->
   artifacts/model/<set>-<gpu>.json and the tables, ``model:calibrate``
   the table beside published measurements ->
-  docs/calibration.md; every figure is a MODEL prediction, never a measurement.
+  docs/calibration.md, ``model:docs`` the tables the documentation quotes ->
+  docs/model-tables.md; every figure is a MODEL prediction, never a measurement.
 """
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ from pipeline.stages.sass import SassArch, SassReport, disassembler_version, fin
 from pipeline.core.shapes import select_sets
 from pipeline.core.sources import source_files
 from pipeline.stages.taskkit import fails_on_user_error, one_line_failure
+from pipeline.stages.tasks_build import verify_task_name
 from pipeline.stages.verify import work
 
 
@@ -329,6 +331,14 @@ def calibration_markdown(rows: list[perf_model.CalibrationRow]) -> str:
 
 
 @one_line_failure
+def _model_docs() -> None:
+    from pipeline.stages import model_doc  # it builds its reports with build_model, above
+
+    write_atomic(model_doc.MODEL_DOC, model_doc.markdown(model_doc.build_reports(build_model)))
+    print(f"{rel(model_doc.MODEL_DOC)}: {len(model_doc.DOC_MODELS)} MODEL sections written")
+
+
+@one_line_failure
 def _calibrate() -> None:
     rows = perf_model.calibration_rows(perf_model.load_calibration(), perf_model.load_assumptions().devices)
     write_atomic(CALIBRATION_DOC, calibration_markdown(rows))
@@ -370,6 +380,16 @@ def task_model() -> Iterator[dict]:
         "targets": [str(p) for p in model_paths(shape_set, gpu_name)],
         "clean": [(remove_folder, [MODEL_DIR])],
         "uptodate": [config_changed({"shape": shape_set, "gpu": gpu_name})],
+        "verbosity": 2,
+    }
+    yield {
+        "name": "docs",
+        "doc": "docs/model-tables.md: the tables the documentation quotes (hslm and large on the H200, hslm on the "
+               "RTX 4090), from the artifacts; the gate compares it",
+        "actions": [_model_docs],
+        "task_dep": [f"sass:{k}" for k in gemms] + [f"ptxas:{k}" for k in KERNELS]
+        + [verify_task_name(k) for k in gemms],
+        "uptodate": [False],  # cheap, and its inputs are every input of the model
         "verbosity": 2,
     }
     yield {
