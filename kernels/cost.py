@@ -1,8 +1,9 @@
 """The one cost model: device facts, loop counts, and the time of a kernel on a shape.
 
-Both the tile rule (``kernels.tile.rule.rule_cost``, called by
-``kernels.registry.choose``) and ``doit model`` (``pipeline.stages.perf_model``) call it, so the
-configuration a caller gets and the figure the model prints come from the same numbers.
+Both the tile rule (``kernels.tile.rule.phase_cost``, called by
+``kernels.registry.choose``) and ``doit model`` (``pipeline.stages.perf_model``) call it on the
+same launch (``kernels.tile.rule.staged_work``), so the configuration a caller gets is the
+one the model predicts fastest, from the same numbers.
 Only numpy and the standard library: kernels/ must import without pipeline/.
 
 Inputs, all read from files, never typed into a kernel module:
@@ -11,7 +12,9 @@ Inputs, all read from files, never typed into a kernel module:
 - ``ledger/loop_counts.json``: per kernel entry and arch, the steady loop's fast and tail
   bodies as ptxas compiled them (instructions, IMMA and the sum of ptxas's stall counts
   over the body, read from the control bits of each instruction) and the instructions
-  outside the loop. ``doit model:counts`` writes it from the cubin;
+  outside the loop, and the ptxas occupancy of every kernel the tile rule scores (its
+  residency without the artifacts: :func:`occupancy`). ``doit model:counts`` writes it from
+  the cubin and the ptxas records;
   ``pipeline.stages.perf_model.counts_problems`` checks its instruction counts against what
   ``doit sass`` counted (tests/test_cost.py runs that check).
 
@@ -75,7 +78,6 @@ class Device(NamedTuple):
     dram_latency_cycles: float
     shared_latency_cycles: float
     l2_bandwidth_gbs: float
-    rule_l2_bandwidth_gbs: float  # the tile rule's ranking figure (see devices.json)
     dram_bandwidth_gbs: float
     dram_efficiency: float
     red_gbs: float
@@ -163,6 +165,7 @@ class LoopFigures(NamedTuple):
     imma: int
     issue_clocks: int  # ptxas's stall counts summed over the body, NOPs included
     direct_loads: bool  # the body loads an operand from global straight into registers
+    global_bytes: float = 0.0  # what the body's global loads and copies request, per warp (32-B sectors at least)
 
 
 class KernelCounts(NamedTuple):
@@ -177,15 +180,27 @@ class KernelCounts(NamedTuple):
 
 def figures_of(entry: dict) -> LoopFigures:
     return LoopFigures(int(entry["instructions"]), int(entry["imma"]), int(entry["issue_clocks"]),
-                       bool(entry["direct_loads"]))
+                       bool(entry["direct_loads"]), float(entry["global_bytes"]))
+
+
+class Occupancy(NamedTuple):
+    """What ptxas gave one kernel on one arch that decides how many CTAs an SM holds."""
+
+    registers: int  # per thread
+    shared_bytes: int  # static shared memory per CTA
 
 
 @lru_cache(maxsize=4)
-def load_counts(path: Path = COUNTS_FILE) -> dict:
+def read_counts_file(path: Path = COUNTS_FILE) -> dict:
     raw = read_json_file(path, "the loop counts `doit model:counts` writes")
-    if not isinstance(raw.get("kernels"), dict):
-        raise CostInputError(f"{path}: field 'kernels': expected an object; run `doit model:counts`")
-    return raw["kernels"]
+    for field in ("kernels", "occupancy"):
+        if not isinstance(raw.get(field), dict):
+            raise CostInputError(f"{path}: field '{field}': expected an object; run `doit model:counts`")
+    return raw
+
+
+def load_counts(path: Path = COUNTS_FILE) -> dict:
+    return read_counts_file(path)["kernels"]
 
 
 def loop_counts(entry: str, arch: str = RULE_ARCH, path: Path = COUNTS_FILE) -> KernelCounts:
@@ -200,23 +215,27 @@ def loop_counts(entry: str, arch: str = RULE_ARCH, path: Path = COUNTS_FILE) -> 
                              "`doit model:counts`") from None
 
 
-# ---- the tile rule's rates -----------------------------------------------------------
+def occupancy(kernel: str, arch: str = RULE_ARCH, path: Path = COUNTS_FILE) -> Occupancy:
+    """ptxas's registers and shared memory of ``kernel`` on ``arch``, as `doit model:counts`
+    copied them from the ptxas records (the file's ``occupancy``), so the tile rule knows a
+    configuration's residency without the artifacts."""
+    try:
+        record = read_counts_file(path)["occupancy"][kernel][arch]
+        return Occupancy(int(record["registers"]), int(record["shared_bytes"]))
+    except (KeyError, TypeError, ValueError):
+        raise CostInputError(f"{path}: no {arch} occupancy for '{kernel}'; run `doit ptxas` then "
+                             "`doit model:counts`") from None
 
 
-class RuleRates(NamedTuple):
-    """The rates the tile rule scores with, all from one device's facts."""
-
-    target_ctas: int  # one CTA per SM
-    macs_per_sm_clock: int  # int8 multiply-adds per SM clock that mma.sync reaches
-    l2_bytes_per_clock: int
-    schedulers: int
-
-
-def rule_rates(dev: Device) -> RuleRates:
-    return RuleRates(target_ctas=dev.sms,
-                     macs_per_sm_clock=int(dev.peak_ops_per_sm_clock("int8") * dev.mma_sync_fraction / 2),
-                     l2_bytes_per_clock=int(dev.rule_l2_bandwidth_gbs * 1e9 / dev.clock_hz),
-                     schedulers=dev.schedulers_per_sm)
+def resident_ctas(dev: Device, warps_per_cta: int, occ: Occupancy) -> int:
+    """CTAs an SM holds at once: registers (allocated 256 a warp at a time), shared memory
+    (+1 KB a CTA the runtime reserves), warps and the CTA cap (CUDA C++ Programming Guide,
+    occupancy: the hardware limits per compute capability)."""
+    regs_per_warp = math.ceil(occ.registers * 32 / 256) * 256
+    limits = [dev.max_ctas_per_sm, dev.max_warps_per_sm // warps_per_cta,
+              dev.registers_per_sm // (regs_per_warp * warps_per_cta),
+              dev.shared_per_sm_bytes // (occ.shared_bytes + 1024)]
+    return max(0, min(limits))
 
 
 # ---- serial phases of a staged kernel ------------------------------------------------
@@ -238,6 +257,9 @@ class StagedWork(NamedTuple):
     l2_bytes: float  # through L2, whole launch
     dram_bytes: float  # every operand and the output once
     l1_wavefronts_per_cta: float = 0.0  # shared memory and global lines, when counted
+    # L2 round trips a split's last CTA waits for after its reds before it writes: the arrival
+    # ticket's atomic and the read-back of the summed tile (a split-K rescaled output)
+    settle_round_trips: int = 0
 
 
 class Phases(NamedTuple):
@@ -296,7 +318,7 @@ def staged_phases(dev: Device, w: StagedWork) -> Phases:
     chunks = w.fast_chunks * trip_cycles(dev, counts.fast, w, active) + w.tail_chunks * trip_cycles(dev, tail, w, active)
     outside = counts.outside_instructions * counts.clocks_per_instruction * warps_per_scheduler(dev, active, w.warps_per_cta)
     epilogue = active * w.epilogue_wavefronts / dev.l1_wavefronts_per_clock
-    drain = dev.l2_latency_cycles  # the last stores or reds land before the CTA retires
+    drain = (1 + w.settle_round_trips) * dev.l2_latency_cycles  # the last stores or reds land before it retires
     serial = waves * dev.us(prologue + chunks + outside + epilogue + drain)
     reds = (w.ctas * w.output_bytes_per_cta / (dev.red_gbs * 1e3)) if w.splits > 1 else 0.0
     l1 = dev.us(math.ceil(w.ctas / dev.sms) * w.l1_wavefronts_per_cta / dev.l1_wavefronts_per_clock)

@@ -36,7 +36,7 @@ def dw_specs(suffix: str, split: bool = False) -> tuple:
                  pitched_transpose("x_t", lambda d: d.R, lambda d: d.K),  # Xq^T, K x pitch(R)
                  pitched_transpose("dy_t", lambda d: d.R, lambda d: d.N)),  # dYq^T, N x pitch(R)
         pitch=pitch_param("ldr", lambda d: d.R), operands=hslm_dw_s8.transposed_operands("x_t", "dy_t"),
-        b_bits=8, loop_family=hslm_dw_s8.FAMILY, operand_lines=hslm_dw_s8.operand_lines,
+        loop_family=hslm_dw_s8.FAMILY,
         rescale=rescale, make_inputs=make_inputs, reference=reference, max_rows=hslm_dw_s8.MAX_ROWS,
     ) for tile in hslm_dw_s8.TILES)
 

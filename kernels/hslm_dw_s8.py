@@ -19,15 +19,13 @@ from typing import Callable
 
 import numpy as np
 
-from kernels.pitch import pitch, pitch_param, pitched_output, pitched_transpose
+from kernels.pitch import pitch_param, pitched_output, pitched_transpose
 from kernels.ptx_emit import Ptx
 from kernels.reference import exact_matmul
 from kernels.spec import Dims, GemmForm, Operand
 from kernels.testdata import saturating_int8
 from kernels.tile import geometry, specs
-from kernels.tile.geometry import CHUNK_K, TILE_N
 from kernels.tile.operands import Coords, Source, StagedRows
-from kernels.tile.rule import segment_lines
 
 FAMILY = "hslm_dw_s8"
 MAX_ROWS = 131071  # 127 * 127 * 131071 < 2^31 <= 127 * 127 * 131072 + ...
@@ -46,12 +44,6 @@ def transposed_operands(x: str, dy: str) -> Callable[[Ptx, Coords, dict[str, str
     return operands
 
 
-def operand_lines(d: Dims, tile: geometry.Tile) -> int:
-    """Global lines a chunk touches (the tile rule's count): 64 bytes of ``tile.m`` Xq^T
-    rows and of 128 dYq^T rows, pitch(R) bytes apart."""
-    return segment_lines(tile.m, CHUNK_K, pitch(d.R)) + segment_lines(TILE_N, CHUNK_K, pitch(d.R))
-
-
 def make_inputs(d: Dims, rng: np.random.Generator) -> dict[str, np.ndarray]:
     return {"x": saturating_int8(rng, (d.R, d.K)), "dy": saturating_int8(rng, (d.R, d.N))}
 
@@ -65,8 +57,7 @@ SPECS = tuple(specs.staged_spec(
     buffers=(pitched_output("dw", lambda d: d.N, lambda d: d.K),
              pitched_transpose("x", lambda d: d.R, lambda d: d.K),  # kernel layout: Xq^T, K x pitch(R)
              pitched_transpose("dy", lambda d: d.R, lambda d: d.N)),  # dYq^T, N x pitch(R)
-    pitch=pitch_param("ldr", lambda d: d.R), operands=transposed_operands("x", "dy"), b_bits=8,
-    operand_lines=operand_lines,
+    pitch=pitch_param("ldr", lambda d: d.R), operands=transposed_operands("x", "dy"),
     make_inputs=make_inputs, reference=reference, max_rows=MAX_ROWS,
     gemm_form=GemmForm(a=Operand("dy", transposed=True), bt=Operand("x", transposed=True)),  # dW = dY^T X
 ) for tile in TILES)

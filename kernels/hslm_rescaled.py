@@ -33,39 +33,40 @@ would not give the rounding of the sum), so there are two families per product a
   and keeps them (``split_workspace``); parameters ``ldo`` and ``kspan`` follow, as in the
   int32 kernels. Where one split is cheaper it launches one, with the unsplit epilogue.
 
-The tile rule (``rule.rule_cost``: clocks of the busiest SM of a 132-SM GPU, lower
-is better; ``registry.choose`` picks the tile; f32, f16 and bf16 score alike) at the HSLM
-shapes and the large ones of shapes.yaml, int32 kernel (with its splits) against each:
+The tile rule (``rule.phase_cost``: the cost model's device us of the launch on the H200,
+MODEL figures; lower is better; ``registry.choose`` picks the tile; f32, f16 and bf16 score
+alike) at the HSLM shapes and the large ones of shapes.yaml, int32 kernel (with its
+splits) against each:
 
-    product shape            int32 clocks tile   splits   unsplit  tile   splits   splitk  tile   splits
-    fwd     attn_r27                  672  32x128     2      1088  32x128    1      1088  32x128     1
-    fwd     ffn_up_r27                672  32x128     2      1088  32x128    1      1088  32x128     1
-    fwd     ffn_down_r27              672  32x128     6      2240  32x128    1      1184  32x128     6
-    fwd     attn_r1782                832  32x128     1      1088  32x128    1      1088  32x128     1
-    fwd     ffn_up_r1782             2496  32x128     1      3264  32x128    1      3264  32x128     1
-    fwd     ffn_down_r1782           1984  32x128     1      2240  32x128    1      2240  32x128     1
-    fwd     r8192                  540672  128x128    1    557056  128x128   1   557056  128x128    1
-    dx      attn_r27                  672  32x128     2      1088  32x128    1      1088  32x128     1
-    dx      ffn_up_r27                672  32x128     6      2240  32x128    1      1184  32x128     6
-    dx      ffn_down_r27              672  32x128     2      1088  32x128    1      1088  32x128     1
-    dx      attn_r1782                832  32x128     1      1088  32x128    1      1088  32x128     1
-    dx      ffn_up_r1782             1984  32x128     1      2240  32x128    1      2240  32x128     1
-    dx      ffn_down_r1782           2496  32x128     1      3264  32x128    1      3264  32x128     1
-    dx      r8192                  540672  128x128    1    557056  128x128   1   557056  128x128    1
-    dw      attn_r27                  544  32x128     1       800  32x128    1       800  32x128     1
-    dw      ffn_up_r27                544  32x128     1       800  32x128    1       800  32x128     1
-    dw      ffn_down_r27              544  32x128     1       800  32x128    1       800  32x128     1
-    dw      attn_r1782               1856  32x128     7     10816  32x128    1      2368  32x128     7
-    dw      ffn_up_r1782             3840  128x128   10     10816  32x128    1      5888  128x128   10
-    dw      ffn_down_r1782           3840  128x128   10     10816  32x128    1      5888  128x128   10
-    dw      r8192                  794624  128x128    1    802816  128x128   1   802816  128x128    1
-    dw      hslm_big                73728  128x128   11    377344  32x128    1     75776  128x128   11
+    product shape            int32 us  tile   splits   unsplit tile   splits    splitk tile   splits
+    fwd     attn_r27           3.67  32x128    2       3.94  32x128    1       3.94  32x128    1
+    fwd     ffn_up_r27         3.67  32x128    2       3.94  32x128    1       3.94  32x128    1
+    fwd     ffn_down_r27       3.67  32x128    6       5.25  32x128    1       3.99  32x128    6
+    fwd     attn_r1782         3.96  32x128    1       3.96  32x128    1       3.96  32x128    1
+    fwd     ffn_up_r1782       5.54  32x128    1       5.54  32x128    1       5.54  32x128    1
+    fwd     ffn_down_r1782     5.27  32x128    1       5.27  32x128    1       5.27  32x128    1
+    fwd     r8192            270.44  128x128   1     270.44  128x128   1     270.44  128x128   1
+    dx      attn_r27           3.66  32x128    2       3.94  32x128    1       3.94  32x128    1
+    dx      ffn_up_r27         3.66  32x128    6       5.25  32x128    1       3.99  32x128    6
+    dx      ffn_down_r27       3.66  32x128    2       3.94  32x128    1       3.94  32x128    1
+    dx      attn_r1782         3.96  32x128    1       3.96  32x128    1       3.96  32x128    1
+    dx      ffn_up_r1782       5.27  32x128    1       5.27  32x128    1       5.27  32x128    1
+    dx      ffn_down_r1782     5.54  32x128    1       5.54  32x128    1       5.54  32x128    1
+    dx      r8192            270.44  128x128   1     270.44  128x128   1     270.44  128x128   1
+    dw      attn_r27           4.02  32x128    1       4.02  32x128    1       4.02  32x128    1
+    dw      ffn_up_r27         4.02  32x128    1       4.02  32x128    1       4.02  32x128    1
+    dw      ffn_down_r27       4.02  32x128    1       4.02  32x128    1       4.02  32x128    1
+    dw      attn_r1782         4.51  32x128    7       7.87  32x128    1       4.83  32x128    7
+    dw      ffn_up_r1782       5.94  32x128    2       7.87  32x128    1       6.27  32x128    2
+    dw      ffn_down_r1782     5.93  32x128    2       7.87  32x128    1       6.26  32x128    2
+    dw      r8192            342.71  128x128   1     342.71  128x128   1     342.71  128x128   1
+    dw      hslm_big          34.47  128x128  11     149.92  32x128    1      34.47  128x128  11
 
 (``tests/test_fused_epilogue.py`` recomputes every row.) So: forward and dX lose little
-without a split (at most 1568 clocks, 0.86 us at 1.83 GHz, at the one shape of each that
-splits 6 ways: the split family gets that back to 1184); dW at R >= 1782 needs the split:
-unsplit it is 2.8-5.8x the int32 kernel (3.8-4.9 us more at R = 1782, 5.1x at
-R = 65536), split it is 1.28-1.53x of it at R = 1782 and 1.03x at R = 65536. Against
+without a split (1.58 us at the one shape of each that splits 6 ways: the split family
+gets that back to 0.32 us); dW at R >= 1782 needs the split: unsplit it is 1.3-1.7x the
+int32 kernel at R = 1782 (1.9-3.4 us more) and 4.3x at R = 65536; split, it is 0.3 us
+over it at R = 1782 (the last CTA's two L2 round trips) and level at R = 65536. Against
 the int32 kernel plus a separate rescale pass, the fused launches save that pass's
 launch (public measurements put any kernel's launch and teardown at about 2 us of
 device time on an H100-class GPU) and the int32 tile's round trip through memory.

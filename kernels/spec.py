@@ -102,6 +102,12 @@ class GemmForm(NamedTuple):
     bt: Operand
 
 
+def buffer_bytes(params: tuple[Param, ...], dims: Dims) -> int:
+    """The bytes of the buffers among ``params`` on ``dims``, each in the caller's layout."""
+    return sum(int(np.prod(p.layout.logical(dims))) * storage_dtype(p.dtype).itemsize
+               for p in params if not p.is_scalar)
+
+
 @dataclass(frozen=True)
 class KernelSpec:
     """Everything the pipeline needs to emit, launch and check one kernel.
@@ -131,7 +137,9 @@ class KernelSpec:
     # scoring this configuration on a shape (lower wins, kernels.registry.choose).
     family: str = ""  # "" : the kernel is a family of one, named ``name``
     tile: str = ""  # the configuration's CTA tile, "128x128"
-    cost: Callable[[Dims], tuple[int, ...]] | None = None
+    cost: Callable[[Dims], float] | None = None  # the cost model's device us on the rule's GPU
+    # a split launch adds its int32 sums and the last CTA of a tile rescales them (kernels/hslm_rescaled.py)
+    split_rescale: bool = False
     outputs: tuple[str, ...] = ()  # the params the kernel writes, by name; (): params[0] only
     # elements one trip of the kernel's main loop handles per warp, for a non-GEMM kernel's
     # SASS figure (instructions per element, pipeline.stages.sass); 0: not counted per element
@@ -156,6 +164,11 @@ class KernelSpec:
     @property
     def is_gemm(self) -> bool:
         return self.gemm_form is not None
+
+    def buffer_bytes(self, dims: Dims) -> int:
+        """Every buffer's bytes in the caller's layout: what the launch must read or write
+        at least once (the cost model's DRAM bound)."""
+        return buffer_bytes(self.params, dims)
 
     def expected(self, dims: Dims, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The reference's value of every output, by name."""

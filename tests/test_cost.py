@@ -48,11 +48,8 @@ def test_a_device_without_a_source_is_one_line_naming_the_field(tmp_path):
         cost.device("v100")
 
 
-def test_the_tile_rule_reads_its_rates_from_the_device_file():
-    rates = cost.rule_rates(H200)
-    assert (rule.TARGET_CTAS, rule.MACS_PER_SM_CLOCK, rule.SCHEDULERS) == (
-        rates.target_ctas, rates.macs_per_sm_clock, rates.schedulers) == (132, 2867, 4)
-    assert rule.L2_BYTES_PER_CLOCK == rates.l2_bytes_per_clock == int(H200.rule_l2_bandwidth_gbs / 1.83)
+def test_the_tile_rule_scores_for_the_device_files_h200():
+    assert rule.RULE_DEVICE == H200 and rule.TARGET_CTAS == H200.sms == 132
 
 
 # ---- loop counts ---------------------------------------------------------------------
@@ -82,11 +79,12 @@ def test_the_committed_counts_agree_with_the_sass_records(fresh_sass):
     # negative: a count changed by hand is found
     name = GEMMS[0]
     counts["kernels"][name]["archs"]["sm_90"]["fast"]["imma"] += 1
+    fast = counts["kernels"][name]["archs"]["sm_90"]["fast"]
+    sass_fast = reports[name].arch("sm_90").fast
     assert perf_model.counts_problems(counts, reports) == [
-        f"ledger/loop_counts.json: {name} sm_90 fast: (instructions, imma) "
-        f"({counts['kernels'][name]['archs']['sm_90']['fast']['instructions']}, "
-        f"{counts['kernels'][name]['archs']['sm_90']['fast']['imma']}), the SASS "
-        f"({reports[name].arch('sm_90').fast.instructions}, {reports[name].arch('sm_90').fast.imma}); "
+        f"ledger/loop_counts.json: {name} sm_90 fast: (instructions, imma, global_bytes) "
+        f"({fast['instructions']}, {fast['imma']}, {fast['global_bytes']}), the SASS "
+        f"({sass_fast.instructions}, {sass_fast.imma}, {perf_model.global_bytes(sass_fast.classes)}); "
         "run `doit model:counts`"]
 
 

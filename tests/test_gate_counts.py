@@ -15,8 +15,9 @@ LOOP = sass.LoopCounts(start="0x100", end="0x900", instructions=80, classes={}, 
 ARCH = sass.SassArch(arch="sm_90", instructions=300, loops=[LOOP], steady_loop="0x100", fast=BODY, tail=None)
 REPORT = sass.SassReport(kernel="k", ptx_sha256="ab", ptxas_version="1", nvdisasm_version="1", archs=[ARCH])
 AGREEING = {"kernels": {"k": {"ptx_sha256": "ab", "archs": {"sm_90": {
-    "fast": {"instructions": 80, "imma": 8, "issue_clocks": 200, "direct_loads": True}, "tail": None,
-    "outside_instructions": 220}}}}}
+    "fast": {"instructions": 80, "imma": 8, "issue_clocks": 200, "direct_loads": True, "global_bytes": 256.0},
+    "tail": None,
+    "outside_instructions": 220}}}}, "occupancy": {}}
 
 
 def plant(folder, counts: dict | None) -> dict:
@@ -42,7 +43,7 @@ def test_a_forged_count_is_one_line_naming_the_file_the_kernel_and_the_command(t
     assert len(found) == 1
     line = str(gate.Finding(*found[0]))
     assert line.count("\n") == 0 and "loop_counts.json" in line and "k sm_90 fast" in line
-    assert "(instructions, imma) (80, 9), the SASS (80, 8)" in line and line.endswith("-> doit model:counts")
+    assert "(instructions, imma, global_bytes) (80, 9, 256.0), the SASS (80, 8, 256.0)" in line and line.endswith("-> doit model:counts")
     assert found[0].kind == "STALE" and gate.Finding(*found[0]).red
 
 
@@ -72,6 +73,7 @@ def test_the_gate_turns_red_on_forged_counts_beside_its_ledger(world, monkeypatc
     args = plant(world["ledger"].parent, AGREEING)
     monkeypatch.setattr(gate_counts, "counted_kernels", lambda: args["kernels"])
     monkeypatch.setattr(gate_counts, "sass_json", args["report_path"])
+    monkeypatch.setattr(gate_counts, "scored_kernels", lambda: [])  # no occupancy to check in this world
     assert gate.main([]) == 0
     capsys.readouterr()
     (world["ledger"].parent / "loop_counts.json").write_text(json.dumps(forged()))
@@ -79,3 +81,21 @@ def test_the_gate_turns_red_on_forged_counts_beside_its_ledger(world, monkeypatc
     out = capsys.readouterr().out
     stale = [line for line in out.splitlines() if line.startswith("STALE")]
     assert len(stale) == 1 and "k sm_90 fast" in stale[0] and stale[0].endswith("-> doit model:counts")
+
+
+def test_an_occupancy_that_is_not_ptxas_s_is_found():
+    """The tile rule reads each configuration's registers and shared bytes from the file;
+    one that differs from the ptxas record (forged, or counted before a kernel edit) is a
+    disagreement naming the kernel, and a file without the field is one too."""
+    from pipeline.core.models import PtxasArch, PtxasReport
+    from pipeline.stages.perf_model import occupancy_disagreements, occupancy_record
+
+    arch = PtxasArch(arch="sm_90", registers=76, spill_stores=0, spill_loads=0, shared_bytes=32768, stack_bytes=0)
+    report = PtxasReport.model_construct(kernel="k", archs=[arch])
+    held = {"occupancy": {"k": occupancy_record(report)}}
+    assert held["occupancy"]["k"] == {"sm_90": {"registers": 76, "shared_bytes": 32768}}
+    assert occupancy_disagreements(held, {"k": report}) == []
+    held["occupancy"]["k"]["sm_90"]["registers"] = 64
+    (line,) = occupancy_disagreements(held, {"k": report})
+    assert line.startswith("k: occupancy") and "'registers': 76" in line
+    assert occupancy_disagreements({}, {"k": report}) == ["field 'occupancy': expected an object of kernel entries"]

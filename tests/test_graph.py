@@ -477,10 +477,17 @@ def test_gate_shows_an_accepted_rise_as_informational(red_gate):
 
 def test_interrupted_verify_keeps_the_finished_cells(project):
     """SIGTERM in the middle of `doit verify`: one line, and the cells that finished are
-    saved (doit writes its database when the run ends, also on an exception)."""
-    shutil.rmtree(project / "artifacts" / "verify", ignore_errors=True)
+    saved (doit writes its database when the run ends, also on an exception).
+
+    One kernel's task on tails, stopped after 3 of its 12 cells: the run after has that
+    task's other cells to finish (all of tails would leave some 45 emulator cells, the
+    largest shapes of the four kernels among them). Only tails' reports are removed, so
+    smoke's stay up to date for the tests after this one."""
+    for reports in (project / "artifacts" / "verify").glob("*/tails"):
+        shutil.rmtree(reports)
+    task = ("verify:hslm_fwd_s8", "shape=tails", "backend=emulator")
     environ = {**copy_environ(project), "PYTHONUNBUFFERED": "1"}  # each line as it is printed
-    proc = subprocess.Popen([sys.executable, "-m", "doit", "verify", "shape=tails", "backend=emulator"],
+    proc = subprocess.Popen([sys.executable, "-m", "doit", *task],
                             cwd=project, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     finished = set()
     for line in proc.stdout:
@@ -492,7 +499,7 @@ def test_interrupted_verify_keeps_the_finished_cells(project):
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130 and "Traceback" not in err
     assert err.strip().startswith("interrupted (signal 15); the tasks that finished are saved")
-    again = doit(project, "verify", "shape=tails", "backend=emulator")
+    again = doit(project, *task)
     assert again.rc == 0 and again.cells  # the rest of the cells
     assert len(finished) == 3 and not finished & again.cells
 

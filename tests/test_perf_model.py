@@ -11,6 +11,7 @@ import pytest
 from kernels import cost
 from kernels.registry import KERNELS
 from kernels.spec import Dims, Launch
+from kernels.tile import rule
 from pipeline.core import config
 from pipeline.stages import perf_model
 from pipeline.stages import sass
@@ -67,7 +68,7 @@ def test_the_validated_entry_is_the_cost_module_s_device():
 # ---- the work of a launch ------------------------------------------------------------
 
 def test_chunks_fast_while_chunk_and_slack_fit():
-    assert [perf_model.chunks(n) for n in (243, 64, 68, 1782, 1)] == [(3, 1), (0, 1), (1, 1), (27, 1), (0, 1)]
+    assert [rule.chunks(n) for n in (243, 64, 68, 1782, 1)] == [(3, 1), (0, 1), (1, 1), (27, 1), (0, 1)]
 
 
 def body(instructions: int, imma: int, classes: dict[str, int]) -> sass.Body:
@@ -225,7 +226,8 @@ def test_body_counts_sum_the_stalls_of_the_path():
     body = sass.Body(runs=["0x10-0x20"], instructions=2, nops=0, imma=1, lsu=1, classes={"tensor": 1, "ldg32": 1},
                      per_imma=2.0, lsu_per_imma=1.0, guarded_global_loads=0)
     counts = perf_model.body_counts(body, {0x0: 5, 0x10: 1, 0x20: 3})
-    assert counts == {"instructions": 2, "imma": 1, "issue_clocks": 4, "direct_loads": True}
+    assert counts == {"instructions": 2, "imma": 1, "issue_clocks": 4, "direct_loads": True,
+                      "global_bytes": 128.0}  # one 32-bit load a lane: 4 sectors
     with pytest.raises(perf_model.ArtifactError, match="first missing 0x20"):
         perf_model.body_counts(body, {0x10: 1})
 
@@ -233,7 +235,8 @@ def test_body_counts_sum_the_stalls_of_the_path():
 def test_counts_problems_name_a_disagreeing_body():
     report = sass.SassReport(kernel="k", ptx_sha256="ab", ptxas_version="1", nvdisasm_version="1", archs=[SASS])
     good = {"kernels": {"k": {"ptx_sha256": "ab", "archs": {"sm_90": {
-        "fast": {"instructions": 80, "imma": 8}, "tail": {"instructions": 160, "imma": 8}}}}}}
+        "fast": {"instructions": 80, "imma": 8, "global_bytes": 256.0},  # 2 LDG.32 a warp: 4 sectors each
+        "tail": {"instructions": 160, "imma": 8, "global_bytes": 1024.0}}}}}}  # 32 LDG.8: a sector each
     assert perf_model.counts_problems(good, {"k": report}) == []
     bad = json.loads(json.dumps(good))
     bad["kernels"]["k"]["archs"]["sm_90"]["fast"]["instructions"] = 79

@@ -1,10 +1,11 @@
-"""The tile rule (kernels.registry.choose, scored by kernels.tile.rule.rule_cost): which
-configuration a family runs on a shape, and that the float ops launch that one."""
+"""The tile rule (kernels.registry.choose, scored by kernels.tile.rule.phase_cost: the cost
+model's device time of the launch): which configuration a family runs on a shape, and that
+the float ops launch that one."""
 import numpy as np
 import pytest
 from kernelcases import family_configs, tile_of
 
-from kernels import array_ops
+from kernels import array_ops, cost
 from kernels.registry import FAMILIES, KERNELS, choose
 from kernels.spec import Dims
 from kernels.ternary import pack
@@ -40,70 +41,73 @@ def test_the_rule_picks_the_lowest_score(family):
         assert all(chosen.cost(dims) <= s.cost(dims) for s in FAMILIES[family])
 
 
-def score(tile, rows=4096, cols=4096, contraction=4096, loop=150):
-    return rule.rule_cost(rows, cols, contraction, tile, b_bits=2, loop_instructions=loop)
+def launch_work(spec, dims):
+    """The launch ``spec`` runs on ``dims`` as the cost model takes it."""
+    entry = spec.name.replace("_splitk", "").replace("_bf16", "_s8").replace("_f16", "_s8").replace("_f32", "_s8")
+    rows, cols = spec.output.layout.logical(dims)
+    contraction = dims.R * dims.K * dims.N // (rows * cols)
+    resident = cost.resident_ctas(rule.RULE_DEVICE, spec.geometry(dims).block[0] // 32, cost.occupancy(spec.name))
+    return rule.staged_work(spec.geometry(dims), rows, cols, contraction, spec.stages, cost.loop_counts(entry),
+                            resident, spec.buffer_bytes(dims), spec.split_rescale)
 
 
-def test_l1_wavefronts_by_hand():
-    # 128 x 128: per chunk 256 rows x 64 B stored, A (8 KiB) read by 4 warp columns and B
-    # (8 KiB) by 2 warp rows: (16 + 32 + 16) KiB / 128 = 512; the 64 KiB output stored from
-    # the accumulators 64 B a row (/ 64 = 1024), or staged and added with split-K (x 3 / 128)
-    assert rule.l1_wavefronts(geometry.LARGE, 1, splits=1) == 512 + 1024
-    assert rule.l1_wavefronts(geometry.LARGE, 1, splits=2) == 512 + 1536
-    # 32 x 128: 160 rows stored, A (2 KiB) x 4, B (8 KiB) x 1: 208 a chunk; output 256 / 384
-    assert rule.l1_wavefronts(geometry.SMALL, 2, splits=1) == 2 * 208 + 256
-    assert rule.l1_wavefronts(geometry.SMALL, 2, splits=3) == 2 * 208 + 384
+def test_the_score_is_the_cost_models_device_time_of_the_launch():
+    """One model: the rule's score is ``cost.staged_phases`` of the very launch the kernel
+    makes (its grid, split, loop counts and ptxas occupancy), never below the device's
+    fixed cost of a kernel."""
+    for name in ("hslm_fwd_s8_m32", "hslm_dw_s8", "hslm_dx_splitk_bf16_m32", "hslm_dw_f16"):
+        spec = KERNELS[name]
+        for dims in (Dims(27, 243, 729), Dims(1782, 729, 243), Dims(8192, 4096, 4096)):
+            want = cost.staged_phases(rule.RULE_DEVICE, launch_work(spec, dims)).device_us
+            assert spec.cost(dims) == want > rule.RULE_DEVICE.kernel_fixed_us
 
 
-def test_a_large_problem_makes_the_small_tile_lose_on_l1_traffic():
-    """4096^3 fills every SM with either tile and the same padded work per SM; the small
-    tile moves more shared bytes per multiply-add (its A is read by every warp, its B by one
-    warp row for a quarter of the rows)."""
-    large, small = score(geometry.LARGE), score(geometry.SMALL)
-    assert large[0] == 8 * rule.l1_wavefronts(geometry.LARGE, 64, 1)  # 1024 CTAs: 8 on the busiest SM
-    assert small[0] == 32 * rule.l1_wavefronts(geometry.SMALL, 64, 1) > large[0]
-    # either way the tensor work per SM is the same, and below both
-    assert 8 * 128 * 128 * 4096 // rule.MACS_PER_SM_CLOCK < large[0]
+def test_bytes_through_l2_are_every_warps_requests_and_the_output_tile():
+    """By hand: 4 CTAs (2 x 2 tiles) of 8 warps over 3 chunks of k (2 fast, 1 tail), each
+    warp requesting 1000 bytes a fast trip and 600 a tail trip, each CTA writing its
+    int32 share of a 27 x 243 output."""
+    body = cost.LoopFigures(instructions=100, imma=32, issue_clocks=300, direct_loads=True, global_bytes=1000)
+    counts = cost.KernelCounts(fast=body, tail=body._replace(global_bytes=600), outside_instructions=50)
+    launch = geometry.geometry(27, 243, geometry.Plan(splits=1, span=192), geometry.SMALL._replace(warps_m=2))
+    work = rule.staged_work(launch, 27, 243, 150, 4, counts, resident=2, dram_bytes=0)
+    assert (work.ctas, work.fast_chunks, work.tail_chunks) == (2, 2, 1)
+    output = 4 * 27 * 243 / 2
+    assert work.l2_bytes == 2 * (work.warps_per_cta * (2 * 1000 + 600) + output)
+    assert work.settle_round_trips == 0
+    split = rule.staged_work(launch._replace(grid=(2, 1, 3)), 27, 243, 150, 4, counts, 2, 0, split_rescale=True)
+    assert split.ctas == 6 and split.settle_round_trips == 2  # the ticket, then the summed tile read back
 
 
-def test_the_score_counts_padded_rows_so_a_27_row_batch_wastes_less_on_32():
-    # same grid and splits (2 x 1 x 2, 128 k each): a quarter of the rows per CTA
-    large, small = score(geometry.LARGE, 27, 243, 243), score(geometry.SMALL, 27, 243, 243)
-    assert large[0] == rule.l1_wavefronts(geometry.LARGE, 2, splits=2) == 2560
-    assert small[0] == rule.l1_wavefronts(geometry.SMALL, 2, splits=2) == 800
-    # a loop four times as long would make the small tile issue-bound, and lose even here
-    assert score(geometry.SMALL, 27, 243, 243, loop=3000)[0] == 4 * 3000 * 2 // 4 > large[0]
+def test_a_short_batch_takes_the_small_tile_and_a_large_problem_the_large_one_by_the_model():
+    """R = 27 wastes 101 of a 128-row tile's rows: the small tile's serial phases are
+    shorter. At 4096^3 both fill every SM; the small tile moves more L2 bytes per
+    multiply-add (each of its CTAs fetches the same W for a quarter of the rows) and loses."""
+    small, large = KERNELS["hslm_fwd_s8_m32"], KERNELS["hslm_fwd_s8"]
+    short, big = Dims(27, 243, 243), Dims(4096, 4096, 4096)
+    assert small.cost(short) < large.cost(short)
+    assert large.cost(big) < small.cost(big)
+    per_mac = {s.name: launch_work(s, big).l2_bytes / (big.R * big.K * big.N) for s in (small, large)}
+    assert per_mac["hslm_fwd_s8_m32"] > 1.2 * per_mac["hslm_fwd_s8"]
 
 
-def test_bytes_moved_count_packed_w_at_two_bits_and_the_output_tile():
-    moved = rule.rule_cost(27, 243, 243, geometry.SMALL, b_bits=2, loop_instructions=1)[1]
-    assert moved == 4 * ((32 + 32) * 128 + 4 * 32 * 128)  # 4 CTAs: A, packed B, the int32 tile
-    as_int8 = rule.rule_cost(27, 243, 243, geometry.SMALL, b_bits=8, loop_instructions=1)[1]
-    assert as_int8 - moved == 4 * 96 * 128
+def test_dw_at_r1782_takes_the_small_tile_with_two_splits():
+    """The FFN dW at R = 1782: 128 x 128 split ten ways (the former four-bound score's pick)
+    is 35% slower by the model than 32 x 128 split two ways, whose 92-96 CTAs fill the SMs
+    without ten rounds of red.global over each tile."""
+    for dims in (Dims(1782, 243, 729), Dims(1782, 729, 243)):
+        picked = choose("hslm_dw_s8", dims)
+        assert picked.name == "hslm_dw_s8_m32" and picked.geometry(dims).grid[2] == 2
+        assert KERNELS["hslm_dw_s8"].cost(dims) > 1.3 * picked.cost(dims)
 
 
-def test_segment_lines_by_hand():
-    assert rule.segment_lines(128, 64, 256) == 128  # Xq rows of K = 243: a line each
-    assert rule.segment_lines(128, 16, 64) == 64  # packed W columns of K = 243: two a line
-    assert rule.segment_lines(128, 16, 184) == 128  # K = 729: a column a line
-    assert rule.segment_lines(64, 32, 64) == 32  # dX's W rows of K = 243
-    assert rule.segment_lines(32, 64, 48) == 16  # rows narrower than the chunk: their span
-
-
-def test_the_rule_counts_the_lines_a_small_tile_fetches_again():
-    """Forward at 1782 x 729 x 243: the 32 x 128 tile runs 112 CTAs of 12 chunks, each
-    fetching the W a 128 x 128 CTA fetches for four times the rows. In planes a chunk of
-    128 columns is 16 lines, so the small tile wins (the model agrees: 1.86 us against
-    2.07 on an H200). Negative: with W in the packed order (a column a line at K = 729,
-    128 lines a chunk) the same count makes the large tile win."""
-    dims = Dims(1782, 729, 243)
-    assert choose("hslm_fwd_s8", dims).name == "hslm_fwd_s8_m32"
-    assert KERNELS["hslm_fwd_s8_m32"].cost(dims) < KERNELS["hslm_fwd_s8"].cost(dims)
-
-    def packed_order(tile):
-        lines = rule.segment_lines(tile.m, 64, 736) + rule.segment_lines(128, 16, 184)
-        return rule.rule_cost(1782, 243, 729, tile, b_bits=2, loop_instructions=105, operand_lines=lines)
-    assert packed_order(geometry.LARGE) < packed_order(geometry.SMALL)
+def test_the_rule_follows_the_device_facts(monkeypatch):
+    """Negative: the rule reads the device it scores for. With L2 at a tenth of its rate,
+    dW at R = 1782 turns L2-bound and the large tile, which moves fewer bytes, wins."""
+    dims = Dims(1782, 243, 729)
+    assert choose("hslm_dw_s8", dims).name == "hslm_dw_s8_m32"
+    slow = rule.RULE_DEVICE._replace(l2_bandwidth_gbs=rule.RULE_DEVICE.l2_bandwidth_gbs / 10)
+    monkeypatch.setattr(rule, "RULE_DEVICE", slow)
+    assert choose("hslm_dw_s8", dims).name == "hslm_dw_s8"
 
 
 def test_unknown_family_names_the_known_ones():
@@ -111,7 +115,7 @@ def test_unknown_family_names_the_known_ones():
         choose("fwd", Dims(1, 1, 1))
 
 
-@pytest.mark.parametrize("R, K, N, want", [(27, 729, 243, "hslm_fwd_s8_m32"), (2048, 512, 1024, "hslm_fwd_s8")])
+@pytest.mark.parametrize("R, K, N, want", [(27, 729, 243, "hslm_fwd_s8_m32"), (2048, 1024, 2048, "hslm_fwd_s8")])
 def test_forward_launches_the_configuration_the_rule_picks(R, K, N, want):
     """A stand-in kernel records the block each launch asked for (128 threads: the small tile)."""
     assert choose("hslm_fwd_s8", Dims(R, K, N)).name == want

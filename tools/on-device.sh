@@ -52,7 +52,8 @@
 # (artifacts/model/$BENCH_SET-h200.predictions.json), TORCH_TESTS (test files), LAUNCH_KERNELS
 # (all: the kernels under the sanitizers, or a comma list), PROBE_SHAPE (tiny), SANITIZE_SHAPE
 # (300x330x270), COUNTER_KERNELS (14 representative kernels, below), COUNTERS_SHAPE
-# (ffn_up_r1782), COUNTER_BATCH (5), CALIBRATION_JOBS (8), SITE.
+# (ffn_up_r1782), COUNTER_BATCH (5), CALIBRATION_JOBS (8), MIN_BUDGET_S (5: the least --budget-s a
+# step's tool is given), SITE.
 # It never changes the card's settings (clocks, power, persistence, MIG).
 # Exit 0 when every step passed, 1 when any failed, or was skipped for time or because
 # its tool cannot run here; 2 when the plan does not fit TOTAL_S.
@@ -75,6 +76,7 @@ export BENCH_KERNELS=${BENCH_KERNELS:-}   # empty: every int8 GEMM kernel (the b
 export BENCH_TAIL_S=${BENCH_TAIL_S:-20}  # of the bench's cap, kept for its tables and exit
 export MODEL_FILE=${MODEL_FILE:-artifacts/model/$BENCH_SET-h200.predictions.json}
 export LAYER_TAIL_S=${LAYER_TAIL_S:-12}  # of the layer cap: a row started before it ends inside it
+export MIN_BUDGET_S=${MIN_BUDGET_S:-5}  # the least --budget-s verify, bench and layer are given, whatever their tail leaves
 export TORCH_TESTS=${TORCH_TESTS:-tests/test_torch_linear.py tests/test_torch_compile.py tests/test_layer_step.py}
 export LAUNCH_KERNELS=${LAUNCH_KERNELS:-all}  # what one_launch.py launches under the sanitizers
 export PROBE_SHAPE=${PROBE_SHAPE:-tiny}
@@ -237,7 +239,7 @@ facts() {
 verify() {
   local budget=$(( STEP_LIMIT_S - VERIFY_TAIL_S ))
   # shellcheck disable=SC2086  # VERIFY_SETS is a list of words
-  python3 tools/gpu_verify.py $VERIFY_SETS --kernels "$VERIFY_KERNELS" --jobs "$VERIFY_JOBS" --budget-s $(( budget < 5 ? 5 : budget )) \
+  python3 tools/gpu_verify.py $VERIFY_SETS --kernels "$VERIFY_KERNELS" --jobs "$VERIFY_JOBS" --budget-s $(( budget < MIN_BUDGET_S ? MIN_BUDGET_S : budget )) \
     --summary "$WORK/verify.json"
 }
 
@@ -250,12 +252,12 @@ bench() {
   python3 tools/gpu_verify.py --emit-only > /dev/null || return
   local budget=$(( STEP_LIMIT_S - BENCH_TAIL_S ))
   python3 -m pipeline.bench.run "$BENCH_SET" --out "$OUT" --stem "bench-$BENCH_SET" \
-    --ceiling "$BENCH_CEILING" --budget-s $(( budget < 5 ? 5 : budget )) "${model[@]}" "${kernels[@]}"
+    --ceiling "$BENCH_CEILING" --budget-s $(( budget < MIN_BUDGET_S ? MIN_BUDGET_S : budget )) "${model[@]}" "${kernels[@]}"
 }
 
 layer() {
   local budget=$(( STEP_LIMIT_S - LAYER_TAIL_S ))
-  python3 -m pipeline.bench.layer --out "$OUT/bench-layer.json" --budget-s $(( budget < 5 ? 5 : budget ))
+  python3 -m pipeline.bench.layer --out "$OUT/bench-layer.json" --budget-s $(( budget < MIN_BUDGET_S ? MIN_BUDGET_S : budget ))
 }
 
 torch_tests() {

@@ -8,16 +8,15 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from kernels import cost
-from kernels.pitch import (output_pitch, pitch as row_pitch_of, pitch_param, pitched_output, pitched_rows,
-                           planes_param)
+from kernels.pitch import output_pitch, pitch_param, pitched_output, pitched_rows, planes_param
 from kernels.planes import Planes
 from kernels.ptx_emit import Ptx
-from kernels.spec import BufferSpec, Dims, KernelSpec, ScalarSpec
+from kernels.spec import BufferSpec, Dims, KernelSpec, ScalarSpec, buffer_bytes
 from kernels.tile.epilogue import Rescale, rescaled_output
-from kernels.tile.geometry import CHUNK_K, Plan, Tile, begin, entry_name, geometry
+from kernels.tile.geometry import Plan, Tile, begin, entry_name, geometry
 from kernels.tile.mainloop import emit_staged
 from kernels.tile.operands import Coords, FragmentTernary, Source, StagedRows
-from kernels.tile.rule import fragment_w_lines, rule_cost, segment_lines, split_k
+from kernels.tile.rule import phase_cost, split_k
 
 def ternary_specs(family: str, tiles: tuple[Tile, ...], out: str, rows: str, row_pitch: str,
                   contraction: str, cols: str, order: Planes, loop_family: str | None = None,
@@ -33,9 +32,6 @@ def ternary_specs(family: str, tiles: tuple[Tile, ...], out: str, rows: str, row
         return (StagedRows(ptx, at, p[rows], p[row_pitch], rows=p["R"], k_limit=p[contraction]),
                 FragmentTernary(ptx, at, p["w"], cols=p[cols]))
 
-    def operand_lines(d: Dims, tile: Tile) -> int:
-        return segment_lines(tile.m, CHUNK_K, row_pitch_of(getattr(d, contraction))) + fragment_w_lines(tile)
-
     def width(name: str) -> Callable[[Dims], int]:
         return lambda d: getattr(d, name)
 
@@ -44,16 +40,15 @@ def ternary_specs(family: str, tiles: tuple[Tile, ...], out: str, rows: str, row
     return tuple(staged_spec(
         family, tile, gemm=("R", cols, contraction),
         buffers=(output, pitched_rows(rows, width("R"), width(contraction)), planes_param("w", order)),
-        pitch=pitch_param(row_pitch, width(contraction)), operands=operands, b_bits=2,
-        loop_family=loop_family, operand_lines=operand_lines, b_shared=False, rescale=rescale, **fields,
+        pitch=pitch_param(row_pitch, width(contraction)), operands=operands,
+        loop_family=loop_family, rescale=rescale, **fields,
     ) for tile in tiles)
 
 
 
 def staged_spec(family: str, tile: Tile, gemm: tuple[str, str, str], buffers: tuple[BufferSpec, ...],
                 pitch: ScalarSpec, operands: Callable[[Ptx, Coords, dict[str, str]], tuple["StagedRows", "Source"]],
-                b_bits: int, operand_lines: Callable[[Dims, Tile], int], loop_family: str | None = None,
-                b_shared: bool = True, rescale: "Rescale | None" = None, **fields: Any) -> KernelSpec:
+                loop_family: str | None = None, rescale: "Rescale | None" = None, **fields: Any) -> KernelSpec:
     """``family`` on ``tile`` as a KernelSpec: what every staged kernel shares, so a kernel
     module says only what differs.
 
@@ -61,12 +56,11 @@ def staged_spec(family: str, tile: Tile, gemm: tuple[str, str, str], buffers: tu
     ("R", "N", "K" for forward); ``buffers`` are the output and the inputs, followed by the
     u32 sizes R, K, N, ``pitch`` and the split's ``kspan``; ``operands(ptx, at, p)`` builds
     the A and B sources from the loaded parameters ``p``; the output's row pitch ``ldo``
-    (``kernels.pitch.output_pitch`` words) follows ``pitch``; ``b_bits``, the loop's
-    instructions per chunk (counted from ptxas's SASS into ledger/loop_counts.json, read
-    by ``kernels.cost.loop_counts``: this tile's entry of ``loop_family``, the int32
-    family whose main loop the kernel shares, its own by default), ``operand_lines(dims,
-    tile)`` (the global lines a chunk's copies and loads touch) and ``b_shared`` (B passes
-    through shared memory) feed the tile rule (:func:`rule_cost`); ``fields``
+    (``kernels.pitch.output_pitch`` words) follows ``pitch``. The tile rule
+    (:func:`phase_cost`) times the launch on the loop counted from ptxas's SASS into
+    ledger/loop_counts.json (``kernels.cost.loop_counts``: this tile's entry of
+    ``loop_family``, the int32 family whose main loop the kernel shares, its own by
+    default) with this entry's own ptxas occupancy (``kernels.cost.occupancy``); ``fields``
     are the rest of the KernelSpec (make_inputs, reference, gemm_form, max_rows).
 
     With ``rescale`` the output is the rescaled float tile (:class:`Rescale`): its
@@ -77,16 +71,14 @@ def staged_spec(family: str, tile: Tile, gemm: tuple[str, str, str], buffers: tu
     and one split."""
     name = entry_name(family, tile)
     rows, cols, contraction = gemm
+    split_rescale = bool(rescale and rescale.splits)
 
     def extents(d: Dims) -> tuple[int, int, int]:
         return getattr(d, rows), getattr(d, cols), getattr(d, contraction)
 
-    def rule(d: Dims, plan: Plan | None = None) -> tuple[int, int]:
-        loop = cost.loop_counts(entry_name(loop_family or family, tile)).fast.instructions
-        return rule_cost(*extents(d), tile, b_bits=b_bits, loop_instructions=loop,
-                         operand_lines=operand_lines(d, tile), b_shared=b_shared,
-                         rescaled_bytes=rescale.element_bytes if rescale else 0,
-                         rescaled_split=bool(rescale and rescale.splits), plan=plan)
+    def rule(d: Dims, plan: Plan) -> float:
+        return phase_cost(*extents(d), tile, plan, cost.loop_counts(entry_name(loop_family or family, tile)),
+                          cost.occupancy(name), buffer_bytes(params, d), split_rescale)
 
     def plan(d: Dims) -> Plan:
         if rescale is not None and rescale.splits:  # split only where the rule says it pays
@@ -114,6 +106,6 @@ def staged_spec(family: str, tile: Tile, gemm: tuple[str, str, str], buffers: tu
     return KernelSpec(
         name=name, emit=emit, params=params, stages=tile.stages, family=family, tile=tile.label,
         geometry=lambda d: geometry(rows=getattr(d, rows), cols=getattr(d, cols), plan=plan(d), tile=tile),
-        cost=lambda d: rule(d, plan(d)),
+        cost=lambda d: rule(d, plan(d)), split_rescale=split_rescale,
         **fields)
 

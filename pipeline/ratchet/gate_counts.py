@@ -7,8 +7,9 @@ kernel edit that changes its loop, or a hand edit of the file, leaves figures th
 longer describe the code: the tile rule would rank configurations on them and the model
 would print them. :func:`counts_findings` compares the file with the SASS records
 (``pipeline.stages.perf_model.counts_disagreements``: the PTX each kernel was counted from, each
-body's instructions and IMMA) and gives one STALE line per disagreement, naming the file
-and the kernel, with the command that rewrites it.
+body's instructions, IMMA and requested global bytes) and the occupancy it holds for the tile
+rule with the ptxas records (``occupancy_disagreements``), and gives one STALE line per
+disagreement, naming the file and the kernel, with the command that rewrites it.
 
 Findings are plain (kind, subject, what, fix) tuples, so this module imports nothing of
 pipeline.ratchet.gate and pipeline.ratchet.gate can call it.
@@ -22,8 +23,10 @@ from kernels import cost
 from kernels.registry import KERNELS
 from pipeline.core.artifacts import read_json, read_model
 from pipeline.core.files import rel
+from pipeline.core import config
 from pipeline.core.config import sass_json
-from pipeline.stages.perf_model import counts_disagreements
+from pipeline.core.models import PtxasReport
+from pipeline.stages.perf_model import counts_disagreements, occupancy_disagreements, scored_kernels
 from pipeline.stages.sass import SassReport
 
 FIX = "doit model:counts"
@@ -61,4 +64,12 @@ def counts_findings(ledger_file: Path, required: bool = True, kernels: list[str]
         else:
             findings.append(CountsFinding("MISSING", rel(report_path(name)), f"no SASS record of {name} to check "
                                           f"{rel(path)} against", f"doit sass:{name}"))
-    return findings + [CountsFinding("STALE", rel(path), what, FIX) for what in counts_disagreements(counts, reports)]
+    occupancy, missing = {}, []
+    for name in scored_kernels() if kernels is None else []:
+        if config.ptxas_json(name).is_file():
+            occupancy[name] = read_model(config.ptxas_json(name), PtxasReport)
+        else:
+            missing.append(CountsFinding("MISSING", rel(config.ptxas_json(name)), f"no ptxas record of {name} to "
+                                         f"check {rel(path)}'s occupancy against", f"doit ptxas:{name}"))
+    disagree = counts_disagreements(counts, reports) + occupancy_disagreements(counts, occupancy)
+    return findings + missing + [CountsFinding("STALE", rel(path), what, FIX) for what in disagree]

@@ -33,17 +33,17 @@ from pydantic import Field, ValidationError
 
 from kernels import cost
 from kernels.backends import load_ptx
-from kernels.floats import storage_dtype
 from kernels.launch import launch
 from kernels.registry import KERNELS, choose
 from kernels.spec import Dims, KernelSpec
 from kernels.tile.geometry import CHUNK_K
+from kernels.tile import rule as tile_rule
 from kernels.tile.rule import output_wavefronts as staged_output_wavefronts
 from pipeline.core.artifacts import read_json, read_yaml
 from pipeline.core.files import rel, sha256_file
 from pipeline.core.errors import ArtifactError, UserError
 from pipeline.core.layer_records import LayerLaunch, LayerShape
-from pipeline.core.models import MemoryAccess, PtxasArch, Record, Shape
+from pipeline.core.models import MemoryAccess, PtxasArch, PtxasReport, Record, Shape
 from pipeline.stages.ptxas import PtxasError
 from pipeline.stages.sass import Body, SassArch, SassReport, class_width, cubin, find_cuobjdump
 
@@ -52,7 +52,6 @@ M = TypeVar("M", bound=Record)  # the record a loader validates
 DEVICES_FILE = cost.DEVICES_FILE
 COUNTS_FILE = cost.COUNTS_FILE
 CALIBRATION_FILE = Path(cost.__file__).with_name("calibration.yaml")
-FAST_SLACK_BYTES = 4  # a chunk runs the fast body while it and one word more lie inside every row
 BOUNDS = ("serial", "l1", "l2", "dram", "reds")
 PHASES = ("prologue", "chunks", "outside", "epilogue", "drain")
 
@@ -78,7 +77,6 @@ class GpuModel(Record):
     dram_latency_cycles: Assumption
     shared_latency_cycles: Assumption
     l2_bandwidth_gbs: Assumption
-    rule_l2_bandwidth_gbs: Assumption
     dram_bandwidth_gbs: Assumption
     dram_efficiency: Assumption
     red_gbs: Assumption
@@ -194,7 +192,8 @@ def body_counts(body: Body, stalls: dict[int, int]) -> dict:
                             f"(first missing {missing[0]:#x}); run `doit sass` again")
     return {"instructions": body.instructions, "imma": body.imma,
             "issue_clocks": sum(stalls[a] for a in body_addresses(body)),
-            "direct_loads": any(c.startswith("ldg") and c != "ldgsts" for c in body.classes)}
+            "direct_loads": any(c.startswith("ldg") and c != "ldgsts" for c in body.classes),
+            "global_bytes": global_bytes(body.classes)}
 
 
 def arch_counts(arch: SassArch, stalls: dict[int, int]) -> dict:
@@ -228,9 +227,22 @@ def kernel_counts(report: SassReport, ptx: Path, entry: str) -> dict:
 
 COUNTS_NOTE = ("Per warp per trip of each GEMM kernel's steady loop, as ptxas compiled it: instructions and IMMA "
                "(the counts `doit sass` makes), issue_clocks = ptxas's stall counts summed over the body (control "
-               "bits 105-108), direct_loads = the body loads an operand from global into registers; and the "
-               "function's instructions outside the loop. Written by `doit model:counts`; the gate checks it "
-               "against artifacts/sass.")
+               "bits 105-108), direct_loads = the body loads an operand from global into registers, global_bytes = "
+               "what its global loads and copies request (32-B sectors at least); and the function's instructions "
+               "outside the loop. occupancy: ptxas's registers and static shared bytes of every kernel the tile "
+               "rule scores, per arch. Written by `doit model:counts`; the gate checks it against artifacts/sass "
+               "and artifacts/ptxas.")
+
+
+def scored_kernels() -> list[str]:
+    """The kernels the tile rule scores (``KernelSpec.cost``): ledger/loop_counts.json holds
+    their occupancy."""
+    return [name for name, spec in KERNELS.items() if spec.cost is not None]
+
+
+def occupancy_record(report: PtxasReport) -> dict:
+    """One kernel's ``occupancy`` entry: its ptxas registers and shared bytes per arch."""
+    return {a.arch: {"registers": a.registers, "shared_bytes": a.shared_bytes} for a in report.archs}
 
 
 def counts_disagreements(counts: dict, reports: dict[str, SassReport]) -> list[str]:
@@ -254,11 +266,23 @@ def counts_disagreements(counts: dict, reports: dict[str, SassReport]) -> list[s
             for part in ("fast", "tail"):
                 body = getattr(a, part)
                 got = (have or {}).get(part) if isinstance(have, dict) else None
-                want = None if body is None else (body.instructions, body.imma)
-                seen = None if not isinstance(got, dict) else (got.get("instructions"), got.get("imma"))
+                want = None if body is None else (body.instructions, body.imma, global_bytes(body.classes))
+                seen = None if not isinstance(got, dict) else (got.get("instructions"), got.get("imma"),
+                                                                got.get("global_bytes"))
                 if want != seen:
-                    found.append(f"{name} {a.arch} {part}: (instructions, imma) {seen}, the SASS {want}")
+                    found.append(f"{name} {a.arch} {part}: (instructions, imma, global_bytes) {seen}, the SASS {want}")
     return found
+
+
+def occupancy_disagreements(counts: dict, reports: dict[str, PtxasReport]) -> list[str]:
+    """Where the file's ``occupancy`` is not what ptxas gave each kernel now, naming it."""
+    held = counts.get("occupancy") if isinstance(counts, dict) else None
+    if not reports:
+        return []
+    if not isinstance(held, dict):
+        return ["field 'occupancy': expected an object of kernel entries"]
+    return [f"{name}: occupancy {held.get(name)}, ptxas {occupancy_record(report)}"
+            for name, report in reports.items() if held.get(name) != occupancy_record(report)]
 
 
 def counts_problems(counts: dict, reports: dict[str, SassReport]) -> list[str]:
@@ -287,16 +311,6 @@ class Work(Record):
     global_bytes_per_warp: float  # requested by the loop's global loads, from SASS
 
 
-def chunks(contraction: int, has_tail_body: bool = True) -> tuple[int, int]:
-    """(fast, tail) chunk counts: fast while the chunk and its slack lie inside the rows;
-    a loop with one body (tails by zero-filling copies) runs every chunk on it."""
-    starts = range(0, contraction, CHUNK_K)
-    if not has_tail_body:
-        return len(starts), 0
-    fast = sum(k0 + CHUNK_K + FAST_SLACK_BYTES <= contraction for k0 in starts)
-    return fast, len(starts) - fast
-
-
 def per_trip(sass: SassArch, name: str) -> Body | None:
     """The fast or tail body; a loop with one body stands in for the other."""
     return getattr(sass, name) or sass.fast or sass.tail
@@ -315,31 +329,24 @@ def work(spec: KernelSpec, dims: Dims, sass: SassArch) -> Work:
     contraction = dims.R * dims.K * dims.N // (rows * cols)
     splits = geometry.grid[2]  # split-K: each CTA along z runs its share of the chunks
     span = -(-(-(-contraction // CHUNK_K)) // splits) * CHUNK_K
-    fast, tail = chunks(min(span, contraction), has_tail_body=sass.tail is not None)
+    fast, tail = tile_rule.chunks(min(span, contraction), has_tail_body=sass.tail is not None)
     fbody, tbody = per_trip(sass, "fast"), per_trip(sass, "tail")
     if fbody is None:
         raise UserError(f"{spec.name} {sass.arch}: the SASS record has no loop; run `doit sass`")
     loop = next(lp for lp in sass.loops if lp.start == sass.steady_loop)
-    buffers = sum(math.prod(p.layout.logical(dims)) * storage_dtype(p.dtype).itemsize  # the caller's layout
-                  for p in spec.params if not p.is_scalar)
     return Work(
         ctas=math.prod(geometry.grid), warps_per_cta=math.prod(geometry.block) // 32,
         contraction=contraction, fast_chunks=fast, tail_chunks=tail, stages=spec.stages,
         instructions_per_warp=fast * fbody.instructions + tail * tbody.instructions + sass.instructions - loop.instructions,
-        imma_per_warp=fast * fbody.imma + tail * tbody.imma, compulsory_bytes=buffers,
+        imma_per_warp=fast * fbody.imma + tail * tbody.imma, compulsory_bytes=spec.buffer_bytes(dims),
         output_bytes_per_cta=4 * rows * cols / (geometry.grid[0] * geometry.grid[1]), splits=splits,
         global_bytes_per_warp=fast * global_bytes(fbody.classes) + tail * global_bytes(tbody.classes),
     )
 
 
 def ctas_per_sm(g: GpuModel, warps_per_cta: int, ptxas: PtxasArch) -> int:
-    """Resident CTAs per SM from registers (256 per warp granule), shared memory (+1 KB a
-    CTA), warps and the CTA cap (CUDA C++ Programming Guide occupancy rules)."""
-    regs_per_warp = math.ceil(ptxas.registers * 32 / 256) * 256
-    limits = [int(g.max_ctas_per_sm.value), int(g.max_warps_per_sm.value) // warps_per_cta,
-              int(g.registers_per_sm.value) // (regs_per_warp * warps_per_cta),
-              int(g.shared_per_sm_bytes.value) // (ptxas.shared_bytes + 1024)]
-    return max(0, min(limits))
+    """Resident CTAs per SM of a kernel with these ptxas figures (``cost.resident_ctas``)."""
+    return cost.resident_ctas(as_device(g), warps_per_cta, cost.Occupancy(ptxas.registers, ptxas.shared_bytes))
 
 
 # ---- emulator memory counts ----------------------------------------------------------
@@ -495,16 +502,16 @@ def staged_work(spec: KernelSpec, dims: Dims, g: GpuModel, sass: SassArch, count
                 ptxas: PtxasArch, memory: list[MemoryAccess] | None = None,
                 memory_source: str = "") -> tuple[Work, cost.StagedWork, str]:
     """One launch of ``spec`` on ``dims`` as the cost module's :class:`cost.StagedWork`
-    (with the records' :class:`Work` and where its L1 wavefronts came from)."""
+    (with the records' :class:`Work` and where its L1 wavefronts came from): the tile
+    rule's own :func:`kernels.tile.rule.staged_work`, so the rule and the model time the
+    same launch, with the emulator's L2 sectors and L1 wavefronts where they are known."""
     w = work(spec, dims, sass)
     l1, l1_source = l1_per_cta(w, memory, memory_source)
-    staged = cost.StagedWork(
-        ctas=w.ctas, warps_per_cta=w.warps_per_cta, resident=ctas_per_sm(g, w.warps_per_cta, ptxas),
-        fast_chunks=w.fast_chunks, tail_chunks=w.tail_chunks, stages=w.stages, counts=counts,
-        epilogue_wavefronts=staged_output_wavefronts(w.output_bytes_per_cta, w.splits),
-        output_bytes_per_cta=w.output_bytes_per_cta, splits=w.splits, l2_bytes=l2_bytes(w, memory),
-        dram_bytes=w.compulsory_bytes, l1_wavefronts_per_cta=l1)
-    return w, staged, l1_source
+    rows, cols = spec.output.layout.logical(dims)
+    staged = tile_rule.staged_work(spec.geometry(dims), rows, cols, w.contraction, spec.stages, counts,
+                                   ctas_per_sm(g, w.warps_per_cta, ptxas), spec.buffer_bytes(dims),
+                                   spec.split_rescale)
+    return w, staged._replace(l2_bytes=l2_bytes(w, memory), l1_wavefronts_per_cta=l1), l1_source
 
 
 def model_row(spec: KernelSpec, shape: Shape, g: GpuModel, sass: SassArch, counts: cost.KernelCounts,

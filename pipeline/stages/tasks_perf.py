@@ -175,9 +175,12 @@ def gemm_kernels() -> list[str]:
 def _counts(kernels: list[str]) -> None:
     records = {k: perf_model.kernel_counts(read_model(sass_json(k), SassReport), config.ptx_path(k), k)
                for k in kernels}
+    occupancy = {k: perf_model.occupancy_record(read_model(config.ptxas_json(k), PtxasReport))
+                 for k in perf_model.scored_kernels()}
     write_atomic(perf_model.COUNTS_FILE,
-                 json.dumps({"note": perf_model.COUNTS_NOTE, "kernels": records}, indent=1, sort_keys=True) + "\n")
-    cost.load_counts.cache_clear()  # the tile rule and model:run in this same doit run read the new file
+                 json.dumps({"note": perf_model.COUNTS_NOTE, "kernels": records, "occupancy": occupancy},
+                            indent=1, sort_keys=True) + "\n")
+    cost.read_counts_file.cache_clear()  # the tile rule and model:run in this same doit run read the new file
     cpi = [r["archs"]["sm_90"]["fast"]["issue_clocks"] / r["archs"]["sm_90"]["fast"]["instructions"]
            for r in records.values() if "sm_90" in r["archs"]]
     print(f"{rel(perf_model.COUNTS_FILE)}: {len(records)} kernels; sm_90 fast bodies "
@@ -360,7 +363,8 @@ def task_model() -> Iterator[dict]:
         "name": "counts",
         "doc": "ptxas's stall counts of each GEMM loop body -> ledger/loop_counts.json (read by kernels/cost.py)",
         "actions": [(_counts, [gemms])],
-        "file_dep": [str(p) for k in gemms for p in (sass_json(k), config.ptx_path(k))] + [perf_model.__file__],
+        "file_dep": [str(p) for k in gemms for p in (sass_json(k), config.ptx_path(k))]
+        + [str(config.ptxas_json(k)) for k in perf_model.scored_kernels()] + [perf_model.__file__],
         "targets": [str(perf_model.COUNTS_FILE)],
         "verbosity": 2,
     }
