@@ -538,7 +538,7 @@ def pick(families: str | tuple[str, ...], dims: Dims) -> KernelSpec:
     if not picks:
         raise LaunchError(f"layer step: unknown kernel family '{families[0]}'; known: {', '.join(registry.FAMILIES)}; "
                           "the step needs it in kernels/registry.py")
-    return min(picks, key=lambda spec: spec.cost(dims) if spec.cost else ())
+    return min(picks, key=lambda spec: spec.cost(dims) if spec.cost else -math.inf)  # no rule: no choice to make
 
 
 def _launch(rt: Runtime, family: str | tuple[str, ...], dims: Dims, given: Mapping[str, Any],

@@ -9,9 +9,13 @@ as a library's heuristics would.
 """
 from __future__ import annotations
 
-from kernels import (hslm_dw_rescaled, hslm_dw_s8, hslm_dx_rescaled, hslm_dx_s8, hslm_fwd_rescaled, hslm_fwd_s8,
+import functools
+import math
+
+from kernels import (cost, hslm_dw_rescaled, hslm_dw_s8, hslm_dx_rescaled, hslm_dx_s8, hslm_fwd_rescaled, hslm_fwd_s8,
                      hslm_quant, hslm_wprep)
 from kernels.spec import Dims, KernelSpec
+from kernels.tile.specs import SCORE_CACHES
 
 KERNELS: dict[str, KernelSpec] = {s.name: s for m in (hslm_fwd_s8, hslm_dx_s8, hslm_dw_s8, hslm_fwd_rescaled,
                                                       hslm_dx_rescaled, hslm_dw_rescaled, hslm_wprep, hslm_quant)
@@ -31,8 +35,23 @@ def get_kernel(name: str) -> KernelSpec:
 
 def choose(family: str, dims: Dims) -> KernelSpec:
     """The configuration of ``family`` the rule picks for ``dims``: the lowest
-    ``cost(dims)``, the first listed (the large tile) on a tie."""
+    ``cost(dims)``, the first listed (the large tile) on a tie. Kept per shape
+    (:func:`forget_scores`)."""
     if family not in FAMILIES:
         raise KeyError(f"unknown kernel family '{family}'; known: {', '.join(FAMILIES)}")
-    configs = FAMILIES[family]
-    return min(configs, key=lambda s: s.cost(dims) if s.cost else ())
+    return _choose(family, Dims(*dims))
+
+
+@functools.lru_cache(maxsize=4096)
+def _choose(family: str, dims: Dims) -> KernelSpec:
+    return min(FAMILIES[family], key=lambda s: s.cost(dims) if s.cost else -math.inf)
+
+
+def forget_scores() -> None:
+    """Forget every kept score, plan and pick, and the loop counts they were read from:
+    after ``doit model:counts`` rewrote ledger/loop_counts.json, or a test changed what the
+    rule scores with."""
+    cost.read_counts_file.cache_clear()
+    _choose.cache_clear()
+    for cached in SCORE_CACHES:
+        cached.cache_clear()

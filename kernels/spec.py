@@ -102,10 +102,11 @@ class GemmForm(NamedTuple):
     bt: Operand
 
 
-def buffer_bytes(params: tuple[Param, ...], dims: Dims) -> int:
-    """The bytes of the buffers among ``params`` on ``dims``, each in the caller's layout."""
+def buffer_bytes(params: tuple[Param, ...], dims: Dims, leave_out: tuple[str, ...] = ()) -> int:
+    """The bytes of the buffers among ``params`` on ``dims``, each in the caller's layout,
+    but those named in ``leave_out``."""
     return sum(int(np.prod(p.layout.logical(dims))) * storage_dtype(p.dtype).itemsize
-               for p in params if not p.is_scalar)
+               for p in params if not p.is_scalar and p.name not in leave_out)
 
 
 @dataclass(frozen=True)
@@ -140,6 +141,7 @@ class KernelSpec:
     cost: Callable[[Dims], float] | None = None  # the cost model's device us on the rule's GPU
     # a split launch adds its int32 sums and the last CTA of a tile rescales them (kernels/hslm_rescaled.py)
     split_rescale: bool = False
+    workspace: tuple[str, ...] = ()  # buffers only a split launch touches (its partial sums and tickets)
     outputs: tuple[str, ...] = ()  # the params the kernel writes, by name; (): params[0] only
     # elements one trip of the kernel's main loop handles per warp, for a non-GEMM kernel's
     # SASS figure (instructions per element, pipeline.stages.sass); 0: not counted per element
@@ -165,10 +167,10 @@ class KernelSpec:
     def is_gemm(self) -> bool:
         return self.gemm_form is not None
 
-    def buffer_bytes(self, dims: Dims) -> int:
+    def buffer_bytes(self, dims: Dims, splits: int = 1) -> int:
         """Every buffer's bytes in the caller's layout: what the launch must read or write
-        at least once (the cost model's DRAM bound)."""
-        return buffer_bytes(self.params, dims)
+        at least once (the cost model's DRAM bound); the workspace only when it splits."""
+        return buffer_bytes(self.params, dims, () if splits > 1 else self.workspace)
 
     def expected(self, dims: Dims, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The reference's value of every output, by name."""

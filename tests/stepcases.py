@@ -7,6 +7,8 @@ registered yet; and the HSLM layer shapes both modules run the step on.
 Here rather than in one of those test modules, so neither imports the other."""
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 from kernels import planes, registry
@@ -108,6 +110,8 @@ def install_standins(monkeypatch: pytest.MonkeyPatch, specs: list[KernelSpec] | 
     """Put the stand-in specs in the registry for one test (each its own family);
     ``keep_registered``: only for the families the registry lacks (the real kernels run
     wherever they exist)."""
+    # picks are kept per shape (registry.choose): this test's registry gets a cache of its own
+    monkeypatch.setattr(registry, "_choose", functools.lru_cache(maxsize=None)(registry._choose.__wrapped__))
     if not keep_registered:  # the stand-ins alone: no real split-K family beside them
         for family in [f for f in registry.FAMILIES if "_splitk_" in f]:
             monkeypatch.delitem(registry.FAMILIES, family)

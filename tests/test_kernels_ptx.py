@@ -13,7 +13,7 @@ from kernelcases import INT32_EPILOGUE, STAGED, TERNARY, TWO_STAGED, per_kernel,
 
 from kernels.registry import KERNELS, get_kernel
 from kernels.tile.geometry import N_TILES, TILE_N
-from kernels.tile.operands import StagedRows
+from kernels.tile.operands import FragmentTernary, StagedRows
 
 MMA = "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32"
 COPY = r"cp\.async\.cg\.shared\.global \[[^]]+\], \[[^]]+\], 16, (%[pr]\d+);"
@@ -125,7 +125,9 @@ def check_loops_copy_ahead_and_read_fragments_with_ldmatrix(name: str, ptx: str)
         a_loads = 2 * tile.m_tiles  # A: m tiles x 2 k steps; B: 4 per chunk (dW), none in registers (W)
         b_loads = 4 if two_staged else 0
         assert body.count("ldmatrix.sync.aligned.m8n8.x4.shared.b16") == a_loads + b_loads and ".trans" not in body
-        assert "ld.shared" not in body and "ld.global.u8" not in body  # no byte or scalar gathers
+        # no byte or scalar gathers; W through the ring comes back as one 16-byte load a lane
+        w_reads = 1 if not two_staged and FragmentTernary.ring_fits(tile) else 0
+        assert body.count("ld.shared") == body.count("ld.shared.v4.u32") == w_reads and "ld.global.u8" not in body
     groups = stages - 1 + len(labels)  # stages - 1 chunks ahead, then one in each loop's body
     assert ptx.count("cp.async.cg") == groups * copies and ptx.count("cp.async.commit_group") == groups
 
@@ -137,25 +139,45 @@ def test_staged_loop_copies_ahead_and_reads_fragments_with_ldmatrix(name):
 
 @pytest.mark.parametrize("name", per_kernel(TERNARY))
 def test_ternary_kernels_decode_w_into_the_mma_b_registers(name):
-    """Each lane decodes one word per n tile (4 prmt each) before the barrier, and the
-    decoded registers are the mma's B operands: no shared store or ldmatrix for B."""
+    """Each lane decodes one word per n tile (4 prmt each), and the decoded registers are
+    the mma's B operands: no shared store or ldmatrix for B. Straight into registers: the
+    decode comes before the barrier, the next chunk's loads after it. Through the ring:
+    the words come back after the barrier, from the stage being multiplied, in one
+    16-byte load."""
     ptx = get_kernel(name).emit()
     body = loop(ptx)
     table = re.search(r"mov\.b32 (%r\d+), 0xff0100;", ptx).group(1)
     decoded = re.findall(rf"prmt\.b32 (%r\d+), {table}, 0, %r\d+;", body)
-    assert len(decoded) == 4 * 4 and body.index("prmt.b32") < body.index("bar.sync")
     b_operands = set(re.findall(r"mma\.sync[^\n]*\{[^}]*\}, \{[^}]*\}, \{(%r\d+), (%r\d+)\}", body))
-    assert {r for pair in b_operands for r in pair} == set(decoded)
-    assert "st.shared" not in body and body.index("bar.sync") < body.index("ld.global.u32")
+    assert len(decoded) == 4 * 4 and {r for pair in b_operands for r in pair} == set(decoded)
+    assert "st.shared" not in body
+    if FragmentTernary.ring_fits(tile_of(name)):
+        words = re.search(r"ld\.shared\.v4\.u32 \{(%r\d+), (%r\d+), (%r\d+), (%r\d+)\}", body)
+        assert body.index("bar.sync") < words.start() < body.index("prmt.b32") and "ld.global" not in body
+        after = body[words.end():]
+        assert all(re.search(rf", {word}[,;]", after) for word in words.groups())  # each word is decoded
+    else:
+        assert body.index("prmt.b32") < body.index("bar.sync") < body.index("ld.global.u32")
 
 
 @pytest.mark.parametrize("name", per_kernel(TERNARY))
 def test_ternary_kernels_read_w_from_one_pointer_under_the_loops_own_predicate(name):
-    """W's planes are padded to the tile, so no word is clamped or bounds-guarded: the one
-    predicate on the loads is the back edge's (a next chunk exists), each load an immediate
-    offset from one walking pointer, straight into the decode's registers."""
+    """W's planes are padded to the tile, so no word is clamped or bounds-guarded: straight
+    into registers, the one predicate on the loads is the back edge's (a next chunk exists),
+    each load an immediate offset from one walking pointer, into the decode's registers;
+    through the ring, the 4 copies of a chunk share one ignore-src predicate (past W's last
+    plane), each an immediate offset from the same walking pointer, into this lane's 16
+    bytes of the stage."""
     ptx = get_kernel(name).emit()
     body = loop(ptx)
+    if FragmentTernary.ring_fits(tile_of(name)):
+        copies = re.findall(r"cp\.async\.ca\.shared\.global \[(%r\d+)(?:\+(\d+))?\], \[(%rd\d+)(?:\+\d+)?\], 4, "
+                            r"(%p\d+);", body)
+        assert len(copies) == 4 and len({(dst, ptr, pred) for dst, _, ptr, pred in copies}) == 1
+        assert [int(offset or 0) for _, offset, _, _ in copies] == [0, 4, 8, 12]
+        pred, ptr = copies[0][3], copies[0][2]
+        assert re.search(rf"setp\.ge\.u64 {pred}, {ptr}, %rd\d+;", body) and "min.u32" not in body
+        return
     guards = re.findall(r"@(%p\d+) ld\.global\.u32 (%r\d+), \[(%rd\d+)[\]+]", body)
     back_edge = re.search(r"@(%p\d+) bra\.uni chunk;", ptx).group(1)
     assert len(guards) == 4 and {p for p, _, _ in guards} == {back_edge}  # a word per n tile

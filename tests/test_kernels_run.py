@@ -15,6 +15,7 @@ from kernels.registry import KERNELS, get_kernel
 from kernels.spec import Dims
 from kernels.ptxemu import EmulatorError, Module
 from kernels.tile import epilogue, geometry
+from kernels.tile.operands import FragmentTernary
 
 TAILS = [Dims(1, 1, 1), Dims(1, 17, 3), Dims(5, 16, 8), Dims(33, 31, 9), Dims(65, 64, 33), Dims(17, 129, 40),
          # fast chunks that end exactly at a row's (or the buffer's) last byte
@@ -67,6 +68,8 @@ def test_exact_for_any_shape(names, data, R, K, N, seed):
     assert exact(get_kernel(name), got, want)
 
 
+# a W fetch's source address up to its offset, straight into registers or through the ring
+W_FETCH = r"((?:ld\.global\.u32 %r\d+, |cp\.async\.ca\.shared\.global \[%r\d+(?:\+\d+)?\], )\[%rd\d+)"
 # (family, what the mutation breaks, regex, replacement, what must catch it); run on a
 # shape with fast chunks (K, N = 200, 140) and a tail, so both loop bodies are exercised.
 # A kernel module states its own in PLANTED_BUGS (kernelcases.stated), in this format
@@ -81,13 +84,13 @@ PLANTED = [
      r"mov.pred \1, \2;", "out_of_bounds"),
     ("hslm_fwd_s8", "swizzle ignored by the ldmatrix rows", r"xor\.b32 (%r\d+), (%r\d+), 32;",
      # rows run into the next stage, still in flight (128 x 128), or past the rows the
-     # small tile's stage holds, never written (32 x 128)
-     r"add.u32 \1, \2, 32;", "race/uninitialized"),
+     # small tile's stage holds, onto W's words there (32 x 128): read as A, they are wrong
+     r"add.u32 \1, \2, 32;", "race/uninitialized/mismatch"),
     ("hslm_dx_s8", "no barrier after the wait", r"(chunk:\n(?:[^\n]*\n)*?)\tbar\.sync 0;\n", r"\1", "race"),
     ("hslm_fwd_s8", "decode keeps one bit of each code", r"0x33333333;", "0x11111111;", "mismatch"),
     ("hslm_dx_s8", "the W pointer does not step a plane a chunk", r"\tadd\.s64 (%rd\d+), \1, %rd\d+;\n", "",
      "mismatch"),
-    ("hslm_dx_s8", "n tiles 1 and 3 read tile 0's and 2's columns", r"(ld\.global\.u32 %r\d+, \[%rd\d+)\+(32|288)\]",
+    ("hslm_dx_s8", "n tiles 1 and 3 read tile 0's and 2's columns", W_FETCH + r"\+(32|288)\]",
      lambda m: f"{m.group(1)}+{int(m.group(2)) - 32}]", "mismatch"),
     ("hslm_dw_s8", "A copies not stopped at R", r"(cp\.async[^\n]*), 16, %r\d+;", r"\1, 16;", "out_of_bounds"),
     ("hslm_dw_s8", "B rows past K copied", r"or\.pred (%p\d+), (%p\d+), %p\d+;", r"mov.pred \1, \2;",
@@ -104,14 +107,13 @@ PLANTED = [
 def test_planted_bug_is_caught(name, what, old, new, expect):
     ptx, count = re.subn(old, new, KERNELS[name].emit())  # every occurrence: both loop bodies
     assert count >= 1, f"the mutation '{what}' no longer applies"
-    dims = Dims(70, 200, 140)
-    if expect == "mismatch":
+    dims, kinds = Dims(70, 200, 140), expect.split("/")
+    try:
         got, want = run(name, dims, ptx=ptx)
-        assert differing(name, got, want) > 0
-    else:
-        with pytest.raises(EmulatorError) as info:
-            run(name, dims, ptx=ptx)
-        assert info.value.kind in expect.split("/")
+    except EmulatorError as exc:  # a fault the emulator refuses: one of the kinds stated
+        assert exc.kind in kinds, f"'{what}' faulted as {exc.kind}, not {expect}"
+    else:  # it ran: then only a wrong output may catch it
+        assert "mismatch" in kinds and differing(name, got, want) > 0
 
 
 @pytest.mark.kernel("hslm_dw_s8")
@@ -458,13 +460,17 @@ def test_the_split_rule_leaves_84_tiles_unsplit_and_splits_28_four_ways():
 
 
 def w_loads(name: str, dims: Dims, ptx: str | None = None) -> tuple[np.ndarray, np.ndarray, list]:
-    """One launch on ``dims``: its output, the reference, and the traced W loads (the only
-    ``ld.global``: the activations come in by cp.async)."""
+    """One launch on ``dims``: its output, the reference, and the traced W fetches: the
+    ``ld.global`` (the 128 x 128 tile loads W straight into registers; nothing else of
+    it reads global memory that way) or the 4-byte ``cp.async.ca`` (the 32 x 128 tile
+    copies W through the A ring; A's copies are 16-byte ``cp.async.cg``)."""
     spec = get_kernel(name)
+    source = (ptx or spec.emit()).splitlines()
     fn = Module(code=ptx).get_function(name) if ptx else emulated(name)
     inputs = spec.make_inputs(dims, np.random.default_rng(4))
     got = launch(spec, fn, dims, inputs)
-    return got, spec.reference(dims, inputs), [a for a in fn.stats.memory if a.opcode == "ld.global"]
+    return got, spec.reference(dims, inputs), [a for a in fn.stats.memory if a.opcode == "ld.global" or (
+        a.opcode == "cp.async" and "cp.async.ca." in source[a.line - 1])]
 
 
 def w_fetches(name: str, dims: Dims, ptx: str | None = None) -> int:
@@ -482,11 +488,21 @@ def one_cta(name: str, depth: int) -> Dims:
 @pytest.mark.parametrize("name", per_kernel(TERNARY))
 def test_ternary_kernels_fetch_w_for_the_chunks_they_run_and_no_more(name):
     """One CTA, a contraction of 190: 3 chunks (one split), so each warp fetches its words
-    3 times (the first before the loop, then one chunk ahead); the last chunk's fetch is
-    predicated off. Negative: unguarded, the loop fetches a fourth time."""
+    3 times. Straight into registers: the first before the loop, then one chunk ahead,
+    the last chunk's fetch predicated off; negative: unguarded, the loop fetches a fourth
+    time. Through the ring: the prologue's 3 stages are the 3 chunks, and every copy past
+    W's last plane ignores its source; negative: without that, the loop's copies read
+    past the planes."""
     tile, dims, words = tile_of(name), one_cta(name, 190), geometry.N_TILES  # a word per n tile a lane
     assert get_kernel(name).geometry(dims).grid == (1, 1, 1)
     assert w_fetches(name, dims) == tile.warps * words * 3
+    if FragmentTernary.ring_fits(tile):
+        ptx, count = re.subn(r"(cp\.async\.ca\.shared\.global [^;]*, 4), %p\d+;", r"\1;", get_kernel(name).emit())
+        assert count == words * tile.stages  # the prologue's stages - 1 and the loop's
+        with pytest.raises(EmulatorError) as info:
+            w_fetches(name, dims, ptx)
+        assert info.value.kind == "out_of_bounds"
+        return
     ptx, count = re.subn(r"@%p\d+ (ld\.global\.u32)", r"\1", get_kernel(name).emit())
     assert count == words
     assert w_fetches(name, dims, ptx) == tile.warps * words * 4
@@ -510,8 +526,8 @@ def test_w_loads_read_whole_sectors(name):
 def test_w_sectors_count_a_fetch_that_straddles_them(name):
     """Negative for the test above: tile 1's word read 8 bytes further on (its pairs of
     columns then straddle sector boundaries) makes that request 8 sectors for 128 bytes."""
-    ptx, count = re.subn(r"(ld\.global\.u32 %r\d+, \[%rd\d+)\+32\]", r"\1+40]", get_kernel(name).emit())
-    assert count == 2  # before the loop and in it
+    ptx, count = re.subn(W_FETCH + r"\+32\]", r"\1+40]", get_kernel(name).emit())
+    assert count == (get_kernel(name).stages if FragmentTernary.ring_fits(tile_of(name)) else 2)  # prologue, loop
     _, _, loads = w_loads(name, gemm_dims(name, rows=tile_of(name).m, cols=243, contraction=729), ptx)
     requests = sum(a.requests for a in loads)
     assert sum(a.sectors for a in loads) == 4 * requests + 4 * (requests // 4)

@@ -3,6 +3,8 @@ against a second route (cuobjdump's listing of the same cubin, read by a deliber
 simple counter written here)."""
 from __future__ import annotations
 
+import functools
+import itertools
 import re
 import subprocess
 from collections import Counter
@@ -26,11 +28,45 @@ def tools() -> tuple[Path, Path]:
         pytest.skip(f"SASS tools not installed: {exc}")
 
 
-def listing_of(ptx: Path, arch: str, tmp: Path, tools: tuple[Path, Path]) -> tuple[str, str]:
-    """(nvdisasm listing, cuobjdump -sass listing) of one cubin."""
-    cubin = sass.cubin(ptx, arch, tmp / f"{ptx.stem}.{arch}.cubin")
-    dump = subprocess.run([str(tools[1]), "-sass", str(cubin)], capture_output=True, text=True, check=True)
-    return sass.disassemble(cubin, tools[0]), dump.stdout
+class Listings:
+    """The listings of each (PTX, arch) the module reads, each tool run once per cubin.
+
+    ptxas, nvdisasm and cuobjdump each take about half a second a call, even on the small
+    loop.ptx, and the tests read the same cubins many times (loop.ptx on sm_80 in five
+    tests, the GEMM loops again for their decode tables). The listings are strings, so a
+    test that plants an instruction in one changes only its own copy."""
+
+    def __init__(self, tmp: Path, tools: tuple[Path, Path]) -> None:
+        self.tmp, self.tools, self.numbers = tmp, tools, itertools.count()
+
+    @functools.cache
+    def cubin(self, ptx: str, name: str, arch: str) -> Path:
+        source = self.tmp / f"{name}.{next(self.numbers)}.ptx"  # numbered: an edited PTX of one name is its own
+        source.write_text(ptx)
+        return sass.cubin(source, arch, source.with_suffix(f".{arch}.cubin"))
+
+    @functools.cache
+    def nvdisasm(self, ptx: str, name: str, arch: str) -> str:
+        """nvdisasm's listing of the cubin (what pipeline.stages.sass counts)."""
+        return sass.disassemble(self.cubin(ptx, name, arch), self.tools[0])
+
+    @functools.cache
+    def cuobjdump(self, ptx: str, name: str, arch: str) -> str:
+        """cuobjdump -sass's listing of the same cubin (the second route)."""
+        return subprocess.run([str(self.tools[1]), "-sass", str(self.cubin(ptx, name, arch))],
+                              capture_output=True, text=True, check=True).stdout
+
+    def both(self, ptx: str, name: str, arch: str) -> tuple[str, str]:
+        """(nvdisasm listing, cuobjdump -sass listing) of one cubin."""
+        return self.nvdisasm(ptx, name, arch), self.cuobjdump(ptx, name, arch)
+
+
+@pytest.fixture(scope="module")
+def listings(tmp_path_factory, tools) -> Listings:
+    return Listings(tmp_path_factory.mktemp("listings"), tools)
+
+
+LOOP = (DATA / "loop.ptx").read_text()
 
 
 # ---- the second route: cuobjdump text, counted by address ----------------------------
@@ -98,8 +134,8 @@ HAND = {
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-def test_hand_counted_loop(arch, tmp_path, tools):
-    text, dump = listing_of(DATA / "loop.ptx", arch, tmp_path, tools)
+def test_hand_counted_loop(arch, listings):
+    text, dump = listings.both(LOOP, "loop", arch)
     counted = sass.analyse(sass.parse_listing(text, "tiny_loop"), arch)
     assert len(counted.loops) == 1 and counted.loops[0].paths == 1
     assert counted.tail is None  # no guarded global load: one body only
@@ -114,16 +150,8 @@ GEMMS = [name for name, spec in KERNELS.items() if spec.is_gemm]
 
 
 @pytest.fixture(scope="module")
-def kernel_listings(tmp_path_factory, tools) -> dict[tuple[str, str], tuple[str, str]]:
-    tmp = tmp_path_factory.mktemp("sass")
-    out = {}
-    for name in GEMMS:
-        ptx = tmp / f"{name}.ptx"
-        spec = KERNELS[name]
-        ptx.write_text(spec.emit())
-        for arch in ARCHS:
-            out[name, arch] = listing_of(ptx, arch, tmp, tools)
-    return out
+def kernel_listings(listings) -> dict[tuple[str, str], tuple[str, str]]:
+    return {(name, arch): listings.both(KERNELS[name].emit(), name, arch) for name in GEMMS for arch in ARCHS}
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -164,23 +192,23 @@ def plant(text: str, after: str, line: str) -> str:
     return "\n".join(out)
 
 
-def test_planted_load_is_counted_and_disagrees(tmp_path, tools):
-    text, dump = listing_of(DATA / "loop.ptx", "sm_80", tmp_path, tools)
+def test_planted_load_is_counted_and_disagrees(listings):
+    text, dump = listings.both(LOOP, "loop", "sm_80")
     planted = plant(text, "LDS.128", "LDS.128 R4, [R20+0x10]")
     body = sass.analyse(sass.parse_listing(planted, "tiny_loop"), "sm_80").fast
     assert (body.lsu, body.instructions, body.classes["lds128"]) == (4, 21, 2)
     assert not agrees(body, simple_count(simple_rows(dump), [(0xB0, 0x1F0)]))
 
 
-def test_a_one_path_loop_with_a_guarded_load_is_its_own_steady_state(tmp_path, tools):
-    text, _ = listing_of(DATA / "loop.ptx", "sm_80", tmp_path, tools)
+def test_a_one_path_loop_with_a_guarded_load_is_its_own_steady_state(listings):
+    text = listings.nvdisasm(LOOP, "loop", "sm_80")
     planted = text.replace("LDG.E R3, [R2.64]", "@P1 LDG.E R3, [R2.64]")
     counted = sass.analyse(sass.parse_listing(planted, "tiny_loop"), "sm_80")
     assert counted.fast.guarded_global_loads == 1 and counted.tail is None
 
 
-def test_branch_around_a_load_gives_two_paths_and_the_longer_is_fast(tmp_path, tools):
-    text, _ = listing_of(DATA / "loop.ptx", "sm_80", tmp_path, tools)
+def test_branch_around_a_load_gives_two_paths_and_the_longer_is_fast(listings):
+    text = listings.nvdisasm(LOOP, "loop", "sm_80")
     # a guarded skip over the load (as ptxas emits for a divergent if): two paths
     planted = plant(text, "IMAD.MOV.U32 R3, RZ, RZ, R23", "@!P2 BRA `(.L_x_9)")
     planted = planted.replace("LDG.E R3, [R2.64] ;", "LDG.E R3, [R2.64] ;\n.L_x_9:")
@@ -189,17 +217,19 @@ def test_branch_around_a_load_gives_two_paths_and_the_longer_is_fast(tmp_path, t
     assert (counted.fast.instructions, counted.fast.lsu) == (21, 3)
 
 
-def test_unknown_function_is_one_clear_error(tmp_path, tools):
-    text, _ = listing_of(DATA / "loop.ptx", "sm_80", tmp_path, tools)
+def test_unknown_function_is_one_clear_error(listings):
+    text = listings.nvdisasm(LOOP, "loop", "sm_80")
     with pytest.raises(sass.PtxasError, match="no instructions for function 'nope'"):
         sass.parse_listing(text, "nope")
 
 
 def test_classes():
     assert [sass.classify(op) for op in ("LDG.E.U8", "LDG.E.128", "LDG.E", "LDS.64", "STS.128", "IMMA.16832.S8.S8",
-                                         "ULDC.64", "LOP3.LUT", "BAR.SYNC.DEFER_BLOCKING", "S2R", "LDGSTS.E.128")] == [
-        "ldg8", "ldg128", "ldg32", "lds64", "sts128", "tensor", "uniform", "int_alu", "barrier", "other", "ldgsts"]
-    assert [sass.class_width(c) for c in ("ldg8", "lds128", "sts32", "ldgsts", "prmt")] == [8, 128, 32, None, None]
+                                         "ULDC.64", "LOP3.LUT", "BAR.SYNC.DEFER_BLOCKING", "S2R", "LDGSTS.E.BYPASS.128",
+                                         "LDGSTS.E")] == [
+        "ldg8", "ldg128", "ldg32", "lds64", "sts128", "tensor", "uniform", "int_alu", "barrier", "other", "ldgsts128",
+        "ldgsts32"]  # cp.async: 16 bytes a lane (.128), 4 (no size)
+    assert [sass.class_width(c) for c in ("ldg8", "lds128", "sts32", "ldgsts32", "prmt")] == [8, 128, 32, 32, None]
 
 
 # ---- finding the tools ----------------------------------------------------------------
@@ -246,12 +276,10 @@ def test_only_branches_and_noinc_calls_are_jumps():
 TABLE_KERNELS = ("hslm_fwd_s8", "hslm_dx_s8_m32", "hslm_fwd_splitk_bf16")  # int32, small tile, fused
 
 
-def prmt_tables(ptx: str, kernel: str, arch: str, tmp: Path) -> tuple[set[str], int]:
+def prmt_tables(ptx: str, kernel: str, arch: str, listings: Listings) -> tuple[set[str], int]:
     """The registers the fast loop body's PRMTs read their table from (operand a), and
     how many instructions of the body write one of them."""
-    source = tmp / f"{kernel}.ptx"
-    source.write_text(ptx)
-    text = sass.disassemble(sass.cubin(source, arch, tmp / f"{kernel}.{arch}.cubin"))
+    text = listings.nvdisasm(ptx, kernel, arch)
     body = sass.analyse(sass.parse_listing(text, kernel), arch).fast
     rows = {int(m.group(1), 16): (m.group(3), [o.strip().split(".")[0] for o in m.group(4).split(",")])
             for line in text.splitlines() if (m := sass.LINE.search(line))}
@@ -263,19 +291,19 @@ def prmt_tables(ptx: str, kernel: str, arch: str, tmp: Path) -> tuple[set[str], 
 
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("kernel", TABLE_KERNELS)
-def test_decode_table_is_one_register_the_loop_never_rewrites(kernel, arch, tmp_path, tools):
+def test_decode_table_is_one_register_the_loop_never_rewrites(kernel, arch, listings):
     """ptxas re-materialises a warp-uniform constant at each use; the table is a per-thread
     value (kernels.tile.operands.FragmentTernary), so every prmt reads one register."""
-    tables, writes = prmt_tables(KERNELS[kernel].emit(), kernel, arch, tmp_path)
+    tables, writes = prmt_tables(KERNELS[kernel].emit(), kernel, arch, listings)
     assert len(tables) == 1 and writes == 0
 
 
-def test_a_constant_table_is_rematerialised_and_the_check_fails(tmp_path, tools):
+def test_a_constant_table_is_rematerialised_and_the_check_fails(listings):
     """Negative: without the per-thread add the table is a constant again, and the loop
     copies it into many registers."""
     ptx = KERNELS["hslm_fwd_s8"].emit()
     table = re.search(r"mov\.b32 (%r\d+), 0xff0100;", ptx).group(1)
     constant = re.sub(rf"\tadd\.u32 {table}, {table}, %r\d+;\n", "", ptx, count=1)
     assert constant != ptx
-    tables, writes = prmt_tables(constant, "hslm_fwd_s8", "sm_80", tmp_path)
+    tables, writes = prmt_tables(constant, "hslm_fwd_s8", "sm_80", listings)
     assert len(tables) > 1 or writes > 0

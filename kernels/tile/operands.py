@@ -16,9 +16,12 @@ calls to bring A and B into the mma's fragment registers.
   need no separate code: a copy's src-size is the bytes left in its row (0 past the last
   row or past K), the rest of the 16 bytes is zero-filled by the copy and never read;
 - B is either staged the same way (dW: dYq^T rows) or packed ternary W
-  (:class:`FragmentTernary`, forward and dX): each lane loads one u32 per n8 tile a
-  chunk ahead from W's planes (``kernels/planes.py``) and decodes it with ``prmt`` on
-  0x00FF0100 straight into its B fragment registers, never through shared memory.
+  (:class:`FragmentTernary`, forward and dX): each lane fetches one u32 per n8 tile of a
+  chunk from W's planes (``kernels/planes.py``) and decodes it with ``prmt`` on
+  0x00FF0100 into its B fragment registers; the 32 x 128 tile copies the words through
+  the A ring (``stages - 1`` chunks ahead, each lane its own 16 bytes of a stage), the
+  128 x 128 tile, whose A fills the stage, loads them straight into registers a chunk
+  ahead.
 
 :class:`Source` is the interface the loop and the epilogue call on B.
 """
@@ -224,12 +227,22 @@ class FragmentTernary(Source):
     (b0) and 16 + 4t .. 16 + 4t + 3 (b1) of a k step (PTX ISA, mma.m16n8k32 fragments for
     .s8); over a chunk's two steps that is 16 codes of one column, exactly one word of W's
     ``FRAGMENTS`` planes (``kernels/planes.py``), whose decode gives the four registers in
-    order. So each lane loads one word per n tile a chunk ahead (4 per chunk, an immediate
-    offset apart from one walking pointer, under the loop's back-edge predicate) and
-    decodes them before the barrier; the words are loaded again into the same registers
-    after it. Tile ni, row g of a warp holds column ``paired_column_of_row(8 ni + g)``,
-    so the epilogue's stores from registers work as for a staged B, and a warp's request
-    is 8 columns' 16 bytes in pairs: 4 whole sectors.
+    order. So each lane needs one word per n tile a chunk (4, an immediate offset apart
+    from one walking pointer). Tile ni, row g of a warp holds column
+    ``paired_column_of_row(8 ni + g)``, so the epilogue's stores from registers work as
+    for a staged B, and a warp's request is 8 columns' 16 bytes in pairs: 4 whole
+    sectors. The words come one of two ways:
+
+    - through the A ring (``ring``: the A operand's ring, where a stage has room past
+      A's ``tile.m`` rows for 16 bytes a thread, the 32 x 128 tile): each lane copies its
+      4 words with 4-byte ``cp.async.ca`` into its own 16 bytes of the stage, in the same
+      commit groups as A, so they land ``stages - 1`` chunks ahead like A and W's L2
+      round trip is off the chunk's chain; after the wait, one ``ld.shared.v4`` gives
+      them back (a thread reads only what it copied, so the wait alone makes them
+      visible to it). Past W's last chunk the copies ignore their source (zero-fill);
+    - straight into registers a chunk ahead (the 128 x 128 tile, whose A fills the
+      stage), under the loop's back-edge predicate, decoded before the barrier and
+      loaded again into the same registers after it.
 
     The warps of one n quarter decode the same words (2 of them on the 128 x 128 tile),
     and do not split the decode. A word's decode is 9 SASS instructions (a shift, two
@@ -246,7 +259,8 @@ class FragmentTernary(Source):
     that sharing adds (448) would make shared memory the bound to save issue that is
     not."""
 
-    def __init__(self, ptx: Ptx, at: Coords, w_ptr: str, cols: str):
+    def __init__(self, ptx: Ptx, at: Coords, w_ptr: str, cols: str, k_limit: str | None = None,
+                 ring: str | None = None):
         self.ptx = ptx
         group, quad = ptx.shr(at.lane, 2), ptx.band(at.lane, 3)
         plane = ptx.shl(ptx.round_up(cols, TILE_N), 4)  # bytes of a plane: 16 per column
@@ -262,9 +276,31 @@ class FragmentTernary(Source):
         # threads, PTX ISA 10, %tid) makes it a per-thread value, held in one register
         self.table = ptx.mov(TERNARY_PRMT_TABLE)
         ptx.increment(self.table, ptx.shr(at.tid, 24))
-        self.packed = self.fetch()
         self.decoded: list[list[str]] = []
         self.col_first = paired_columns(ptx, at)
+        self.slot = None
+        if ring is not None and self.ring_fits(at.tile):  # this thread's 16 bytes of a stage
+            self.slot = ptx.mad(at.tid, 4 * N_TILES, ptx.add(ring, at.tile.m * CHUNK_K))
+            self.end = ptx.byte_offset(w_ptr, ptx.shr(ptx.add(k_limit, CHUNK_K - 1), 6), plane)  # past the last plane
+        else:
+            self.packed = self.fetch()
+
+    @staticmethod
+    def ring_fits(tile: Tile) -> bool:
+        """A stage holds ``tile``'s A rows and every thread's 4 words of W."""
+        return tile.m * CHUNK_K + tile.threads * 4 * N_TILES <= STAGE_BYTES
+
+    def issue(self, stage_offset: str | int, whole: bool = False) -> None:
+        """Through the ring: copy this lane's words of the next chunk into its slot of the
+        stage at ``stage_offset`` (zero past W's last plane); the pointer steps a plane on."""
+        if self.slot is None:
+            return
+        ptx = self.ptx
+        past = ptx.setp("ge", self.ptr, self.end, "u64")
+        dst, at = (self.slot, stage_offset) if isinstance(stage_offset, int) else (ptx.add(self.slot, stage_offset), 0)
+        for ni, offset in enumerate(self.offsets):
+            ptx.cp_async(dst, self.ptr, past, dst_offset=at + 4 * ni, size=4, src_offset=offset)
+        ptx.increment(self.ptr, self.step, "s64")
 
     def fetch(self, guard: str | None = None, into: list[str] | None = None) -> list[str]:
         """This lane's word of each n tile of the next chunk into fresh registers, or into
@@ -276,16 +312,23 @@ class FragmentTernary(Source):
         return words
 
     def before_barrier(self) -> None:
-        """Decode this chunk's words into fragment registers, freeing the word registers."""
-        self.decoded = [decode_ternary(self.ptx, word, self.table) for word in self.packed]
+        """Straight into registers: decode this chunk's words into fragment registers,
+        freeing the word registers."""
+        if self.slot is None:
+            self.decoded = [decode_ternary(self.ptx, word, self.table) for word in self.packed]
 
     def after_issue(self, more: str) -> None:
-        """Load the next chunk's words straight into the word registers, and only while
-        there is a next chunk (``more``)."""
-        self.fetch(guard=more, into=self.packed)
+        """Straight into registers: load the next chunk's words into the word registers,
+        and only while there is a next chunk (``more``)."""
+        if self.slot is None:
+            self.fetch(guard=more, into=self.packed)
 
     def b_fragments(self, stage_offset: str) -> list[list[list[str]]]:
-        """[k step][n tile] -> the tile's two B registers, as decoded."""
+        """[k step][n tile] -> the tile's two B registers, as decoded (through the ring:
+        this lane's words read back from the stage at ``stage_offset`` and decoded)."""
+        if self.slot is not None:
+            words = self.ptx.load_vector("shared", "u32", self.ptx.add(self.slot, stage_offset), N_TILES)
+            self.decoded = [decode_ternary(self.ptx, word, self.table) for word in words]
         return [[regs[2 * step:2 * step + 2] for regs in self.decoded] for step in range(2)]
 
     col_offset = staticmethod(StagedRows.col_offset)

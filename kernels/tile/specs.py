@@ -5,6 +5,7 @@ rows with ternary W only the names of its fields (:func:`ternary_specs`).
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable
 
 from kernels import cost
@@ -18,6 +19,19 @@ from kernels.tile.mainloop import emit_staged
 from kernels.tile.operands import Coords, FragmentTernary, Source, StagedRows
 from kernels.tile.rule import phase_cost, split_k
 
+# Every launch asks its spec for its geometry (the plan) and every pick asks for scores;
+# a score is the cost model's time of a launch (tens of microseconds of Python), so each is
+# computed once per shape and kept. kernels.registry.forget_scores clears them with the
+# files they were read from.
+SCORE_CACHES: list[Any] = []
+
+
+def remembered(fn: Callable[..., Any]) -> Callable[..., Any]:
+    cached = functools.lru_cache(maxsize=1024)(fn)
+    SCORE_CACHES.append(cached)
+    return cached
+
+
 def ternary_specs(family: str, tiles: tuple[Tile, ...], out: str, rows: str, row_pitch: str,
                   contraction: str, cols: str, order: Planes, loop_family: str | None = None,
                   rescale: "Rescale | None" = None, **fields: Any) -> tuple[KernelSpec, ...]:
@@ -29,8 +43,8 @@ def ternary_specs(family: str, tiles: tuple[Tile, ...], out: str, rows: str, row
     rescaled (:class:`Rescale`), contiguous. ``fields``: make_inputs, reference,
     gemm_form."""
     def operands(ptx: Ptx, at: Coords, p: dict[str, str]) -> tuple[StagedRows, Source]:
-        return (StagedRows(ptx, at, p[rows], p[row_pitch], rows=p["R"], k_limit=p[contraction]),
-                FragmentTernary(ptx, at, p["w"], cols=p[cols]))
+        a = StagedRows(ptx, at, p[rows], p[row_pitch], rows=p["R"], k_limit=p[contraction])
+        return a, FragmentTernary(ptx, at, p["w"], cols=p[cols], k_limit=p[contraction], ring=a.ring)
 
     def width(name: str) -> Callable[[Dims], int]:
         return lambda d: getattr(d, name)
@@ -72,14 +86,18 @@ def staged_spec(family: str, tile: Tile, gemm: tuple[str, str, str], buffers: tu
     name = entry_name(family, tile)
     rows, cols, contraction = gemm
     split_rescale = bool(rescale and rescale.splits)
+    workspace = tuple(n for n in (rescale.partials, rescale.tickets) if n) if rescale else ()
 
     def extents(d: Dims) -> tuple[int, int, int]:
         return getattr(d, rows), getattr(d, cols), getattr(d, contraction)
 
+    @remembered
     def rule(d: Dims, plan: Plan) -> float:
         return phase_cost(*extents(d), tile, plan, cost.loop_counts(entry_name(loop_family or family, tile)),
-                          cost.occupancy(name), buffer_bytes(params, d), split_rescale)
+                          cost.occupancy(name), buffer_bytes(params, d, () if plan.splits > 1 else workspace),
+                          split_rescale)
 
+    @remembered
     def plan(d: Dims) -> Plan:
         if rescale is not None and rescale.splits:  # split only where the rule says it pays
             return min((split_k(*extents(d), tile=tile), split_k(*extents(d), tile=tile, split=False)),
@@ -106,6 +124,6 @@ def staged_spec(family: str, tile: Tile, gemm: tuple[str, str, str], buffers: tu
     return KernelSpec(
         name=name, emit=emit, params=params, stages=tile.stages, family=family, tile=tile.label,
         geometry=lambda d: geometry(rows=getattr(d, rows), cols=getattr(d, cols), plan=plan(d), tile=tile),
-        cost=lambda d: rule(d, plan(d)), split_rescale=split_rescale,
+        cost=lambda d: rule(d, plan(d)), split_rescale=split_rescale, workspace=workspace,
         **fields)
 

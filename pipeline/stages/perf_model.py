@@ -192,14 +192,21 @@ def body_counts(body: Body, stalls: dict[int, int]) -> dict:
                             f"(first missing {missing[0]:#x}); run `doit sass` again")
     return {"instructions": body.instructions, "imma": body.imma,
             "issue_clocks": sum(stalls[a] for a in body_addresses(body)),
-            "direct_loads": any(c.startswith("ldg") and c != "ldgsts" for c in body.classes),
+            "direct_loads": any(c.startswith("ldg") and not c.startswith("ldgsts") for c in body.classes),
             "global_bytes": global_bytes(body.classes)}
 
 
+def outside_instructions(arch: SassArch) -> int:
+    """Instructions one warp runs outside the steady loop at most: the longest path's
+    (``sass.longest_path_outside``; the split-K epilogue's, on these kernels)."""
+    if arch.outside_path is None:
+        raise UserError(f"{arch.arch}: the SASS record has no outside path; run `doit sass`")
+    return arch.outside_path
+
+
 def arch_counts(arch: SassArch, stalls: dict[int, int]) -> dict:
-    loop = next(lp for lp in arch.loops if lp.start == arch.steady_loop)
     return {"fast": body_counts(arch.fast, stalls), "tail": body_counts(arch.tail, stalls) if arch.tail else None,
-            "outside_instructions": arch.instructions - loop.instructions}
+            "outside_instructions": outside_instructions(arch)}
 
 
 def cuobjdump_listing(ptx: Path, arch: str) -> str:
@@ -228,8 +235,8 @@ def kernel_counts(report: SassReport, ptx: Path, entry: str) -> dict:
 COUNTS_NOTE = ("Per warp per trip of each GEMM kernel's steady loop, as ptxas compiled it: instructions and IMMA "
                "(the counts `doit sass` makes), issue_clocks = ptxas's stall counts summed over the body (control "
                "bits 105-108), direct_loads = the body loads an operand from global into registers, global_bytes = "
-               "what its global loads and copies request (32-B sectors at least); and the function's instructions "
-               "outside the loop. occupancy: ptxas's registers and static shared bytes of every kernel the tile "
+               "what its global loads and copies request (32-B sectors at least); and the instructions on the "
+               "longest path outside the loop. occupancy: ptxas's registers and static shared bytes of every kernel the tile "
                "rule scores, per arch. Written by `doit model:counts`; the gate checks it against artifacts/sass "
                "and artifacts/ptxas.")
 
@@ -263,6 +270,9 @@ def counts_disagreements(counts: dict, reports: dict[str, SassReport]) -> list[s
             continue
         for a in report.archs:
             have = (entry.get("archs") or {}).get(a.arch)
+            held = have.get("outside_instructions") if isinstance(have, dict) else None
+            if a.outside_path is not None and held != a.outside_path:
+                found.append(f"{name} {a.arch}: outside_instructions {held}, the SASS's longest path {a.outside_path}")
             for part in ("fast", "tail"):
                 body = getattr(a, part)
                 got = (have or {}).get(part) if isinstance(have, dict) else None
@@ -318,7 +328,7 @@ def per_trip(sass: SassArch, name: str) -> Body | None:
 
 def global_bytes(classes: dict[str, int]) -> float:
     """Bytes a warp's global loads and global->shared copies (LDGSTS) request, at least
-    one 32-B sector each (LDGSTS as the kernels use it: 16 B a lane)."""
+    one 32-B sector each, by their access width."""
     return sum(n * max(32.0, (class_width(cls) or 128) / 8 * 32) for cls, n in classes.items()
                if cls.startswith("ldg"))
 
@@ -337,8 +347,9 @@ def work(spec: KernelSpec, dims: Dims, sass: SassArch) -> Work:
     return Work(
         ctas=math.prod(geometry.grid), warps_per_cta=math.prod(geometry.block) // 32,
         contraction=contraction, fast_chunks=fast, tail_chunks=tail, stages=spec.stages,
-        instructions_per_warp=fast * fbody.instructions + tail * tbody.instructions + sass.instructions - loop.instructions,
-        imma_per_warp=fast * fbody.imma + tail * tbody.imma, compulsory_bytes=spec.buffer_bytes(dims),
+        instructions_per_warp=fast * fbody.instructions + tail * tbody.instructions
+        + (sass.instructions - loop.instructions if sass.outside_path is None else sass.outside_path),
+        imma_per_warp=fast * fbody.imma + tail * tbody.imma, compulsory_bytes=spec.buffer_bytes(dims, splits),
         output_bytes_per_cta=4 * rows * cols / (geometry.grid[0] * geometry.grid[1]), splits=splits,
         global_bytes_per_warp=fast * global_bytes(fbody.classes) + tail * global_bytes(tbody.classes),
     )
@@ -509,7 +520,7 @@ def staged_work(spec: KernelSpec, dims: Dims, g: GpuModel, sass: SassArch, count
     l1, l1_source = l1_per_cta(w, memory, memory_source)
     rows, cols = spec.output.layout.logical(dims)
     staged = tile_rule.staged_work(spec.geometry(dims), rows, cols, w.contraction, spec.stages, counts,
-                                   ctas_per_sm(g, w.warps_per_cta, ptxas), spec.buffer_bytes(dims),
+                                   ctas_per_sm(g, w.warps_per_cta, ptxas), spec.buffer_bytes(dims, w.splits),
                                    spec.split_rescale)
     return w, staged._replace(l2_bytes=l2_bytes(w, memory), l1_wavefronts_per_cta=l1), l1_source
 

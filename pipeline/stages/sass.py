@@ -161,8 +161,9 @@ INT_ALU = {"IMAD", "IADD3", "IADD", "LOP3", "LOP", "SHF", "SHL", "SHR", "ISETP",
            "SEL", "MOV", "IABS", "POPC", "FLO", "BMSK", "SGXT", "CS2R", "PLOP3", "P2R", "R2P",
            "IDP", "BREV", "VIADD", "VIMNMX", "VIADDMNMX"}
 WIDTH = {"U8": 8, "S8": 8, "U16": 16, "S16": 16, "64": 64, "128": 128}
-SIZED = {"LDG": "ldg", "LDS": "lds", "STS": "sts", "STG": "stg"}  # counted per access width
-SINGLE = {"LDGSTS": "ldgsts", "LDSM": "ldsm", "PRMT": "prmt", "BAR": "barrier", "NOP": "nop"}
+# counted per access width (LDGSTS: cp.async, 4 bytes a lane unmodified, .128 for 16)
+SIZED = {"LDG": "ldg", "LDS": "lds", "STS": "sts", "STG": "stg", "LDGSTS": "ldgsts"}
+SINGLE = {"LDSM": "ldsm", "PRMT": "prmt", "BAR": "barrier", "NOP": "nop"}
 LSU_PREFIXES = ("ldg", "lds", "sts", "stg", "ldgsts", "ldsm")
 
 
@@ -260,6 +261,23 @@ def loop_paths(listing: Listing, loop: Loop) -> list[list[int]]:
     return paths
 
 
+def longest_path_outside(listing: Listing, skip: Loop | None) -> int:
+    """Instructions (NOPs excluded) on the longest path from the function's entry to an
+    EXIT that takes no backward branch, those of ``skip`` (the steady loop, counted per
+    trip apart) left out: what one warp runs outside the loop at most when every other
+    loop runs once. A kernel's epilogue paths (stored from the accumulators, or staged
+    and added for split-K; guarded edge stores) exclude one another, so their sum is no
+    warp's count. The edges only go forward, so one pass from the end finds it."""
+    index = {ins.addr: i for i, ins in enumerate(listing.instrs)}
+    best = [0] * (len(listing.instrs) + 1)
+    for i in range(len(listing.instrs) - 1, -1, -1):
+        inside = skip is not None and skip.start <= i <= skip.end
+        weight = 0 if inside or classify(listing.instrs[i].opcode) == "nop" else 1
+        ahead = [best[n] for n in successors(listing, index, i) if i < n <= len(listing.instrs)]
+        best[i] = weight + max(ahead, default=0)
+    return best[0]
+
+
 # ---- records -------------------------------------------------------------------------
 
 
@@ -292,6 +310,7 @@ class SassArch(Record):
     steady_loop: str | None  # start address of the loop with the most IMMA
     fast: Body | None  # the steady-state body (None when the kernel has no loop)
     tail: Body | None  # the predicated tail body (None for a one-body loop)
+    outside_path: int | None = None  # the longest path's instructions outside the steady loop
 
 
 class SassReport(Record):
@@ -357,9 +376,10 @@ def analyse(listing: Listing, arch: str, bodies: bool = True) -> SassArch:
     paths = [loop_paths(listing, loop) for loop in loops] if bodies else [[] for _ in loops]
     counted = [loop_counts(listing, loop, len(p)) for loop, p in zip(loops, paths)]
     whole = count(listing.instrs)
-    fast = tail = steady = None
+    fast = tail = steady = outside = None
     if loops and bodies:
         best = max(range(len(loops)), key=lambda i: (counted[i].classes.get("tensor", 0), -i))
+        outside = longest_path_outside(listing, loops[best])
         steady = counted[best].start
         bodies = [body(listing, p) for p in paths[best]]
         top = max(b.imma for b in bodies)
@@ -367,7 +387,7 @@ def analyse(listing: Listing, arch: str, bodies: bool = True) -> SassArch:
         fast = longest([b for b in bodies if b.imma == top and b.guarded_global_loads == fewest])
         tail = longest([b for b in bodies if b.guarded_global_loads > fewest])
     return SassArch(arch=arch, instructions=sum(whole.values()) - whole.get("nop", 0), loops=counted,
-                    steady_loop=steady, fast=fast, tail=tail)
+                    steady_loop=steady, fast=fast, tail=tail, outside_path=outside)
 
 
 def sass_report(kernel: str, entry: str, ptx: Path, archs: tuple[str, ...],

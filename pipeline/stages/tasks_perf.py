@@ -23,7 +23,7 @@ from typing import Any, Iterator
 from doit.tools import config_changed
 
 from kernels import cost, layer_step
-from kernels.registry import KERNELS
+from kernels.registry import KERNELS, forget_scores
 from kernels.spec import KernelSpec
 from kernels.validate import LaunchError
 from pipeline.core import config
@@ -180,7 +180,7 @@ def _counts(kernels: list[str]) -> None:
     write_atomic(perf_model.COUNTS_FILE,
                  json.dumps({"note": perf_model.COUNTS_NOTE, "kernels": records, "occupancy": occupancy},
                             indent=1, sort_keys=True) + "\n")
-    cost.read_counts_file.cache_clear()  # the tile rule and model:run in this same doit run read the new file
+    forget_scores()  # the tile rule and model:run in this same doit run read the new file
     cpi = [r["archs"]["sm_90"]["fast"]["issue_clocks"] / r["archs"]["sm_90"]["fast"]["instructions"]
            for r in records.values() if "sm_90" in r["archs"]]
     print(f"{rel(perf_model.COUNTS_FILE)}: {len(records)} kernels; sm_90 fast bodies "
