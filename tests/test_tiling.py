@@ -10,6 +10,7 @@ from kernels.registry import FAMILIES, KERNELS, choose, forget_scores
 from kernels.spec import Dims
 from kernels.ternary import pack
 from kernels.tile import geometry, rule
+from pipeline.stages.perf_model import loop_entry
 
 HSLM = [Dims(27, 243, 243), Dims(27, 243, 729), Dims(27, 729, 243)]
 LARGE = [Dims(4096, 4096, 4096), Dims(8192, 4096, 4096)]
@@ -43,7 +44,7 @@ def test_the_rule_picks_the_lowest_score(family):
 
 def launch_work(spec, dims):
     """The launch ``spec`` runs on ``dims`` as the cost model takes it."""
-    entry = spec.name.replace("_splitk", "").replace("_bf16", "_s8").replace("_f16", "_s8").replace("_f32", "_s8")
+    entry = loop_entry(spec)  # the int32 GEMM whose loop it runs
     rows, cols = spec.output.layout.logical(dims)
     contraction = dims.R * dims.K * dims.N // (rows * cols)
     resident = cost.resident_ctas(rule.RULE_DEVICE, spec.geometry(dims).block[0] // 32, cost.occupancy(spec.name))

@@ -403,12 +403,11 @@ def l1_per_cta(w: Work, memory: list[MemoryAccess] | None, source: str) -> tuple
     return staged_output_wavefronts(w.output_bytes_per_cta, w.splits), "output only (no emulator memory counts)"
 
 
-def l2_bytes(w: Work, memory: list[MemoryAccess] | None) -> float:
-    """Bytes through L2: the emulator's global sectors x 32 B when known, else what the
-    loop's global loads request and the output."""
-    if memory:
-        return 32.0 * sum(r.sectors for r in memory if r.space == "global")
-    return w.ctas * (w.warps_per_cta * w.global_bytes_per_warp + w.output_bytes_per_cta)
+def l2_bytes(memory: list[MemoryAccess]) -> float:
+    """Bytes through L2 as the emulator counted them: its global sectors x 32 B (without
+    them, the rule's figure stands: what the loop's global loads request and the output,
+    ``kernels.tile.rule.staged_work``)."""
+    return 32.0 * sum(r.sectors for r in memory if r.space == "global")
 
 
 # ---- rows ----------------------------------------------------------------------------
@@ -522,7 +521,8 @@ def staged_work(spec: KernelSpec, dims: Dims, g: GpuModel, sass: SassArch, count
     staged = tile_rule.staged_work(spec.geometry(dims), rows, cols, w.contraction, spec.stages, counts,
                                    ctas_per_sm(g, w.warps_per_cta, ptxas), spec.buffer_bytes(dims, w.splits),
                                    spec.split_rescale)
-    return w, staged._replace(l2_bytes=l2_bytes(w, memory), l1_wavefronts_per_cta=l1), l1_source
+    staged = staged._replace(l1_wavefronts_per_cta=l1)
+    return w, staged._replace(l2_bytes=l2_bytes(memory)) if memory else staged, l1_source
 
 
 def model_row(spec: KernelSpec, shape: Shape, g: GpuModel, sass: SassArch, counts: cost.KernelCounts,
