@@ -57,6 +57,7 @@ RULE_DEVICE = "h200"  # the GPU the tile rule scores for (one CTA per SM of its 
 RULE_ARCH = "sm_90"
 IMMA_OPS = 2 * 16 * 8 * 32  # one m16n8k32 mma: a multiply and an add per product
 K_TILE_BYTES = 64  # bytes of k per main-loop step of every configuration here
+ACCUMULATORS_PER_MMA_LANE = 4  # m16n8 C/D fragment: four .s32 a lane (PTX ISA, mma.m16n8k32 fragments)
 L1_BYTES_PER_WAVEFRONT = 128
 
 
@@ -171,11 +172,25 @@ class LoopFigures(NamedTuple):
 class KernelCounts(NamedTuple):
     fast: LoopFigures
     tail: LoopFigures | None
-    outside_instructions: int  # the function's instructions outside the steady loop
+    outside_instructions: int  # the longest path's instructions outside the steady loop (split-K's epilogue)
+    outside_unsplit_instructions: int | None = None  # the same for a launch with one split (None: not counted)
 
     @property
     def clocks_per_instruction(self) -> float:
         return self.fast.issue_clocks / self.fast.instructions
+
+    def outside(self, splits: int) -> int:
+        """Instructions a warp of a launch with ``splits`` splits runs outside the loop: one
+        split stores from registers and skips the split-K epilogue's staging and reds."""
+        if splits == 1 and self.outside_unsplit_instructions is not None:
+            return self.outside_unsplit_instructions
+        return self.outside_instructions
+
+    @property
+    def accumulators_per_lane(self) -> float:
+        """Accumulators each lane holds: the fast body's IMMA cover the warp's tile once per
+        32 bytes of k in the chunk, and an m16n8 tile is 4 accumulators a lane."""
+        return self.fast.imma * ACCUMULATORS_PER_MMA_LANE / (K_TILE_BYTES // 32)
 
 
 def figures_of(entry: dict) -> LoopFigures:
@@ -208,8 +223,9 @@ def loop_counts(entry: str, arch: str = RULE_ARCH, path: Path = COUNTS_FILE) -> 
     kernels = load_counts(path)
     try:
         record = kernels[entry]["archs"][arch]
+        unsplit = record.get("outside_unsplit_instructions")
         return KernelCounts(figures_of(record["fast"]), figures_of(record["tail"]) if record.get("tail") else None,
-                            int(record["outside_instructions"]))
+                            int(record["outside_instructions"]), None if unsplit is None else int(unsplit))
     except (KeyError, TypeError, ValueError):
         raise CostInputError(f"{path}: no {arch} loop counts for '{entry}'; run `doit sass` then "
                              "`doit model:counts`") from None
@@ -316,7 +332,7 @@ def staged_phases(dev: Device, w: StagedWork) -> Phases:
     tail = counts.tail or counts.fast
     prologue = dev.dram_latency_cycles + dev.shared_latency_cycles  # the first copies come from DRAM
     chunks = w.fast_chunks * trip_cycles(dev, counts.fast, w, active) + w.tail_chunks * trip_cycles(dev, tail, w, active)
-    outside = counts.outside_instructions * counts.clocks_per_instruction * warps_per_scheduler(dev, active, w.warps_per_cta)
+    outside = counts.outside(w.splits) * counts.clocks_per_instruction * warps_per_scheduler(dev, active, w.warps_per_cta)
     epilogue = active * w.epilogue_wavefronts / dev.l1_wavefronts_per_clock
     drain = (1 + w.settle_round_trips) * dev.l2_latency_cycles  # the last stores or reds land before it retires
     serial = waves * dev.us(prologue + chunks + outside + epilogue + drain)
@@ -383,6 +399,27 @@ def dense_configs(arch: str = "sm_80") -> list[DenseConfig]:
     return out
 
 
+@lru_cache(maxsize=16)
+def library_outside_cycles(arch: str, path: Path = COUNTS_FILE) -> float:
+    """Clocks one warp alone on its scheduler spends outside its main loop per accumulator
+    a lane holds, for the reference class: the fewest of this project's int32 GEMMs on
+    ``arch`` (their unsplit path: the prologue's addresses and predicates, the ring's
+    first copies, the epilogue's stores from registers; ``KernelCounts.outside``), at
+    their loop's stall clocks per instruction, per accumulator. A library kernel does at
+    least that much: CUTLASS's tensor-op epilogue stages the accumulators through shared
+    memory (a store, a barrier and a load per fragment) before its global stores, which
+    ours does only for split-K. Charging the reference what ours pays per accumulator
+    keeps both sides of a ratio on one rule (an estimate, from measured SASS)."""
+    rates = []
+    for entry in load_counts(path):
+        counts = loop_counts(entry, arch, path)
+        rates.append(counts.outside(1) * counts.clocks_per_instruction / counts.accumulators_per_lane)
+    if not rates:
+        raise CostInputError(f"{path}: no loop counts to charge the reference's outside instructions by; run "
+                             "`doit sass` then `doit model:counts`")
+    return min(rates)
+
+
 def element_bytes(dtype: str) -> int:
     return 1 if dtype == "int8" else 2
 
@@ -394,9 +431,10 @@ def output_bytes(dtype: str) -> int:
 def dense_phases(dev: Device, rows: int, cols: int, contraction: int, dtype: str, cfg: DenseConfig) -> Phases:
     """One configuration on an M x N x K GEMM: per CTA, the DRAM round trip of the first
     k-tile, k-tiles x the larger of the SM's tensor work and the ring's round trip over
-    stages - 1 tiles, the epilogue's output through shared memory (three passes) and the
-    drain; split-K adds the reduction kernel (its own fixed cost and launch), stream-K one
-    fix-up of a partial tile per CTA through L2."""
+    stages - 1 tiles, the instructions outside the loop (:func:`library_outside_cycles`
+    per accumulator a lane holds), the epilogue's output through shared memory (three
+    passes) and the drain; split-K adds the reduction kernel (its own fixed cost and
+    launch), stream-K one fix-up of a partial tile per CTA through L2."""
     eb, ob = element_bytes(dtype), output_bytes(dtype)
     tiles = math.ceil(rows / cfg.tile_m) * math.ceil(cols / cfg.tile_n)
     k_tiles = math.ceil(contraction * eb / K_TILE_BYTES)
@@ -414,11 +452,13 @@ def dense_phases(dev: Device, rows: int, cols: int, contraction: int, dtype: str
     ring = (dev.l2_latency_cycles + dev.shared_latency_cycles) / max(1, cfg.stages - 1)
     prologue = dev.dram_latency_cycles + dev.shared_latency_cycles
     chunks = per_cta * max(tensor, ring)
+    accumulators = cfg.tile_m * cfg.tile_n / (32 * cfg.warps)
+    outside = library_outside_cycles(dev.arch) * accumulators * warps_per_scheduler(dev, active, cfg.warps)
     partial = 4 if (cfg.split > 1 or cfg.stream_k) else ob  # partial sums stay 32-bit
     epilogue = active * 3 * cfg.tile_m * cfg.tile_n * partial / L1_BYTES_PER_WAVEFRONT / dev.l1_wavefronts_per_clock
     drain = dev.l2_latency_cycles
     fixup = (2 * dev.l2_latency_cycles) if cfg.stream_k else 0.0  # wait for and read a neighbour's partial
-    serial = waves * dev.us(prologue + chunks + epilogue + drain + fixup)
+    serial = waves * dev.us(prologue + chunks + outside + epilogue + drain + fixup)
     compulsory = (rows * contraction + contraction * cols) * eb + rows * cols * ob
     l2_bytes = ctas * (cfg.tile_m + cfg.tile_n / cfg.multicast) * per_cta * K_TILE_BYTES + rows * cols * ob
     extra, launches = 0.0, 1
@@ -429,7 +469,7 @@ def dense_phases(dev: Device, rows: int, cols: int, contraction: int, dtype: str
         launches = 2
     if cfg.stream_k:
         l2_bytes += 2 * ctas * cfg.tile_m * cfg.tile_n * 4
-    phases = finish(dev, prologue, chunks, 0.0, epilogue, drain + fixup, serial, l2_bytes, compulsory, 0.0, waves,
+    phases = finish(dev, prologue, chunks, outside, epilogue, drain + fixup, serial, l2_bytes, compulsory, 0.0, waves,
                     extra_device_us=extra, launches=1)
     return phases._replace(launch_us=dev.launch_us * launches)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 from hypothesis import given, strategies as st
@@ -140,6 +141,16 @@ def test_staged_phases_by_hand():
     assert split.reds == pytest.approx(528 * 16384 / (H200.red_gbs * 1e3))
 
 
+def test_a_launch_with_one_split_runs_the_unsplit_path_outside_the_loop():
+    counts = COUNTS._replace(outside_unsplit_instructions=16)
+    assert counts.outside(1) == 16 and counts.outside(2) == 40
+    assert COUNTS.outside(1) == 40  # not counted: the longest path stands in
+    one = cost.staged_phases(H200, WORK._replace(counts=counts))
+    assert one.outside == pytest.approx(16 * 2.5 / 1.83e3)  # 16 instructions at the loop's 2.5 clocks
+    split = cost.staged_phases(H200, WORK._replace(counts=counts, splits=2))
+    assert split.outside == pytest.approx(40 * 2.5 / 1.83e3)
+
+
 def test_nothing_is_predicted_below_the_device_floor():
     tiny = WORK._replace(ctas=1, fast_chunks=0, epilogue_wavefronts=0, counts=COUNTS._replace(outside_instructions=0))
     assert cost.staged_phases(H200, tiny).device_us >= H200.kernel_fixed_us
@@ -162,6 +173,44 @@ def test_best_dense_is_the_lowest_of_them():
     every = [cost.dense_phases(H200, 1782, 243, 729, "int8", c) for c in cost.dense_configs(H200.arch)]
     assert best.per_call_us == min(p.per_call_us for p in every)
     assert cost.dense_phases(H200, 1782, 243, 729, "int8", cfg) == best
+
+
+def counts_file(folder: Path, **kernels) -> Path:
+    """A loop-counts file in its own ``folder`` (the cost module keeps what it read of a
+    path), of kernels given as (imma, instructions, issue_clocks, outside, outside_unsplit)."""
+    def entry(imma, instructions, clocks, outside, unsplit):
+        body = {"instructions": instructions, "imma": imma, "issue_clocks": clocks, "direct_loads": False,
+                "global_bytes": 0.0}
+        return {"archs": {"sm_90": {"fast": body, "tail": None, "outside_instructions": outside,
+                                    "outside_unsplit_instructions": unsplit}}}
+    folder.mkdir()
+    path = folder / "loop_counts.json"
+    path.write_text(json.dumps({"kernels": {k: entry(*v) for k, v in kernels.items()}, "occupancy": {}}))
+    return path
+
+
+def test_the_reference_pays_outside_its_loop_what_ours_does_per_accumulator(tmp_path):
+    # 16 IMMA a trip of 2 k32 steps: 32 accumulators a lane; 32 IMMA: 64
+    path = counts_file(tmp_path / "both", small=(16, 80, 200, 400, 160), large=(32, 100, 300, 700, 256))
+    # unsplit paths at the loops' clocks per instruction, per accumulator: 160 x 2.5 / 32 = 12.5, 256 x 3 / 64 = 12
+    assert cost.library_outside_cycles("sm_90", path) == pytest.approx(12.0)
+    no_unsplit = counts_file(tmp_path / "longest", small=(16, 80, 200, 400, None))
+    assert cost.library_outside_cycles("sm_90", no_unsplit) == pytest.approx(400 * 2.5 / 32)
+    empty = counts_file(tmp_path / "empty")
+    with pytest.raises(cost.CostInputError, match="no loop counts to charge the reference"):
+        cost.library_outside_cycles("sm_90", empty)
+
+
+def test_the_reference_configurations_count_their_outside_phase_by_hand():
+    rate = cost.library_outside_cycles(H200.arch)
+    assert rate > 0
+    small = cost.DenseConfig("64x64", 64, 64, 4, 4, 3)  # 32 accumulators a lane, one CTA an SM: 1 warp a scheduler
+    p = cost.dense_phases(H200, 64, 64, 64, "int8", small)
+    assert p.outside == pytest.approx(H200.us(32 * rate))
+    wide = cost.DenseConfig("128x256", 128, 256, 8, 3, 1)  # 128 accumulators, 2 warps a scheduler
+    assert cost.dense_phases(H200, 128, 256, 64, "int8", wide).outside == pytest.approx(H200.us(128 * rate * 2))
+    # the serial phase holds it: the same configuration without it would be that much faster
+    assert p.serial == pytest.approx(p.prologue + p.chunks + p.outside + p.epilogue + p.drain)
 
 
 def test_split_k_pays_a_reduction_kernel_and_its_launch():

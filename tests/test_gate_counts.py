@@ -99,3 +99,18 @@ def test_an_occupancy_that_is_not_ptxas_s_is_found():
     (line,) = occupancy_disagreements(held, {"k": report})
     assert line.startswith("k: occupancy") and "'registers': 76" in line
     assert occupancy_disagreements({}, {"k": report}) == ["field 'occupancy': expected an object of kernel entries"]
+
+
+def test_a_forged_unsplit_path_is_found(tmp_path):
+    counted = REPORT.model_copy(update={"archs": [ARCH.model_copy(update={"outside_path": 220,
+                                                                         "outside_path_unsplit": 90})]})
+    agreeing = json.loads(json.dumps(AGREEING))
+    agreeing["kernels"]["k"]["archs"]["sm_90"]["outside_unsplit_instructions"] = 90
+    where = plant(tmp_path, agreeing)
+    write_model(tmp_path / "k.sass.json", counted)
+    assert gate_counts.counts_findings(**where) == []
+    agreeing["kernels"]["k"]["archs"]["sm_90"]["outside_unsplit_instructions"] = 60  # a cheaper epilogue by hand
+    (tmp_path / "loop_counts.json").write_text(json.dumps(agreeing))
+    found = gate_counts.counts_findings(**where)
+    assert [f.what for f in found] == ["k sm_90: outside_unsplit_instructions 60, the SASS's unsplit path 90"]
+    assert found[0].kind == "STALE"

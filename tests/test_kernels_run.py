@@ -14,7 +14,8 @@ from kernels.pitch import WPlanes
 from kernels.registry import KERNELS, get_kernel
 from kernels.spec import Dims
 from kernels.ptxemu import EmulatorError, Module
-from kernels.tile import epilogue, geometry
+from kernels import cost
+from kernels.tile import epilogue, geometry, rule
 from kernels.tile.operands import FragmentTernary
 
 TAILS = [Dims(1, 1, 1), Dims(1, 17, 3), Dims(5, 16, 8), Dims(33, 31, 9), Dims(65, 64, 33), Dims(17, 129, 40),
@@ -250,7 +251,7 @@ def test_an_unswizzled_layout_is_exact_but_conflicted(name):
 # 256-row launches whose output rows are whole 128-byte lines (192 columns), as
 # (rows, cols, contraction): the first split-K (word-per-lane adds through shared
 # memory), the second one split (stores from registers)
-SPLIT = (256, 192, 256)
+SPLIT = (256, 192, 1024)
 WHOLE = (256, 192, 64)
 
 
@@ -324,14 +325,17 @@ def test_lanes_off_consecutive_columns_are_caught_uncoalesced(name):
     assert any(a.lines > a.requests for a in written)
 
 
+SPLIT_K = 1024  # a contraction the tile rule splits on one 27-row tile: eight splits of two chunks
+
+
 def output_requests(name: str, width: int, ptx: str | None = None, contraction: int = 128) -> dict[str, int]:
     """Requests (and bytes stored) of the output's accesses for an output of 27 rows x
     ``width`` columns (128, or 127: odd, the last lane's group ends in the pitch) over
-    ``contraction`` (128: one split; 512: split-K, four splits of two chunks), checked exact."""
+    ``contraction`` (128: one split; SPLIT_K: split-K, eight splits of two chunks), checked exact."""
     spec = get_kernel(name)
     fn = Module(code=ptx).get_function(name) if ptx else emulated(name)
     dims = gemm_dims(name, rows=27, cols=width, contraction=contraction)
-    assert spec.geometry(dims).grid == (1, 1, 1 if contraction == 128 else 4)
+    assert spec.geometry(dims).grid == (1, 1, 1 if contraction == 128 else 8)
     inputs = spec.make_inputs(dims, np.random.default_rng(3))
     assert np.array_equal(launch(spec, fn, dims, inputs), spec.reference(dims, inputs))
     rows = [a for a in fn.stats.memory if not a.in_loop]
@@ -355,10 +359,10 @@ def test_rows_past_the_last_are_not_stored(name, width):
 @pytest.mark.parametrize("name", per_kernel(INT32_EPILOGUE))
 def test_split_k_sums_of_rows_past_the_last_are_not_read_back(name, width):
     """Split-K: all fragments staged (m_tiles passes x 2 halves x warps x two v4) by each
-    of the 4 splits; 27 rows read back and added, 4 words a lane, none past the width."""
-    got, tile = output_requests(name, width, contraction=512), tile_of(name)
-    assert got == {"st.shared": 4 * tile.m_tiles * 2 * tile.warps * 2, "ld.shared": 4 * 27 * 4,
-                   "st.global": 0, "red.global": 4 * 27 * 4, "bytes": 4 * 27 * width * 4}
+    of the 8 splits; 27 rows read back and added, 4 words a lane, none past the width."""
+    got, tile = output_requests(name, width, contraction=SPLIT_K), tile_of(name)
+    assert got == {"st.shared": 8 * tile.m_tiles * 2 * tile.warps * 2, "ld.shared": 8 * 27 * 4,
+                   "st.global": 0, "red.global": 8 * 27 * 4, "bytes": 8 * 27 * width * 4}
 
 
 @pytest.mark.parametrize("name", per_kernel(INT32_EPILOGUE))
@@ -379,7 +383,7 @@ def test_reading_back_every_row_is_caught_out_of_bounds(name):
     ptx, count = re.subn(r"\t@%p\d+ bra\.uni add_written_\d_\d;\n", "", get_kernel(name).emit())
     assert count == tile_of(name).m_tiles * 4
     with pytest.raises(EmulatorError) as info:
-        output_requests(name, 128, ptx, contraction=512)
+        output_requests(name, 128, ptx, contraction=SPLIT_K)
     assert info.value.kind == "out_of_bounds" and "red.global" in info.value.text
 
 
@@ -451,12 +455,20 @@ def test_the_split_rule_stays_within_one_cta_per_sm_and_keeps_two_chunks_per_spl
 
 
 @pytest.mark.kernel("hslm_fwd_s8")
-def test_the_split_rule_leaves_84_tiles_unsplit_and_splits_28_four_ways():
+def test_the_split_rule_leaves_84_tiles_unsplit_and_offers_28_a_four_way_split():
     """ffn_up at 1782 rows: 84 tiles, a split would put 168 CTAs on 132 SMs; ffn_down:
-    28 tiles x 12 chunks, 4 splits of 3 chunks fill 112 SMs (6 of 2 would be 168)."""
-    fwd = get_kernel("hslm_fwd_s8")
+    28 tiles x 12 chunks, split_k offers 4 splits of 3 chunks (112 SMs; 6 of 2 would be
+    168), and the launch takes the cheaper by the tile rule's score of that plan and of
+    one split (which skips the split-K epilogue)."""
+    fwd, tile = get_kernel("hslm_fwd_s8"), tile_of("hslm_fwd_s8")
     assert fwd.geometry(Dims(1782, 243, 729)).grid == (6, 14, 1)
-    assert fwd.geometry(Dims(1782, 729, 243)).grid == (2, 14, 4) and span_of("hslm_fwd_s8", Dims(1782, 729, 243)) == 192
+    offered = rule.split_k(1782, 243, 729, tile)
+    assert (offered.splits, offered.span) == (4, 192)
+    down = Dims(1782, 729, 243)
+    scores = {plan.splits: rule.phase_cost(1782, 243, 729, tile, plan, cost.loop_counts("hslm_fwd_s8"),
+                                           cost.occupancy("hslm_fwd_s8"), fwd.buffer_bytes(down, plan.splits))
+              for plan in (offered, rule.split_k(1782, 243, 729, tile, split=False))}
+    assert fwd.geometry(down).grid == (2, 14, min(scores, key=scores.get))
 
 
 def w_loads(name: str, dims: Dims, ptx: str | None = None) -> tuple[np.ndarray, np.ndarray, list]:

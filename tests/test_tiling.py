@@ -101,6 +101,23 @@ def test_dw_at_r1782_takes_the_small_tile_with_two_splits():
         assert KERNELS["hslm_dw_s8"].cost(dims) > 1.25 * picked.cost(dims)
 
 
+def test_an_int32_launch_splits_only_where_the_rule_says_it_pays():
+    """One split skips the split-K epilogue (staging, a barrier, a red a word), so a short
+    contraction runs unsplit; a longer one on few tiles still splits. Either way the plan is
+    the cheaper of split_k's and one split by the launch's own score."""
+    spec, tile = KERNELS["hslm_fwd_s8_m32"], tile_of("hslm_fwd_s8_m32")
+    counts, occupancy = cost.loop_counts("hslm_fwd_s8_m32"), cost.occupancy("hslm_fwd_s8_m32")
+    scores = {}
+    for dims in (Dims(27, 243, 243), Dims(27, 729, 243)):
+        plans = (rule.split_k(dims.R, dims.N, dims.K, tile), rule.split_k(dims.R, dims.N, dims.K, tile, split=False))
+        scores[dims] = [rule.phase_cost(dims.R, dims.N, dims.K, tile, plan, counts, occupancy,
+                                   spec.buffer_bytes(dims, plan.splits)) for plan in plans]
+        assert plans[0].splits > 1  # split_k alone would split both
+        assert spec.geometry(dims).grid[2] == plans[min((0, 1), key=lambda i: scores[dims][i])].splits
+    assert spec.geometry(Dims(27, 243, 243)).grid[2] == 1  # 4 chunks: the split's epilogue costs more
+    assert spec.geometry(Dims(27, 729, 243)).grid[2] > 1  # 12 chunks on 2 tiles: splitting pays
+
+
 def test_the_rule_follows_the_device_facts(monkeypatch):
     """Negative: the rule reads the device it scores for. With L2 at a tenth of its rate,
     dW at R = 1782 turns L2-bound and the large tile, which moves fewer bytes, wins."""

@@ -81,8 +81,10 @@ def staged_spec(family: str, tile: Tile, gemm: tuple[str, str, str], buffers: tu
     buffers follow ``buffers``, its scalars follow ``pitch`` (the output's rows are D's
     columns apart). Without partials there is no ``ldo`` and no ``kspan`` (no split: one
     CTA per tile walks the whole contraction); with them ``ldo`` (the partials' row
-    pitch) and ``kspan`` come last, and the plan is the cheaper by the rule of split_k's
-    and one split."""
+    pitch) and ``kspan`` come last. Where the kernel can split (the int32 families, and
+    the rescaled ones with partials) the plan is the cheaper by the rule of split_k's and
+    one split: one split skips the split-K epilogue (``KernelCounts.outside``), so at a
+    short contraction it can beat the shorter chunk loop of a split."""
     name = entry_name(family, tile)
     rows, cols, contraction = gemm
     split_rescale = bool(rescale and rescale.splits)
@@ -99,10 +101,10 @@ def staged_spec(family: str, tile: Tile, gemm: tuple[str, str, str], buffers: tu
 
     @remembered
     def plan(d: Dims) -> Plan:
-        if rescale is not None and rescale.splits:  # split only where the rule says it pays
+        if rescale is None or rescale.splits:  # split only where the rule says it pays
             return min((split_k(*extents(d), tile=tile), split_k(*extents(d), tile=tile, split=False)),
                        key=lambda candidate: rule(d, candidate))
-        return split_k(*extents(d), tile=tile, split=rescale is None)
+        return split_k(*extents(d), tile=tile, split=False)
 
     sizes = tuple(ScalarSpec(n) for n in ("R", "K", "N"))
     split_params = (ScalarSpec("ldo", lambda d: output_pitch(getattr(d, cols))),  # int32 words a row

@@ -206,7 +206,8 @@ def outside_instructions(arch: SassArch) -> int:
 
 def arch_counts(arch: SassArch, stalls: dict[int, int]) -> dict:
     return {"fast": body_counts(arch.fast, stalls), "tail": body_counts(arch.tail, stalls) if arch.tail else None,
-            "outside_instructions": outside_instructions(arch)}
+            "outside_instructions": outside_instructions(arch),
+            "outside_unsplit_instructions": arch.outside_path_unsplit}
 
 
 def cuobjdump_listing(ptx: Path, arch: str) -> str:
@@ -236,7 +237,8 @@ COUNTS_NOTE = ("Per warp per trip of each GEMM kernel's steady loop, as ptxas co
                "(the counts `doit sass` makes), issue_clocks = ptxas's stall counts summed over the body (control "
                "bits 105-108), direct_loads = the body loads an operand from global into registers, global_bytes = "
                "what its global loads and copies request (32-B sectors at least); and the instructions on the "
-               "longest path outside the loop. occupancy: ptxas's registers and static shared bytes of every kernel the tile "
+               "longest path outside the loop, of any launch and of a launch with one split (outside_unsplit: no "
+               "split-K epilogue). occupancy: ptxas's registers and static shared bytes of every kernel the tile "
                "rule scores, per arch. Written by `doit model:counts`; the gate checks it against artifacts/sass "
                "and artifacts/ptxas.")
 
@@ -273,6 +275,10 @@ def counts_disagreements(counts: dict, reports: dict[str, SassReport]) -> list[s
             held = have.get("outside_instructions") if isinstance(have, dict) else None
             if a.outside_path is not None and held != a.outside_path:
                 found.append(f"{name} {a.arch}: outside_instructions {held}, the SASS's longest path {a.outside_path}")
+            unsplit = have.get("outside_unsplit_instructions") if isinstance(have, dict) else None
+            if a.outside_path is not None and unsplit != a.outside_path_unsplit:
+                found.append(f"{name} {a.arch}: outside_unsplit_instructions {unsplit}, the SASS's unsplit "
+                             f"path {a.outside_path_unsplit}")
             for part in ("fast", "tail"):
                 body = getattr(a, part)
                 got = (have or {}).get(part) if isinstance(have, dict) else None
@@ -333,6 +339,17 @@ def global_bytes(classes: dict[str, int]) -> float:
                if cls.startswith("ldg"))
 
 
+def outside_path(sass: SassArch, splits: int) -> int:
+    """The instructions a warp of a launch with ``splits`` splits runs outside the steady
+    loop: the unsplit path's with one split, else the longest path's (the whole function
+    less the loop where the record has neither)."""
+    if splits == 1 and sass.outside_path_unsplit is not None:
+        return sass.outside_path_unsplit
+    if sass.outside_path is not None:
+        return sass.outside_path
+    return sass.instructions - next(lp for lp in sass.loops if lp.start == sass.steady_loop).instructions
+
+
 def work(spec: KernelSpec, dims: Dims, sass: SassArch) -> Work:
     geometry = spec.geometry(dims)
     rows, cols = spec.output.layout.logical(dims)  # the caller's rows x width, not the pitched rows
@@ -343,12 +360,10 @@ def work(spec: KernelSpec, dims: Dims, sass: SassArch) -> Work:
     fbody, tbody = per_trip(sass, "fast"), per_trip(sass, "tail")
     if fbody is None:
         raise UserError(f"{spec.name} {sass.arch}: the SASS record has no loop; run `doit sass`")
-    loop = next(lp for lp in sass.loops if lp.start == sass.steady_loop)
     return Work(
         ctas=math.prod(geometry.grid), warps_per_cta=math.prod(geometry.block) // 32,
         contraction=contraction, fast_chunks=fast, tail_chunks=tail, stages=spec.stages,
-        instructions_per_warp=fast * fbody.instructions + tail * tbody.instructions
-        + (sass.instructions - loop.instructions if sass.outside_path is None else sass.outside_path),
+        instructions_per_warp=fast * fbody.instructions + tail * tbody.instructions + outside_path(sass, splits),
         imma_per_warp=fast * fbody.imma + tail * tbody.imma, compulsory_bytes=spec.buffer_bytes(dims, splits),
         output_bytes_per_cta=4 * rows * cols / (geometry.grid[0] * geometry.grid[1]), splits=splits,
         global_bytes_per_warp=fast * global_bytes(fbody.classes) + tail * global_bytes(tbody.classes),

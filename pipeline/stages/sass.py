@@ -261,21 +261,38 @@ def loop_paths(listing: Listing, loop: Loop) -> list[list[int]]:
     return paths
 
 
-def longest_path_outside(listing: Listing, skip: Loop | None) -> int:
+# what only a split-K epilogue runs after the last loop: a barrier around the staged sums,
+# their red.global adds, the arrival ticket's atomic (sm_80 names RED/ATOM, sm_90 REDG/ATOMG)
+SPLIT_EPILOGUE = {"BAR", "RED", "REDG", "ATOM", "ATOMG"}
+
+
+def longest_path_outside(listing: Listing, skip: Loop | None, unsplit: bool = False) -> int | None:
     """Instructions (NOPs excluded) on the longest path from the function's entry to an
     EXIT that takes no backward branch, those of ``skip`` (the steady loop, counted per
     trip apart) left out: what one warp runs outside the loop at most when every other
     loop runs once. A kernel's epilogue paths (stored from the accumulators, or staged
     and added for split-K; guarded edge stores) exclude one another, so their sum is no
-    warp's count. The edges only go forward, so one pass from the end finds it."""
+    warp's count. The edges only go forward, so one pass from the end finds it.
+
+    ``unsplit``: the longest such path that runs no barrier, red or atomic after the
+    function's last loop, which is what a launch with one split runs: its epilogue stores
+    each lane's sums from registers (``kernels.tile.epilogue.Epilogue.store_fragments``),
+    where split-K's stages them through shared memory behind a barrier and adds them with
+    red.global. None when no path qualifies (a kernel whose every epilogue stages)."""
     index = {ins.addr: i for i, ins in enumerate(listing.instrs)}
-    best = [0] * (len(listing.instrs) + 1)
+    last_loop_end = max((lp.end for lp in find_loops(listing) if lp.start < lp.end), default=-1)
+    barred = float("-inf")
+    best: list[float] = [0] * (len(listing.instrs) + 1)
     for i in range(len(listing.instrs) - 1, -1, -1):
+        ins = listing.instrs[i]
+        if unsplit and i > last_loop_end and ins.base in SPLIT_EPILOGUE:
+            best[i] = barred
+            continue
         inside = skip is not None and skip.start <= i <= skip.end
-        weight = 0 if inside or classify(listing.instrs[i].opcode) == "nop" else 1
+        weight = 0 if inside or classify(ins.opcode) == "nop" else 1
         ahead = [best[n] for n in successors(listing, index, i) if i < n <= len(listing.instrs)]
         best[i] = weight + max(ahead, default=0)
-    return best[0]
+    return None if best[0] == barred else int(best[0])
 
 
 # ---- records -------------------------------------------------------------------------
@@ -311,6 +328,7 @@ class SassArch(Record):
     fast: Body | None  # the steady-state body (None when the kernel has no loop)
     tail: Body | None  # the predicated tail body (None for a one-body loop)
     outside_path: int | None = None  # the longest path's instructions outside the steady loop
+    outside_path_unsplit: int | None = None  # the same, of a launch with one split (no split-K epilogue)
 
 
 class SassReport(Record):
@@ -376,10 +394,11 @@ def analyse(listing: Listing, arch: str, bodies: bool = True) -> SassArch:
     paths = [loop_paths(listing, loop) for loop in loops] if bodies else [[] for _ in loops]
     counted = [loop_counts(listing, loop, len(p)) for loop, p in zip(loops, paths)]
     whole = count(listing.instrs)
-    fast = tail = steady = outside = None
+    fast = tail = steady = outside = unsplit = None
     if loops and bodies:
         best = max(range(len(loops)), key=lambda i: (counted[i].classes.get("tensor", 0), -i))
         outside = longest_path_outside(listing, loops[best])
+        unsplit = longest_path_outside(listing, loops[best], unsplit=True)
         steady = counted[best].start
         bodies = [body(listing, p) for p in paths[best]]
         top = max(b.imma for b in bodies)
@@ -387,7 +406,8 @@ def analyse(listing: Listing, arch: str, bodies: bool = True) -> SassArch:
         fast = longest([b for b in bodies if b.imma == top and b.guarded_global_loads == fewest])
         tail = longest([b for b in bodies if b.guarded_global_loads > fewest])
     return SassArch(arch=arch, instructions=sum(whole.values()) - whole.get("nop", 0), loops=counted,
-                    steady_loop=steady, fast=fast, tail=tail, outside_path=outside)
+                    steady_loop=steady, fast=fast, tail=tail, outside_path=outside,
+                    outside_path_unsplit=unsplit)
 
 
 def sass_report(kernel: str, entry: str, ptx: Path, archs: tuple[str, ...],
