@@ -53,7 +53,7 @@ from typing import NamedTuple
 
 DEVICES_FILE = Path(__file__).with_name("devices.json")
 COUNTS_FILE = Path(__file__).resolve().parents[1] / "ledger" / "loop_counts.json"
-RULE_DEVICE = "h200"  # the GPU the tile rule scores for (one CTA per SM of its 132)
+RULE_DEVICE = "h200"  # the GPU the tile rule scores for (132 SMs)
 RULE_ARCH = "sm_90"
 IMMA_OPS = 2 * 16 * 8 * 32  # one m16n8k32 mma: a multiply and an add per product
 K_TILE_BYTES = 64  # bytes of k per main-loop step of every configuration here
@@ -332,7 +332,8 @@ def staged_phases(dev: Device, w: StagedWork) -> Phases:
     tail = counts.tail or counts.fast
     prologue = dev.dram_latency_cycles + dev.shared_latency_cycles  # the first copies come from DRAM
     chunks = w.fast_chunks * trip_cycles(dev, counts.fast, w, active) + w.tail_chunks * trip_cycles(dev, tail, w, active)
-    outside = counts.outside(w.splits) * counts.clocks_per_instruction * warps_per_scheduler(dev, active, w.warps_per_cta)
+    outside = issue_cycles(counts.outside(w.splits), counts.clocks_per_instruction,
+                           warps_per_scheduler(dev, active, w.warps_per_cta))
     epilogue = active * w.epilogue_wavefronts / dev.l1_wavefronts_per_clock
     drain = (1 + w.settle_round_trips) * dev.l2_latency_cycles  # the last stores or reds land before it retires
     serial = waves * dev.us(prologue + chunks + outside + epilogue + drain)
@@ -399,25 +400,44 @@ def dense_configs(arch: str = "sm_80") -> list[DenseConfig]:
     return out
 
 
+class OutsideRate(NamedTuple):
+    """What a warp runs outside its main loop per accumulator a lane holds."""
+
+    instructions: float  # per accumulator
+    clocks_per_instruction: float  # ptxas's stall clocks, one warp alone on its scheduler
+
+    @property
+    def cycles(self) -> float:
+        return self.instructions * self.clocks_per_instruction
+
+
 @lru_cache(maxsize=16)
-def library_outside_cycles(arch: str, path: Path = COUNTS_FILE) -> float:
-    """Clocks one warp alone on its scheduler spends outside its main loop per accumulator
-    a lane holds, for the reference class: the fewest of this project's int32 GEMMs on
-    ``arch`` (their unsplit path: the prologue's addresses and predicates, the ring's
-    first copies, the epilogue's stores from registers; ``KernelCounts.outside``), at
-    their loop's stall clocks per instruction, per accumulator. A library kernel does at
-    least that much: CUTLASS's tensor-op epilogue stages the accumulators through shared
-    memory (a store, a barrier and a load per fragment) before its global stores, which
-    ours does only for split-K. Charging the reference what ours pays per accumulator
-    keeps both sides of a ratio on one rule (an estimate, from measured SASS)."""
+def library_outside(arch: str, path: Path = COUNTS_FILE) -> OutsideRate:
+    """The reference class's instructions outside its main loop, per accumulator a lane
+    holds: those of this project's int32 GEMM on ``arch`` that spends the fewest clocks
+    there per accumulator (its unsplit path: the prologue's addresses and predicates, the
+    ring's first copies, the epilogue's stores from registers; ``KernelCounts.outside``),
+    at its loop's stall clocks per instruction. A library kernel does at least that much:
+    CUTLASS's tensor-op epilogue stages the accumulators through shared memory (a store, a
+    barrier and a load per fragment) before its global stores, which ours does only for
+    split-K. Charging the reference what ours pays per accumulator keeps both sides of a
+    ratio on one rule (an estimate, from measured SASS)."""
     rates = []
     for entry in load_counts(path):
         counts = loop_counts(entry, arch, path)
-        rates.append(counts.outside(1) * counts.clocks_per_instruction / counts.accumulators_per_lane)
+        rates.append(OutsideRate(counts.outside(1) / counts.accumulators_per_lane, counts.clocks_per_instruction))
     if not rates:
         raise CostInputError(f"{path}: no loop counts to charge the reference's outside instructions by; run "
                              "`doit sass` then `doit model:counts`")
-    return min(rates)
+    return min(rates, key=lambda rate: rate.cycles)
+
+
+def issue_cycles(instructions: float, clocks_per_instruction: float, sharing: float) -> float:
+    """Clocks a warp's straight-line ``instructions`` take with ``sharing`` warps on its
+    scheduler: ptxas's stall clocks between them (the warp alone), or one issue slot a
+    clock for every sharing warp's instruction, whichever is longer; the other warps
+    issue in a warp's stalls (as :func:`trip_cycles` has it for a loop trip)."""
+    return instructions * max(clocks_per_instruction, sharing)
 
 
 def element_bytes(dtype: str) -> int:
@@ -431,8 +451,8 @@ def output_bytes(dtype: str) -> int:
 def dense_phases(dev: Device, rows: int, cols: int, contraction: int, dtype: str, cfg: DenseConfig) -> Phases:
     """One configuration on an M x N x K GEMM: per CTA, the DRAM round trip of the first
     k-tile, k-tiles x the larger of the SM's tensor work and the ring's round trip over
-    stages - 1 tiles, the instructions outside the loop (:func:`library_outside_cycles`
-    per accumulator a lane holds), the epilogue's output through shared memory (three
+    stages - 1 tiles, the instructions outside the loop (:func:`library_outside` per
+    accumulator a lane holds, at :func:`issue_cycles`), the epilogue's output through shared memory (three
     passes) and the drain; split-K adds the reduction kernel (its own fixed cost and
     launch), stream-K one fix-up of a partial tile per CTA through L2."""
     eb, ob = element_bytes(dtype), output_bytes(dtype)
@@ -453,7 +473,9 @@ def dense_phases(dev: Device, rows: int, cols: int, contraction: int, dtype: str
     prologue = dev.dram_latency_cycles + dev.shared_latency_cycles
     chunks = per_cta * max(tensor, ring)
     accumulators = cfg.tile_m * cfg.tile_n / (32 * cfg.warps)
-    outside = library_outside_cycles(dev.arch) * accumulators * warps_per_scheduler(dev, active, cfg.warps)
+    rate = library_outside(dev.arch)
+    outside = issue_cycles(rate.instructions * accumulators, rate.clocks_per_instruction,
+                           warps_per_scheduler(dev, active, cfg.warps))
     partial = 4 if (cfg.split > 1 or cfg.stream_k) else ob  # partial sums stay 32-bit
     epilogue = active * 3 * cfg.tile_m * cfg.tile_n * partial / L1_BYTES_PER_WAVEFRONT / dev.l1_wavefronts_per_clock
     drain = dev.l2_latency_cycles

@@ -43,29 +43,29 @@ splits) against each:
     fwd     ffn_up_r27         3.37  32x128    1       3.37  32x128    1       3.37  32x128    1
     fwd     ffn_down_r27       3.52  32x128    6       4.35  32x128    1       3.84  32x128    6
     fwd     attn_r1782         3.39  32x128    1       3.39  32x128    1       3.39  32x128    1
-    fwd     ffn_up_r1782       4.29  32x128    1       4.29  32x128    1       4.29  32x128    1
-    fwd     ffn_down_r1782     4.37  32x128    1       4.37  32x128    1       4.37  32x128    1
+    fwd     ffn_up_r1782       3.81  32x128    1       3.81  32x128    1       3.81  32x128    1
+    fwd     ffn_down_r1782     4.23  32x128    2       4.37  32x128    1       4.37  32x128    1
     fwd     r8192            270.44  128x128   1     270.44  128x128   1     270.44  128x128   1
     dx      attn_r27           3.38  32x128    1       3.38  32x128    1       3.38  32x128    1
     dx      ffn_up_r27         3.52  32x128    6       4.36  32x128    1       3.85  32x128    6
     dx      ffn_down_r27       3.38  32x128    1       3.38  32x128    1       3.38  32x128    1
     dx      attn_r1782         3.40  32x128    1       3.40  32x128    1       3.40  32x128    1
-    dx      ffn_up_r1782       4.38  32x128    1       4.38  32x128    1       4.38  32x128    1
-    dx      ffn_down_r1782     4.31  32x128    1       4.31  32x128    1       4.31  32x128    1
+    dx      ffn_up_r1782       4.24  32x128    2       4.38  32x128    1       4.38  32x128    1
+    dx      ffn_down_r1782     3.82  32x128    1       3.82  32x128    1       3.82  32x128    1
     dx      r8192            270.44  128x128   1     270.44  128x128   1     270.44  128x128   1
     dw      attn_r27           3.40  32x128    1       3.40  32x128    1       3.40  32x128    1
     dw      ffn_up_r27         3.40  32x128    1       3.40  32x128    1       3.40  32x128    1
     dw      ffn_down_r27       3.40  32x128    1       3.40  32x128    1       3.40  32x128    1
-    dw      attn_r1782         4.39  32x128    7       7.25  32x128    1       4.72  32x128    7
-    dw      ffn_up_r1782       5.82  32x128    2       7.25  32x128    1       6.15  32x128    2
-    dw      ffn_down_r1782     5.82  32x128    2       7.25  32x128    1       6.14  32x128    2
+    dw      attn_r1782         4.29  32x128   14       7.25  32x128    1       4.62  32x128   14
+    dw      ffn_up_r1782       4.88  32x128    5       7.25  32x128    1       5.21  32x128    5
+    dw      ffn_down_r1782     4.86  32x128    5       7.25  32x128    1       5.19  32x128    5
     dw      r8192            342.71  128x128   1     342.71  128x128   1     342.71  128x128   1
     dw      hslm_big          34.47  128x128  11     149.30  32x128    1      34.47  128x128  11
 
 (``tests/test_fused_epilogue.py`` recomputes every row.) So: forward and dX lose little
 without a split (0.83 us at the one shape of each that splits 6 ways: the split family
-gets that back to 0.32 us); dW at R >= 1782 needs the split: unsplit it is 1.2-1.7x the
-int32 kernel at R = 1782 (1.4-2.9 us more) and 4.3x at R = 65536; split, it is 0.3 us
+gets that back to 0.32 us); dW at R >= 1782 needs the split: unsplit it is 1.5-1.7x the
+int32 kernel at R = 1782 (2.4-3.0 us more) and 4.3x at R = 65536; split, it is 0.3 us
 over it at R = 1782 (the last CTA's two L2 round trips) and level at R = 65536. Against
 the int32 kernel plus a separate rescale pass, the fused launches save that pass's
 launch (public measurements put any kernel's launch and teardown at about 2 us of

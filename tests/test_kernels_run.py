@@ -444,30 +444,29 @@ def test_split_k_with_plain_stores_is_caught(name):
 
 
 @pytest.mark.parametrize("name", per_kernel(INT32_EPILOGUE))
-def test_the_split_rule_stays_within_one_cta_per_sm_and_keeps_two_chunks_per_split(name):
+def test_the_split_rule_stays_within_four_ctas_per_sm_and_keeps_two_chunks_per_split(name):
     for dims in (Dims(27, 243, 243), Dims(1782, 729, 243), Dims(4096, 4096, 4096), Dims(1, 1, 1)):
         span, geo = span_of(name, dims), get_kernel(name).geometry(dims)
         splits = geo.grid[2]
         assert splits == -(-contraction(name, dims) // span) and span % 64 == 0
         assert splits == 1 or span >= 128  # at least two chunks per split
         tiles = geo.grid[0] * geo.grid[1]
-        assert splits == 1 or tiles * splits <= 132  # no split beyond one CTA per SM
+        assert splits == 1 or tiles * splits <= 4 * 132  # no split beyond four CTAs an SM (rule.SPLIT_FILLS)
 
 
 @pytest.mark.kernel("hslm_fwd_s8")
-def test_the_split_rule_leaves_84_tiles_unsplit_and_offers_28_a_four_way_split():
-    """ffn_up at 1782 rows: 84 tiles, a split would put 168 CTAs on 132 SMs; ffn_down:
-    28 tiles x 12 chunks, split_k offers 4 splits of 3 chunks (112 SMs; 6 of 2 would be
-    168), and the launch takes the cheaper by the tile rule's score of that plan and of
-    one split (which skips the split-K epilogue)."""
+def test_the_split_rule_offers_28_tiles_splits_up_to_four_ctas_an_sm_and_takes_the_cheapest():
+    """ffn_down at 1782 rows: 28 tiles x 12 chunks; split_k offers 4 splits of 3 chunks at
+    one CTA an SM (112 SMs; 6 of 2 would be 168) and 6 of 2 at two or four, and the launch
+    takes the cheapest by the tile rule's score of those and of one split (which skips the
+    split-K epilogue)."""
     fwd, tile = get_kernel("hslm_fwd_s8"), tile_of("hslm_fwd_s8")
-    assert fwd.geometry(Dims(1782, 243, 729)).grid == (6, 14, 1)
-    offered = rule.split_k(1782, 243, 729, tile)
-    assert (offered.splits, offered.span) == (4, 192)
+    plans = rule.split_plans(1782, 243, 729, tile)
+    assert [(p.splits, p.span) for p in plans] == [(1, 768), (4, 192), (6, 128)]
     down = Dims(1782, 729, 243)
     scores = {plan.splits: rule.phase_cost(1782, 243, 729, tile, plan, cost.loop_counts("hslm_fwd_s8"),
                                            cost.occupancy("hslm_fwd_s8"), fwd.buffer_bytes(down, plan.splits))
-              for plan in (offered, rule.split_k(1782, 243, 729, tile, split=False))}
+              for plan in plans}
     assert fwd.geometry(down).grid == (2, 14, min(scores, key=scores.get))
 
 

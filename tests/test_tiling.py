@@ -91,29 +91,36 @@ def test_a_short_batch_takes_the_small_tile_and_a_large_problem_the_large_one_by
     assert per_mac["hslm_fwd_s8_m32"] > 1.2 * per_mac["hslm_fwd_s8"]
 
 
-def test_dw_at_r1782_takes_the_small_tile_with_two_splits():
-    """The FFN dW at R = 1782: 128 x 128 split ten ways (the former four-bound score's pick)
-    is 30% slower by the model than 32 x 128 split two ways, whose 92-96 CTAs fill the SMs
-    without ten rounds of red.global over each tile."""
+def test_dw_at_r1782_takes_the_small_tile_split_past_one_cta_an_sm():
+    """The FFN dW at R = 1782 (28 chunks on 46-48 tiles of 32 x 128): 128 x 128 is 30% slower
+    by the model. One CTA an SM allows two splits of 14 chunks; at 4 warps a CTA two CTAs
+    share an SM's schedulers within each other's stalls, so five splits of 6 chunks (230-240
+    CTAs, two an SM) take less than two of 14, red.global over each tile and all."""
     for dims in (Dims(1782, 243, 729), Dims(1782, 729, 243)):
         picked = choose("hslm_dw_s8", dims)
-        assert picked.name == "hslm_dw_s8_m32" and picked.geometry(dims).grid[2] == 2
+        assert picked.name == "hslm_dw_s8_m32" and picked.geometry(dims).grid[2] == 5
         assert KERNELS["hslm_dw_s8"].cost(dims) > 1.25 * picked.cost(dims)
+        tile = tile_of("hslm_dw_s8_m32")
+        one_an_sm = rule.split_k(dims.K, dims.N, dims.R, tile)
+        score = rule.phase_cost(dims.K, dims.N, dims.R, tile, one_an_sm, cost.loop_counts("hslm_dw_s8_m32"),
+                                cost.occupancy("hslm_dw_s8_m32"), picked.buffer_bytes(dims, one_an_sm.splits))
+        assert one_an_sm.splits == 2 and score > 1.1 * picked.cost(dims)
 
 
 def test_an_int32_launch_splits_only_where_the_rule_says_it_pays():
     """One split skips the split-K epilogue (staging, a barrier, a red a word), so a short
     contraction runs unsplit; a longer one on few tiles still splits. Either way the plan is
-    the cheaper of split_k's and one split by the launch's own score."""
+    the cheapest of rule.split_plans by the launch's own score."""
     spec, tile = KERNELS["hslm_fwd_s8_m32"], tile_of("hslm_fwd_s8_m32")
     counts, occupancy = cost.loop_counts("hslm_fwd_s8_m32"), cost.occupancy("hslm_fwd_s8_m32")
     scores = {}
     for dims in (Dims(27, 243, 243), Dims(27, 729, 243)):
-        plans = (rule.split_k(dims.R, dims.N, dims.K, tile), rule.split_k(dims.R, dims.N, dims.K, tile, split=False))
+        plans = rule.split_plans(dims.R, dims.N, dims.K, tile)
         scores[dims] = [rule.phase_cost(dims.R, dims.N, dims.K, tile, plan, counts, occupancy,
-                                   spec.buffer_bytes(dims, plan.splits)) for plan in plans]
-        assert plans[0].splits > 1  # split_k alone would split both
-        assert spec.geometry(dims).grid[2] == plans[min((0, 1), key=lambda i: scores[dims][i])].splits
+                                        spec.buffer_bytes(dims, plan.splits)) for plan in plans]
+        assert plans[0].splits == 1 and max(p.splits for p in plans) > 1  # split_k alone would split both
+        cheapest = min(range(len(plans)), key=lambda i: scores[dims][i])
+        assert spec.geometry(dims).grid[2] == plans[cheapest].splits
     assert spec.geometry(Dims(27, 243, 243)).grid[2] == 1  # 4 chunks: the split's epilogue costs more
     assert spec.geometry(Dims(27, 729, 243)).grid[2] > 1  # 12 chunks on 2 tiles: splitting pays
 

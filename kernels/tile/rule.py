@@ -18,26 +18,39 @@ from kernels.tile.geometry import CHUNK_K, Plan, Tile, geometry, output_tiles
 
 MIN_SPLIT_CHUNKS = 2  # a split runs at least this many chunks (its copy-ahead prologue amortised)
 RULE_DEVICE = cost.device(cost.RULE_DEVICE)  # the GPU the rule scores for: H200 SXM, 132 SMs
-TARGET_CTAS = RULE_DEVICE.sms  # split-K fills at most one CTA per SM
+TARGET_CTAS = RULE_DEVICE.sms  # one CTA an SM: split_k fills up to `fill` times this
 FAST_SLACK_BYTES = 4  # a chunk runs the fast body while it and one word more lie inside every row
 
 
-def split_k(rows: int, cols: int, contraction: int, tile: Tile, split: bool = True) -> Plan:
-    """The one split-K rule: split the contraction into as many parts as keep the
-    launch within TARGET_CTAS CTAs (one per SM), keeping at least MIN_SPLIT_CHUNKS
-    chunks per split. A split beyond one CTA per SM shortens no SM's chunk loop (two
-    CTAs on one SM share its issue and L1) but adds a red.global epilogue, so it stops
-    there. Splits add their partial sums into a zeroed output with red.global.add.s32
-    (exact: int32 addition wraps, so any order gives the same, in-range, total).
-    ``split=False``: one CTA walks the whole contraction (the rescaled outputs, which
-    must see a tile's whole int32 sum before they round it: :class:`Rescale`)."""
+SPLIT_FILLS = (1, 2, 4)  # CTAs an SM the offered split plans fill up to
+
+
+def split_k(rows: int, cols: int, contraction: int, tile: Tile, split: bool = True, fill: int = 1) -> Plan:
+    """Split the contraction into as many parts as keep the launch within ``fill`` x
+    TARGET_CTAS CTAs (``fill`` an SM), keeping at least MIN_SPLIT_CHUNKS chunks per split.
+    Splits add their partial sums into a zeroed output with red.global.add.s32 (exact:
+    int32 addition wraps, so any order gives the same, in-range, total). ``split=False``:
+    one CTA walks the whole contraction (the rescaled outputs, which must see a tile's
+    whole int32 sum before they round it: :class:`Rescale`). Which plan a launch takes is
+    the tile rule's (:func:`split_plans`, scored by :func:`phase_cost`)."""
     tiles = math.prod(output_tiles(rows, cols, tile))
     total = -(-contraction // CHUNK_K)
     if not split:
         return Plan(splits=1, span=total * CHUNK_K)
-    wanted = min(TARGET_CTAS // tiles, total // MIN_SPLIT_CHUNKS)
+    wanted = min(fill * TARGET_CTAS // tiles, total // MIN_SPLIT_CHUNKS)
     per_split = -(-total // max(1, wanted))
     return Plan(splits=-(-total // per_split), span=per_split * CHUNK_K)
+
+
+def split_plans(rows: int, cols: int, contraction: int, tile: Tile) -> tuple[Plan, ...]:
+    """The plans a family that can split chooses among by its score: one split (no split-K
+    epilogue), and :func:`split_k`'s at up to 1, 2 and 4 CTAs an SM. A second CTA on an SM
+    shortens no chunk chain of its own, but at 1-2 warps a scheduler the two CTAs' chains
+    overlap in each other's stalls (:func:`kernels.cost.trip_cycles`), so a deeper split
+    can halve a long contraction's time; its reds and epilogues are in the score too."""
+    plans = [split_k(rows, cols, contraction, tile, split=False)]
+    plans += [split_k(rows, cols, contraction, tile, fill=fill) for fill in SPLIT_FILLS]
+    return tuple(dict.fromkeys(plans))
 
 
 def chunks(span: int, has_tail_body: bool = True) -> tuple[int, int]:

@@ -17,7 +17,7 @@ from kernels.tile.epilogue import Rescale, rescaled_output
 from kernels.tile.geometry import Plan, Tile, begin, entry_name, geometry
 from kernels.tile.mainloop import emit_staged
 from kernels.tile.operands import Coords, FragmentTernary, Source, StagedRows
-from kernels.tile.rule import phase_cost, split_k
+from kernels.tile.rule import phase_cost, split_k, split_plans
 
 # Every launch asks its spec for its geometry (the plan) and every pick asks for scores;
 # a score is the cost model's time of a launch (tens of microseconds of Python), so each is
@@ -82,9 +82,9 @@ def staged_spec(family: str, tile: Tile, gemm: tuple[str, str, str], buffers: tu
     columns apart). Without partials there is no ``ldo`` and no ``kspan`` (no split: one
     CTA per tile walks the whole contraction); with them ``ldo`` (the partials' row
     pitch) and ``kspan`` come last. Where the kernel can split (the int32 families, and
-    the rescaled ones with partials) the plan is the cheaper by the rule of split_k's and
-    one split: one split skips the split-K epilogue (``KernelCounts.outside``), so at a
-    short contraction it can beat the shorter chunk loop of a split."""
+    the rescaled ones with partials) the plan is the cheapest by the rule of
+    :func:`split_plans`: one split skips the split-K epilogue (``KernelCounts.outside``),
+    so at a short contraction it can beat the shorter chunk loop of a split."""
     name = entry_name(family, tile)
     rows, cols, contraction = gemm
     split_rescale = bool(rescale and rescale.splits)
@@ -101,9 +101,8 @@ def staged_spec(family: str, tile: Tile, gemm: tuple[str, str, str], buffers: tu
 
     @remembered
     def plan(d: Dims) -> Plan:
-        if rescale is None or rescale.splits:  # split only where the rule says it pays
-            return min((split_k(*extents(d), tile=tile), split_k(*extents(d), tile=tile, split=False)),
-                       key=lambda candidate: rule(d, candidate))
+        if rescale is None or rescale.splits:  # split only where the rule says it pays, as deep as it pays
+            return min(split_plans(*extents(d), tile=tile), key=lambda candidate: rule(d, candidate))
         return split_k(*extents(d), tile=tile, split=False)
 
     sizes = tuple(ScalarSpec(n) for n in ("R", "K", "N"))
