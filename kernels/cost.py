@@ -12,7 +12,8 @@ Inputs, all read from files, never typed into a kernel module:
 - ``ledger/loop_counts.json``: per kernel entry and arch, the steady loop's fast and tail
   bodies as ptxas compiled them (instructions, IMMA and the sum of ptxas's stall counts
   over the body, read from the control bits of each instruction) and the instructions
-  outside the loop, and the ptxas occupancy of every kernel the tile rule scores (its
+  outside the chunk loops with their stall clocks, on the longest path (split-K's
+  epilogue) and on the path of a launch with one split, and the ptxas occupancy of every kernel the tile rule scores (its
   residency without the artifacts: :func:`occupancy`). ``doit model:counts`` writes it from
   the cubin and the ptxas records;
   ``pipeline.stages.perf_model.counts_problems`` checks its instruction counts against what
@@ -23,7 +24,8 @@ chunks per CTA) is a sum of serial phases per CTA, overlapped only as far as the
 per scheduler allow (:func:`staged_phases`):
 
     prologue (the first copies' DRAM round trip) + chunks x the per-chunk chain
-    + the instructions outside the loop + the epilogue's output + the drain,
+    + the instructions outside the loop on the launch's path (:func:`issue_cycles`)
+    + the epilogue's output + the drain,
 
 where the per-chunk chain is the largest of: ptxas's stall clocks of one trip (the
 clocks one warp needs when nothing else issues on its scheduler), the trip's
@@ -37,6 +39,7 @@ kept apart (``per_call_us``).
 The reference class (:func:`best_dense`) is what a user would get from a library: the
 best of several CUTLASS/cuBLAS-like configurations on the same phase model (64x64,
 128x64 and 128x128 tiles, split-K with a reduction kernel, a stream-K-like even split),
+each charged outside its loop what ours pays per accumulator (:func:`library_outside`),
 and :func:`torch_linear_step` is bf16 ``nn.Linear``'s layer step: its three GEMMs and,
 with a bias, the bias gradient's reduction.
 A kernel that is not a GEMM is timed as a memory-bound pass (:func:`stream_phases`); a
@@ -172,8 +175,10 @@ class LoopFigures(NamedTuple):
 class KernelCounts(NamedTuple):
     fast: LoopFigures
     tail: LoopFigures | None
-    outside_instructions: int  # the longest path's instructions outside the steady loop (split-K's epilogue)
+    outside_instructions: int  # the longest path's instructions outside the chunk loops (split-K's epilogue)
     outside_unsplit_instructions: int | None = None  # the same for a launch with one split (None: not counted)
+    outside_issue_clocks: int | None = None  # ptxas's stall counts summed over the longest path
+    outside_unsplit_issue_clocks: int | None = None  # and over the unsplit one
 
     @property
     def clocks_per_instruction(self) -> float:
@@ -185,6 +190,12 @@ class KernelCounts(NamedTuple):
         if splits == 1 and self.outside_unsplit_instructions is not None:
             return self.outside_unsplit_instructions
         return self.outside_instructions
+
+    def outside_clocks_per_instruction(self, splits: int) -> float:
+        """ptxas's stall clocks per instruction on that path (the loop's where not counted)."""
+        unsplit = splits == 1 and self.outside_unsplit_instructions is not None
+        clocks = self.outside_unsplit_issue_clocks if unsplit else self.outside_issue_clocks
+        return self.clocks_per_instruction if clocks is None else clocks / max(1, self.outside(splits))
 
     @property
     def accumulators_per_lane(self) -> float:
@@ -223,9 +234,10 @@ def loop_counts(entry: str, arch: str = RULE_ARCH, path: Path = COUNTS_FILE) -> 
     kernels = load_counts(path)
     try:
         record = kernels[entry]["archs"][arch]
-        unsplit = record.get("outside_unsplit_instructions")
+        optional = [None if record.get(f) is None else int(record[f])
+                    for f in ("outside_unsplit_instructions", "outside_issue_clocks", "outside_unsplit_issue_clocks")]
         return KernelCounts(figures_of(record["fast"]), figures_of(record["tail"]) if record.get("tail") else None,
-                            int(record["outside_instructions"]), None if unsplit is None else int(unsplit))
+                            int(record["outside_instructions"]), *optional)
     except (KeyError, TypeError, ValueError):
         raise CostInputError(f"{path}: no {arch} loop counts for '{entry}'; run `doit sass` then "
                              "`doit model:counts`") from None
@@ -332,7 +344,7 @@ def staged_phases(dev: Device, w: StagedWork) -> Phases:
     tail = counts.tail or counts.fast
     prologue = dev.dram_latency_cycles + dev.shared_latency_cycles  # the first copies come from DRAM
     chunks = w.fast_chunks * trip_cycles(dev, counts.fast, w, active) + w.tail_chunks * trip_cycles(dev, tail, w, active)
-    outside = issue_cycles(counts.outside(w.splits), counts.clocks_per_instruction,
+    outside = issue_cycles(counts.outside(w.splits), counts.outside_clocks_per_instruction(w.splits),
                            warps_per_scheduler(dev, active, w.warps_per_cta))
     epilogue = active * w.epilogue_wavefronts / dev.l1_wavefronts_per_clock
     drain = (1 + w.settle_round_trips) * dev.l2_latency_cycles  # the last stores or reds land before it retires
@@ -417,7 +429,7 @@ def library_outside(arch: str, path: Path = COUNTS_FILE) -> OutsideRate:
     holds: those of this project's int32 GEMM on ``arch`` that spends the fewest clocks
     there per accumulator (its unsplit path: the prologue's addresses and predicates, the
     ring's first copies, the epilogue's stores from registers; ``KernelCounts.outside``),
-    at its loop's stall clocks per instruction. A library kernel does at least that much:
+    at ptxas's stall clocks per instruction on that path. A library kernel does at least that much:
     CUTLASS's tensor-op epilogue stages the accumulators through shared memory (a store, a
     barrier and a load per fragment) before its global stores, which ours does only for
     split-K. Charging the reference what ours pays per accumulator keeps both sides of a
@@ -425,7 +437,8 @@ def library_outside(arch: str, path: Path = COUNTS_FILE) -> OutsideRate:
     rates = []
     for entry in load_counts(path):
         counts = loop_counts(entry, arch, path)
-        rates.append(OutsideRate(counts.outside(1) / counts.accumulators_per_lane, counts.clocks_per_instruction))
+        rates.append(OutsideRate(counts.outside(1) / counts.accumulators_per_lane,
+                                 counts.outside_clocks_per_instruction(1)))
     if not rates:
         raise CostInputError(f"{path}: no loop counts to charge the reference's outside instructions by; run "
                              "`doit sass` then `doit model:counts`")

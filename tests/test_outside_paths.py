@@ -22,7 +22,7 @@ KERNEL = [I(0x00, None, "S2R", None), I(0x10, None, "IMAD", None),
           I(0xa0, None, "LDS", None), I(0xb0, "!P2", "BRA", ".L_skip"),
           I(0xc0, None, "REDG.E.ADD.S32.STRONG.GPU", None), I(0xd0, None, "EXIT", None)]
 LABELS = {".L_loop": 0x20, ".L_split": 0x80, ".L_skip": 0xd0}
-LOOP = sass.Loop(2, 3)
+LOOP = (sass.Loop(2, 3),)  # the chunk loops
 
 
 def listing(instrs: list[sass.Instr]) -> sass.Listing:
@@ -46,6 +46,20 @@ def test_a_kernel_whose_every_epilogue_stages_has_no_unsplit_path():
     staged = KERNEL[:6] + [I(0x60, None, "BAR.SYNC.DEFER_BLOCKING", None)] + KERNEL[7:]
     assert sass.longest_path_outside(listing(staged), LOOP, unsplit=True) is None
     assert sass.longest_path_outside(listing(staged), LOOP) == 10
+
+
+def test_a_second_loop_of_the_chunk_body_is_counted_as_chunks_not_outside():
+    """A source whose copies need tail arithmetic runs its last chunks in a second loop of
+    the same body: its mma are chunks (the model counts every chunk on the steady body), so
+    neither loop's instructions are outside; a loop without mma stays outside."""
+    second = [I(0x40, None, "IMMA.16832.S8.S8", None), I(0x50, "P0", "BRA", ".L_tail")]
+    instrs = KERNEL[:4] + second + [I(a + 0x20, g, op, t) for a, g, op, t in KERNEL[4:]]
+    labels = {".L_loop": 0x20, ".L_tail": 0x40, ".L_split": 0xa0, ".L_skip": 0xf0}
+    counted = sass.analyse(sass.Listing(instrs, labels), "sm_90")
+    assert (counted.outside_path, counted.outside_path_unsplit) == (10, 6)
+    assert counted.outside_unsplit_runs == ["0x0-0x10", "0x60-0x90"]
+    plain = [I(a, g, "IADD3" if op.startswith("IMMA") and a == 0x40 else op, t) for a, g, op, t in instrs]
+    assert sass.analyse(sass.Listing(plain, labels), "sm_90").outside_path == 12  # IADD3 and its branch
 
 
 INT32_GEMMS = [name for name, spec in KERNELS.items() if spec.is_gemm]

@@ -177,12 +177,28 @@ def control_stalls(listing: str, function: str) -> dict[int, int]:
     return stalls
 
 
-def body_addresses(body: Body) -> list[int]:
+def run_addresses(runs: list[str]) -> list[int]:
+    """The instruction addresses of 'first-last' address ranges (16 bytes an instruction)."""
     out = []
-    for run in body.runs:
+    for run in runs:
         first, last = (int(x, 16) for x in run.split("-"))
         out += range(first, last + 16, 16)
     return out
+
+
+def body_addresses(body: Body) -> list[int]:
+    return run_addresses(body.runs)
+
+
+def route_clocks(runs: list[str] | None, stalls: dict[int, int]) -> int | None:
+    """ptxas's stall counts summed over a path outside the loop (its address ranges)."""
+    if not runs:
+        return None
+    missing = [a for a in run_addresses(runs) if a not in stalls]
+    if missing:
+        raise ArtifactError(f"the SASS record's outside path {runs} is not in the cubin's listing (first missing "
+                            f"{missing[0]:#x}); run `doit sass` again")
+    return sum(stalls[a] for a in run_addresses(runs))
 
 
 def body_counts(body: Body, stalls: dict[int, int]) -> dict:
@@ -207,7 +223,9 @@ def outside_instructions(arch: SassArch) -> int:
 def arch_counts(arch: SassArch, stalls: dict[int, int]) -> dict:
     return {"fast": body_counts(arch.fast, stalls), "tail": body_counts(arch.tail, stalls) if arch.tail else None,
             "outside_instructions": outside_instructions(arch),
-            "outside_unsplit_instructions": arch.outside_path_unsplit}
+            "outside_unsplit_instructions": arch.outside_path_unsplit,
+            "outside_issue_clocks": route_clocks(arch.outside_runs, stalls),
+            "outside_unsplit_issue_clocks": route_clocks(arch.outside_unsplit_runs, stalls)}
 
 
 def cuobjdump_listing(ptx: Path, arch: str) -> str:
@@ -237,8 +255,8 @@ COUNTS_NOTE = ("Per warp per trip of each GEMM kernel's steady loop, as ptxas co
                "(the counts `doit sass` makes), issue_clocks = ptxas's stall counts summed over the body (control "
                "bits 105-108), direct_loads = the body loads an operand from global into registers, global_bytes = "
                "what its global loads and copies request (32-B sectors at least); and the instructions on the "
-               "longest path outside the loop, of any launch and of a launch with one split (outside_unsplit: no "
-               "split-K epilogue). occupancy: ptxas's registers and static shared bytes of every kernel the tile "
+               "longest path outside the chunk loops, of any launch and of a launch with one split (outside_unsplit: no "
+               "split-K epilogue), with ptxas's stall counts summed over each (outside_issue_clocks). occupancy: ptxas's registers and static shared bytes of every kernel the tile "
                "rule scores, per arch. Written by `doit model:counts`; the gate checks it against artifacts/sass "
                "and artifacts/ptxas.")
 

@@ -266,13 +266,17 @@ def loop_paths(listing: Listing, loop: Loop) -> list[list[int]]:
 SPLIT_EPILOGUE = {"BAR", "RED", "REDG", "ATOM", "ATOMG"}
 
 
-def longest_path_outside(listing: Listing, skip: Loop | None, unsplit: bool = False) -> int | None:
-    """Instructions (NOPs excluded) on the longest path from the function's entry to an
-    EXIT that takes no backward branch, those of ``skip`` (the steady loop, counted per
-    trip apart) left out: what one warp runs outside the loop at most when every other
-    loop runs once. A kernel's epilogue paths (stored from the accumulators, or staged
+def outside_route(listing: Listing, skip: tuple[Loop, ...] = (), unsplit: bool = False) -> list[int] | None:
+    """The instructions (indices, NOPs included) on the longest path from the function's
+    entry to an EXIT that takes no backward branch, those of the loops in ``skip`` left
+    out: what one warp runs outside its chunk loops at most when every other loop runs
+    once. ``skip`` holds every loop that runs the chunk's mma: the steady loop, and a
+    second loop of the same body (the one a source whose copies need tail arithmetic runs
+    its last chunks in, ``kernels.tile.mainloop.emit_staged``), whose trips the model
+    counts as chunks. A kernel's epilogue paths (stored from the accumulators, or staged
     and added for split-K; guarded edge stores) exclude one another, so their sum is no
-    warp's count. The edges only go forward, so one pass from the end finds it.
+    warp's count. The edges only go forward, so one pass from the end finds it; "longest"
+    counts instructions, NOPs excluded.
 
     ``unsplit``: the longest such path that runs no barrier, red or atomic after the
     function's last loop, which is what a launch with one split runs: its epilogue stores
@@ -280,19 +284,35 @@ def longest_path_outside(listing: Listing, skip: Loop | None, unsplit: bool = Fa
     where split-K's stages them through shared memory behind a barrier and adds them with
     red.global. None when no path qualifies (a kernel whose every epilogue stages)."""
     index = {ins.addr: i for i, ins in enumerate(listing.instrs)}
+    end = len(listing.instrs)
     last_loop_end = max((lp.end for lp in find_loops(listing) if lp.start < lp.end), default=-1)
     barred = float("-inf")
-    best: list[float] = [0] * (len(listing.instrs) + 1)
-    for i in range(len(listing.instrs) - 1, -1, -1):
+    best: list[float] = [0] * (end + 1)
+    ahead_of: list[int | None] = [None] * (end + 1)
+    inside = [any(loop.start <= i <= loop.end for loop in skip) for i in range(end)]
+    for i in range(end - 1, -1, -1):
         ins = listing.instrs[i]
         if unsplit and i > last_loop_end and ins.base in SPLIT_EPILOGUE:
             best[i] = barred
             continue
-        inside = skip is not None and skip.start <= i <= skip.end
-        weight = 0 if inside or classify(ins.opcode) == "nop" else 1
-        ahead = [best[n] for n in successors(listing, index, i) if i < n <= len(listing.instrs)]
-        best[i] = weight + max(ahead, default=0)
-    return None if best[0] == barred else int(best[0])
+        weight = 0 if inside[i] or classify(ins.opcode) == "nop" else 1
+        ahead = [n for n in successors(listing, index, i) if i < n <= end]
+        ahead_of[i] = max(ahead, key=lambda n: best[n], default=None)
+        best[i] = weight + (best[ahead_of[i]] if ahead_of[i] is not None else 0)
+    if best[0] == barred:
+        return None
+    route, i = [], 0
+    while i is not None and i < end:
+        if not inside[i]:
+            route.append(i)
+        i = ahead_of[i]
+    return route
+
+
+def longest_path_outside(listing: Listing, skip: tuple[Loop, ...] = (), unsplit: bool = False) -> int | None:
+    """The instructions, NOPs excluded, of :func:`outside_route` (None where it has none)."""
+    route = outside_route(listing, skip, unsplit)
+    return None if route is None else sum(classify(listing.instrs[i].opcode) != "nop" for i in route)
 
 
 # ---- records -------------------------------------------------------------------------
@@ -327,8 +347,10 @@ class SassArch(Record):
     steady_loop: str | None  # start address of the loop with the most IMMA
     fast: Body | None  # the steady-state body (None when the kernel has no loop)
     tail: Body | None  # the predicated tail body (None for a one-body loop)
-    outside_path: int | None = None  # the longest path's instructions outside the steady loop
+    outside_path: int | None = None  # the longest path's instructions outside the chunk loops
     outside_path_unsplit: int | None = None  # the same, of a launch with one split (no split-K epilogue)
+    outside_runs: list[str] = []  # the address ranges of the longest path outside the chunk loops
+    outside_unsplit_runs: list[str] | None = None  # those of the unsplit path
 
 
 class SassReport(Record):
@@ -395,10 +417,16 @@ def analyse(listing: Listing, arch: str, bodies: bool = True) -> SassArch:
     counted = [loop_counts(listing, loop, len(p)) for loop, p in zip(loops, paths)]
     whole = count(listing.instrs)
     fast = tail = steady = outside = unsplit = None
+    route: list[int] = []
+    unsplit_route: list[int] | None = None
     if loops and bodies:
         best = max(range(len(loops)), key=lambda i: (counted[i].classes.get("tensor", 0), -i))
-        outside = longest_path_outside(listing, loops[best])
-        unsplit = longest_path_outside(listing, loops[best], unsplit=True)
+        chunk_loops = tuple(loop for loop, c in zip(loops, counted) if c.classes.get("tensor", 0))
+        route = outside_route(listing, chunk_loops)
+        unsplit_route = outside_route(listing, chunk_loops, unsplit=True)
+        outside = sum(classify(listing.instrs[i].opcode) != "nop" for i in route)
+        unsplit = None if unsplit_route is None else sum(
+            classify(listing.instrs[i].opcode) != "nop" for i in unsplit_route)
         steady = counted[best].start
         bodies = [body(listing, p) for p in paths[best]]
         top = max(b.imma for b in bodies)
@@ -407,7 +435,8 @@ def analyse(listing: Listing, arch: str, bodies: bool = True) -> SassArch:
         tail = longest([b for b in bodies if b.guarded_global_loads > fewest])
     return SassArch(arch=arch, instructions=sum(whole.values()) - whole.get("nop", 0), loops=counted,
                     steady_loop=steady, fast=fast, tail=tail, outside_path=outside,
-                    outside_path_unsplit=unsplit)
+                    outside_path_unsplit=unsplit, outside_runs=runs(listing, route) if route else [],
+                    outside_unsplit_runs=runs(listing, unsplit_route) if unsplit_route else None)
 
 
 def sass_report(kernel: str, entry: str, ptx: Path, archs: tuple[str, ...],
