@@ -186,28 +186,18 @@ def run_addresses(runs: list[str]) -> list[int]:
     return out
 
 
-def body_addresses(body: Body) -> list[int]:
-    return run_addresses(body.runs)
-
-
-def route_clocks(runs: list[str] | None, stalls: dict[int, int]) -> int | None:
-    """ptxas's stall counts summed over a path outside the loop (its address ranges)."""
-    if not runs:
-        return None
+def stall_sum(runs: list[str], stalls: dict[int, int], what: str) -> int:
+    """ptxas's stall counts summed over a path (its address ranges in the SASS record)."""
     missing = [a for a in run_addresses(runs) if a not in stalls]
     if missing:
-        raise ArtifactError(f"the SASS record's outside path {runs} is not in the cubin's listing (first missing "
-                            f"{missing[0]:#x}); run `doit sass` again")
+        raise ArtifactError(f"the SASS record's {what} runs {runs} are not in the cubin's listing "
+                            f"(first missing {missing[0]:#x}); run `doit sass` again")
     return sum(stalls[a] for a in run_addresses(runs))
 
 
 def body_counts(body: Body, stalls: dict[int, int]) -> dict:
-    missing = [a for a in body_addresses(body) if a not in stalls]
-    if missing:
-        raise ArtifactError(f"the SASS record's body runs {body.runs} are not in the cubin's listing "
-                            f"(first missing {missing[0]:#x}); run `doit sass` again")
     return {"instructions": body.instructions, "imma": body.imma,
-            "issue_clocks": sum(stalls[a] for a in body_addresses(body)),
+            "issue_clocks": stall_sum(body.runs, stalls, "body"),
             "direct_loads": any(c.startswith("ldg") and not c.startswith("ldgsts") for c in body.classes),
             "global_bytes": global_bytes(body.classes)}
 
@@ -224,8 +214,10 @@ def arch_counts(arch: SassArch, stalls: dict[int, int]) -> dict:
     return {"fast": body_counts(arch.fast, stalls), "tail": body_counts(arch.tail, stalls) if arch.tail else None,
             "outside_instructions": outside_instructions(arch),
             "outside_unsplit_instructions": arch.outside_path_unsplit,
-            "outside_issue_clocks": route_clocks(arch.outside_runs, stalls),
-            "outside_unsplit_issue_clocks": route_clocks(arch.outside_unsplit_runs, stalls)}
+            "outside_issue_clocks": stall_sum(arch.outside_runs, stalls, "outside path")
+            if arch.outside_runs else None,
+            "outside_unsplit_issue_clocks": stall_sum(arch.outside_unsplit_runs, stalls, "unsplit path")
+            if arch.outside_unsplit_runs else None}
 
 
 def cuobjdump_listing(ptx: Path, arch: str) -> str:
@@ -255,9 +247,10 @@ COUNTS_NOTE = ("Per warp per trip of each GEMM kernel's steady loop, as ptxas co
                "(the counts `doit sass` makes), issue_clocks = ptxas's stall counts summed over the body (control "
                "bits 105-108), direct_loads = the body loads an operand from global into registers, global_bytes = "
                "what its global loads and copies request (32-B sectors at least); and the instructions on the "
-               "longest path outside the chunk loops, of any launch and of a launch with one split (outside_unsplit: no "
-               "split-K epilogue), with ptxas's stall counts summed over each (outside_issue_clocks). occupancy: ptxas's registers and static shared bytes of every kernel the tile "
-               "rule scores, per arch. Written by `doit model:counts`; the gate checks it against artifacts/sass "
+               "longest path outside the chunk loops, of any launch and of a launch with one split "
+               "(outside_unsplit: no split-K epilogue), with ptxas's stall counts summed over each "
+               "(outside_issue_clocks). occupancy: ptxas's registers and static shared bytes of every kernel the "
+               "tile rule scores, per arch. Written by `doit model:counts`; the gate checks it against artifacts/sass "
                "and artifacts/ptxas.")
 
 

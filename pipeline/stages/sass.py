@@ -309,10 +309,14 @@ def outside_route(listing: Listing, skip: tuple[Loop, ...] = (), unsplit: bool =
     return route
 
 
+def route_instructions(listing: Listing, route: list[int] | None) -> int | None:
+    """The instructions of ``route``, NOPs excluded (None for no route)."""
+    return None if route is None else sum(classify(listing.instrs[i].opcode) != "nop" for i in route)
+
+
 def longest_path_outside(listing: Listing, skip: tuple[Loop, ...] = (), unsplit: bool = False) -> int | None:
     """The instructions, NOPs excluded, of :func:`outside_route` (None where it has none)."""
-    route = outside_route(listing, skip, unsplit)
-    return None if route is None else sum(classify(listing.instrs[i].opcode) != "nop" for i in route)
+    return route_instructions(listing, outside_route(listing, skip, unsplit))
 
 
 # ---- records -------------------------------------------------------------------------
@@ -424,9 +428,7 @@ def analyse(listing: Listing, arch: str, bodies: bool = True) -> SassArch:
         chunk_loops = tuple(loop for loop, c in zip(loops, counted) if c.classes.get("tensor", 0))
         route = outside_route(listing, chunk_loops)
         unsplit_route = outside_route(listing, chunk_loops, unsplit=True)
-        outside = sum(classify(listing.instrs[i].opcode) != "nop" for i in route)
-        unsplit = None if unsplit_route is None else sum(
-            classify(listing.instrs[i].opcode) != "nop" for i in unsplit_route)
+        outside, unsplit = route_instructions(listing, route), route_instructions(listing, unsplit_route)
         steady = counted[best].start
         bodies = [body(listing, p) for p in paths[best]]
         top = max(b.imma for b in bodies)
