@@ -52,7 +52,7 @@ import json
 import math
 from functools import lru_cache
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 DEVICES_FILE = Path(__file__).with_name("devices.json")
 COUNTS_FILE = Path(__file__).resolve().parents[1] / "ledger" / "loop_counts.json"
@@ -184,24 +184,37 @@ class KernelCounts(NamedTuple):
     def clocks_per_instruction(self) -> float:
         return self.fast.issue_clocks / self.fast.instructions
 
+    def outside_path(self, splits: int) -> tuple[int, int | None]:
+        """(instructions, stall clocks) of the path a launch with ``splits`` splits runs
+        outside the loop (:func:`launch_path`)."""
+        unsplit = None if self.outside_unsplit_instructions is None else (
+            self.outside_unsplit_instructions, self.outside_unsplit_issue_clocks)
+        return launch_path(splits, (self.outside_instructions, self.outside_issue_clocks), unsplit)
+
     def outside(self, splits: int) -> int:
-        """Instructions a warp of a launch with ``splits`` splits runs outside the loop: one
-        split stores from registers and skips the split-K epilogue's staging and reds."""
-        if splits == 1 and self.outside_unsplit_instructions is not None:
-            return self.outside_unsplit_instructions
-        return self.outside_instructions
+        """Instructions a warp of a launch with ``splits`` splits runs outside the loop."""
+        return self.outside_path(splits)[0]
 
     def outside_clocks_per_instruction(self, splits: int) -> float:
         """ptxas's stall clocks per instruction on that path (the loop's where not counted)."""
-        unsplit = splits == 1 and self.outside_unsplit_instructions is not None
-        clocks = self.outside_unsplit_issue_clocks if unsplit else self.outside_issue_clocks
-        return self.clocks_per_instruction if clocks is None else clocks / max(1, self.outside(splits))
+        instructions, clocks = self.outside_path(splits)
+        return self.clocks_per_instruction if clocks is None else clocks / max(1, instructions)
 
     @property
     def accumulators_per_lane(self) -> float:
         """Accumulators each lane holds: the fast body's IMMA cover the warp's tile once per
         32 bytes of k in the chunk, and an m16n8 tile is 4 accumulators a lane."""
         return self.fast.imma * ACCUMULATORS_PER_MMA_LANE / (K_TILE_BYTES // 32)
+
+
+Figure = TypeVar("Figure")
+
+
+def launch_path(splits: int, longest: Figure, unsplit: Figure | None) -> Figure:
+    """The figure of the path outside the loop that a launch with ``splits`` splits runs:
+    with one split the unsplit path's, where it was counted (the epilogue stores from
+    registers and skips split-K's staging and reds), else the longest path's."""
+    return unsplit if splits == 1 and unsplit is not None else longest
 
 
 def figures_of(entry: dict) -> LoopFigures:

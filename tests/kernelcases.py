@@ -36,7 +36,9 @@ from kernels.pitch import WPlanes
 from kernels.ptxemu import Function, Module
 from kernels.registry import FAMILIES, KERNELS
 from kernels.spec import Dims, KernelSpec
-from kernels.tile.geometry import Tile
+from kernels import cost
+from kernels.tile import rule
+from kernels.tile.geometry import Plan, Tile
 
 PROBE = Dims(7, 11, 13)  # three extents no shape of the GEMM form can confuse
 
@@ -108,6 +110,16 @@ def contraction(name: str, dims: Dims) -> int:
 def span_of(name: str, dims: Dims) -> int:
     """k bytes per split of the kernel's own plan (its kspan parameter)."""
     return next(p.value(dims) for p in KERNELS[name].params if p.name == "kspan")
+
+
+def plans_scored(name: str, dims: Dims) -> dict[Plan, float]:
+    """Every plan the tile rule offers int32 GEMM ``name`` on ``dims`` (rule.split_plans, in
+    their order) with its score, the rule's phase_cost of that launch: the kernel's own plan
+    is the lowest."""
+    extents = tuple(getattr(dims, field) for field in gemm_roles(name))  # rows, cols, contraction
+    tile, spec = tile_of(name), KERNELS[name]
+    return {plan: rule.phase_cost(*extents, tile, plan, cost.loop_counts(name), cost.occupancy(name),
+                                  spec.buffer_bytes(dims, plan.splits)) for plan in rule.split_plans(*extents, tile)}
 
 
 def tile_of(name: str) -> Tile | None:

@@ -7,15 +7,14 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 from kernelcases import (INT32_EPILOGUE, STAGED, TERNARY, TWO_STAGED, contraction, emulated, exact, family_configs,
-                         gemm_dims, inputs_of, per_kernel, per_module, span_of, stated, tile_of)
+                         gemm_dims, inputs_of, per_kernel, per_module, plans_scored, span_of, stated, tile_of)
 
 from kernels.launch import LaunchError, launch, launch_outputs
 from kernels.pitch import WPlanes
 from kernels.registry import KERNELS, get_kernel
 from kernels.spec import Dims
 from kernels.ptxemu import EmulatorError, Module
-from kernels import cost
-from kernels.tile import epilogue, geometry, rule
+from kernels.tile import epilogue, geometry
 from kernels.tile.operands import FragmentTernary
 
 TAILS = [Dims(1, 1, 1), Dims(1, 17, 3), Dims(5, 16, 8), Dims(33, 31, 9), Dims(65, 64, 33), Dims(17, 129, 40),
@@ -460,14 +459,10 @@ def test_the_split_rule_offers_28_tiles_splits_up_to_four_ctas_an_sm_and_takes_t
     one CTA an SM (112 SMs; 6 of 2 would be 168) and 6 of 2 at two or four, and the launch
     takes the cheapest by the tile rule's score of those and of one split (which skips the
     split-K epilogue)."""
-    fwd, tile = get_kernel("hslm_fwd_s8"), tile_of("hslm_fwd_s8")
-    plans = rule.split_plans(1782, 243, 729, tile)
-    assert [(p.splits, p.span) for p in plans] == [(1, 768), (4, 192), (6, 128)]
     down = Dims(1782, 729, 243)
-    scores = {plan.splits: rule.phase_cost(1782, 243, 729, tile, plan, cost.loop_counts("hslm_fwd_s8"),
-                                           cost.occupancy("hslm_fwd_s8"), fwd.buffer_bytes(down, plan.splits))
-              for plan in plans}
-    assert fwd.geometry(down).grid == (2, 14, min(scores, key=scores.get))
+    scores = plans_scored("hslm_fwd_s8", down)
+    assert [(p.splits, p.span) for p in scores] == [(1, 768), (4, 192), (6, 128)]
+    assert get_kernel("hslm_fwd_s8").geometry(down).grid == (2, 14, min(scores, key=scores.get).splits)
 
 
 def w_loads(name: str, dims: Dims, ptx: str | None = None) -> tuple[np.ndarray, np.ndarray, list]:

@@ -1,4 +1,4 @@
-"""The instructions a warp runs outside the steady loop (pipeline.stages.sass.longest_path_outside):
+"""The instructions a warp runs outside the steady loop (pipeline.stages.sass.outside_route):
 the longest path of any launch, and the unsplit path of a launch with one split, which
 stores from registers and runs none of the split-K epilogue's barrier, staging and reds.
 On a small invented listing by hand, then on the int32 GEMMs as ptxas compiles them."""
@@ -29,23 +29,28 @@ def listing(instrs: list[sass.Instr]) -> sass.Listing:
     return sass.Listing(instrs, LABELS)
 
 
+def outside(code: sass.Listing, unsplit: bool = False) -> int | None:
+    """The instructions of the route outside the chunk loop, NOPs excluded."""
+    return sass.route_instructions(code, sass.outside_route(code, LOOP, unsplit))
+
+
 def test_the_two_paths_by_hand():
     plain = listing(KERNEL)
     # entry 2 + the test and its branch 2, then the split-K side: BAR, STS, LDS, BRA, REDG, EXIT
-    assert sass.longest_path_outside(plain, LOOP) == 10
+    assert outside(plain) == 10
     # one split: entry 2 + 2, then STG and EXIT; the split side with its red skipped is not it
-    assert sass.longest_path_outside(plain, LOOP, unsplit=True) == 6
+    assert outside(plain, unsplit=True) == 6
 
 
 def test_a_barrier_before_the_last_loop_is_the_prologue_and_stays_on_the_unsplit_path():
     before = [I(0x00, None, "BAR.SYNC.DEFER_BLOCKING", None)] + KERNEL[1:]
-    assert sass.longest_path_outside(listing(before), LOOP, unsplit=True) == 6
+    assert outside(listing(before), unsplit=True) == 6
 
 
 def test_a_kernel_whose_every_epilogue_stages_has_no_unsplit_path():
     staged = KERNEL[:6] + [I(0x60, None, "BAR.SYNC.DEFER_BLOCKING", None)] + KERNEL[7:]
-    assert sass.longest_path_outside(listing(staged), LOOP, unsplit=True) is None
-    assert sass.longest_path_outside(listing(staged), LOOP) == 10
+    assert outside(listing(staged), unsplit=True) is None
+    assert outside(listing(staged)) == 10
 
 
 def test_a_second_loop_of_the_chunk_body_is_counted_as_chunks_not_outside():

@@ -3,7 +3,7 @@ model's device time of the launch): which configuration a family runs on a shape
 the float ops launch that one."""
 import numpy as np
 import pytest
-from kernelcases import family_configs, tile_of
+from kernelcases import family_configs, plans_scored, tile_of
 
 from kernels import array_ops, cost
 from kernels.registry import FAMILIES, KERNELS, choose, forget_scores
@@ -100,27 +100,20 @@ def test_dw_at_r1782_takes_the_small_tile_split_past_one_cta_an_sm():
         picked = choose("hslm_dw_s8", dims)
         assert picked.name == "hslm_dw_s8_m32" and picked.geometry(dims).grid[2] == 5
         assert KERNELS["hslm_dw_s8"].cost(dims) > 1.25 * picked.cost(dims)
-        tile = tile_of("hslm_dw_s8_m32")
-        one_an_sm = rule.split_k(dims.K, dims.N, dims.R, tile)
-        score = rule.phase_cost(dims.K, dims.N, dims.R, tile, one_an_sm, cost.loop_counts("hslm_dw_s8_m32"),
-                                cost.occupancy("hslm_dw_s8_m32"), picked.buffer_bytes(dims, one_an_sm.splits))
-        assert one_an_sm.splits == 2 and score > 1.1 * picked.cost(dims)
+        one_an_sm = rule.split_k(dims.K, dims.N, dims.R, tile_of("hslm_dw_s8_m32"))
+        assert one_an_sm.splits == 2 and plans_scored("hslm_dw_s8_m32", dims)[one_an_sm] > 1.1 * picked.cost(dims)
 
 
 def test_an_int32_launch_splits_only_where_the_rule_says_it_pays():
     """One split skips the split-K epilogue (staging, a barrier, a red a word), so a short
     contraction runs unsplit; a longer one on few tiles still splits. Either way the plan is
     the cheapest of rule.split_plans by the launch's own score."""
-    spec, tile = KERNELS["hslm_fwd_s8_m32"], tile_of("hslm_fwd_s8_m32")
-    counts, occupancy = cost.loop_counts("hslm_fwd_s8_m32"), cost.occupancy("hslm_fwd_s8_m32")
-    scores = {}
+    spec = KERNELS["hslm_fwd_s8_m32"]
     for dims in (Dims(27, 243, 243), Dims(27, 729, 243)):
-        plans = rule.split_plans(dims.R, dims.N, dims.K, tile)
-        scores[dims] = [rule.phase_cost(dims.R, dims.N, dims.K, tile, plan, counts, occupancy,
-                                        spec.buffer_bytes(dims, plan.splits)) for plan in plans]
+        scores = plans_scored("hslm_fwd_s8_m32", dims)
+        plans = list(scores)
         assert plans[0].splits == 1 and max(p.splits for p in plans) > 1  # split_k alone would split both
-        cheapest = min(range(len(plans)), key=lambda i: scores[dims][i])
-        assert spec.geometry(dims).grid[2] == plans[cheapest].splits
+        assert spec.geometry(dims).grid[2] == min(scores, key=scores.get).splits
     assert spec.geometry(Dims(27, 243, 243)).grid[2] == 1  # 4 chunks: the split's epilogue costs more
     assert spec.geometry(Dims(27, 729, 243)).grid[2] > 1  # 12 chunks on 2 tiles: splitting pays
 

@@ -354,11 +354,9 @@ def outside_path(sass: SassArch, splits: int) -> int:
     """The instructions a warp of a launch with ``splits`` splits runs outside the steady
     loop: the unsplit path's with one split, else the longest path's (the whole function
     less the loop where the record has neither)."""
-    if splits == 1 and sass.outside_path_unsplit is not None:
-        return sass.outside_path_unsplit
-    if sass.outside_path is not None:
-        return sass.outside_path
-    return sass.instructions - next(lp for lp in sass.loops if lp.start == sass.steady_loop).instructions
+    longest = sass.outside_path if sass.outside_path is not None else (
+        sass.instructions - next(lp for lp in sass.loops if lp.start == sass.steady_loop).instructions)
+    return cost.launch_path(splits, longest, sass.outside_path_unsplit)
 
 
 def work(spec: KernelSpec, dims: Dims, sass: SassArch) -> Work:

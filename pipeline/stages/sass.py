@@ -314,11 +314,6 @@ def route_instructions(listing: Listing, route: list[int] | None) -> int | None:
     return None if route is None else sum(classify(listing.instrs[i].opcode) != "nop" for i in route)
 
 
-def longest_path_outside(listing: Listing, skip: tuple[Loop, ...] = (), unsplit: bool = False) -> int | None:
-    """The instructions, NOPs excluded, of :func:`outside_route` (None where it has none)."""
-    return route_instructions(listing, outside_route(listing, skip, unsplit))
-
-
 # ---- records -------------------------------------------------------------------------
 
 
