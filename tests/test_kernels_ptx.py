@@ -137,6 +137,30 @@ def test_staged_loop_copies_ahead_and_reads_fragments_with_ldmatrix(name):
     check_loops_copy_ahead_and_read_fragments_with_ldmatrix(name, KERNELS[name].emit())
 
 
+def copies_follow_the_mma(body: str) -> bool:
+    """The trip's ring copies all come after its last mma (the copies' arithmetic issues in
+    the tensor pipe's stalls), rather than all before its first."""
+    copies = [m.start() for m in re.finditer(r"cp\.async\.c[ag]\.shared", body)]
+    mmas = [m.start() for m in re.finditer(re.escape(MMA), body)]
+    assert copies and mmas and (min(copies) > max(mmas) or max(copies) < min(mmas))  # never interleaved
+    return min(copies) > max(mmas)
+
+
+@pytest.mark.parametrize("name", per_kernel(STAGED))
+def test_staged_loop_copies_after_the_mma_unless_b_loads_a_chunk_ahead(name):
+    """Each trip multiplies first and copies after, except where W goes straight into
+    registers a chunk ahead (the 128 x 128 ternary tile): there the copies and W's loads
+    go before the mma, whose time hides the loads' latency. Both orders occur, so the
+    check tells them apart."""
+    ptx = get_kernel(name).emit()
+    ahead = name in TERNARY and not FragmentTernary.ring_fits(tile_of(name))
+    for label in chunk_loops(name):
+        body = loop(ptx, label)
+        assert copies_follow_the_mma(body) is not ahead
+        if ahead:
+            assert body.index("ld.global.u32") < body.index(MMA)
+
+
 @pytest.mark.parametrize("name", per_kernel(TERNARY))
 def test_ternary_kernels_decode_w_into_the_mma_b_registers(name):
     """Each lane decodes one word per n tile (4 prmt each), and the decoded registers are

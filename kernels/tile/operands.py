@@ -61,10 +61,11 @@ class Source(ABC):
     ``b=False``) and :class:`FragmentTernary` implement it.
 
     Per chunk the loop calls, on A and B alike and in this order: ``before_barrier``,
-    then (after the barrier) ``issue`` into the stage ``stages - 1`` ahead,
-    ``after_issue``, then ``b_fragments`` of the stage being multiplied (B only), and
-    ``end_chunk``; ``issue`` also fills the ring's first ``stages - 1`` stages before
-    the loop, and ``whole_next`` picks the loop a chunk runs in. Each hook emits nothing
+    then (after the barrier) ``b_fragments`` of the stage being multiplied (B only) and
+    the mma, then ``issue`` into the stage ``stages - 1`` ahead, and ``end_chunk``; for
+    a B that ``fetches_ahead``, ``issue`` and ``after_issue`` come before
+    ``b_fragments`` instead. ``issue`` also fills the ring's first ``stages - 1`` stages
+    before the loop, and ``whole_next`` picks the loop a chunk runs in. Each hook emits nothing
     unless overridden. The epilogue places a lane's accumulators by ``col_first`` (the
     D column of this lane's c0, a b32 register) and ``col_offset``.
 
@@ -73,6 +74,9 @@ class Source(ABC):
     counts the chunks) and its ``ring`` (reused by the epilogue to stage the sums)."""
 
     col_first: str
+    # loads the next chunk's operand into registers (``after_issue``) rather than
+    # through the ring: the loop issues them before the chunk's mma, to hide their latency
+    fetches_ahead: bool = False
 
     def issue(self, stage_offset: str | int, whole: bool = False) -> None:
         """Start copying the next chunk into the ring stage at ``stage_offset`` (``whole``:
@@ -283,6 +287,7 @@ class FragmentTernary(Source):
             self.slot = ptx.mad(at.tid, 4 * N_TILES, ptx.add(ring, at.tile.m * CHUNK_K))
             self.end = ptx.byte_offset(w_ptr, ptx.shr(ptx.add(k_limit, CHUNK_K - 1), 6), plane)  # past the last plane
         else:
+            self.fetches_ahead = True
             self.packed = self.fetch()
 
     @staticmethod
