@@ -19,7 +19,7 @@ from kernels.testdata import saturating_int8, ternary_weights
 from kernels.tile import geometry, specs
 
 FAMILY = "hslm_dx_s8"
-TILES = (geometry.LARGE, geometry.SMALL)
+TILES = (geometry.LARGE, geometry.SMALL, geometry.NARROW)
 
 
 def make_inputs(d: Dims, rng: np.random.Generator) -> dict[str, np.ndarray]:

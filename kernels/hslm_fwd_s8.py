@@ -21,7 +21,7 @@ from kernels.testdata import ternary_weights, saturating_int8
 from kernels.tile import geometry, specs
 
 FAMILY = "hslm_fwd_s8"
-TILES = (geometry.LARGE, geometry.SMALL)
+TILES = (geometry.LARGE, geometry.SMALL, geometry.NARROW)
 
 
 def make_inputs(d: Dims, rng: np.random.Generator) -> dict[str, np.ndarray]:

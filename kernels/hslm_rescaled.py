@@ -38,35 +38,35 @@ MODEL figures; lower is better; ``registry.choose`` picks the tile; f32, f16 and
 alike) at the HSLM shapes and the large ones of shapes.yaml, int32 kernel (with its
 splits) against each:
 
-    product shape            int32 us  tile   splits   unsplit tile   splits    splitk tile   splits
-    fwd     attn_r27           3.23  32x128    1       3.23  32x128    1       3.23  32x128    1
-    fwd     ffn_up_r27         3.23  32x128    1       3.23  32x128    1       3.23  32x128    1
-    fwd     ffn_down_r27       3.54  32x128    6       4.07  32x128    1       3.87  32x128    6
-    fwd     attn_r1782         3.25  32x128    1       3.25  32x128    1       3.25  32x128    1
-    fwd     ffn_up_r1782       3.81  32x128    1       3.81  32x128    1       3.81  32x128    1
-    fwd     ffn_down_r1782     4.09  32x128    1       4.09  32x128    1       4.09  32x128    1
-    fwd     r8192            270.44  128x128   1     270.44  128x128   1     270.44  128x128   1
-    dx      attn_r27           3.18  32x128    1       3.18  32x128    1       3.18  32x128    1
-    dx      ffn_up_r27         3.52  32x128    6       3.97  32x128    1       3.85  32x128    6
-    dx      ffn_down_r27       3.18  32x128    1       3.18  32x128    1       3.18  32x128    1
-    dx      attn_r1782         3.20  32x128    1       3.20  32x128    1       3.20  32x128    1
-    dx      ffn_up_r1782       3.99  32x128    1       3.99  32x128    1       3.99  32x128    1
-    dx      ffn_down_r1782     3.82  32x128    1       3.82  32x128    1       3.82  32x128    1
-    dx      r8192            270.44  128x128   1     270.44  128x128   1     270.44  128x128   1
-    dw      attn_r27           2.96  32x128    1       2.96  32x128    1       2.96  32x128    1
-    dw      ffn_up_r27         2.97  32x128    1       2.97  32x128    1       2.97  32x128    1
-    dw      ffn_down_r27       2.96  32x128    1       2.96  32x128    1       2.96  32x128    1
-    dw      attn_r1782         3.81  32x128    7       5.87  32x128    1       4.11  32x128   14
-    dw      ffn_up_r1782       4.72  32x128    5       5.87  32x128    1       4.72  32x128    5
-    dw      ffn_down_r1782     4.81  32x128    5       5.87  32x128    1       4.81  32x128    5
-    dw      r8192            342.71  128x128   1     342.71  128x128   1     342.71  128x128   1
-    dw      hslm_big          34.47  128x128  11     113.09  32x128    1      34.47  128x128  11
+    product shape            int32 us  tile     splits   unsplit tile     splits    splitk tile     splits
+    fwd     attn_r27           3.09  32x128n16   1       3.09  32x128n16   1       3.09  32x128n16   1
+    fwd     ffn_up_r27         3.09  32x128n16   1       3.09  32x128n16   1       3.09  32x128n16   1
+    fwd     ffn_down_r27       3.20  32x128n16   6       3.69  32x128n16   1       3.53  32x128n16   6
+    fwd     attn_r1782         3.11  32x128n16   1       3.11  32x128n16   1       3.11  32x128n16   1
+    fwd     ffn_up_r1782       3.81  32x128      1       3.81  32x128      1       3.81  32x128      1
+    fwd     ffn_down_r1782     3.71  32x128n16   1       3.71  32x128n16   1       3.71  32x128n16   1
+    fwd     r8192            270.44  128x128     1     270.44  128x128     1     270.44  128x128     1
+    dx      attn_r27           3.09  32x128n16   1       3.09  32x128n16   1       3.09  32x128n16   1
+    dx      ffn_up_r27         3.20  32x128n16   6       3.71  32x128n16   1       3.53  32x128n16   6
+    dx      ffn_down_r27       3.09  32x128n16   1       3.09  32x128n16   1       3.09  32x128n16   1
+    dx      attn_r1782         3.11  32x128n16   1       3.11  32x128n16   1       3.11  32x128n16   1
+    dx      ffn_up_r1782       3.73  32x128n16   1       3.73  32x128n16   1       3.73  32x128n16   1
+    dx      ffn_down_r1782     3.82  32x128      1       3.82  32x128      1       3.82  32x128      1
+    dx      r8192            270.44  128x128     1     270.44  128x128     1     270.44  128x128     1
+    dw      attn_r27           2.91  32x128n16   1       2.91  32x128n16   1       2.91  32x128n16   1
+    dw      ffn_up_r27         2.92  32x128n16   1       2.92  32x128n16   1       2.92  32x128n16   1
+    dw      ffn_down_r27       2.91  32x128n16   1       2.91  32x128n16   1       2.91  32x128n16   1
+    dw      attn_r1782         3.44  32x128n16   7       5.35  32x128n16   1       3.77  32x128n16   7
+    dw      ffn_up_r1782       4.65  32x128n16   2       5.35  32x128n16   1       4.68  32x128n16   2
+    dw      ffn_down_r1782     4.76  32x128n16   2       5.35  32x128n16   1       4.76  32x128n16   2
+    dw      r8192            342.71  128x128     1     342.71  128x128     1     342.71  128x128     1
+    dw      hslm_big          34.47  128x128    11      95.15  32x128n16   1      34.47  128x128    11
 
 (``tests/test_fused_epilogue.py`` recomputes every row.) So: forward and dX lose little
-without a split (0.45-0.53 us at the one shape of each that splits 6 ways: the split
+without a split (0.49-0.51 us at the one shape of each that splits 6 ways: the split
 family gets that back to 0.33 us); dW at R >= 1782 needs the split: unsplit it is
-1.2-1.5x the int32 kernel at R = 1782 (1.1-2.1 us more) and 3.3x at R = 65536; split, it
-is 0-0.30 us over it at R = 1782 (the last CTA's two L2 round trips, where the splits are
+1.1-1.6x the int32 kernel at R = 1782 (0.6-1.9 us more) and 2.8x at R = 65536; split, it
+is 0-0.33 us over it at R = 1782 (the last CTA's two L2 round trips, where the splits are
 not also the reds' bound) and level at R = 65536. Against
 the int32 kernel plus a separate rescale pass, the fused launches save that pass's
 launch (public measurements put any kernel's launch and teardown at about 2 us of

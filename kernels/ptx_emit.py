@@ -192,13 +192,14 @@ class Ptx:
         self.ins("bar.sync", 0)
 
     def cp_async(self, dst: str, src: str, src_size: Operand, dst_offset: int = 0, size: int = 16,
-                 src_offset: int = 0) -> None:
+                 src_offset: int = 0, guard: str | None = None) -> None:
         """``size``-byte ``cp.async`` global -> shared (16: ``.cg``, through L2 only; 4 or 8:
         ``.ca``, the only level those sizes have); bytes past ``src_size`` (or all of
         them, where ``src_size`` is an ignore-src predicate that holds) are zero-filled
-        and never read (PTX ISA 9.7.9.25)."""
+        and never read (PTX ISA 9.7.9.25). ``guard``: only threads where it holds copy."""
         level = "cg" if size == 16 else "ca"
-        self.ins(f"cp.async.{level}.shared.global", addr(dst, dst_offset), addr(src, src_offset), size, src_size)
+        self.ins(f"cp.async.{level}.shared.global", addr(dst, dst_offset), addr(src, src_offset), size, src_size,
+                 guard=guard)
 
     def cp_async_commit(self) -> None:
         self.ins("cp.async.commit_group")

@@ -372,7 +372,7 @@ def _raced(sample: BenchReport, small_us: float) -> BenchReport:
     """The sample with a second configuration of hslm_fwd_s8 timed on attn_r27."""
     ours = next(r for r in sample.rows if r.kernel == "hslm_fwd_s8" and r.shape == "attn_r27" and r.impl == "ours")
     stream = Timing.of([small_us] * 5, ours.stream.calls_per_sample)
-    small = ours.model_copy(update={"kernel": "hslm_fwd_s8_m32", "stream": stream})
+    small = ours.model_copy(update={"kernel": "hslm_fwd_s8_m32n16", "stream": stream})
     return sample.model_copy(update={"rows": [*sample.rows, small]})
 
 
@@ -381,7 +381,8 @@ def test_configuration_race_names_the_fastest_and_the_rules_pick(sample):
     slower, faster = (_raced(sample, ours.stream.median_us * f) for f in (2.0, 0.5))
     assert configuration_races(sample) == []  # one configuration timed: no race
     (race,) = configuration_races(slower)
-    assert race.chosen == "hslm_fwd_s8_m32" and race.fastest == "hslm_fwd_s8"  # the rule was wrong here
-    assert "| hslm_fwd_s8 | attn_r27 |" in markdown(slower) and "| hslm_fwd_s8 | hslm_fwd_s8_m32 | no |" in markdown(slower)
-    assert configuration_races(faster)[0].fastest == "hslm_fwd_s8_m32"
-    assert "| hslm_fwd_s8_m32 | hslm_fwd_s8_m32 | yes |" in markdown(faster)
+    assert race.chosen == "hslm_fwd_s8_m32n16" and race.fastest == "hslm_fwd_s8"  # the rule was wrong here
+    assert "| hslm_fwd_s8 | attn_r27 |" in markdown(slower)
+    assert "| hslm_fwd_s8 | hslm_fwd_s8_m32n16 | no |" in markdown(slower)
+    assert configuration_races(faster)[0].fastest == "hslm_fwd_s8_m32n16"
+    assert "| hslm_fwd_s8_m32n16 | hslm_fwd_s8_m32n16 | yes |" in markdown(faster)

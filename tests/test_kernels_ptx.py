@@ -9,10 +9,10 @@ README describes so a refactor of the emitters cannot drop it silently.
 import re
 
 import pytest
-from kernelcases import INT32_EPILOGUE, STAGED, TERNARY, TWO_STAGED, per_kernel, tile_of
+from kernelcases import INT32_EPILOGUE, STAGED, TERNARY, TWO_STAGED, per_kernel, rows_read_back, tile_of
 
 from kernels.registry import KERNELS, get_kernel
-from kernels.tile.geometry import N_TILES, TILE_N
+from kernels.tile.geometry import TILE_N
 from kernels.tile.operands import FragmentTernary, StagedRows
 
 MMA = "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32"
@@ -47,7 +47,7 @@ def test_emission_is_deterministic_and_targets_sm80(name):
 
 def check_loops_are_uniform_bodies_of_all_mma(name: str, ptx: str) -> None:
     tile, labels = tile_of(name), chunk_loops(name)
-    per_chunk = tile.m_tiles * N_TILES * 2  # m16 x n8 tiles x 2 k steps per warp
+    per_chunk = tile.m_tiles * tile.n_tiles * 2  # m16 x n8 tiles x 2 k steps per warp
     assert loop_labels(ptx) == labels
     for label in labels:
         body = loop(ptx, label)
@@ -62,7 +62,7 @@ def check_loops_are_uniform_bodies_of_all_mma(name: str, ptx: str) -> None:
     # exists and is whole, out when none exists, else on into the tail loop
     loops = ["chunk_tail", "chunk", "chunks_done", "chunk_tail"] if len(labels) == 2 else ["chunk"]
     assert [t for t in targets if t not in skips] == loops + ["add_out", "out_done"]
-    assert len(skips) == len(set(skips)) == tile.m_tiles * 4
+    assert len(skips) == len(set(skips)) == tile.m_tiles * rows_read_back(tile)
     assert len(re.findall(r"\bbra\b", ptx)) == len(targets)
     if len(labels) == 2:
         whole = re.search(r"setp\.le\.s32 (%p\d+), (%r\d+), (%r\d+);\n\t@!\1 bra\.uni chunk_tail;\nchunk:\n", ptx)
@@ -87,7 +87,7 @@ def test_staged_loops_are_uniform_bodies_of_all_mma(name):
 def test_output_is_stored_or_added_once_per_accumulator(name):
     ptx, tile = KERNELS[name].emit(), tile_of(name)
     stores, adds = ptx.split("add_out:\n", 1)
-    per_lane = tile.m_tiles * N_TILES * 4  # m16 x n8 tiles x 4 elements per lane
+    per_lane = tile.m_tiles * tile.n_tiles * 4  # m16 x n8 tiles x 4 elements per lane
     assert 4 * len(re.findall(r"@%p\d+ st\.global\.v4\.b32", stores)) == per_lane  # four a store
     assert len(re.findall(r"@%p\d+ red\.global\.add\.s32", adds)) == per_lane
     assert "red.global.add" not in stores and " st.global" not in adds and "st.global.s32" not in ptx
@@ -95,20 +95,23 @@ def test_output_is_stored_or_added_once_per_accumulator(name):
 
 @pytest.mark.parametrize("name", per_kernel(INT32_EPILOGUE))
 def test_one_split_stores_from_registers_and_split_k_stages_one_pass_per_m_tile(name):
-    ptx, passes = KERNELS[name].emit(), tile_of(name).m_tiles
+    ptx, tile = KERNELS[name].emit(), tile_of(name)
+    passes, runs = tile.m_tiles, tile.n_tiles // 2  # runs of four columns a lane holds in a row
     after = ptx.split("bra.uni chunk;", 1)[1]
     assert after.index("cp.async.wait_all") < after.index("bra.uni add_out;")
     stores, adds = after.split("bra.uni add_out;", 1)[1].split("add_out:\n", 1)
     # one split: each lane's rows g and g + 8 of each m tile, one 16-byte store per run of
-    # four columns (two runs), guarded by row and run; no shared memory, no barrier
-    assert len(re.findall(r"@%p\d+ st\.global\.v4\.b32", stores)) == stores.count("st.global") == 2 * passes * 2
+    # four columns, guarded by row and run; no shared memory, no barrier
+    assert len(re.findall(r"@%p\d+ st\.global\.v4\.b32", stores)) == stores.count("st.global") == 2 * passes * runs
     assert "shared" not in stores and "bar.sync" not in stores
     # split-K: the ring is free (a barrier), then per pass a lane's fragment row, four
-    # consecutive columns per n tile pair: 4 v4, written / read back with a barrier each
+    # consecutive columns per n tile pair: a v4 per run and row half, written / read back
+    # with a barrier each
     assert adds.index("bar.sync 0;") < adds.index("st.shared")
-    assert len(re.findall(r"st\.shared\.v4\.b32 \[", adds)) == adds.count("st.shared") == 4 * passes
+    assert len(re.findall(r"st\.shared\.v4\.b32 \[", adds)) == adds.count("st.shared") == 2 * runs * passes
     assert adds.count("bar.sync 0;") == 2 * passes
-    assert adds.count("ld.shared.b32") == 16 * passes  # read back as words, one per output element
+    # read back as words, one per output element: 4 column groups of each row a warp reads
+    assert adds.count("ld.shared.b32") == 4 * rows_read_back(tile) * passes
 
 
 def check_loops_copy_ahead_and_read_fragments_with_ldmatrix(name: str, ptx: str) -> None:
@@ -122,12 +125,13 @@ def check_loops_copy_ahead_and_read_fragments_with_ldmatrix(name: str, ptx: str)
         assert len(re.findall(COPY, body)) == copies
         assert body.count("cp.async.commit_group") == 1
         assert body.count(f"cp.async.wait_group {stages - 2};") == 1  # this chunk landed, newer in flight
-        a_loads = 2 * tile.m_tiles  # A: m tiles x 2 k steps; B: 4 per chunk (dW), none in registers (W)
-        b_loads = 4 if two_staged else 0
+        a_loads = 2 * tile.m_tiles  # A: m tiles x 2 k steps; B: one per n tile (dW), none in registers (W)
+        b_loads = tile.n_tiles if two_staged else 0
         assert body.count("ldmatrix.sync.aligned.m8n8.x4.shared.b16") == a_loads + b_loads and ".trans" not in body
-        # no byte or scalar gathers; W through the ring comes back as one 16-byte load a lane
+        # no byte or scalar gathers; W through the ring comes back as one vector load a lane
         w_reads = 1 if not two_staged and FragmentTernary.ring_fits(tile) else 0
-        assert body.count("ld.shared") == body.count("ld.shared.v4.u32") == w_reads and "ld.global.u8" not in body
+        assert body.count("ld.shared") == body.count(f"ld.shared.v{tile.n_tiles}.u32") == w_reads
+        assert "ld.global.u8" not in body
     groups = stages - 1 + len(labels)  # stages - 1 chunks ahead, then one in each loop's body
     assert ptx.count("cp.async.cg") == groups * copies and ptx.count("cp.async.commit_group") == groups
 
@@ -173,10 +177,12 @@ def test_ternary_kernels_decode_w_into_the_mma_b_registers(name):
     table = re.search(r"mov\.b32 (%r\d+), 0xff0100;", ptx).group(1)
     decoded = re.findall(rf"prmt\.b32 (%r\d+), {table}, 0, %r\d+;", body)
     b_operands = set(re.findall(r"mma\.sync[^\n]*\{[^}]*\}, \{[^}]*\}, \{(%r\d+), (%r\d+)\}", body))
-    assert len(decoded) == 4 * 4 and {r for pair in b_operands for r in pair} == set(decoded)
+    tile = tile_of(name)
+    assert len(decoded) == 4 * tile.n_tiles and {r for pair in b_operands for r in pair} == set(decoded)
     assert "st.shared" not in body
-    if FragmentTernary.ring_fits(tile_of(name)):
-        words = re.search(r"ld\.shared\.v4\.u32 \{(%r\d+), (%r\d+), (%r\d+), (%r\d+)\}", body)
+    if FragmentTernary.ring_fits(tile):
+        words = re.search(rf"ld\.shared\.v{tile.n_tiles}\.u32 \{{" + ", ".join([r"(%r\d+)"] * tile.n_tiles) + r"\}",
+                          body)
         assert body.index("bar.sync") < words.start() < body.index("prmt.b32") and "ld.global" not in body
         after = body[words.end():]
         assert all(re.search(rf", {word}[,;]", after) for word in words.groups())  # each word is decoded
@@ -197,8 +203,9 @@ def test_ternary_kernels_read_w_from_one_pointer_under_the_loops_own_predicate(n
     if FragmentTernary.ring_fits(tile_of(name)):
         copies = re.findall(r"cp\.async\.ca\.shared\.global \[(%r\d+)(?:\+(\d+))?\], \[(%rd\d+)(?:\+\d+)?\], 4, "
                             r"(%p\d+);", body)
-        assert len(copies) == 4 and len({(dst, ptr, pred) for dst, _, ptr, pred in copies}) == 1
-        assert [int(offset or 0) for _, offset, _, _ in copies] == [0, 4, 8, 12]
+        n_tiles = tile_of(name).n_tiles
+        assert len(copies) == n_tiles and len({(dst, ptr, pred) for dst, _, ptr, pred in copies}) == 1
+        assert [int(offset or 0) for _, offset, _, _ in copies] == [4 * ni for ni in range(n_tiles)]
         pred, ptr = copies[0][3], copies[0][2]
         assert re.search(rf"setp\.ge\.u64 {pred}, {ptr}, %rd\d+;", body) and "min.u32" not in body
         return
@@ -266,5 +273,5 @@ def test_loop_checks_fail_for_a_wrong_dw(name, monkeypatch):
 
 
 def test_unknown_kernel_names_the_known_ones():
-    with pytest.raises(KeyError, match="unknown kernel 'fwd'; known: hslm_fwd_s8, hslm_fwd_s8_m32, hslm_dx_s8"):
+    with pytest.raises(KeyError, match="unknown kernel 'fwd'; known: hslm_fwd_s8, hslm_fwd_s8_m32, hslm_fwd_s8_m32n16, hslm_dx_s8"):
         get_kernel("fwd")

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 from kernelcases import (INT32_EPILOGUE, STAGED, TERNARY, TWO_STAGED, contraction, emulated, exact, family_configs,
-                         gemm_dims, inputs_of, per_kernel, per_module, plans_scored, span_of, stated, tile_of)
+                         gemm_dims, inputs_of, per_kernel, per_module, plans_scored, rows_read_back, span_of, stated,
+                         tile_of)
 
 from kernels.launch import LaunchError, launch, launch_outputs
 from kernels.pitch import WPlanes
@@ -357,10 +358,11 @@ def test_rows_past_the_last_are_not_stored(name, width):
 @pytest.mark.parametrize("width", [128, 127], ids=["aligned", "odd"])
 @pytest.mark.parametrize("name", per_kernel(INT32_EPILOGUE))
 def test_split_k_sums_of_rows_past_the_last_are_not_read_back(name, width):
-    """Split-K: all fragments staged (m_tiles passes x 2 halves x warps x two v4) by each
-    of the 8 splits; 27 rows read back and added, 4 words a lane, none past the width."""
+    """Split-K: all fragments staged (m_tiles passes x 2 halves x warps x a v4 per two n
+    tiles) by each of the 8 splits; 27 rows read back and added, 4 words a lane, none past
+    the width."""
     got, tile = output_requests(name, width, contraction=SPLIT_K), tile_of(name)
-    assert got == {"st.shared": 8 * tile.m_tiles * 2 * tile.warps * 2, "ld.shared": 8 * 27 * 4,
+    assert got == {"st.shared": 8 * tile.m_tiles * 2 * tile.warps * tile.n_tiles // 2, "ld.shared": 8 * 27 * 4,
                    "st.global": 0, "red.global": 8 * 27 * 4, "bytes": 8 * 27 * width * 4}
 
 
@@ -380,7 +382,7 @@ def test_storing_every_row_is_caught_out_of_bounds(name):
 def test_reading_back_every_row_is_caught_out_of_bounds(name):
     """Plant: the split-K read-back no longer skips rows past the last."""
     ptx, count = re.subn(r"\t@%p\d+ bra\.uni add_written_\d_\d;\n", "", get_kernel(name).emit())
-    assert count == tile_of(name).m_tiles * 4
+    assert count == tile_of(name).m_tiles * rows_read_back(tile_of(name))
     with pytest.raises(EmulatorError) as info:
         output_requests(name, 128, ptx, contraction=SPLIT_K)
     assert info.value.kind == "out_of_bounds" and "red.global" in info.value.text
@@ -433,7 +435,7 @@ def test_split_k_with_plain_stores_is_caught(name):
     emulator refuses the second CTA's store to a word another CTA stored (a race: CTAs
     are not ordered); an emulator that let it through would show the lost sums."""
     ptx, count = re.subn(r"(@%p\d+) red\.global\.add\.s32", r"\1 st.global.s32", get_kernel(name).emit())
-    assert count == tile_of(name).m_tiles * geometry.N_TILES * 4  # one per accumulator element
+    assert count == tile_of(name).m_tiles * tile_of(name).n_tiles * 4  # one per accumulator element
     try:
         got, want = split_run(name, Dims(70, 200, 140), 64, ptx)
     except EmulatorError as error:
@@ -499,7 +501,8 @@ def test_ternary_kernels_fetch_w_for_the_chunks_they_run_and_no_more(name):
     time. Through the ring: the prologue's 3 stages are the 3 chunks, and every copy past
     W's last plane ignores its source; negative: without that, the loop's copies read
     past the planes."""
-    tile, dims, words = tile_of(name), one_cta(name, 190), geometry.N_TILES  # a word per n tile a lane
+    tile, dims = tile_of(name), one_cta(name, 190)
+    words = tile.n_tiles  # a word per n tile a lane
     assert get_kernel(name).geometry(dims).grid == (1, 1, 1)
     assert w_fetches(name, dims) == tile.warps * words * 3
     if FragmentTernary.ring_fits(tile):
@@ -530,10 +533,11 @@ def test_w_loads_read_whole_sectors(name):
 
 @pytest.mark.parametrize("name", per_kernel(TERNARY))
 def test_w_sectors_count_a_fetch_that_straddles_them(name):
-    """Negative for the test above: tile 1's word read 8 bytes further on (its pairs of
-    columns then straddle sector boundaries) makes that request 8 sectors for 128 bytes."""
-    ptx, count = re.subn(W_FETCH + r"\+32\]", r"\1+40]", get_kernel(name).emit())
+    """Negative for the test above: tile 0's word read 8 bytes further on (its pairs of
+    columns then straddle sector boundaries; tile 1's words follow, so it stays inside the
+    planes) makes that request 8 sectors for 128 bytes (one request of each lane's n_tiles)."""
+    ptx, count = re.subn(W_FETCH + r"\]", r"\1+8]", get_kernel(name).emit())
     assert count == (get_kernel(name).stages if FragmentTernary.ring_fits(tile_of(name)) else 2)  # prologue, loop
     _, _, loads = w_loads(name, gemm_dims(name, rows=tile_of(name).m, cols=243, contraction=729), ptx)
     requests = sum(a.requests for a in loads)
-    assert sum(a.sectors for a in loads) == 4 * requests + 4 * (requests // 4)
+    assert sum(a.sectors for a in loads) == 4 * requests + 4 * (requests // tile_of(name).n_tiles)

@@ -286,13 +286,13 @@ BAD_INPUTS = [
     ("complex x", lambda: array_ops.forward(np.ones((4, 16), complex), W16x8, 1.0, fn=FWD),
      "forward: x is complex128; expected a real array (float16/32/64 or integer)"),
     ("unpacked W", lambda: array_ops.forward(np.ones((4, 16)), np.ones((16, 8), np.int8), 1.0, fn=FWD),
-     "hslm_fwd_s8_m32: input 'w' is int8(16, 8), expected uint32(8, 1) for R=4 K=16 N=8; "
+     "hslm_fwd_s8_m32n16: input 'w' is int8(16, 8), expected uint32(8, 1) for R=4 K=16 N=8; "
      "pack the K x N ternary matrix with kernels.ternary.pack(w)"),
     ("W packed for another K", lambda: array_ops.grad_input(np.ones((4, 8)), W16x8, 1.0, 40, fn=DX),
-     "hslm_dx_s8_m32: input 'w' is uint32(8, 1), expected uint32(8, 3) for R=4 K=40 N=8; "
+     "hslm_dx_s8_m32n16: input 'w' is uint32(8, 1), expected uint32(8, 3) for R=4 K=40 N=8; "
      "pack the K x N ternary matrix with kernels.ternary.pack(w)"),
     ("code 3 in W", lambda: array_ops.forward(np.ones((4, 16)), W16x8 | np.uint32(3 << 30), 1.0, fn=FWD),
-     "hslm_fwd_s8_m32: input 'w': packed weights: code 3 at column 0, in-feature 15 (word 0, bits 30-31) "
+     "hslm_fwd_s8_m32n16: input 'w': packed weights: code 3 at column 0, in-feature 15 (word 0, bits 30-31) "
      "is not allowed; the packer never writes it: re-pack the weights (kernels.ternary.pack)"),
     ("NaN in x", lambda: array_ops.forward(_with(np.nan, (2, 5)), W16x8, 1.0, fn=FWD),
      "forward: x has a non-finite value (nan) at (2, 5), so row 2 has no int8 scale; find where it came "

@@ -194,10 +194,10 @@ def test_emulator_memory_rows_come_from_one_emulator_launch(monkeypatch):
 
 
 def test_each_row_says_whether_the_tile_rule_runs_that_configuration():
-    shape = Shape(name="s", R=27, K=729, N=243)  # the rule runs the 32-row tile here
+    shape = Shape(name="s", R=27, K=729, N=243)  # the rule runs the 8-warp 32-row tile here
     rows = {name: perf_model.model_row(KERNELS[name], shape, H200, SASS, COUNTS, PTXAS, None, "-")
-            for name in ("hslm_fwd_s8", "hslm_fwd_s8_m32")}
-    assert not rows["hslm_fwd_s8"].rule_pick and rows["hslm_fwd_s8_m32"].rule_pick
+            for name in ("hslm_fwd_s8", "hslm_fwd_s8_m32", "hslm_fwd_s8_m32n16")}
+    assert [name for name, row in rows.items() if row.rule_pick] == ["hslm_fwd_s8_m32n16"]
     big = perf_model.model_row(FWD, Shape(name="b", R=4096, K=4096, N=4096), H200, SASS, COUNTS, PTXAS, None, "-")
     assert big.rule_pick
 

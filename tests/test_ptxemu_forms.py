@@ -160,6 +160,7 @@ CASES: list[Case] = [
          lambda i: [A[i ^ 1], B[i ^ 1], C[i ^ 1], i ^ 1], pre=SHARE),
     Case("  ld.shared.v4.u32 {%r10, %r11, %r12, %r13}, [%r22];",
          lambda i: [A[i ^ 1], B[i ^ 1], C[i ^ 1], i ^ 1], pre=SHARE),
+    Case("  ld.shared.v2.u32 {%r10, %r11}, [%r22];", lambda i: [A[i ^ 1], B[i ^ 1]], pre=SHARE),
     Case("  st.shared.v4.b32 [%r21], {%r5, %r6, %r7, %r4};", lambda i: [A[i ^ 1], B[i ^ 1], C[i ^ 1], i ^ 1],
          post="  bar.sync 0;\n  ld.shared.v4.b32 {%r10, %r11, %r12, %r13}, [%r22];"),
     Case("  bar.sync 0;", lambda i: [C[i ^ 1]], pre="  st.shared.v4.b32 [%r21], {%r5, %r6, %r7, %r4};",
@@ -239,6 +240,13 @@ CASES: list[Case] = [
          post=WAIT_OWN),
     Case("  cp.async.cg.shared.global [%r21], [%rd12], 16, %r8;", lambda i: _aux(i, A[i] & 15),
          pre="  and.b32 %r8, %r5, 15;", post=WAIT_OWN),
+    Case("  @%p2 cp.async.cg.shared.global [%r21], [%rd12], 16, %r8;",
+         lambda i: _aux(i, A[i] & 15) if B[i] & 1 else [A[i], B[i], C[i], i],
+         pre="  and.b32 %r8, %r5, 15;\n  st.shared.v4.b32 [%r21], {%r5, %r6, %r7, %r4};", post=WAIT_OWN),
+    # guarded off, a thread copies nothing: its 16 bytes keep what was there
+    Case("  @%p2 cp.async.cg.shared.global [%r21], [%rd12], 16, %p1;",
+         lambda i: ([0] * 4 if A[i] & 1 else _aux(i)) if B[i] & 1 else [A[i], B[i], C[i], i],
+         pre="  st.shared.v4.b32 [%r21], {%r5, %r6, %r7, %r4};", post=WAIT_OWN),
     # the 4-byte form (.ca: 4, 8 or 16 bytes) writes its word alone: the rest of the 16 stays
     Case("  cp.async.ca.shared.global [%r21], [%rd12], 4, %p1;",
          lambda i: [0 if A[i] & 1 else AUX[4 * i], B[i], C[i], i],

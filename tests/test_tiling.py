@@ -30,8 +30,8 @@ def test_every_configuration_belongs_to_one_family_and_has_its_own_entry():
 
 
 @pytest.mark.parametrize("family", TILED)
-def test_short_batches_take_the_small_tile_and_large_problems_the_large_one(family):
-    assert all(choose(family, d).tile == "32x128" for d in HSLM)
+def test_short_batches_take_a_32_row_tile_and_large_problems_the_large_one(family):
+    assert all(choose(family, d).tile.startswith("32x128") for d in HSLM)  # 4 or 8 warps
     assert all(choose(family, d).tile == "128x128" for d in LARGE)
 
 
@@ -91,22 +91,21 @@ def test_a_short_batch_takes_the_small_tile_and_a_large_problem_the_large_one_by
     assert per_mac["hslm_fwd_s8_m32"] > 1.2 * per_mac["hslm_fwd_s8"]
 
 
-def test_dw_at_r1782_takes_the_small_tile_split_past_one_cta_an_sm():
-    """The FFN dW at R = 1782 (28 chunks on 46-48 tiles of 32 x 128): 128 x 128 is 30% slower
-    by the model. One CTA an SM allows two splits of 14 chunks; at 4 warps a CTA two CTAs
-    share an SM's schedulers within each other's stalls, so five splits of 6 chunks (230-240
-    CTAs, two an SM) take less than two of 14 (1.6-3.8% by the model, since the loop copies
-    after its mma and its chain is shorter), red.global over each tile and all; ten
-    splits at four an SM cost more than either."""
+def test_dw_at_r1782_takes_two_warps_a_scheduler_the_cheapest_way():
+    """The FFN dW at R = 1782 (28 chunks on 46-48 tiles of 32 rows): 128 x 128 is 30% slower
+    by the model. Its best is two warps on each scheduler, issuing in each other's stalls:
+    the 4-warp 32 x 128 tile gets there with two CTAs an SM, so five splits of 6 chunks
+    (230-240 CTAs) beat two of 14 for it; the 8-warp tile (warps 16 columns wide) has
+    them in one CTA, and two splits of 14 at one CTA an SM, with fewer reds, are the
+    cheapest of all. Ten splits at four an SM cost more than any."""
     for dims in (Dims(1782, 243, 729), Dims(1782, 729, 243)):
         picked = choose("hslm_dw_s8", dims)
-        assert picked.name == "hslm_dw_s8_m32" and picked.geometry(dims).grid[2] == 5
+        assert picked.name == "hslm_dw_s8_m32n16" and picked.geometry(dims).grid[2] == 2
         assert KERNELS["hslm_dw_s8"].cost(dims) > 1.25 * picked.cost(dims)
-        one_an_sm = rule.split_k(dims.K, dims.N, dims.R, tile_of("hslm_dw_s8_m32"))
-        scores = plans_scored("hslm_dw_s8_m32", dims)
-        assert one_an_sm.splits == 2 and scores[one_an_sm] > 1.01 * picked.cost(dims)
-        deepest = max(scores, key=lambda plan: plan.splits)
-        assert deepest.splits == 10 and scores[deepest] > 1.25 * picked.cost(dims)
+        four_warps = plans_scored("hslm_dw_s8_m32", dims)
+        assert min(four_warps, key=four_warps.get).splits == 5 and min(four_warps.values()) > picked.cost(dims)
+        deepest = max(four_warps, key=lambda plan: plan.splits)
+        assert deepest.splits == 10 and four_warps[deepest] > 1.25 * picked.cost(dims)
 
 
 def test_an_int32_launch_splits_only_where_the_rule_says_it_pays():
@@ -127,17 +126,17 @@ def test_the_rule_follows_the_device_facts(monkeypatch):
     """Negative: the rule reads the device it scores for. With L2 at a tenth of its rate,
     dW at R = 1782 turns L2-bound and the large tile, which moves fewer bytes, wins."""
     dims = Dims(1782, 243, 729)
-    assert choose("hslm_dw_s8", dims).name == "hslm_dw_s8_m32"
+    assert choose("hslm_dw_s8", dims).name == "hslm_dw_s8_m32n16"
     slow = rule.RULE_DEVICE._replace(l2_bandwidth_gbs=rule.RULE_DEVICE.l2_bandwidth_gbs / 10)
     monkeypatch.setattr(rule, "RULE_DEVICE", slow)
-    assert choose("hslm_dw_s8", dims).name == "hslm_dw_s8_m32"  # the pick is kept per shape ...
+    assert choose("hslm_dw_s8", dims).name == "hslm_dw_s8_m32n16"  # the pick is kept per shape ...
     try:
         forget_scores()  # ... until the scores are forgotten
         assert choose("hslm_dw_s8", dims).name == "hslm_dw_s8"
     finally:
         monkeypatch.undo()
         forget_scores()
-    assert choose("hslm_dw_s8", dims).name == "hslm_dw_s8_m32"
+    assert choose("hslm_dw_s8", dims).name == "hslm_dw_s8_m32n16"
 
 
 def test_unknown_family_names_the_known_ones():
@@ -145,9 +144,11 @@ def test_unknown_family_names_the_known_ones():
         choose("fwd", Dims(1, 1, 1))
 
 
-@pytest.mark.parametrize("R, K, N, want", [(27, 729, 243, "hslm_fwd_s8_m32"), (2048, 1024, 2048, "hslm_fwd_s8")])
+@pytest.mark.parametrize("R, K, N, want", [(27, 729, 243, "hslm_fwd_s8_m32n16"), (1782, 243, 729, "hslm_fwd_s8_m32"),
+                                          (2048, 1024, 2048, "hslm_fwd_s8")])
 def test_forward_launches_the_configuration_the_rule_picks(R, K, N, want):
-    """A stand-in kernel records the block each launch asked for (128 threads: the small tile)."""
+    """A stand-in kernel records the block each launch asked for (128 threads: the 4-warp
+    32 x 128 tile; 256: the others)."""
     assert choose("hslm_fwd_s8", Dims(R, K, N)).name == want
     blocks = []
     rng = np.random.default_rng(0)
@@ -159,5 +160,6 @@ def test_forward_launches_the_configuration_the_rule_picks(R, K, N, want):
 def test_configurations_share_a_family_but_differ_in_their_launch():
     small, large = (KERNELS[n] for n in ("hslm_dx_s8_m32", "hslm_dx_s8"))
     dims = Dims(27, 243, 243)
-    assert small.family_name == large.family_name == "hslm_dx_s8" and family_configs("hslm_dx_s8") == ["hslm_dx_s8", "hslm_dx_s8_m32"]
+    assert small.family_name == large.family_name == "hslm_dx_s8"
+    assert family_configs("hslm_dx_s8") == ["hslm_dx_s8", "hslm_dx_s8_m32", "hslm_dx_s8_m32n16"]
     assert small.geometry(dims).block == (128, 1, 1) and large.geometry(dims).block == (256, 1, 1)

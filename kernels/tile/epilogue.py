@@ -13,15 +13,15 @@ from typing import Callable, NamedTuple
 from kernels.ptx_emit import Ptx
 from kernels.layout import Plain
 from kernels.spec import BufferSpec, Dims, ScalarSpec
-from kernels.tile.geometry import N_TILES, TILE_N
+from kernels.tile.geometry import TILE_N
 from kernels.tile.operands import Coords, Source
 
-def runs(b: Source) -> list[tuple[int, list[tuple[int, int]]]]:
+def runs(b: Source, n_tiles: int) -> list[tuple[int, list[tuple[int, int]]]]:
     """A lane's D fragment elements (n tile, e) of one row grouped into runs of
     consecutive columns, each run aligned to its length (one st.shared.v2/.v4):
     [(first column past ``b.col_first``, [(n tile, e), ...])]."""
     groups: list[list[tuple[int, tuple[int, int]]]] = []
-    for col, element in sorted((b.col_offset(ni, e), (ni, e)) for ni in range(N_TILES) for e in (0, 1)):
+    for col, element in sorted((b.col_offset(ni, e), (ni, e)) for ni in range(n_tiles) for e in (0, 1)):
         if groups and groups[-1][-1][0] == col - 1:
             groups[-1].append((col, element))
         else:
@@ -66,7 +66,7 @@ class Epilogue:
         self.ptx, self.at, self.acc, self.b = ptx, at, acc, b
         self.out, self.rows, self.cols, self.out_pitch = out, rows, cols, out_pitch
         self.tile = tile = at.tile
-        self.runs = runs(b)
+        self.runs = runs(b, tile.n_tiles)
         self.row_bytes = 4 * staging_row_words(len(self.runs[0][1]))
         pass_rows = 16 * tile.warps_m
         self.read_rows = pass_rows // tile.warps  # rows each warp reads back per pass

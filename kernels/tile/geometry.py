@@ -1,7 +1,7 @@
-"""The staged CTA tile's shape: a CTA of ``warps_m`` x 4 warps computes a (16 warps_m
-m_tiles) x 128 tile of D (:class:`Tile`; the large one: 8 warps, 128 x 128, each warp a
-64 x 32 block of four m16 x four n8 ``mma.m16n8k32`` accumulators, so a fragment load
-serves 4 mma); the contraction runs in chunks of 64 bytes of k. Every other part of the
+"""The staged CTA tile's shape: a CTA of ``warps_m`` x ``warps_n`` warps computes a
+(16 warps_m m_tiles) x 128 tile of D (:class:`Tile`; the large one: 8 warps, 128 x 128,
+each warp a 64 x 32 block of four m16 x four n8 ``mma.m16n8k32`` accumulators, so a
+fragment load serves 4 mma); the contraction runs in chunks of 64 bytes of k. Every other part of the
 tile (the rule, the operands, the loop, the epilogue) is sized from these constants, the
 launch grid (:func:`geometry`) and the entry (:func:`begin`, :func:`entry_name`).
 """
@@ -12,10 +12,7 @@ from typing import NamedTuple
 from kernels.ptx_emit import Ptx
 from kernels.spec import Launch, Param
 
-WARPS_N = 4  # warps along N; every configuration is TILE_N = 128 columns wide
-WARP_N = 32
-TILE_N = WARPS_N * WARP_N
-N_TILES = WARP_N // 8
+TILE_N = 128  # every configuration is TILE_N columns wide
 CHUNK_K = 64  # bytes of k per chunk: two k32 mma steps
 PIECE = 16  # bytes per cp.async and per ldmatrix row
 PIECES = CHUNK_K // PIECE
@@ -24,11 +21,13 @@ SHARED_ALIGN = 128  # swizzled addresses flip bit 5 with xor: the base keeps bit
 
 
 class Tile(NamedTuple):
-    """One CTA configuration: ``warps_m`` x WARPS_N warps, each ``m_tiles`` m16 tiles by
-    N_TILES n8 tiles, so the CTA computes (16 warps_m m_tiles) x TILE_N of D, with a copy
-    ring of ``stages`` chunks. Only M varies: a small M wastes fewer rows of a short
-    batch (R = 27) and gives the grid more CTAs; a large M reuses each decoded B chunk
-    and each B fragment across more rows."""
+    """One CTA configuration: ``warps_m`` x ``warps_n`` warps, each ``m_tiles`` m16 tiles
+    by ``n_tiles`` n8 tiles, so the CTA computes (16 warps_m m_tiles) x TILE_N of D, with
+    a copy ring of ``stages`` chunks. A small M wastes fewer rows of a short batch (R =
+    27) and gives the grid more CTAs; a large M reuses each decoded B chunk and each B
+    fragment across more rows. More warps along N split a short tile's chunk among more
+    warps (each its own columns, its own W words to decode), so that two warps share a
+    scheduler and issue in each other's stalls."""
 
     warps_m: int
     m_tiles: int
@@ -37,10 +36,21 @@ class Tile(NamedTuple):
     # of 256 threads cap it at the build's 128 registers a thread (65536 per SM); 1 leaves
     # the allocation to ptxas
     min_ctas: int = 1
+    warps_n: int = 4  # warps along N, each TILE_N / warps_n columns: 4 (32) or 8 (16)
+
+    @property
+    def warp_n(self) -> int:
+        """Columns of D a warp holds."""
+        return TILE_N // self.warps_n
+
+    @property
+    def n_tiles(self) -> int:
+        """n8 tiles a warp holds."""
+        return self.warp_n // 8
 
     @property
     def warps(self) -> int:
-        return self.warps_m * WARPS_N
+        return self.warps_m * self.warps_n
 
     @property
     def threads(self) -> int:
@@ -60,16 +70,23 @@ class Tile(NamedTuple):
         return self.threads // PIECES
 
     def copies(self, rows: int) -> int:
-        """16-byte copies per thread per chunk for an operand of ``rows`` tile rows."""
-        return rows * PIECES // self.threads
+        """16-byte copies per thread per chunk for an operand of ``rows`` tile rows (at least
+        one: where the CTA has more threads than the operand has pieces, the threads past
+        them copy nothing, ``copying_threads``)."""
+        return max(1, rows * PIECES // self.threads)
+
+    def copying_threads(self, rows: int) -> int:
+        """Threads that copy an operand of ``rows`` tile rows: all, or one per 16-byte piece."""
+        return min(self.threads, rows * PIECES)
 
     @property
     def label(self) -> str:
-        return f"{self.m}x{TILE_N}"
+        return f"{self.m}x{TILE_N}" + ("" if self.warps_n == 4 else f"n{self.warp_n}")
 
 
 LARGE = Tile(warps_m=2, m_tiles=4, min_ctas=2)  # 128 x 128, 8 warps of 64 x 32: 64 accumulators a thread
 SMALL = Tile(warps_m=1, m_tiles=2)  # 32 x 128, 4 warps of 32 x 32
+NARROW = Tile(warps_m=1, m_tiles=2, warps_n=8)  # 32 x 128, 8 warps of 32 x 16: 2 warps a scheduler
 
 
 class Plan(NamedTuple):
@@ -94,8 +111,11 @@ def geometry(rows: int, cols: int, plan: Plan, tile: Tile) -> Launch:
 
 def entry_name(family: str, tile: Tile) -> str:
     """The PTX entry of ``family`` on ``tile``: the family's name for the large tile, a
-    suffix with the tile's M otherwise (hslm_fwd_s8_m32)."""
-    return family if tile.m == LARGE.m else f"{family}_m{tile.m}"
+    suffix with the tile's M otherwise (hslm_fwd_s8_m32), and with a warp's columns where
+    they are not 32 (hslm_fwd_s8_m32n16)."""
+    if tile.m == LARGE.m:
+        return family
+    return f"{family}_m{tile.m}" + ("" if tile.warps_n == 4 else f"n{tile.warp_n}")
 
 
 

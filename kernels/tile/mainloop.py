@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from kernels.ptx_emit import Ptx
 from kernels.tile.epilogue import Epilogue, Rescale, RescaledRows, emit_split_rescale
-from kernels.tile.geometry import N_TILES, STAGE_BYTES
+from kernels.tile.geometry import STAGE_BYTES
 from kernels.tile.operands import Coords, Source, StagedRows
 
 def ring_step(ptx: Ptx, offset: str, stages: int, steps: int, into: str | None = None) -> str:
@@ -53,7 +53,7 @@ def emit_staged(ptx: Ptx, at: Coords, a: StagedRows, b: Source, k_limit: str, ou
     with no size arithmetic, then "chunk_tail" for the rest; each chunk runs in one of
     them, so the loops' trips are the one loop's."""
     stages = at.tile.stages
-    acc = [[[ptx.mov(0) for _ in range(4)] for _ in range(N_TILES)] for _ in range(at.tile.m_tiles)]
+    acc = [[[ptx.mov(0) for _ in range(4)] for _ in range(at.tile.n_tiles)] for _ in range(at.tile.m_tiles)]
     sources = (a, b)
     for stage in range(stages - 1):
         for src in sources:
@@ -90,7 +90,7 @@ def emit_staged(ptx: Ptx, at: Coords, a: StagedRows, b: Source, k_limit: str, ou
             frag_b = b.b_fragments(read_stage)
             for step, frag_a in enumerate(a.a_fragments(read_stage)):
                 for mi in range(at.tile.m_tiles):
-                    for ni in range(N_TILES):
+                    for ni in range(at.tile.n_tiles):
                         ptx.mma_s8(acc[mi][ni], frag_a[mi], frag_b[step][ni])
 
         if b.fetches_ahead:  # its loads of the next chunk go out before the mma, after the copies

@@ -30,7 +30,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 
 from kernels.ptx_emit import TERNARY_PRMT_TABLE, Ptx, decode_ternary
-from kernels.tile.geometry import CHUNK_K, N_TILES, PIECE, PIECES, SHARED_ALIGN, STAGE_BYTES, TILE_N, WARP_N, Tile
+from kernels.tile.geometry import CHUNK_K, PIECE, PIECES, SHARED_ALIGN, STAGE_BYTES, TILE_N, Tile
 
 def swizzled(ptx: Ptx, row: str, piece: str) -> str:
     """Byte offset of 16-byte piece ``piece`` of chunk row ``row``."""
@@ -107,23 +107,23 @@ class Source(ABC):
         """D column of fragment element (n tile ``tile``, c_e) past ``col_first``."""
 
 
-def nk_fragments(ptx: Ptx, read_at: str) -> list[list[list[str]]]:
-    """B fragments from a swizzled [n][k] tile: lane l reads row l & 7 of each n8 tile at
-    piece l >> 3 with one ``ldmatrix.x4``, the tile's B registers for both k steps.
-    Returns [k step][n tile] -> two registers."""
-    tiles = [ptx.ldmatrix_x4(read_at, ni * 8 * CHUNK_K) for ni in range(N_TILES)]
+def nk_fragments(ptx: Ptx, read_at: str, n_tiles: int) -> list[list[list[str]]]:
+    """B fragments from a swizzled [n][k] tile: lane l reads row l & 7 of each of a warp's
+    ``n_tiles`` n8 tiles at piece l >> 3 with one ``ldmatrix.x4``, the tile's B registers
+    for both k steps. Returns [k step][n tile] -> two registers."""
+    tiles = [ptx.ldmatrix_x4(read_at, ni * 8 * CHUNK_K) for ni in range(n_tiles)]
     return [[regs[2 * step:2 * step + 2] for regs in tiles] for step in range(2)]
 
 
 def nk_read_offset(ptx: Ptx, at: Coords) -> str:
-    return swizzled(ptx, ptx.mad(at.warp_n, WARP_N, ptx.band(at.lane, 7)), ptx.shr(at.lane, 3))
+    return swizzled(ptx, ptx.mad(at.warp_n, at.tile.warp_n, ptx.band(at.lane, 7)), ptx.shr(at.lane, 3))
 
 
 def paired_columns(ptx: Ptx, at: Coords) -> str:
     """D column of this lane's c0 when n tiles 2p and 2p + 1 interleave in pairs of
     columns: lane (g, t) holds columns 16p + 4t .. 16p + 4t + 3 of its row, one
     st.shared.v4 when the output is staged (``Epilogue``)."""
-    return ptx.add(ptx.mad(at.warp_n, WARP_N, ptx.shl(ptx.band(at.lane, 3), 2)), at.n_base)
+    return ptx.add(ptx.mad(at.warp_n, at.tile.warp_n, ptx.shl(ptx.band(at.lane, 3), 2)), at.n_base)
 
 
 def paired_column_of_row(ptx: Ptx, row: str) -> str:
@@ -158,12 +158,17 @@ class StagedRows(Source):
                  b: bool = False, exact_tail: bool = False):
         self.ptx, self.b, self.exact_tail = ptx, b, exact_tail
         tile = at.tile
-        self.m_tiles, self.step_rows = tile.m_tiles, tile.rows_per_pass
+        self.m_tiles, self.n_tiles, self.step_rows = tile.m_tiles, tile.n_tiles, tile.rows_per_pass
         row, piece = ptx.shr(at.tid, 2), ptx.band(at.tid, PIECES - 1)
         self.ring = ring = ptx.shared_array("b_ring" if b else "a_ring", tile.stages * STAGE_BYTES, SHARED_ALIGN)
         self.copy_at = ptx.add(ring, swizzled(ptx, row, piece))
         first = ptx.add(at.n_base, paired_column_of_row(ptx, row)) if b else ptx.add(at.m_base, row)
-        rows_j = [ptx.add(first, self.step_rows * j) for j in range(tile.copies(TILE_N if b else tile.m))]
+        tile_rows = TILE_N if b else tile.m
+        rows_j = [ptx.add(first, self.step_rows * j) for j in range(tile.copies(tile_rows))]
+        # a CTA with more threads than the operand has 16-byte pieces (32 rows, 8 warps):
+        # the threads past them copy nothing (their rows would land on other data)
+        copying = tile.copying_threads(tile_rows)
+        self.copier = ptx.setp("lt", at.tid, copying, "u32") if copying < tile.threads else None
         # each copy's row start stays put; the byte of k this thread's piece starts at
         # walks a chunk per issue and is also the test for pieces past K
         self.rows_at = [ptx.byte_offset(ptr, r, pitch) for r in rows_j]
@@ -208,7 +213,7 @@ class StagedRows(Source):
             fills = [ptx.fresh("pred", "or.pred", past_k, out) for out in self.row_test]
         for j, fill in enumerate(fills):
             ptx.cp_async(dst, ptx.byte_offset(self.rows_at[j], self.k_at, 1), fill,
-                         dst_offset=j * self.step_rows * CHUNK_K)
+                         dst_offset=j * self.step_rows * CHUNK_K, guard=self.copier)
         ptx.increment(self.k_at, CHUNK_K)
 
     def a_fragments(self, stage_offset: str):
@@ -220,7 +225,7 @@ class StagedRows(Source):
             yield [ptx.ldmatrix_x4(base, mi * 16 * CHUNK_K) for mi in range(self.m_tiles)]
 
     def b_fragments(self, stage_offset: str) -> list[list[list[str]]]:
-        return nk_fragments(self.ptx, self.ptx.add(self.read_at, stage_offset))
+        return nk_fragments(self.ptx, self.ptx.add(self.read_at, stage_offset), self.n_tiles)
 
 
 class FragmentTernary(Source):
@@ -269,11 +274,12 @@ class FragmentTernary(Source):
         group, quad = ptx.shr(at.lane, 2), ptx.band(at.lane, 3)
         plane = ptx.shl(ptx.round_up(cols, TILE_N), 4)  # bytes of a plane: 16 per column
         self.step = ptx.widen(plane)  # a chunk is a plane on
-        first = ptx.add(at.n_base, paired_column_of_row(ptx, ptx.mad(at.warp_n, WARP_N, group)))
+        first = ptx.add(at.n_base, paired_column_of_row(ptx, ptx.mad(at.warp_n, at.tile.warp_n, group)))
         at_plane = ptx.byte_offset(w_ptr, ptx.shr(at.k_first, 6), plane)  # this split's first chunk
         self.ptr = ptx.byte_offset(at_plane, ptx.mad(first, PIECES, quad), 4)
         # tile ni's column is 16 (ni >> 1) + 2 (ni & 1) past tile 0's (paired_column_of_row)
-        self.offsets = [PIECE * (16 * (ni >> 1) + 2 * (ni & 1)) for ni in range(N_TILES)]
+        self.n_tiles = at.tile.n_tiles
+        self.offsets = [PIECE * (16 * (ni >> 1) + 2 * (ni & 1)) for ni in range(self.n_tiles)]
         # prmt takes its table from a register: a constant there is warp-uniform, and ptxas
         # keeps it in a uniform register and copies it into a new one for each prmt (12 a
         # chunk on the 128 x 128 tile). Adding tid >> 24 (0: a CTA has at most 1024
@@ -284,7 +290,7 @@ class FragmentTernary(Source):
         self.col_first = paired_columns(ptx, at)
         self.slot = None
         if ring is not None and self.ring_fits(at.tile):  # this thread's 16 bytes of a stage
-            self.slot = ptx.mad(at.tid, 4 * N_TILES, ptx.add(ring, at.tile.m * CHUNK_K))
+            self.slot = ptx.mad(at.tid, 4 * self.n_tiles, ptx.add(ring, at.tile.m * CHUNK_K))
             self.end = ptx.byte_offset(w_ptr, ptx.shr(ptx.add(k_limit, CHUNK_K - 1), 6), plane)  # past the last plane
         else:
             self.fetches_ahead = True
@@ -292,8 +298,8 @@ class FragmentTernary(Source):
 
     @staticmethod
     def ring_fits(tile: Tile) -> bool:
-        """A stage holds ``tile``'s A rows and every thread's 4 words of W."""
-        return tile.m * CHUNK_K + tile.threads * 4 * N_TILES <= STAGE_BYTES
+        """A stage holds ``tile``'s A rows and every thread's words of W (one per n tile)."""
+        return tile.m * CHUNK_K + tile.threads * 4 * tile.n_tiles <= STAGE_BYTES
 
     def issue(self, stage_offset: str | int, whole: bool = False) -> None:
         """Through the ring: copy this lane's words of the next chunk into its slot of the
@@ -312,7 +318,7 @@ class FragmentTernary(Source):
         ``into`` where ``guard`` holds; the pointer steps a plane on."""
         ptx = self.ptx
         words = [ptx.load("global", "u32", self.ptr, offset, guard=guard, into=reg)
-                 for offset, reg in zip(self.offsets, into or [None] * N_TILES)]
+                 for offset, reg in zip(self.offsets, into or [None] * self.n_tiles)]
         ptx.increment(self.ptr, self.step, "s64")
         return words
 
@@ -332,7 +338,7 @@ class FragmentTernary(Source):
         """[k step][n tile] -> the tile's two B registers, as decoded (through the ring:
         this lane's words read back from the stage at ``stage_offset`` and decoded)."""
         if self.slot is not None:
-            words = self.ptx.load_vector("shared", "u32", self.ptx.add(self.slot, stage_offset), N_TILES)
+            words = self.ptx.load_vector("shared", "u32", self.ptx.add(self.slot, stage_offset), self.n_tiles)
             self.decoded = [decode_ternary(self.ptx, word, self.table) for word in words]
         return [[regs[2 * step:2 * step + 2] for regs in self.decoded] for step in range(2)]
 

@@ -6,6 +6,7 @@ rows with ternary W only the names of its fields (:func:`ternary_specs`).
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any, Callable
 
 from kernels import cost
@@ -95,9 +96,12 @@ def staged_spec(family: str, tile: Tile, gemm: tuple[str, str, str], buffers: tu
 
     @remembered
     def rule(d: Dims, plan: Plan) -> float:
-        return phase_cost(*extents(d), tile, plan, cost.loop_counts(entry_name(loop_family or family, tile)),
-                          cost.occupancy(name), buffer_bytes(params, d, () if plan.splits > 1 else workspace),
-                          split_rescale)
+        try:
+            counts, occupancy = cost.loop_counts(entry_name(loop_family or family, tile)), cost.occupancy(name)
+        except cost.CostInputError:  # a configuration not counted yet: never picked, and runs one split,
+            return math.inf  # until `doit sass && doit model:counts` count it (the gate checks they did)
+        return phase_cost(*extents(d), tile, plan, counts, occupancy,
+                          buffer_bytes(params, d, () if plan.splits > 1 else workspace), split_rescale)
 
     @remembered
     def plan(d: Dims) -> Plan:
