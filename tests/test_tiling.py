@@ -91,19 +91,21 @@ def test_a_short_batch_takes_the_small_tile_and_a_large_problem_the_large_one_by
     assert per_mac["hslm_fwd_s8_m32"] > 1.2 * per_mac["hslm_fwd_s8"]
 
 
-def test_dw_at_r1782_takes_two_warps_a_scheduler_the_cheapest_way():
-    """The FFN dW at R = 1782 (28 chunks on 46-48 tiles of 32 rows): 128 x 128 is 30% slower
-    by the model. Its best is two warps on each scheduler, issuing in each other's stalls:
-    the 4-warp 32 x 128 tile gets there with two CTAs an SM, so five splits of 6 chunks
-    (230-240 CTAs) beat two of 14 for it; the 8-warp tile (warps 16 columns wide) has
-    them in one CTA, and two splits of 14 at one CTA an SM, with fewer reds, are the
-    cheapest of all. Ten splits at four an SM cost more than any."""
+def test_dw_at_r1782_takes_the_64_row_tile_split_five_ways():
+    """The FFN dW at R = 1782 (28 chunks of k; a 243 x 729 output): 128 x 128 is 50% slower
+    by the model. The 32-row tiles want two warps on each scheduler, issuing in each
+    other's stalls: the 4-warp one gets there at two CTAs an SM (five splits of 6 chunks
+    beat two of 14 for it), the 8-warp one in one CTA (two splits of 14). The 64 x 128
+    tile (8 warps of 32 x 32) has them too, and reads half the B bytes per output row of
+    the 32-row tiles: five splits of 6 chunks on it (120 CTAs) are the cheapest of all.
+    Ten splits cost more than any of those."""
     for dims in (Dims(1782, 243, 729), Dims(1782, 729, 243)):
         picked = choose("hslm_dw_s8", dims)
-        assert picked.name == "hslm_dw_s8_m32n16" and picked.geometry(dims).grid[2] == 2
-        assert KERNELS["hslm_dw_s8"].cost(dims) > 1.25 * picked.cost(dims)
-        four_warps = plans_scored("hslm_dw_s8_m32", dims)
-        assert min(four_warps, key=four_warps.get).splits == 5 and min(four_warps.values()) > picked.cost(dims)
+        assert picked.name == "hslm_dw_s8_m64" and picked.geometry(dims).grid[2] == 5
+        assert KERNELS["hslm_dw_s8"].cost(dims) > 1.5 * picked.cost(dims)
+        four_warps, eight_warps = (plans_scored(n, dims) for n in ("hslm_dw_s8_m32", "hslm_dw_s8_m32n16"))
+        assert min(four_warps, key=four_warps.get).splits == 5 and min(eight_warps, key=eight_warps.get).splits == 2
+        assert min(min(four_warps.values()), min(eight_warps.values())) > 1.1 * picked.cost(dims)
         deepest = max(four_warps, key=lambda plan: plan.splits)
         assert deepest.splits == 10 and four_warps[deepest] > 1.25 * picked.cost(dims)
 
@@ -126,17 +128,17 @@ def test_the_rule_follows_the_device_facts(monkeypatch):
     """Negative: the rule reads the device it scores for. With L2 at a tenth of its rate,
     dW at R = 1782 turns L2-bound and the large tile, which moves fewer bytes, wins."""
     dims = Dims(1782, 243, 729)
-    assert choose("hslm_dw_s8", dims).name == "hslm_dw_s8_m32n16"
+    assert choose("hslm_dw_s8", dims).name == "hslm_dw_s8_m64"
     slow = rule.RULE_DEVICE._replace(l2_bandwidth_gbs=rule.RULE_DEVICE.l2_bandwidth_gbs / 10)
     monkeypatch.setattr(rule, "RULE_DEVICE", slow)
-    assert choose("hslm_dw_s8", dims).name == "hslm_dw_s8_m32n16"  # the pick is kept per shape ...
+    assert choose("hslm_dw_s8", dims).name == "hslm_dw_s8_m64"  # the pick is kept per shape ...
     try:
         forget_scores()  # ... until the scores are forgotten
         assert choose("hslm_dw_s8", dims).name == "hslm_dw_s8"
     finally:
         monkeypatch.undo()
         forget_scores()
-    assert choose("hslm_dw_s8", dims).name == "hslm_dw_s8_m32n16"
+    assert choose("hslm_dw_s8", dims).name == "hslm_dw_s8_m64"
 
 
 def test_unknown_family_names_the_known_ones():

@@ -87,6 +87,7 @@ class Tile(NamedTuple):
 LARGE = Tile(warps_m=2, m_tiles=4, min_ctas=2)  # 128 x 128, 8 warps of 64 x 32: 64 accumulators a thread
 SMALL = Tile(warps_m=1, m_tiles=2)  # 32 x 128, 4 warps of 32 x 32
 NARROW = Tile(warps_m=1, m_tiles=2, warps_n=8)  # 32 x 128, 8 warps of 32 x 16: 2 warps a scheduler
+MID = Tile(warps_m=2, m_tiles=2)  # 64 x 128, 8 warps of 32 x 32
 
 
 class Plan(NamedTuple):
