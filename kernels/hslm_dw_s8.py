@@ -30,8 +30,7 @@ from kernels.tile.operands import Coords, Source, StagedRows
 FAMILY = "hslm_dw_s8"
 MAX_ROWS = 131071  # 127 * 127 * 131071 < 2^31 <= 127 * 127 * 131072 + ...
 STAGES = 3  # two rings of 3 x 8 KiB: the 48 KiB of static shared memory
-TILES = (geometry.LARGE._replace(stages=STAGES), geometry.SMALL._replace(stages=STAGES), geometry.NARROW._replace(stages=STAGES),
-         geometry.MID._replace(stages=STAGES))
+TILES = tuple(tile._replace(stages=STAGES) for tile in (geometry.LARGE, geometry.SMALL, geometry.NARROW, geometry.MID))
 
 
 def transposed_operands(x: str, dy: str) -> Callable[[Ptx, Coords, dict[str, str]], tuple[StagedRows, Source]]:

@@ -273,5 +273,6 @@ def test_loop_checks_fail_for_a_wrong_dw(name, monkeypatch):
 
 
 def test_unknown_kernel_names_the_known_ones():
-    with pytest.raises(KeyError, match="unknown kernel 'fwd'; known: hslm_fwd_s8, hslm_fwd_s8_m32, hslm_fwd_s8_m32n16, hslm_dx_s8"):
+    known = "hslm_fwd_s8, hslm_fwd_s8_m32, hslm_fwd_s8_m32n16, hslm_dx_s8"
+    with pytest.raises(KeyError, match=f"unknown kernel 'fwd'; known: {known}"):
         get_kernel("fwd")

@@ -1,6 +1,8 @@
 """The tile rule (kernels.registry.choose, scored by kernels.tile.rule.phase_cost: the cost
 model's device time of the launch): which configuration a family runs on a shape, and that
 the float ops launch that one."""
+import math
+
 import numpy as np
 import pytest
 from kernelcases import family_configs, plans_scored, tile_of
@@ -139,6 +141,31 @@ def test_the_rule_follows_the_device_facts(monkeypatch):
         monkeypatch.undo()
         forget_scores()
     assert choose("hslm_dw_s8", dims).name == "hslm_dw_s8_m64"
+
+
+def test_an_uncounted_configuration_is_never_picked_and_runs_one_split(monkeypatch):
+    """A configuration whose loop is not in ledger/loop_counts.json yet (just added, before
+    `doit sass && doit model:counts`) scores infinite: the family's pick is another one, and
+    its own launch is one split, so the pipeline can still build, verify and count it."""
+    dims = Dims(27, 729, 243)
+    name = "hslm_fwd_s8_m32n16"
+    assert choose("hslm_fwd_s8", dims).name == name and KERNELS[name].geometry(dims).grid[2] == 6
+    counted = cost.loop_counts
+
+    def without(entry, *args, **kwargs):
+        if entry == name:
+            raise cost.CostInputError(f"no loop counts for '{entry}'")
+        return counted(entry, *args, **kwargs)
+
+    monkeypatch.setattr(cost, "loop_counts", without)
+    try:
+        forget_scores()
+        assert KERNELS[name].cost(dims) == math.inf and KERNELS[name].geometry(dims).grid[2] == 1
+        assert choose("hslm_fwd_s8", dims).name == "hslm_fwd_s8_m32"
+    finally:
+        monkeypatch.undo()
+        forget_scores()
+    assert choose("hslm_fwd_s8", dims).name == name
 
 
 def test_unknown_family_names_the_known_ones():

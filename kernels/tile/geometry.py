@@ -1,9 +1,10 @@
 """The staged CTA tile's shape: a CTA of ``warps_m`` x ``warps_n`` warps computes a
 (16 warps_m m_tiles) x 128 tile of D (:class:`Tile`; the large one: 8 warps, 128 x 128,
 each warp a 64 x 32 block of four m16 x four n8 ``mma.m16n8k32`` accumulators, so a
-fragment load serves 4 mma); the contraction runs in chunks of 64 bytes of k. Every other part of the
-tile (the rule, the operands, the loop, the epilogue) is sized from these constants, the
-launch grid (:func:`geometry`) and the entry (:func:`begin`, :func:`entry_name`).
+fragment load serves 4 mma); the contraction runs in chunks of 64 bytes of k. Every
+other part of the tile (the rule, the operands, the loop, the epilogue) is sized from
+these constants and the :class:`Tile`, the launch grid (:func:`geometry`) and the entry
+(:func:`begin`, :func:`entry_name`).
 """
 from __future__ import annotations
 
