@@ -128,11 +128,6 @@ def tile_of(name: str) -> Tile | None:
     return next((t for t in tiles if isinstance(t, Tile) and t.label == KERNELS[name].tile), None)
 
 
-def rows_read_back(tile: Tile) -> int:
-    """Rows of each staged pass (16 a warp row) that one warp reads back (``Epilogue``)."""
-    return 16 * tile.warps_m // tile.warps
-
-
 def where(test: Callable[[KernelSpec], bool]) -> list[str]:
     return [name for name, spec in KERNELS.items() if test(spec)]
 

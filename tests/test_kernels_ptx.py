@@ -9,7 +9,7 @@ README describes so a refactor of the emitters cannot drop it silently.
 import re
 
 import pytest
-from kernelcases import INT32_EPILOGUE, STAGED, TERNARY, TWO_STAGED, per_kernel, rows_read_back, tile_of
+from kernelcases import INT32_EPILOGUE, STAGED, TERNARY, TWO_STAGED, per_kernel, tile_of
 
 from kernels.registry import KERNELS, get_kernel
 from kernels.tile.geometry import TILE_N
@@ -62,7 +62,7 @@ def check_loops_are_uniform_bodies_of_all_mma(name: str, ptx: str) -> None:
     # exists and is whole, out when none exists, else on into the tail loop
     loops = ["chunk_tail", "chunk", "chunks_done", "chunk_tail"] if len(labels) == 2 else ["chunk"]
     assert [t for t in targets if t not in skips] == loops + ["add_out", "out_done"]
-    assert len(skips) == len(set(skips)) == tile.m_tiles * rows_read_back(tile)
+    assert len(skips) == len(set(skips)) == tile.m_tiles * tile.rows_read_back
     assert len(re.findall(r"\bbra\b", ptx)) == len(targets)
     if len(labels) == 2:
         whole = re.search(r"setp\.le\.s32 (%p\d+), (%r\d+), (%r\d+);\n\t@!\1 bra\.uni chunk_tail;\nchunk:\n", ptx)
@@ -111,7 +111,7 @@ def test_one_split_stores_from_registers_and_split_k_stages_one_pass_per_m_tile(
     assert len(re.findall(r"st\.shared\.v4\.b32 \[", adds)) == adds.count("st.shared") == 2 * runs * passes
     assert adds.count("bar.sync 0;") == 2 * passes
     # read back as words, one per output element: 4 column groups of each row a warp reads
-    assert adds.count("ld.shared.b32") == 4 * rows_read_back(tile) * passes
+    assert adds.count("ld.shared.b32") == 4 * tile.rows_read_back * passes
 
 
 def check_loops_copy_ahead_and_read_fragments_with_ldmatrix(name: str, ptx: str) -> None:

@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 from kernelcases import (INT32_EPILOGUE, STAGED, TERNARY, TWO_STAGED, contraction, emulated, exact, family_configs,
-                         gemm_dims, inputs_of, per_kernel, per_module, plans_scored, rows_read_back, span_of, stated,
-                         tile_of)
+                         gemm_dims, inputs_of, per_kernel, per_module, plans_scored, span_of, stated, tile_of)
 
 from kernels.launch import LaunchError, launch, launch_outputs
 from kernels.pitch import WPlanes
@@ -382,7 +381,8 @@ def test_storing_every_row_is_caught_out_of_bounds(name):
 def test_reading_back_every_row_is_caught_out_of_bounds(name):
     """Plant: the split-K read-back no longer skips rows past the last."""
     ptx, count = re.subn(r"\t@%p\d+ bra\.uni add_written_\d_\d;\n", "", get_kernel(name).emit())
-    assert count == tile_of(name).m_tiles * rows_read_back(tile_of(name))
+    tile = tile_of(name)
+    assert count == tile.m_tiles * tile.rows_read_back
     with pytest.raises(EmulatorError) as info:
         output_requests(name, 128, ptx, contraction=SPLIT_K)
     assert info.value.kind == "out_of_bounds" and "red.global" in info.value.text

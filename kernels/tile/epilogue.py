@@ -69,7 +69,7 @@ class Epilogue:
         self.runs = runs(b, tile.n_tiles)
         self.row_bytes = 4 * staging_row_words(len(self.runs[0][1]))
         pass_rows = 16 * tile.warps_m
-        self.read_rows = pass_rows // tile.warps  # rows each warp reads back per pass
+        self.read_rows = tile.rows_read_back  # rows each warp reads back per pass
         assert pass_rows * self.row_bytes <= buffer_bytes and pass_rows % tile.warps == 0
         self.buffer = buffer
 

@@ -40,14 +40,14 @@ class Tile(NamedTuple):
     warps_n: int = 4  # warps along N, each TILE_N / warps_n columns: 4 (32) or 8 (16)
 
     @property
-    def warp_n(self) -> int:
+    def warp_cols(self) -> int:
         """Columns of D a warp holds."""
         return TILE_N // self.warps_n
 
     @property
     def n_tiles(self) -> int:
         """n8 tiles a warp holds."""
-        return self.warp_n // 8
+        return self.warp_cols // 8
 
     @property
     def warps(self) -> int:
@@ -76,13 +76,19 @@ class Tile(NamedTuple):
         them copy nothing, ``copying_threads``)."""
         return max(1, rows * PIECES // self.threads)
 
+    @property
+    def rows_read_back(self) -> int:
+        """Rows of a staged pass of the output (m tile ``mi`` of every warp row: 16 warps_m)
+        that each warp reads back (``kernels.tile.epilogue.Epilogue``)."""
+        return 16 * self.warps_m // self.warps
+
     def copying_threads(self, rows: int) -> int:
         """Threads that copy an operand of ``rows`` tile rows: all, or one per 16-byte piece."""
         return min(self.threads, rows * PIECES)
 
     @property
     def label(self) -> str:
-        return f"{self.m}x{TILE_N}" + ("" if self.warps_n == 4 else f"n{self.warp_n}")
+        return f"{self.m}x{TILE_N}" + ("" if self.warps_n == 4 else f"n{self.warp_cols}")
 
 
 LARGE = Tile(warps_m=2, m_tiles=4, min_ctas=2)  # 128 x 128, 8 warps of 64 x 32: 64 accumulators a thread
@@ -117,7 +123,7 @@ def entry_name(family: str, tile: Tile) -> str:
     they are not 32 (hslm_fwd_s8_m32n16)."""
     if tile.m == LARGE.m:
         return family
-    return f"{family}_m{tile.m}" + ("" if tile.warps_n == 4 else f"n{tile.warp_n}")
+    return f"{family}_m{tile.m}" + ("" if tile.warps_n == 4 else f"n{tile.warp_cols}")
 
 
 

@@ -116,14 +116,14 @@ def nk_fragments(ptx: Ptx, read_at: str, n_tiles: int) -> list[list[list[str]]]:
 
 
 def nk_read_offset(ptx: Ptx, at: Coords) -> str:
-    return swizzled(ptx, ptx.mad(at.warp_n, at.tile.warp_n, ptx.band(at.lane, 7)), ptx.shr(at.lane, 3))
+    return swizzled(ptx, ptx.mad(at.warp_n, at.tile.warp_cols, ptx.band(at.lane, 7)), ptx.shr(at.lane, 3))
 
 
 def paired_columns(ptx: Ptx, at: Coords) -> str:
     """D column of this lane's c0 when n tiles 2p and 2p + 1 interleave in pairs of
     columns: lane (g, t) holds columns 16p + 4t .. 16p + 4t + 3 of its row, one
     st.shared.v4 when the output is staged (``Epilogue``)."""
-    return ptx.add(ptx.mad(at.warp_n, at.tile.warp_n, ptx.shl(ptx.band(at.lane, 3), 2)), at.n_base)
+    return ptx.add(ptx.mad(at.warp_n, at.tile.warp_cols, ptx.shl(ptx.band(at.lane, 3), 2)), at.n_base)
 
 
 def paired_column_of_row(ptx: Ptx, row: str) -> str:
@@ -274,7 +274,7 @@ class FragmentTernary(Source):
         group, quad = ptx.shr(at.lane, 2), ptx.band(at.lane, 3)
         plane = ptx.shl(ptx.round_up(cols, TILE_N), 4)  # bytes of a plane: 16 per column
         self.step = ptx.widen(plane)  # a chunk is a plane on
-        first = ptx.add(at.n_base, paired_column_of_row(ptx, ptx.mad(at.warp_n, at.tile.warp_n, group)))
+        first = ptx.add(at.n_base, paired_column_of_row(ptx, ptx.mad(at.warp_n, at.tile.warp_cols, group)))
         at_plane = ptx.byte_offset(w_ptr, ptx.shr(at.k_first, 6), plane)  # this split's first chunk
         self.ptr = ptx.byte_offset(at_plane, ptx.mad(first, PIECES, quad), 4)
         # tile ni's column is 16 (ni >> 1) + 2 (ni & 1) past tile 0's (paired_column_of_row)
