@@ -4,8 +4,9 @@ A plain TN GEMM on the staged tile (``kernels/tile/``), one PTX entry per CTA
 tile in ``TILES``: D = dW (N x K, W's [column][in-feature] order), contraction over
 rows r. The kernel reads transposed copies with r contiguous, rows ``ldr`` = pitch(R)
 bytes apart: A[m=j][k=r] = dYq^T and B[k=r][n=i] = Xq^T stored [i][r]. Both go global
--> shared by 16-byte cp.async into 3-stage rings (two rings fill the 48 KiB) and reach
-the tensor cores through ldmatrix. The float op quantizes straight into those
+-> shared by 16-byte cp.async into one ring, a stage holding A's rows then B's 128 (3
+stages; 2 on the 256-row tile, whose stages of 384 rows fill the 48 KiB), and reach the
+tensor cores through ldmatrix. The float op quantizes straight into those
 transposed buffers; a caller passing Xq and dYq as R x K and R x N gets them copied
 by launch (``kernels/pitch.py``). A's copies stop at R (src-size), so the padding of
 either copy is never multiplied by anything but zero.
@@ -29,8 +30,9 @@ from kernels.tile.operands import Coords, Source, StagedRows
 
 FAMILY = "hslm_dw_s8"
 MAX_ROWS = 131071  # 127 * 127 * 131071 < 2^31 <= 127 * 127 * 131072 + ...
-STAGES = 3  # two rings of 3 x 8 KiB: the 48 KiB of static shared memory
-TILES = tuple(tile._replace(stages=STAGES) for tile in (geometry.LARGE, geometry.SMALL, geometry.NARROW, geometry.MID))
+STAGES = 3  # the 128 x 128 tile's 3 stages of 256 rows: the 48 KiB of static shared memory
+TILES = (*(tile._replace(stages=STAGES) for tile in (geometry.LARGE, geometry.SMALL, geometry.NARROW, geometry.MID)),
+         geometry.TALL)
 
 
 def transposed_operands(x: str, dy: str) -> Callable[[Ptx, Coords, dict[str, str]], tuple[StagedRows, Source]]:
@@ -38,8 +40,9 @@ def transposed_operands(x: str, dy: str) -> Callable[[Ptx, Coords, dict[str, str
     A[m=j][k=r] = dYq^T[j, r], copies stopping at R so B's padding meets zeros;
     B[k=r][n=i] = Xq[r, i], stored [i][r]."""
     def operands(ptx: Ptx, at: Coords, p: dict[str, str]) -> tuple[StagedRows, Source]:
-        a = StagedRows(ptx, at, p[dy], p["ldr"], rows=p["N"], k_limit=p["R"], exact_tail=True)
-        b = StagedRows(ptx, at, p[x], p["ldr"], rows=p["K"], k_limit=p["R"], b=True)
+        a = StagedRows(ptx, at, p[dy], p["ldr"], rows=p["N"], k_limit=p["R"], ring=StagedRows.B_SHARE,
+                       exact_tail=True)
+        b = StagedRows(ptx, at, p[x], p["ldr"], rows=p["K"], k_limit=p["R"], ring=a.ring)
         return a, b
     return operands
 

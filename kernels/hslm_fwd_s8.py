@@ -6,8 +6,9 @@ The forward product of an HSLM linear layer, on the staged tile
 multiple of 16, ``kernels/pitch.py``), copied with 16-byte cp.async into a 4-stage
 ring, and reaching the tensor cores through ldmatrix; B = W, read in ``FRAGMENTS``
 planes (``kernels/planes.py``: a chunk of every column side by side, each word the 16
-codes one lane holds as B), fetched a chunk ahead and decoded straight into the mma's B
-fragment registers: B never passes through shared memory.
+codes one lane holds as B), copied packed into the same ring once per CTA and decoded
+straight into the mma's B fragment registers: decoded B never passes through shared
+memory.
 """
 from __future__ import annotations
 

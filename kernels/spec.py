@@ -133,6 +133,7 @@ class KernelSpec:
     gemm_form: GemmForm | None = None
     max_rows: int | None = None  # R bound the kernel is exact for (dW: int32 overflow)
     stages: int = 1  # chunks in its copy ring (stages - 1 in flight ahead); 1: nothing prefetched
+    chunk_bytes: int = 0  # global bytes one CTA copies into its ring per whole chunk (the cost model's L2 figure)
     # A family is one product (forward, dX, dW) built in several configurations (CTA
     # tiles), each its own PTX entry and KernelSpec; ``cost`` is the family's one rule
     # scoring this configuration on a shape (lower wins, kernels.registry.choose).

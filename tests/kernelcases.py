@@ -118,8 +118,9 @@ def plans_scored(name: str, dims: Dims) -> dict[Plan, float]:
     is the lowest."""
     extents = tuple(getattr(dims, field) for field in gemm_roles(name))  # rows, cols, contraction
     tile, spec = tile_of(name), KERNELS[name]
-    return {plan: rule.phase_cost(*extents, tile, plan, cost.loop_counts(name), cost.occupancy(name),
-                                  spec.buffer_bytes(dims, plan.splits)) for plan in rule.split_plans(*extents, tile)}
+    return {plan: rule.phase_cost(*extents, tile, plan, spec.chunk_bytes, cost.loop_counts(name),
+                                  cost.occupancy(name), spec.buffer_bytes(dims, plan.splits))
+            for plan in rule.split_plans(*extents, tile)}
 
 
 def tile_of(name: str) -> Tile | None:

@@ -13,7 +13,7 @@ from kernelcases import INT32_EPILOGUE, STAGED, TERNARY, TWO_STAGED, per_kernel,
 
 from kernels.registry import KERNELS, get_kernel
 from kernels.tile.geometry import TILE_N
-from kernels.tile.operands import FragmentTernary, StagedRows
+from kernels.tile.operands import StagedRows
 
 MMA = "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32"
 COPY = r"cp\.async\.cg\.shared\.global \[[^]]+\], \[[^]]+\], 16, (%[pr]\d+);"
@@ -129,7 +129,7 @@ def check_loops_copy_ahead_and_read_fragments_with_ldmatrix(name: str, ptx: str)
         b_loads = tile.n_tiles if two_staged else 0
         assert body.count("ldmatrix.sync.aligned.m8n8.x4.shared.b16") == a_loads + b_loads and ".trans" not in body
         # no byte or scalar gathers; W through the ring comes back as one vector load a lane
-        w_reads = 1 if not two_staged and FragmentTernary.ring_fits(tile) else 0
+        w_reads = 0 if two_staged else 1
         assert body.count("ld.shared") == body.count(f"ld.shared.v{tile.n_tiles}.u32") == w_reads
         assert "ld.global.u8" not in body
     groups = stages - 1 + len(labels)  # stages - 1 chunks ahead, then one in each loop's body
@@ -151,27 +151,28 @@ def copies_follow_the_mma(body: str) -> bool:
 
 
 @pytest.mark.parametrize("name", per_kernel(STAGED))
-def test_staged_loop_copies_after_the_mma_unless_b_loads_a_chunk_ahead(name):
-    """Each trip multiplies first and copies after, except where W goes straight into
-    registers a chunk ahead (the 128 x 128 ternary tile): there the copies and W's loads
-    go before the mma, whose time hides the loads' latency. Both orders occur, so the
-    check tells them apart."""
+def test_staged_loop_copies_after_the_mma(name):
+    """Each trip multiplies first and copies after: the copies' address arithmetic issues
+    in the tensor pipe's stalls between a warp's mma."""
     ptx = get_kernel(name).emit()
-    ahead = name in TERNARY and not FragmentTernary.ring_fits(tile_of(name))
     for label in chunk_loops(name):
-        body = loop(ptx, label)
-        assert copies_follow_the_mma(body) is not ahead
-        if ahead:
-            assert body.index("ld.global.u32") < body.index(MMA)
+        assert copies_follow_the_mma(loop(ptx, label))
+
+
+def test_copies_before_the_mma_are_told_apart():
+    """Negative for the test above: the same trip with its copies moved before the mma."""
+    body = loop(get_kernel("hslm_fwd_s8").emit())
+    lines = body.splitlines(keepends=True)
+    copies = [line for line in lines if "cp.async" in line]
+    reordered = "".join(copies + [line for line in lines if "cp.async" not in line])
+    assert copies_follow_the_mma(body) and not copies_follow_the_mma(reordered)
 
 
 @pytest.mark.parametrize("name", per_kernel(TERNARY))
 def test_ternary_kernels_decode_w_into_the_mma_b_registers(name):
     """Each lane decodes one word per n tile (4 prmt each), and the decoded registers are
-    the mma's B operands: no shared store or ldmatrix for B. Straight into registers: the
-    decode comes before the barrier, the next chunk's loads after it. Through the ring:
-    the words come back after the barrier, from the stage being multiplied, in one
-    16-byte load."""
+    the mma's B operands: no shared store or ldmatrix for B. The words come back through
+    the ring after the barrier, from the stage being multiplied, in one 16-byte load."""
     ptx = get_kernel(name).emit()
     body = loop(ptx)
     table = re.search(r"mov\.b32 (%r\d+), 0xff0100;", ptx).group(1)
@@ -180,41 +181,33 @@ def test_ternary_kernels_decode_w_into_the_mma_b_registers(name):
     tile = tile_of(name)
     assert len(decoded) == 4 * tile.n_tiles and {r for pair in b_operands for r in pair} == set(decoded)
     assert "st.shared" not in body
-    if FragmentTernary.ring_fits(tile):
-        words = re.search(rf"ld\.shared\.v{tile.n_tiles}\.u32 \{{" + ", ".join([r"(%r\d+)"] * tile.n_tiles) + r"\}",
-                          body)
-        assert body.index("bar.sync") < words.start() < body.index("prmt.b32") and "ld.global" not in body
-        after = body[words.end():]
-        assert all(re.search(rf", {word}[,;]", after) for word in words.groups())  # each word is decoded
-    else:
-        assert body.index("prmt.b32") < body.index("bar.sync") < body.index("ld.global.u32")
+    words = re.search(rf"ld\.shared\.v{tile.n_tiles}\.u32 \{{" + ", ".join([r"(%r\d+)"] * tile.n_tiles) + r"\}", body)
+    assert body.index("bar.sync") < words.start() < body.index("prmt.b32") and "ld.global" not in body
+    after = body[words.end():]
+    assert all(re.search(rf", {word}[,;]", after) for word in words.groups())  # each word is decoded
 
 
 @pytest.mark.parametrize("name", per_kernel(TERNARY))
-def test_ternary_kernels_read_w_from_one_pointer_under_the_loops_own_predicate(name):
-    """W's planes are padded to the tile, so no word is clamped or bounds-guarded: straight
-    into registers, the one predicate on the loads is the back edge's (a next chunk exists),
-    each load an immediate offset from one walking pointer, into the decode's registers;
-    through the ring, the 4 copies of a chunk share one ignore-src predicate (past W's last
-    plane), each an immediate offset from the same walking pointer, into this lane's 16
-    bytes of the stage."""
+def test_ternary_kernels_copy_w_from_one_pointer_in_the_first_warp_row(name):
+    """W's planes are padded to the tile, so no word is clamped or bounds-guarded: the
+    copies of a chunk (one per n tile) share one ignore-src predicate (past W's last
+    plane), each an immediate offset from one walking pointer, into this lane's 16 bytes
+    of the stage; with more than one warp row, all under one guard, set from the warp
+    row being 0 (the other rows read the first row's words)."""
     ptx = get_kernel(name).emit()
     body = loop(ptx)
-    if FragmentTernary.ring_fits(tile_of(name)):
-        copies = re.findall(r"cp\.async\.ca\.shared\.global \[(%r\d+)(?:\+(\d+))?\], \[(%rd\d+)(?:\+\d+)?\], 4, "
-                            r"(%p\d+);", body)
-        n_tiles = tile_of(name).n_tiles
-        assert len(copies) == n_tiles and len({(dst, ptr, pred) for dst, _, ptr, pred in copies}) == 1
-        assert [int(offset or 0) for _, offset, _, _ in copies] == [4 * ni for ni in range(n_tiles)]
-        pred, ptr = copies[0][3], copies[0][2]
-        assert re.search(rf"setp\.ge\.u64 {pred}, {ptr}, %rd\d+;", body) and "min.u32" not in body
-        return
-    guards = re.findall(r"@(%p\d+) ld\.global\.u32 (%r\d+), \[(%rd\d+)[\]+]", body)
-    back_edge = re.search(r"@(%p\d+) bra\.uni chunk;", ptx).group(1)
-    assert len(guards) == 4 and {p for p, _, _ in guards} == {back_edge}  # a word per n tile
-    assert len({ptr for _, _, ptr in guards}) == 1
-    assert not any(re.search(rf"mov\.b32 {reg}, ", body) for _, reg, _ in guards)  # no copy after the load
-    assert "min.u32" not in body
+    tile = tile_of(name)
+    copies = re.findall(r"(?:@(%p\d+) )?cp\.async\.ca\.shared\.global \[(%r\d+)(?:\+(\d+))?\], "
+                        r"\[(%rd\d+)(?:\+\d+)?\], 4, (%p\d+);", body)
+    assert len(copies) == tile.n_tiles and len({(g, dst, ptr, pred) for g, dst, _, ptr, pred in copies}) == 1
+    assert [int(offset or 0) for _, _, offset, _, _ in copies] == [4 * ni for ni in range(tile.n_tiles)]
+    guard, _, _, ptr, pred = copies[0]
+    assert re.search(rf"setp\.ge\.u64 {pred}, {ptr}, %rd\d+;", body) and "min.u32" not in body
+    if tile.warps_m == 1:
+        assert guard == ""
+    else:
+        warp_m = re.search(rf"and\.b32 (%r\d+), %r\d+, {tile.warps_m - 1};", ptx).group(1)
+        assert re.search(rf"setp\.eq\.u32 {guard}, {warp_m}, 0;", ptx)
 
 
 def check_dw_copies(name: str, ptx: str) -> None:

@@ -15,7 +15,6 @@ from kernels.registry import KERNELS, get_kernel
 from kernels.spec import Dims
 from kernels.ptxemu import EmulatorError, Module
 from kernels.tile import epilogue, geometry
-from kernels.tile.operands import FragmentTernary
 
 TAILS = [Dims(1, 1, 1), Dims(1, 17, 3), Dims(5, 16, 8), Dims(33, 31, 9), Dims(65, 64, 33), Dims(17, 129, 40),
          # fast chunks that end exactly at a row's (or the buffer's) last byte
@@ -68,7 +67,7 @@ def test_exact_for_any_shape(names, data, R, K, N, seed):
     assert exact(get_kernel(name), got, want)
 
 
-# a W fetch's source address up to its offset, straight into registers or through the ring
+# a W fetch's source address up to its offset (a copy through the ring, or a load)
 W_FETCH = r"((?:ld\.global\.u32 %r\d+, |cp\.async\.ca\.shared\.global \[%r\d+(?:\+\d+)?\], )\[%rd\d+)"
 # (family, what the mutation breaks, regex, replacement, what must catch it); run on a
 # shape with fast chunks (K, N = 200, 140) and a tail, so both loop bodies are exercised.
@@ -83,8 +82,8 @@ PLANTED = [
     ("hslm_fwd_s8", "rows past R copied instead of zero-filled", r"or\.pred (%p\d+), (%p\d+), %p\d+;",
      r"mov.pred \1, \2;", "out_of_bounds"),
     ("hslm_fwd_s8", "swizzle ignored by the ldmatrix rows", r"xor\.b32 (%r\d+), (%r\d+), 32;",
-     # rows run into the next stage, still in flight (128 x 128), or past the rows the
-     # small tile's stage holds, onto W's words there (32 x 128): read as A, they are wrong
+     # rows run past the rows A holds in a stage, onto W's words there, or into the next
+     # stage, still in flight: read as A, they are wrong
      r"add.u32 \1, \2, 32;", "race/uninitialized/mismatch"),
     ("hslm_dx_s8", "no barrier after the wait", r"(chunk:\n(?:[^\n]*\n)*?)\tbar\.sync 0;\n", r"\1", "race"),
     ("hslm_fwd_s8", "decode keeps one bit of each code", r"0x33333333;", "0x11111111;", "mismatch"),
@@ -95,9 +94,10 @@ PLANTED = [
     ("hslm_dw_s8", "A copies not stopped at R", r"(cp\.async[^\n]*), 16, %r\d+;", r"\1, 16;", "out_of_bounds"),
     ("hslm_dw_s8", "B rows past K copied", r"or\.pred (%p\d+), (%p\d+), %p\d+;", r"mov.pred \1, \2;",
      "out_of_bounds"),
-    ("hslm_dw_s8", "waiting for one chunk too few", r"cp\.async\.wait_group 1;", "cp.async.wait_group 2;", "race"),
-    ("hslm_dw_s8", "ring wraps one stage late", r"setp\.ge\.u32 (%p\d+), (%r\d+), 0x6000;",
-     r"setp.gt.u32 \1, \2, 0x6000;", "out_of_bounds"),  # b_ring ends at the window
+    ("hslm_dw_s8", "waiting for one chunk too few", r"cp\.async\.wait_group (\d+);",
+     lambda m: f"cp.async.wait_group {int(m.group(1)) + 1};", "race"),
+    ("hslm_dw_s8", "ring wraps one stage late", r"setp\.ge\.u32 (%p\d+), (%r\d+), (0x[0-9a-f]+);",
+     r"setp.gt.u32 \1, \2, \3;", "out_of_bounds"),  # the ring (its size, hex) ends at the window
 ] + [(family, *case) for family, case in stated("PLANTED_BUGS")]
 
 
@@ -469,9 +469,8 @@ def test_the_split_rule_offers_28_tiles_splits_up_to_four_ctas_an_sm_and_takes_t
 
 def w_loads(name: str, dims: Dims, ptx: str | None = None) -> tuple[np.ndarray, np.ndarray, list]:
     """One launch on ``dims``: its output, the reference, and the traced W fetches: the
-    ``ld.global`` (the 128 x 128 tile loads W straight into registers; nothing else of
-    it reads global memory that way) or the 4-byte ``cp.async.ca`` (the 32 x 128 tile
-    copies W through the A ring; A's copies are 16-byte ``cp.async.cg``)."""
+    4-byte ``cp.async.ca`` that copy W through the ring (A's copies are 16-byte
+    ``cp.async.cg``; an ``ld.global`` would be W loaded some other way)."""
     spec = get_kernel(name)
     source = (ptx or spec.emit()).splitlines()
     fn = Module(code=ptx).get_function(name) if ptx else emulated(name)
@@ -494,27 +493,27 @@ def one_cta(name: str, depth: int) -> Dims:
 
 
 @pytest.mark.parametrize("name", per_kernel(TERNARY))
-def test_ternary_kernels_fetch_w_for_the_chunks_they_run_and_no_more(name):
-    """One CTA, a contraction of 190: 3 chunks (one split), so each warp fetches its words
-    3 times. Straight into registers: the first before the loop, then one chunk ahead,
-    the last chunk's fetch predicated off; negative: unguarded, the loop fetches a fourth
-    time. Through the ring: the prologue's 3 stages are the 3 chunks, and every copy past
-    W's last plane ignores its source; negative: without that, the loop's copies read
-    past the planes."""
+def test_ternary_kernels_fetch_w_once_a_cta_for_the_chunks_they_run(name):
+    """One CTA, a contraction of 190: 3 chunks (one split), so each warp of the first warp
+    row copies its words 3 times (the prologue's 3 stages are the 3 chunks) and the other
+    rows read them from the ring. Negatives: every copy past W's last plane ignores its
+    source, and without that the loop's copies read past the planes; with more than one
+    warp row, copies not kept to the first one write each slot once per row, a race."""
     tile, dims = tile_of(name), one_cta(name, 190)
     words = tile.n_tiles  # a word per n tile a lane
     assert get_kernel(name).geometry(dims).grid == (1, 1, 1)
-    assert w_fetches(name, dims) == tile.warps * words * 3
-    if FragmentTernary.ring_fits(tile):
-        ptx, count = re.subn(r"(cp\.async\.ca\.shared\.global [^;]*, 4), %p\d+;", r"\1;", get_kernel(name).emit())
-        assert count == words * tile.stages  # the prologue's stages - 1 and the loop's
+    assert w_fetches(name, dims) == tile.warps_n * words * 3
+    ptx, count = re.subn(r"(cp\.async\.ca\.shared\.global [^;]*, 4), %p\d+;", r"\1;", get_kernel(name).emit())
+    assert count == words * tile.stages  # the prologue's stages - 1 and the loop's
+    with pytest.raises(EmulatorError) as info:
+        w_fetches(name, dims, ptx)
+    assert info.value.kind == "out_of_bounds"
+    ptx, count = re.subn(r"@%p\d+ (cp\.async\.ca\.shared\.global)", r"\1", get_kernel(name).emit())
+    assert count == (0 if tile.warps_m == 1 else words * tile.stages)
+    if count:  # every warp row fetching: the rows write the same slots, a race the emulator stops
         with pytest.raises(EmulatorError) as info:
             w_fetches(name, dims, ptx)
-        assert info.value.kind == "out_of_bounds"
-        return
-    ptx, count = re.subn(r"@%p\d+ (ld\.global\.u32)", r"\1", get_kernel(name).emit())
-    assert count == words
-    assert w_fetches(name, dims, ptx) == tile.warps * words * 4
+        assert info.value.kind == "race"
 
 
 @pytest.mark.parametrize("name", per_kernel(TERNARY))
@@ -537,7 +536,7 @@ def test_w_sectors_count_a_fetch_that_straddles_them(name):
     columns then straddle sector boundaries; tile 1's words follow, so it stays inside the
     planes) makes that request 8 sectors for 128 bytes (one request of each lane's n_tiles)."""
     ptx, count = re.subn(W_FETCH + r"\]", r"\1+8]", get_kernel(name).emit())
-    assert count == (get_kernel(name).stages if FragmentTernary.ring_fits(tile_of(name)) else 2)  # prologue, loop
+    assert count == get_kernel(name).stages  # the prologue's stages - 1, the loop's
     _, _, loads = w_loads(name, gemm_dims(name, rows=tile_of(name).m, cols=243, contraction=729), ptx)
     requests = sum(a.requests for a in loads)
     assert sum(a.sectors for a in loads) == 4 * requests + 4 * (requests // tile_of(name).n_tiles)

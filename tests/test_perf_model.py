@@ -160,12 +160,12 @@ def test_memory_rows_from_a_verify_report_feed_l1(tmp_path):
     output, source = perf_model.l1_per_cta(w, None, "-")
     assert source.startswith("output only") and output == w.output_bytes_per_cta / 64  # one split: bytes / 64
     assert perf_model.l2_bytes(rows) == 32 * 80  # global rows only
-    # without them, the rule's figure: what the loop's loads request (the counts hold the
-    # SASS's: 2 LDG.32 a fast trip, 32 LDG.8 a tail trip) and the output
-    counts = COUNTS._replace(fast=COUNTS.fast._replace(global_bytes=2 * 128),
-                             tail=COUNTS.tail._replace(global_bytes=32 * 32))
-    _, staged, _ = perf_model.staged_work(FWD, Dims(1782, 243, 243), H200, SASS, counts, PTXAS)
-    assert staged.l2_bytes == 224 * (4 * w.global_bytes_per_warp + w.output_bytes_per_cta)
+    # without them, the rule's figure: what each CTA copies into its ring a chunk (A's 128
+    # rows of 64 bytes and W's 2 KiB, whatever each warp's loads request) and the output
+    _, staged, _ = perf_model.staged_work(FWD, Dims(1782, 243, 243), H200, SASS, COUNTS, PTXAS)
+    assert FWD.chunk_bytes == 128 * 64 + 2048
+    chunks = w.fast_chunks + w.tail_chunks
+    assert staged.l2_bytes == 224 * (chunks * FWD.chunk_bytes + w.output_bytes_per_cta)
     no_stats = tmp_path / "old.json"
     no_stats.write_text(json.dumps({"kernel": "k"}))
     assert perf_model.memory_rows_from_report(no_stats) is None

@@ -251,6 +251,10 @@ CASES: list[Case] = [
     Case("  cp.async.ca.shared.global [%r21], [%rd12], 4, %p1;",
          lambda i: [0 if A[i] & 1 else AUX[4 * i], B[i], C[i], i],
          pre="  st.shared.v4.b32 [%r21], {%r5, %r6, %r7, %r4};", post=WAIT_OWN),
+    # guarded off, the 4-byte form leaves its word too
+    Case("  @%p2 cp.async.ca.shared.global [%r21], [%rd12], 4, %p1;",
+         lambda i: [(0 if A[i] & 1 else AUX[4 * i]) if B[i] & 1 else A[i], B[i], C[i], i],
+         pre="  st.shared.v4.b32 [%r21], {%r5, %r6, %r7, %r4};", post=WAIT_OWN),
     Case("  cp.async.commit_group;", _aux, pre=COPY_OWN, post="  cp.async.wait_group 0;\n" + READ_OWN),
     Case("  cp.async.wait_group 0;", _aux, pre=COPY_OWN + "\n  cp.async.commit_group;", post=READ_OWN),
     Case("  cp.async.wait_all;", _aux, pre=COPY_OWN, post=READ_OWN),

@@ -17,7 +17,7 @@ TILE_N = 128  # every configuration is TILE_N columns wide
 CHUNK_K = 64  # bytes of k per chunk: two k32 mma steps
 PIECE = 16  # bytes per cp.async and per ldmatrix row
 PIECES = CHUNK_K // PIECE
-STAGE_BYTES = TILE_N * CHUNK_K  # stride of a ring stage: room for the widest operand (TILE_N rows)
+STAGE_BYTES = TILE_N * CHUNK_K  # the least stride of a ring stage (kernels.tile.operands.Ring)
 SHARED_ALIGN = 128  # swizzled addresses flip bit 5 with xor: the base keeps bits 0-6 clear
 
 
@@ -95,6 +95,10 @@ LARGE = Tile(warps_m=2, m_tiles=4, min_ctas=2)  # 128 x 128, 8 warps of 64 x 32:
 SMALL = Tile(warps_m=1, m_tiles=2)  # 32 x 128, 4 warps of 32 x 32
 NARROW = Tile(warps_m=1, m_tiles=2, warps_n=8)  # 32 x 128, 8 warps of 32 x 16: 2 warps a scheduler
 MID = Tile(warps_m=2, m_tiles=2)  # 64 x 128, 8 warps of 32 x 32
+# 256 x 128, 16 warps of 64 x 32 (dW): a third fewer L2 bytes a multiply-add than 128 x 128
+# where both operands are int8 rows; 512 threads cap it at 128 registers; two stages of
+# 256 + 128 rows fill the 48 KiB
+TALL = Tile(warps_m=4, m_tiles=4, stages=2)
 
 
 class Plan(NamedTuple):

@@ -8,9 +8,7 @@ The copies follow the mma: the barrier freed their stage either way, and there t
 address arithmetic and ``cp.async`` of one warp issue in the tensor pipe's stalls
 between its mma, rather than standing between the barrier and the first mma. By
 ptxas's stall counts (sm_90) that takes the 32 x 128 loops' chain from 223-261 clocks a
-trip to 179-197 and the 128 x 128 dW's from 328 to 261. The exception is a B loaded
-straight into registers a chunk ahead (``Source.fetches_ahead``): its loads go out
-before the mma, whose time hides their latency.
+trip to 179-197 and the 128 x 128 dW's from 328 to 261.
 
 The loop is uniform: every thread runs ceil(K / 64) chunks, only the copy sizes differ.
 """
@@ -18,28 +16,14 @@ from __future__ import annotations
 
 from kernels.ptx_emit import Ptx
 from kernels.tile.epilogue import Epilogue, Rescale, RescaledRows, emit_split_rescale
-from kernels.tile.geometry import STAGE_BYTES
 from kernels.tile.operands import Coords, Source, StagedRows
-
-def ring_step(ptx: Ptx, offset: str, stages: int, steps: int, into: str | None = None) -> str:
-    """``offset`` + ``steps`` stages, wrapped in a ring of ``stages`` (an and when a power of 2)."""
-    ring = stages * STAGE_BYTES
-    moved = ptx.add(offset, steps * STAGE_BYTES)
-    if stages & (stages - 1) == 0:
-        wrapped = ptx.band(moved, ring - 1)
-    else:
-        wrapped = ptx.selp(ptx.sub(moved, ring), moved, ptx.setp("ge", moved, ring, "u32"))
-    if into is not None:
-        ptx.ins("mov.b32", into, wrapped)
-    return wrapped
-
 
 def emit_staged(ptx: Ptx, at: Coords, a: StagedRows, b: Source, k_limit: str, out: str,
                 rows: str, cols: str, out_pitch: str,
                 rescale: "tuple[Rescale, dict[str, str]] | None" = None) -> None:
     """The staged chunk loop over this CTA's split of k and the int32 output (rows
     ``out_pitch`` words apart, ``Epilogue``): stored straight from the accumulators, 16
-    bytes a lane, when the launch has one split; staged through the A ring and added with
+    bytes a lane, when the launch has one split; staged through the ring and added with
     red.global.add.s32 (into a zeroed output) when it has several. Rows past ``rows`` are
     neither; columns past ``cols`` are only stored, into the pitch's padding, when they
     share a lane's 16 bytes with one inside. With ``rescale`` (the :class:`Rescale` and
@@ -52,12 +36,12 @@ def emit_staged(ptx: Ptx, at: Coords, a: StagedRows, b: Source, k_limit: str, ou
     same body: "chunk" while the next chunk to copy ends at or before K, copying it
     with no size arithmetic, then "chunk_tail" for the rest; each chunk runs in one of
     them, so the loops' trips are the one loop's."""
-    stages = at.tile.stages
+    stages, ring = at.tile.stages, a.ring
     acc = [[[ptx.mov(0) for _ in range(4)] for _ in range(at.tile.n_tiles)] for _ in range(at.tile.m_tiles)]
     sources = (a, b)
     for stage in range(stages - 1):
         for src in sources:
-            src.issue(stage * STAGE_BYTES)
+            src.issue(stage * ring.stage_bytes)
         ptx.cp_async_commit()
     read_stage = ptx.mov(0)
     k_end = ptx.binop("min", ptx.add(at.k_first, at.span), k_limit, "u32")
@@ -74,13 +58,11 @@ def emit_staged(ptx: Ptx, at: Coords, a: StagedRows, b: Source, k_limit: str, ou
     def chunk_loop(label: str, whole_copies: bool) -> None:
         ptx.label(label)
         ptx.cp_async_wait(stages - 2)  # this thread's copies of this chunk have landed
-        for src in sources:
-            src.before_barrier()
-        ptx.barrier()  # everyone's copies and W are in; the previous chunk's stage is free
+        ptx.barrier()  # everyone's copies are in; the previous chunk's stage is free
 
         def copies() -> str:
             """The ring's next copies; returns the predicate: this CTA has a next chunk."""
-            write_stage = ring_step(ptx, read_stage, stages, stages - 1)
+            write_stage = ring.step(ptx, read_stage, stages - 1)
             for src in sources:
                 src.issue(write_stage, whole=whole_copies)
             ptx.cp_async_commit()
@@ -93,17 +75,9 @@ def emit_staged(ptx: Ptx, at: Coords, a: StagedRows, b: Source, k_limit: str, ou
                     for ni in range(at.tile.n_tiles):
                         ptx.mma_s8(acc[mi][ni], frag_a[mi], frag_b[step][ni])
 
-        if b.fetches_ahead:  # its loads of the next chunk go out before the mma, after the copies
-            more = copies()
-            for src in sources:
-                src.after_issue(more)
-            multiply()
-        else:
-            multiply()
-            more = copies()
-        for src in sources:
-            src.end_chunk()
-        ring_step(ptx, read_stage, stages, 1, into=read_stage)
+        multiply()
+        more = copies()
+        ring.step(ptx, read_stage, 1, into=read_stage)
         if whole_copies:  # stay while the next chunk is whole too; past the split's end, done
             next_whole = [test for test in (src.whole_next() for src in sources) if test is not None]
             ptx.branch(label, guard=ptx.fresh("pred", "and.pred", more, next_whole[0]))
@@ -119,13 +93,13 @@ def emit_staged(ptx: Ptx, at: Coords, a: StagedRows, b: Source, k_limit: str, ou
         chunk_loop("chunk", False)
     ptx.cp_async_wait(None)  # no copy outlives the CTA or lands in the ring the output reuses
 
-    out = Epilogue(ptx, at, acc, a.ring, b, out, rows, cols, out_pitch, stages * STAGE_BYTES)
+    out = Epilogue(ptx, at, acc, ring.base, b, out, rows, cols, out_pitch, ring.bytes)
     if rescale is not None:
-        ptx.barrier()  # every warp's last fragments are read: the A ring is free to stage the sums
+        ptx.barrier()  # every warp's last fragments are read: the ring is free to stage the sums
         spec, p = rescale
         if spec.splits:
             ptx.branch("rescale_alone", guard=ptx.setp("eq", ptx.special("%nctaid.z"), 1, "u32"))
-            partial = Epilogue(ptx, at, acc, a.ring, b, p[spec.partials], rows, cols, p["ldo"], stages * STAGE_BYTES)
+            partial = Epilogue(ptx, at, acc, ring.base, b, p[spec.partials], rows, cols, p["ldo"], ring.bytes)
             emit_split_rescale(ptx, at, out, partial, spec, p)
             ptx.branch("rescale_done")
             ptx.label("rescale_alone")
@@ -138,6 +112,6 @@ def emit_staged(ptx: Ptx, at: Coords, a: StagedRows, b: Source, k_limit: str, ou
     out.store_fragments()
     ptx.branch("out_done")
     ptx.label("add_out")
-    ptx.barrier()  # every warp's last fragments are read: the A ring is free to stage the sums
+    ptx.barrier()  # every warp's last fragments are read: the ring is free to stage the sums
     out.emit(out.added_row, "add")
     ptx.label("out_done")

@@ -15,13 +15,15 @@ calls to bring A and B into the mma's fragment registers.
   ``stages - 1`` chunks ahead of the one being multiplied (:class:`StagedRows`). Tails
   need no separate code: a copy's src-size is the bytes left in its row (0 past the last
   row or past K), the rest of the 16 bytes is zero-filled by the copy and never read;
-- B is either staged the same way (dW: dYq^T rows) or packed ternary W
-  (:class:`FragmentTernary`, forward and dX): each lane fetches one u32 per n8 tile of a
-  chunk from W's planes (``kernels/planes.py``) and decodes it with ``prmt`` on
-  0x00FF0100 into its B fragment registers; the 32 x 128 tile copies the words through
-  the A ring (``stages - 1`` chunks ahead, each lane its own 16 bytes of a stage), the
-  128 x 128 tile, whose A fills the stage, loads them straight into registers a chunk
-  ahead.
+- one ring (:class:`Ring`) holds both operands: a stage is A's ``tile.m`` rows of the
+  chunk, then B's share of it, so one offset walks both and the epilogue has the whole
+  ring to stage the sums in;
+- B is either staged the same way (dW: dYq^T rows, after A's in the stage) or packed
+  ternary W (:class:`FragmentTernary`, forward and dX): each lane needs one u32 per n8
+  tile of a chunk from W's planes (``kernels/planes.py``), decoded with ``prmt`` on
+  0x00FF0100 into its B fragment registers; the words are copied through the ring
+  (``stages - 1`` chunks ahead, once per CTA: the warps of one column of warps share
+  them).
 
 :class:`Source` is the interface the loop and the epilogue call on B.
 """
@@ -31,6 +33,32 @@ from abc import ABC, abstractmethod
 
 from kernels.ptx_emit import TERNARY_PRMT_TABLE, Ptx, decode_ternary
 from kernels.tile.geometry import CHUNK_K, PIECE, PIECES, SHARED_ALIGN, STAGE_BYTES, TILE_N, Tile
+
+class Ring:
+    """The CTA's copy ring: ``tile.stages`` stages, each A's ``tile.m`` rows of a chunk
+    (64 bytes each) followed by ``share`` bytes that B keeps there (its rows, or W's
+    words), at least ``STAGE_BYTES`` (the stride every tile had when B had a ring of its
+    own; a tile with room to spare keeps it). ``base`` is the ring's address register,
+    ``share_at`` where B's share starts in a stage."""
+
+    def __init__(self, ptx: Ptx, tile: Tile, share: int):
+        self.share_at = tile.m * CHUNK_K
+        self.stage_bytes = max(STAGE_BYTES, -(-(self.share_at + share) // SHARED_ALIGN) * SHARED_ALIGN)
+        self.bytes = tile.stages * self.stage_bytes
+        self.base = ptx.shared_array("a_ring", self.bytes, SHARED_ALIGN)
+
+    def step(self, ptx: Ptx, offset: str, steps: int, into: str | None = None) -> str:
+        """``offset`` + ``steps`` stages, wrapped in the ring (an and when its size is a
+        power of 2)."""
+        moved = ptx.add(offset, steps * self.stage_bytes)
+        if self.bytes & (self.bytes - 1) == 0:
+            wrapped = ptx.band(moved, self.bytes - 1)
+        else:
+            wrapped = ptx.selp(ptx.sub(moved, self.bytes), moved, ptx.setp("ge", moved, self.bytes, "u32"))
+        if into is not None:
+            ptx.ins("mov.b32", into, wrapped)
+        return wrapped
+
 
 def swizzled(ptx: Ptx, row: str, piece: str) -> str:
     """Byte offset of 16-byte piece ``piece`` of chunk row ``row``."""
@@ -60,24 +88,21 @@ class Source(ABC):
     (``epilogue.Epilogue``) call it; :class:`StagedRows` (also the A operand, with
     ``b=False``) and :class:`FragmentTernary` implement it.
 
-    Per chunk the loop calls, on A and B alike and in this order: ``before_barrier``,
-    then (after the barrier) ``b_fragments`` of the stage being multiplied (B only) and
-    the mma, then ``issue`` into the stage ``stages - 1`` ahead, and ``end_chunk``; for
-    a B that ``fetches_ahead``, ``issue`` and ``after_issue`` come before
-    ``b_fragments`` instead. ``issue`` also fills the ring's first ``stages - 1`` stages
-    before the loop, and ``whole_next`` picks the loop a chunk runs in. Each hook emits nothing
-    unless overridden. The epilogue places a lane's accumulators by ``col_first`` (the
-    D column of this lane's c0, a b32 register) and ``col_offset``.
+    Per chunk the loop calls, after the barrier, ``b_fragments`` of the stage being
+    multiplied (B only) and the mma, then ``issue`` on A and B into the stage ``stages -
+    1`` ahead; ``issue`` also fills the ring's first ``stages - 1`` stages before the
+    loop, and ``whole_next`` picks the loop a chunk runs in. The epilogue places a lane's
+    accumulators by ``col_first`` (the D column of this lane's c0, a b32 register) and
+    ``col_offset``.
 
-    The A operand is a :class:`StagedRows` (``b=False``): besides these hooks the loop
-    reads its ``a_fragments``, its ``k_at`` (the k byte its next copy starts at, which
-    counts the chunks) and its ``ring`` (reused by the epilogue to stage the sums)."""
+    The A operand is a :class:`StagedRows` that declares the :class:`Ring`: besides these
+    hooks the loop reads its ``a_fragments``, its ``k_at`` (the k byte its next copy
+    starts at, which counts the chunks) and its ``ring`` (which the epilogue reuses to
+    stage the sums)."""
 
     col_first: str
-    # loads the next chunk's operand into registers (``after_issue``) rather than
-    # through the ring: the loop issues them before the chunk's mma, to hide their latency
-    fetches_ahead: bool = False
 
+    @abstractmethod
     def issue(self, stage_offset: str | int, whole: bool = False) -> None:
         """Start copying the next chunk into the ring stage at ``stage_offset`` (``whole``:
         the chunk is known to end at or before K)."""
@@ -86,15 +111,6 @@ class Source(ABC):
         """A predicate: the next chunk this source copies ends at or before K, so its
         copies need no tail arithmetic (None: they never do)."""
         return None
-
-    def before_barrier(self) -> None:
-        """Write this thread's share of the chunk (the barrier that follows publishes it)."""
-
-    def after_issue(self, more: str) -> None:
-        """Start fetching what the next chunk needs (``more``: this CTA has a next chunk)."""
-
-    def end_chunk(self) -> None:
-        """Step per-chunk state."""
 
     @abstractmethod
     def b_fragments(self, stage_offset: str) -> list[list[list[str]]]:
@@ -137,9 +153,11 @@ def paired_column_of_row(ptx: Ptx, row: str) -> str:
 
 
 class StagedRows(Source):
-    """int8 rows [m][k] (``pitch`` bytes apart) copied into a ring of ``tile.stages`` stages,
-    as A (``b=False``: rows are D's rows) or as B stored [n][k] (``b=True``: rows are
-    D's columns, B row r holding column ``paired_column_of_row(r)``).
+    """int8 rows [m][k] (``pitch`` bytes apart) copied into the CTA's :class:`Ring`, as A
+    (``ring`` an int: the bytes B keeps in each stage past A's rows; A declares the ring)
+    or as B stored [n][k] (``ring`` the A operand's ring, B's rows in its share of each
+    stage; B row r holds column ``paired_column_of_row(r)``). ``B_SHARE``: the bytes of a
+    stage B's rows take, a chunk of TILE_N rows.
 
     Thread ``tid`` copies piece ``tid & 3`` of rows ``tid >> 2`` + P j, P = threads / 4
     (``tile.rows_per_pass``), for j < ``tile.copies(rows)``: the P rows of one j are
@@ -154,14 +172,18 @@ class StagedRows(Source):
     and ``emit_staged`` runs those chunks in a loop of their own.
     """
 
+    B_SHARE = TILE_N * CHUNK_K
+
     def __init__(self, ptx: Ptx, at: Coords, ptr: str, pitch: str, rows: str, k_limit: str,
-                 b: bool = False, exact_tail: bool = False):
+                 ring: "Ring | int" = 0, exact_tail: bool = False):
+        b = isinstance(ring, Ring)
         self.ptx, self.b, self.exact_tail = ptx, b, exact_tail
         tile = at.tile
         self.m_tiles, self.n_tiles, self.step_rows = tile.m_tiles, tile.n_tiles, tile.rows_per_pass
         row, piece = ptx.shr(at.tid, 2), ptx.band(at.tid, PIECES - 1)
-        self.ring = ring = ptx.shared_array("b_ring" if b else "a_ring", tile.stages * STAGE_BYTES, SHARED_ALIGN)
-        self.copy_at = ptx.add(ring, swizzled(ptx, row, piece))
+        self.ring = ring if b else Ring(ptx, tile, share=ring)
+        base = ptx.add(ring.base, ring.share_at) if b else self.ring.base  # where this operand's rows start
+        self.copy_at = ptx.add(base, swizzled(ptx, row, piece))
         first = ptx.add(at.n_base, paired_column_of_row(ptx, row)) if b else ptx.add(at.m_base, row)
         tile_rows = TILE_N if b else tile.m
         rows_j = [ptx.add(first, self.step_rows * j) for j in range(tile.copies(tile_rows))]
@@ -181,11 +203,11 @@ class StagedRows(Source):
             # this piece's chunk ends at or before K while k_at <= K - 64 + 16 (tid & 3)
             self.whole_until = ptx.sub(ptx.mad(piece, PIECE, k_limit), CHUNK_K)
         if b:
-            self.read_at = ptx.add(ring, nk_read_offset(ptx, at))
+            self.read_at = ptx.add(base, nk_read_offset(ptx, at))
             self.col_first = paired_columns(ptx, at)
         else:  # ldmatrix rows (l & 7) + 8 ((l >> 3) & 1) = l & 15 of each m16 tile, piece l >> 4
             read_row = ptx.mad(at.warp_m, tile.warp_m, ptx.band(at.lane, 15))
-            self.read_at = ptx.add(ring, swizzled(ptx, read_row, ptx.shr(at.lane, 4)))
+            self.read_at = ptx.add(base, swizzled(ptx, read_row, ptx.shr(at.lane, 4)))
 
     @staticmethod
     def col_offset(tile: int, e: int) -> int:
@@ -229,56 +251,52 @@ class StagedRows(Source):
 
 
 class FragmentTernary(Source):
-    """B[k][n] = ternary W decoded straight into the mma's B fragments, with no shared
-    memory between (forward: B = W, k = in-feature, n = out-feature; dX: B = W^T).
+    """B[k][n] = ternary W decoded straight into the mma's B fragments (forward: B = W, k =
+    in-feature, n = out-feature; dX: B = W^T); only the packed words pass through shared
+    memory, never the decoded codes.
 
     An m16n8k32 B fragment gives lane (g, t) column g of the n8 tile and k = 4t .. 4t + 3
     (b0) and 16 + 4t .. 16 + 4t + 3 (b1) of a k step (PTX ISA, mma.m16n8k32 fragments for
     .s8); over a chunk's two steps that is 16 codes of one column, exactly one word of W's
     ``FRAGMENTS`` planes (``kernels/planes.py``), whose decode gives the four registers in
-    order. So each lane needs one word per n tile a chunk (4, an immediate offset apart
-    from one walking pointer). Tile ni, row g of a warp holds column
+    order. So each lane needs one word per n tile a chunk (an immediate offset apart from
+    one walking pointer). Tile ni, row g of a warp holds column
     ``paired_column_of_row(8 ni + g)``, so the epilogue's stores from registers work as
     for a staged B, and a warp's request is 8 columns' 16 bytes in pairs: 4 whole
-    sectors. The words come one of two ways:
+    sectors.
 
-    - through the A ring (``ring``: the A operand's ring, where a stage has room past
-      A's ``tile.m`` rows for 16 bytes a thread, the 32 x 128 tile): each lane copies its
-      4 words with 4-byte ``cp.async.ca`` into its own 16 bytes of the stage, in the same
-      commit groups as A, so they land ``stages - 1`` chunks ahead like A and W's L2
-      round trip is off the chunk's chain; after the wait, one ``ld.shared.v4`` gives
-      them back (a thread reads only what it copied, so the wait alone makes them
-      visible to it). Past W's last chunk the copies ignore their source (zero-fill);
-    - straight into registers a chunk ahead (the 128 x 128 tile, whose A fills the
-      stage), under the loop's back-edge predicate, decoded before the barrier and
-      loaded again into the same registers after it.
+    The words come through the ring (:class:`Ring`, ``SHARE`` bytes a stage: a chunk's
+    words of the CTA's TILE_N columns): each lane of the first row of warps copies its
+    words with 4-byte ``cp.async.ca`` into its own 16 bytes of the stage, in the same
+    commit groups as A, so they land ``stages - 1`` chunks ahead like A and W's L2 round
+    trip is off the chunk's chain; after the barrier, one ``ld.shared.v4`` gives each
+    lane of every warp row its column's words back. So each word crosses L2 once per CTA
+    (on the 128 x 128 tile, loaded straight into each warp's registers, it crossed twice:
+    2 KiB more a chunk beside A's 8). Past W's last chunk the copies ignore their source
+    (zero-fill).
 
-    The warps of one n quarter decode the same words (2 of them on the 128 x 128 tile),
-    and do not split the decode. A word's decode is 9 SASS instructions (a shift, two
-    masks, two shifts, four prmt), 36 of the loop's 106 a chunk (sm_80). Warps cannot
-    share registers (a shuffle stays inside a warp), so sharing means shared memory:
-    each warp would decode 2 words, store its 8 registers and load the other warp's 8
-    (two 16-byte st.shared and two ld.shared): 18 decode instructions and 2 loads
-    fewer, 4 memory and about 2 address instructions more a chunk, but 8 KiB of
-    decoded B written and read a chunk in a double-buffered 16 KiB (the 48 KiB static
-    limit with the 32 KiB ring). Counted by hand on the H200 (132 SMs, mma.sync at 70% of
-    the int8 peak, one wavefront a clock), a chunk of the large tile is tensor-bound: 366 clocks of
-    multiply-adds, 320 shared wavefronts (A stored once, read by the four warp
-    columns), 212 clocks of issue (8 warps x 106 / 4 schedulers); the 128 wavefronts
-    that sharing adds (448) would make shared memory the bound to save issue that is
-    not."""
+    Every warp decodes its own words (the two warp rows of an n quarter the same ones).
+    A word's decode is 9 SASS instructions (a shift, two masks, two shifts, four prmt).
+    Warps cannot share registers (a shuffle stays inside a warp), so sharing the decode
+    means shared memory: 8 KiB of decoded B written and read a chunk; counted on the
+    H200 (132 SMs, mma.sync at 70% of the int8 peak, one wavefront a clock), a chunk of
+    the large tile is tensor-bound (366 clocks of multiply-adds, 320 shared wavefronts,
+    212 clocks of issue), and the 128 wavefronts sharing adds would make shared memory
+    the bound to save issue that is not."""
 
-    def __init__(self, ptx: Ptx, at: Coords, w_ptr: str, cols: str, k_limit: str | None = None,
-                 ring: str | None = None):
+    SHARE = 16 * TILE_N  # bytes of a stage: a word per n tile of each column's lanes
+
+    def __init__(self, ptx: Ptx, at: Coords, w_ptr: str, cols: str, k_limit: str, ring: Ring):
         self.ptx = ptx
+        tile = at.tile
         group, quad = ptx.shr(at.lane, 2), ptx.band(at.lane, 3)
         plane = ptx.shl(ptx.round_up(cols, TILE_N), 4)  # bytes of a plane: 16 per column
         self.step = ptx.widen(plane)  # a chunk is a plane on
-        first = ptx.add(at.n_base, paired_column_of_row(ptx, ptx.mad(at.warp_n, at.tile.warp_cols, group)))
+        first = ptx.add(at.n_base, paired_column_of_row(ptx, ptx.mad(at.warp_n, tile.warp_cols, group)))
         at_plane = ptx.byte_offset(w_ptr, ptx.shr(at.k_first, 6), plane)  # this split's first chunk
         self.ptr = ptx.byte_offset(at_plane, ptx.mad(first, PIECES, quad), 4)
         # tile ni's column is 16 (ni >> 1) + 2 (ni & 1) past tile 0's (paired_column_of_row)
-        self.n_tiles = at.tile.n_tiles
+        self.n_tiles = tile.n_tiles
         self.offsets = [PIECE * (16 * (ni >> 1) + 2 * (ni & 1)) for ni in range(self.n_tiles)]
         # prmt takes its table from a register: a constant there is warp-uniform, and ptxas
         # keeps it in a uniform register and copies it into a new one for each prmt (12 a
@@ -286,61 +304,30 @@ class FragmentTernary(Source):
         # threads, PTX ISA 10, %tid) makes it a per-thread value, held in one register
         self.table = ptx.mov(TERNARY_PRMT_TABLE)
         ptx.increment(self.table, ptx.shr(at.tid, 24))
-        self.decoded: list[list[str]] = []
         self.col_first = paired_columns(ptx, at)
-        self.slot = None
-        if ring is not None and self.ring_fits(at.tile):  # this thread's 16 bytes of a stage
-            self.slot = ptx.mad(at.tid, 4 * self.n_tiles, ptx.add(ring, at.tile.m * CHUNK_K))
-            self.end = ptx.byte_offset(w_ptr, ptx.shr(ptx.add(k_limit, CHUNK_K - 1), 6), plane)  # past the last plane
-        else:
-            self.fetches_ahead = True
-            self.packed = self.fetch()
-
-    @staticmethod
-    def ring_fits(tile: Tile) -> bool:
-        """A stage holds ``tile``'s A rows and every thread's words of W (one per n tile)."""
-        return tile.m * CHUNK_K + tile.threads * 4 * tile.n_tiles <= STAGE_BYTES
+        # this lane's 16 bytes of a stage, by its place along N (with one warp row, its tid);
+        # the first warp row copies, every row reads
+        place = at.tid if tile.warps_m == 1 else ptx.mad(at.warp_n, 32, at.lane)
+        self.slot = ptx.mad(place, 4 * self.n_tiles, ptx.add(ring.base, ring.share_at))
+        self.copier = None if tile.warps_m == 1 else ptx.setp("eq", at.warp_m, 0, "u32")
+        self.end = ptx.byte_offset(w_ptr, ptx.shr(ptx.add(k_limit, CHUNK_K - 1), 6), plane)  # past the last plane
 
     def issue(self, stage_offset: str | int, whole: bool = False) -> None:
-        """Through the ring: copy this lane's words of the next chunk into its slot of the
-        stage at ``stage_offset`` (zero past W's last plane); the pointer steps a plane on."""
-        if self.slot is None:
-            return
+        """Copy this lane's words of the next chunk into its slot of the stage at
+        ``stage_offset`` (zero past W's last plane); the pointer steps a plane on."""
         ptx = self.ptx
         past = ptx.setp("ge", self.ptr, self.end, "u64")
         dst, at = (self.slot, stage_offset) if isinstance(stage_offset, int) else (ptx.add(self.slot, stage_offset), 0)
         for ni, offset in enumerate(self.offsets):
-            ptx.cp_async(dst, self.ptr, past, dst_offset=at + 4 * ni, size=4, src_offset=offset)
+            ptx.cp_async(dst, self.ptr, past, dst_offset=at + 4 * ni, size=4, src_offset=offset, guard=self.copier)
         ptx.increment(self.ptr, self.step, "s64")
-
-    def fetch(self, guard: str | None = None, into: list[str] | None = None) -> list[str]:
-        """This lane's word of each n tile of the next chunk into fresh registers, or into
-        ``into`` where ``guard`` holds; the pointer steps a plane on."""
-        ptx = self.ptx
-        words = [ptx.load("global", "u32", self.ptr, offset, guard=guard, into=reg)
-                 for offset, reg in zip(self.offsets, into or [None] * self.n_tiles)]
-        ptx.increment(self.ptr, self.step, "s64")
-        return words
-
-    def before_barrier(self) -> None:
-        """Straight into registers: decode this chunk's words into fragment registers,
-        freeing the word registers."""
-        if self.slot is None:
-            self.decoded = [decode_ternary(self.ptx, word, self.table) for word in self.packed]
-
-    def after_issue(self, more: str) -> None:
-        """Straight into registers: load the next chunk's words into the word registers,
-        and only while there is a next chunk (``more``)."""
-        if self.slot is None:
-            self.fetch(guard=more, into=self.packed)
 
     def b_fragments(self, stage_offset: str) -> list[list[list[str]]]:
-        """[k step][n tile] -> the tile's two B registers, as decoded (through the ring:
-        this lane's words read back from the stage at ``stage_offset`` and decoded)."""
-        if self.slot is not None:
-            words = self.ptx.load_vector("shared", "u32", self.ptx.add(self.slot, stage_offset), self.n_tiles)
-            self.decoded = [decode_ternary(self.ptx, word, self.table) for word in words]
-        return [[regs[2 * step:2 * step + 2] for regs in self.decoded] for step in range(2)]
+        """[k step][n tile] -> the tile's two B registers: this lane's words read back from
+        the stage at ``stage_offset`` and decoded."""
+        words = self.ptx.load_vector("shared", "u32", self.ptx.add(self.slot, stage_offset), self.n_tiles)
+        decoded = [decode_ternary(self.ptx, word, self.table) for word in words]
+        return [[regs[2 * step:2 * step + 2] for regs in decoded] for step in range(2)]
 
     col_offset = staticmethod(StagedRows.col_offset)
 

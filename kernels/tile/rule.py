@@ -64,15 +64,16 @@ def chunks(span: int, has_tail_body: bool = True) -> tuple[int, int]:
     return fast, len(starts) - fast
 
 
-def staged_work(launch: Launch, rows: int, cols: int, contraction: int, stages: int,
+def staged_work(launch: Launch, rows: int, cols: int, contraction: int, stages: int, chunk_bytes: int,
                 counts: cost.KernelCounts, resident: int, dram_bytes: float,
                 split_rescale: bool = False) -> cost.StagedWork:
     """One staged launch on a rows x cols output over ``contraction`` bytes of k, as
     :func:`kernels.cost.staged_phases` takes it: the grid's CTAs (x and y the output
     tiles, z the splits), each walking its split's chunks on the counted loop (``counts``:
     the int32 GEMM's loop on this tile, which a fused kernel shares), ``resident`` CTAs an
-    SM, the int32 tile it writes (or adds, split), and the bytes through L2: every warp's
-    requested global bytes per trip (the loop's SASS classes, counted) plus the output.
+    SM, the int32 tile it writes (or adds, split), and the bytes through L2: what the CTA
+    copies into its ring a chunk (``chunk_bytes``: A's rows and B's share, each once)
+    plus the output.
     A fused kernel's epilogue is counted as the int32 kernel's; a split one
     (``split_rescale``) also waits two L2 round trips in its last CTA (the arrival ticket,
     then the summed tile read back) before it writes. ``dram_bytes``: every buffer once
@@ -81,17 +82,17 @@ def staged_work(launch: Launch, rows: int, cols: int, contraction: int, stages: 
     warps = math.prod(launch.block) // 32
     span = -(-(-(-contraction // CHUNK_K)) // splits) * CHUNK_K
     fast, tail = chunks(min(span, contraction), has_tail_body=counts.tail is not None)
-    per_warp = fast * counts.fast.global_bytes + tail * (counts.tail or counts.fast).global_bytes
     output = 4 * rows * cols / tiles
     return cost.StagedWork(
         ctas=tiles * splits, warps_per_cta=warps, resident=resident, fast_chunks=fast, tail_chunks=tail,
         stages=stages, counts=counts, epilogue_wavefronts=output_wavefronts(output, splits),
-        output_bytes_per_cta=output, splits=splits, l2_bytes=tiles * splits * (warps * per_warp + output),
+        output_bytes_per_cta=output, splits=splits, l2_bytes=tiles * splits * ((fast + tail) * chunk_bytes + output),
         dram_bytes=dram_bytes, settle_round_trips=2 if split_rescale and splits > 1 else 0)
 
 
-def phase_cost(rows: int, cols: int, contraction: int, tile: Tile, plan: Plan, counts: cost.KernelCounts,
-               occupancy: cost.Occupancy, dram_bytes: float, split_rescale: bool = False) -> float:
+def phase_cost(rows: int, cols: int, contraction: int, tile: Tile, plan: Plan, chunk_bytes: int,
+               counts: cost.KernelCounts, occupancy: cost.Occupancy, dram_bytes: float,
+               split_rescale: bool = False) -> float:
     """The tile rule's score (lower is better): the device us of ``tile`` on the shape,
     split by ``plan``, on the rule's GPU (:func:`kernels.cost.staged_phases` of
     :func:`staged_work`). Every configuration of a family pays the same host launch, so
@@ -102,7 +103,8 @@ def phase_cost(rows: int, cols: int, contraction: int, tile: Tile, plan: Plan, c
     tile's fewer L2 bytes per multiply-add win."""
     launch = geometry(rows, cols, plan, tile)
     resident = cost.resident_ctas(RULE_DEVICE, tile.warps, occupancy)
-    work = staged_work(launch, rows, cols, contraction, tile.stages, counts, resident, dram_bytes, split_rescale)
+    work = staged_work(launch, rows, cols, contraction, tile.stages, chunk_bytes, counts, resident, dram_bytes,
+                       split_rescale)
     return cost.staged_phases(RULE_DEVICE, work).device_us
 
 

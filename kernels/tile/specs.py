@@ -15,7 +15,7 @@ from kernels.planes import Planes
 from kernels.ptx_emit import Ptx
 from kernels.spec import BufferSpec, Dims, KernelSpec, ScalarSpec, buffer_bytes
 from kernels.tile.epilogue import Rescale, rescaled_output
-from kernels.tile.geometry import Plan, Tile, begin, entry_name, geometry
+from kernels.tile.geometry import CHUNK_K, Plan, Tile, begin, entry_name, geometry
 from kernels.tile.mainloop import emit_staged
 from kernels.tile.operands import Coords, FragmentTernary, Source, StagedRows
 from kernels.tile.rule import phase_cost, split_k, split_plans
@@ -40,11 +40,11 @@ def ternary_specs(family: str, tiles: tuple[Tile, ...], out: str, rows: str, row
     D = ``out`` (R x ``cols``), A = ``rows`` (R x ``contraction``, ``row_pitch`` bytes a
     row) staged, B = W in planes of ``order`` decoded into fragments
     (:class:`FragmentTernary`). The tile rule counts A's ``tile.m`` rows of 64 bytes a
-    chunk and every warp's W loads, and no B in shared memory. ``rescale``: D is written
+    chunk and the first warp row's copies of W's words. ``rescale``: D is written
     rescaled (:class:`Rescale`), contiguous. ``fields``: make_inputs, reference,
     gemm_form."""
     def operands(ptx: Ptx, at: Coords, p: dict[str, str]) -> tuple[StagedRows, Source]:
-        a = StagedRows(ptx, at, p[rows], p[row_pitch], rows=p["R"], k_limit=p[contraction])
+        a = StagedRows(ptx, at, p[rows], p[row_pitch], rows=p["R"], k_limit=p[contraction], ring=FragmentTernary.SHARE)
         return a, FragmentTernary(ptx, at, p["w"], cols=p[cols], k_limit=p[contraction], ring=a.ring)
 
     def width(name: str) -> Callable[[Dims], int]:
@@ -55,7 +55,7 @@ def ternary_specs(family: str, tiles: tuple[Tile, ...], out: str, rows: str, row
     return tuple(staged_spec(
         family, tile, gemm=("R", cols, contraction),
         buffers=(output, pitched_rows(rows, width("R"), width(contraction)), planes_param("w", order)),
-        pitch=pitch_param(row_pitch, width(contraction)), operands=operands,
+        pitch=pitch_param(row_pitch, width(contraction)), operands=operands, b_share=FragmentTernary.SHARE,
         loop_family=loop_family, rescale=rescale, **fields,
     ) for tile in tiles)
 
@@ -63,14 +63,17 @@ def ternary_specs(family: str, tiles: tuple[Tile, ...], out: str, rows: str, row
 
 def staged_spec(family: str, tile: Tile, gemm: tuple[str, str, str], buffers: tuple[BufferSpec, ...],
                 pitch: ScalarSpec, operands: Callable[[Ptx, Coords, dict[str, str]], tuple["StagedRows", "Source"]],
-                loop_family: str | None = None, rescale: "Rescale | None" = None, **fields: Any) -> KernelSpec:
+                b_share: int = StagedRows.B_SHARE, loop_family: str | None = None, rescale: "Rescale | None" = None,
+                **fields: Any) -> KernelSpec:
     """``family`` on ``tile`` as a KernelSpec: what every staged kernel shares, so a kernel
     module says only what differs.
 
     ``gemm`` names the Dims fields that are D's rows, D's columns and the contraction
     ("R", "N", "K" for forward); ``buffers`` are the output and the inputs, followed by the
     u32 sizes R, K, N, ``pitch`` and the split's ``kspan``; ``operands(ptx, at, p)`` builds
-    the A and B sources from the loaded parameters ``p``; the output's row pitch ``ldo``
+    the A and B sources from the loaded parameters ``p``, B keeping ``b_share`` bytes of each
+    ring stage (a chunk of TILE_N staged rows unless said) (``kernels.tile.operands.Ring``; with A's rows, what a CTA copies a chunk,
+    the cost model's L2 bytes); the output's row pitch ``ldo``
     (``kernels.pitch.output_pitch`` words) follows ``pitch``. The tile rule
     (:func:`phase_cost`) times the launch on the loop counted from ptxas's SASS into
     ledger/loop_counts.json (``kernels.cost.loop_counts``: this tile's entry of
@@ -87,6 +90,7 @@ def staged_spec(family: str, tile: Tile, gemm: tuple[str, str, str], buffers: tu
     :func:`split_plans`: one split skips the split-K epilogue (``KernelCounts.outside``),
     so at a short contraction it can beat the shorter chunk loop of a split."""
     name = entry_name(family, tile)
+    chunk_bytes = tile.m * CHUNK_K + b_share
     rows, cols, contraction = gemm
     split_rescale = bool(rescale and rescale.splits)
     workspace = tuple(n for n in (rescale.partials, rescale.tickets) if n) if rescale else ()
@@ -100,7 +104,7 @@ def staged_spec(family: str, tile: Tile, gemm: tuple[str, str, str], buffers: tu
             counts, occupancy = cost.loop_counts(entry_name(loop_family or family, tile)), cost.occupancy(name)
         except cost.CostInputError:  # a configuration not counted yet: never picked, and runs one split,
             return math.inf  # until `doit sass && doit model:counts` count it (the gate checks they did)
-        return phase_cost(*extents(d), tile, plan, counts, occupancy,
+        return phase_cost(*extents(d), tile, plan, chunk_bytes, counts, occupancy,
                           buffer_bytes(params, d, () if plan.splits > 1 else workspace), split_rescale)
 
     @remembered
@@ -127,7 +131,8 @@ def staged_spec(family: str, tile: Tile, gemm: tuple[str, str, str], buffers: tu
         return ptx.render()
 
     return KernelSpec(
-        name=name, emit=emit, params=params, stages=tile.stages, family=family, tile=tile.label,
+        name=name, emit=emit, params=params, stages=tile.stages, chunk_bytes=chunk_bytes, family=family,
+        tile=tile.label,
         geometry=lambda d: geometry(rows=getattr(d, rows), cols=getattr(d, cols), plan=plan(d), tile=tile),
         cost=lambda d: rule(d, plan(d)), split_rescale=split_rescale, workspace=workspace,
         **fields)

@@ -542,7 +542,7 @@ def staged_work(spec: KernelSpec, dims: Dims, g: GpuModel, sass: SassArch, count
     w = work(spec, dims, sass)
     l1, l1_source = l1_per_cta(w, memory, memory_source)
     rows, cols = spec.output.layout.logical(dims)
-    staged = tile_rule.staged_work(spec.geometry(dims), rows, cols, w.contraction, spec.stages, counts,
+    staged = tile_rule.staged_work(spec.geometry(dims), rows, cols, w.contraction, spec.stages, spec.chunk_bytes, counts,
                                    ctas_per_sm(g, w.warps_per_cta, ptxas), spec.buffer_bytes(dims, w.splits),
                                    spec.split_rescale)
     staged = staged._replace(l1_wavefronts_per_cta=l1)
