@@ -9,6 +9,7 @@ from hypothesis import given, settings, strategies as st
 from kernelcases import (INT32_EPILOGUE, STAGED, TERNARY, TWO_STAGED, contraction, emulated, exact, family_configs,
                          gemm_dims, inputs_of, per_kernel, per_module, plans_scored, span_of, stated, tile_of)
 
+from kernels import cost
 from kernels.launch import LaunchError, launch, launch_outputs
 from kernels.pitch import WPlanes
 from kernels.registry import KERNELS, get_kernel
@@ -490,6 +491,28 @@ def w_fetches(name: str, dims: Dims, ptx: str | None = None) -> int:
 def one_cta(name: str, depth: int) -> Dims:
     """Dims of one CTA of ``name``'s tile over a contraction of ``depth``."""
     return gemm_dims(name, rows=tile_of(name).m, cols=128, contraction=depth)
+
+
+@pytest.mark.parametrize("name", per_kernel(STAGED))
+def test_a_cta_copies_chunk_bytes_a_chunk_as_the_cost_model_counts(name):
+    """The cost model's L2 figure (``KernelSpec.chunk_bytes``: A's rows and B's share of a
+    ring stage, each once) is what the emulator sees one CTA's copies read from global
+    memory: one CTA (a full tile) over 4 whole chunks reads 4 x chunk_bytes, whole
+    sectors. The figure it replaced, every warp's requests from the loop's SASS
+    (``LoopFigures.global_bytes``), counts a guarded copy in every warp: more than the
+    CTA reads wherever some threads skip their copies (the ternary tiles' W past the
+    first warp row, the 8-warp 32-row tile's A past the first 128 threads), and exactly
+    it elsewhere."""
+    spec, dims = get_kernel(name), one_cta(name, 4 * geometry.CHUNK_K)
+    assert spec.geometry(dims).grid == (1, 1, 1)
+    fn = emulated(name)
+    inputs = spec.make_inputs(dims, np.random.default_rng(5))
+    assert np.array_equal(launch(spec, fn, dims, inputs), spec.reference(dims, inputs))
+    copies = [a for a in fn.stats.memory if a.opcode == "cp.async"]
+    assert 32 * sum(a.sectors for a in copies) == sum(a.bytes_used for a in copies) == 4 * spec.chunk_bytes
+    tile, requested = tile_of(name), tile_of(name).warps * cost.loop_counts(name).fast.global_bytes
+    guarded = (name in TERNARY and tile.warps_m > 1) or tile.copying_threads(tile.m) < tile.threads
+    assert requested >= spec.chunk_bytes and (requested > spec.chunk_bytes) == guarded
 
 
 @pytest.mark.parametrize("name", per_kernel(TERNARY))
