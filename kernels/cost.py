@@ -29,8 +29,9 @@ per scheduler allow (:func:`staged_phases`):
 
 where the per-chunk chain is the largest of: ptxas's stall clocks of one trip (the
 clocks one warp needs when nothing else issues on its scheduler), the trip's
-instructions x the warps sharing a scheduler, the trip's tensor work on the SM, the W
-round trip when W is loaded straight into registers one chunk ahead, and the A ring's
+instructions x the warps sharing a scheduler, the trip's tensor work on the SM, an
+operand's L2 round trip where the body loads it straight into registers one chunk ahead
+(``LoopFigures.direct_loads``, read from the SASS; no staged loop does now), and the ring's
 round trip spread over the ``stages - 1`` chunks in flight. The whole-GPU bounds (L2
 bytes, DRAM bytes at the reachable fraction, split-K reds at the atomic rate) cap it
 from below; a fixed device cost per kernel is added, and the host's launch cost is
@@ -290,7 +291,7 @@ class StagedWork(NamedTuple):
     resident: int  # CTAs an SM holds at once (registers, shared memory, warps)
     fast_chunks: int  # chunks one CTA runs on the fast body
     tail_chunks: int
-    stages: int  # the A ring's depth (1: nothing prefetched)
+    stages: int  # the copy ring's depth (1: nothing prefetched)
     counts: KernelCounts
     epilogue_wavefronts: float  # L1 wavefronts of one CTA's output
     output_bytes_per_cta: float
@@ -337,7 +338,7 @@ def warps_per_scheduler(dev: Device, resident: int, warps_per_cta: int) -> float
 def trip_cycles(dev: Device, body: LoopFigures, w: StagedWork, active: int) -> float:
     """One chunk of one CTA on its SM: the largest of ptxas's stall clocks of the body,
     the body's issue when ``active`` CTAs share the schedulers, the SM's tensor work, the
-    W round trip (direct loads one chunk ahead) and the A ring's (stages - 1 ahead)."""
+    W round trip (direct loads one chunk ahead) and the ring's (stages - 1 ahead)."""
     sharing = warps_per_scheduler(dev, active, w.warps_per_cta)
     issue = sharing * body.instructions
     tensor = active * w.warps_per_cta * body.imma * IMMA_OPS / (dev.peak_ops_per_sm_clock("int8")

@@ -5,7 +5,7 @@ into their epilogue, writing the caller's float type straight from the accumulat
 
 Each is the int32 product of its ``_s8`` module (same operands, same chunk loop, same
 tiles) whose epilogue (``epilogue.Rescale``, ``epilogue.RescaledRows``) stages the
-tile's int32 sums through the A ring, as split-K does, and stores every element as
+tile's int32 sums through the ring, as split-K does, and stores every element as
 
 - forward, Y (R x N):  (f32(acc) * row_scales[r]) * beta (+ bias[j] where has_bias);
 - dX, dX (R x K):      (f32(acc) * row_scales[r]) * beta;

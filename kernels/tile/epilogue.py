@@ -1,6 +1,6 @@
 """The staged tile's output, after the chunk loop (:class:`Epilogue`): with one split each
 lane stores four consecutive columns of a row straight from its accumulators (B's column
-order makes them consecutive), 16 bytes with one st.global.v4; with split-K the A ring is
+order makes them consecutive), 16 bytes with one st.global.v4; with split-K the ring is
 reused to stage the sums so that each red.global request is 32 consecutive words. A
 rescaled output (:class:`Rescale`: the caller's float type, rescaled from the int32 sums)
 is staged the same way and written a row of 32 consecutive elements a request; split, it
@@ -298,7 +298,7 @@ def emit_split_rescale(ptx: Ptx, at: Coords, out: Epilogue, partial: Epilogue, r
     (``fence.acq_rel.gpu``) after its reds and before the barrier that precedes thread 0's
     ticket, so a CTA that sees the count reach ``splits`` - 1 sees every other split's
     sums once it has fenced too; it reads them at L2 (``ld.global.cg``). The verdict is
-    passed to the CTA through the A ring's first word (no warp reads the ring any more)."""
+    passed to the CTA through the ring's first word (no warp reads the ring any more)."""
     partial.emit(partial.added_row, "add")
     ptx.fence()  # this thread's sums are out before the ticket
     ptx.barrier()  # every thread's sums are out, and nobody reads the ring any more

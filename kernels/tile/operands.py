@@ -45,7 +45,7 @@ class Ring:
         self.share_at = tile.m * CHUNK_K
         self.stage_bytes = max(STAGE_BYTES, -(-(self.share_at + share) // SHARED_ALIGN) * SHARED_ALIGN)
         self.bytes = tile.stages * self.stage_bytes
-        self.base = ptx.shared_array("a_ring", self.bytes, SHARED_ALIGN)
+        self.base = ptx.shared_array("ring", self.bytes, SHARED_ALIGN)
 
     def step(self, ptx: Ptx, offset: str, steps: int, into: str | None = None) -> str:
         """``offset`` + ``steps`` stages, wrapped in the ring (an and when its size is a
@@ -85,8 +85,8 @@ class Coords:
 
 class Source(ABC):
     """The B operand as the chunk loop (``mainloop.emit_staged``) and the epilogue
-    (``epilogue.Epilogue``) call it; :class:`StagedRows` (also the A operand, with
-    ``b=False``) and :class:`FragmentTernary` implement it.
+    (``epilogue.Epilogue``) call it; :class:`StagedRows` (also the A operand) and
+    :class:`FragmentTernary` implement it.
 
     Per chunk the loop calls, after the barrier, ``b_fragments`` of the stage being
     multiplied (B only) and the mma, then ``issue`` on A and B into the stage ``stages -
