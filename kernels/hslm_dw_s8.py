@@ -40,7 +40,7 @@ def transposed_operands(x: str, dy: str) -> Callable[[Ptx, Coords, dict[str, str
     A[m=j][k=r] = dYq^T[j, r], copies stopping at R so B's padding meets zeros;
     B[k=r][n=i] = Xq[r, i], stored [i][r]."""
     def operands(ptx: Ptx, at: Coords, p: dict[str, str]) -> tuple[StagedRows, Source]:
-        a = StagedRows(ptx, at, p[dy], p["ldr"], rows=p["N"], k_limit=p["R"], ring=StagedRows.B_SHARE,
+        a = StagedRows(ptx, at, p[dy], p["ldr"], rows=p["N"], k_limit=p["R"], share=StagedRows.B_SHARE,
                        exact_tail=True)
         b = StagedRows(ptx, at, p[x], p["ldr"], rows=p["K"], k_limit=p["R"], ring=a.ring)
         return a, b

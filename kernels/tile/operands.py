@@ -37,9 +37,10 @@ from kernels.tile.geometry import CHUNK_K, PIECE, PIECES, SHARED_ALIGN, STAGE_BY
 class Ring:
     """The CTA's copy ring: ``tile.stages`` stages, each A's ``tile.m`` rows of a chunk
     (64 bytes each) followed by ``share`` bytes that B keeps there (its rows, or W's
-    words), at least ``STAGE_BYTES`` (the stride every tile had when B had a ring of its
-    own; a tile with room to spare keeps it). ``base`` is the ring's address register,
-    ``share_at`` where B's share starts in a stage."""
+    words), at least ``STAGE_BYTES``: the 32-row forward and dX tiles keep the 8 KiB
+    stages (a ring of 4 that wraps with an and) their loops were scheduled and counted on.
+    ``base`` is the ring's address register, ``share_at`` where B's share starts in a
+    stage; the epilogue stages the sums in the whole ring."""
 
     def __init__(self, ptx: Ptx, tile: Tile, share: int):
         self.share_at = tile.m * CHUNK_K
@@ -154,10 +155,10 @@ def paired_column_of_row(ptx: Ptx, row: str) -> str:
 
 class StagedRows(Source):
     """int8 rows [m][k] (``pitch`` bytes apart) copied into the CTA's :class:`Ring`, as A
-    (``ring`` an int: the bytes B keeps in each stage past A's rows; A declares the ring)
-    or as B stored [n][k] (``ring`` the A operand's ring, B's rows in its share of each
-    stage; B row r holds column ``paired_column_of_row(r)``). ``B_SHARE``: the bytes of a
-    stage B's rows take, a chunk of TILE_N rows.
+    (which declares the ring, with ``share`` bytes a stage for B past A's rows) or as B
+    stored [n][k] (given ``ring``, the A operand's: B's rows are its share of each stage;
+    B row r holds column ``paired_column_of_row(r)``). ``B_SHARE``: the bytes of a stage
+    B's rows take, a chunk of TILE_N rows.
 
     Thread ``tid`` copies piece ``tid & 3`` of rows ``tid >> 2`` + P j, P = threads / 4
     (``tile.rows_per_pass``), for j < ``tile.copies(rows)``: the P rows of one j are
@@ -175,13 +176,13 @@ class StagedRows(Source):
     B_SHARE = TILE_N * CHUNK_K
 
     def __init__(self, ptx: Ptx, at: Coords, ptr: str, pitch: str, rows: str, k_limit: str,
-                 ring: "Ring | int" = 0, exact_tail: bool = False):
-        b = isinstance(ring, Ring)
+                 share: int = 0, ring: "Ring | None" = None, exact_tail: bool = False):
+        b = ring is not None
         self.ptx, self.b, self.exact_tail = ptx, b, exact_tail
         tile = at.tile
         self.m_tiles, self.n_tiles, self.step_rows = tile.m_tiles, tile.n_tiles, tile.rows_per_pass
         row, piece = ptx.shr(at.tid, 2), ptx.band(at.tid, PIECES - 1)
-        self.ring = ring if b else Ring(ptx, tile, share=ring)
+        self.ring = ring if b else Ring(ptx, tile, share)
         base = ptx.add(ring.base, ring.share_at) if b else self.ring.base  # where this operand's rows start
         self.copy_at = ptx.add(base, swizzled(ptx, row, piece))
         first = ptx.add(at.n_base, paired_column_of_row(ptx, row)) if b else ptx.add(at.m_base, row)

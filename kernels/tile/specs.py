@@ -44,7 +44,7 @@ def ternary_specs(family: str, tiles: tuple[Tile, ...], out: str, rows: str, row
     rescaled (:class:`Rescale`), contiguous. ``fields``: make_inputs, reference,
     gemm_form."""
     def operands(ptx: Ptx, at: Coords, p: dict[str, str]) -> tuple[StagedRows, Source]:
-        a = StagedRows(ptx, at, p[rows], p[row_pitch], rows=p["R"], k_limit=p[contraction], ring=FragmentTernary.SHARE)
+        a = StagedRows(ptx, at, p[rows], p[row_pitch], rows=p["R"], k_limit=p[contraction], share=FragmentTernary.SHARE)
         return a, FragmentTernary(ptx, at, p["w"], cols=p[cols], k_limit=p[contraction], ring=a.ring)
 
     def width(name: str) -> Callable[[Dims], int]:
