@@ -337,8 +337,9 @@ def warps_per_scheduler(dev: Device, resident: int, warps_per_cta: int) -> float
 
 def trip_cycles(dev: Device, body: LoopFigures, w: StagedWork, active: int) -> float:
     """One chunk of one CTA on its SM: the largest of ptxas's stall clocks of the body,
-    the body's issue when ``active`` CTAs share the schedulers, the SM's tensor work, the
-    W round trip (direct loads one chunk ahead) and the ring's (stages - 1 ahead)."""
+    the body's issue when ``active`` CTAs share the schedulers, the SM's tensor work, an
+    operand's L2 round trip (loaded straight into registers one chunk ahead) and the
+    ring's (stages - 1 ahead)."""
     sharing = warps_per_scheduler(dev, active, w.warps_per_cta)
     issue = sharing * body.instructions
     tensor = active * w.warps_per_cta * body.imma * IMMA_OPS / (dev.peak_ops_per_sm_clock("int8")

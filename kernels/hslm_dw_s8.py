@@ -26,7 +26,7 @@ from kernels.reference import exact_matmul
 from kernels.spec import Dims, GemmForm, Operand
 from kernels.testdata import saturating_int8
 from kernels.tile import geometry, specs
-from kernels.tile.operands import Coords, Source, StagedRows
+from kernels.tile.operands import Coords, Ring, Source, StagedRows
 
 FAMILY = "hslm_dw_s8"
 MAX_ROWS = 131071  # 127 * 127 * 131071 < 2^31 <= 127 * 127 * 131072 + ...
@@ -35,14 +35,14 @@ TILES = (*(tile._replace(stages=STAGES) for tile in (geometry.LARGE, geometry.SM
          geometry.TALL)
 
 
-def transposed_operands(x: str, dy: str) -> Callable[[Ptx, Coords, dict[str, str]], tuple[StagedRows, Source]]:
+def transposed_operands(x: str, dy: str) -> Callable[[Ptx, Coords, Ring, dict[str, str]],
+                                                     tuple[StagedRows, Source]]:
     """The operands from the parameters named ``x`` (Xq^T) and ``dy`` (dYq^T):
     A[m=j][k=r] = dYq^T[j, r], copies stopping at R so B's padding meets zeros;
     B[k=r][n=i] = Xq[r, i], stored [i][r]."""
-    def operands(ptx: Ptx, at: Coords, p: dict[str, str]) -> tuple[StagedRows, Source]:
-        a = StagedRows(ptx, at, p[dy], p["ldr"], rows=p["N"], k_limit=p["R"], share=StagedRows.B_SHARE,
-                       exact_tail=True)
-        b = StagedRows(ptx, at, p[x], p["ldr"], rows=p["K"], k_limit=p["R"], ring=a.ring)
+    def operands(ptx: Ptx, at: Coords, ring: Ring, p: dict[str, str]) -> tuple[StagedRows, Source]:
+        a = StagedRows(ptx, at, ring, p[dy], p["ldr"], rows=p["N"], k_limit=p["R"], exact_tail=True)
+        b = StagedRows(ptx, at, ring, p[x], p["ldr"], rows=p["K"], k_limit=p["R"], b=True)
         return a, b
     return operands
 

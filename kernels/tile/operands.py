@@ -39,14 +39,28 @@ class Ring:
     (64 bytes each) followed by ``share`` bytes that B keeps there (its rows, or W's
     words), at least ``STAGE_BYTES``: the 32-row forward and dX tiles keep the 8 KiB
     stages (a ring of 4 that wraps with an and) their loops were scheduled and counted on.
-    ``base`` is the ring's address register, ``share_at`` where B's share starts in a
-    stage; the epilogue stages the sums in the whole ring."""
+    ``share_at`` is where B's share starts in a stage, ``base`` the ring's address
+    register, declared where an operand first asks for it; the epilogue stages the sums
+    in the whole ring."""
 
     def __init__(self, ptx: Ptx, tile: Tile, share: int):
+        self.ptx = ptx
         self.share_at = tile.m * CHUNK_K
-        self.stage_bytes = max(STAGE_BYTES, -(-(self.share_at + share) // SHARED_ALIGN) * SHARED_ALIGN)
+        self.stage_bytes = max(STAGE_BYTES, -(-self.copied(tile, share) // SHARED_ALIGN) * SHARED_ALIGN)
         self.bytes = tile.stages * self.stage_bytes
-        self.base = ptx.shared_array("ring", self.bytes, SHARED_ALIGN)
+        self._base: str | None = None
+
+    @staticmethod
+    def copied(tile: Tile, share: int) -> int:
+        """The bytes a CTA copies into a stage, A's rows and B's share (the cost model's L2
+        bytes a chunk, ``KernelSpec.chunk_bytes``)."""
+        return tile.m * CHUNK_K + share
+
+    @property
+    def base(self) -> str:
+        if self._base is None:
+            self._base = self.ptx.shared_array("ring", self.bytes, SHARED_ALIGN)
+        return self._base
 
     def step(self, ptx: Ptx, offset: str, steps: int, into: str | None = None) -> str:
         """``offset`` + ``steps`` stages, wrapped in the ring (an and when its size is a
@@ -96,10 +110,9 @@ class Source(ABC):
     accumulators by ``col_first`` (the D column of this lane's c0, a b32 register) and
     ``col_offset``.
 
-    The A operand is a :class:`StagedRows` that declares the :class:`Ring`: besides these
-    hooks the loop reads its ``a_fragments``, its ``k_at`` (the k byte its next copy
-    starts at, which counts the chunks) and its ``ring`` (which the epilogue reuses to
-    stage the sums)."""
+    The A operand is a :class:`StagedRows`: besides these hooks the loop reads its
+    ``a_fragments``, its ``k_at`` (the k byte its next copy starts at, which counts the
+    chunks) and its ``ring`` (which the epilogue reuses to stage the sums)."""
 
     col_first: str
 
@@ -155,10 +168,9 @@ def paired_column_of_row(ptx: Ptx, row: str) -> str:
 
 class StagedRows(Source):
     """int8 rows [m][k] (``pitch`` bytes apart) copied into the CTA's :class:`Ring`, as A
-    (which declares the ring, with ``share`` bytes a stage for B past A's rows) or as B
-    stored [n][k] (given ``ring``, the A operand's: B's rows are its share of each stage;
-    B row r holds column ``paired_column_of_row(r)``). ``B_SHARE``: the bytes of a stage
-    B's rows take, a chunk of TILE_N rows.
+    (``b=False``: its rows start each stage) or as B stored [n][k] (``b=True``: its rows
+    are B's share of each stage; B row r holds column ``paired_column_of_row(r)``).
+    ``B_SHARE``: the bytes of a stage B's rows take, a chunk of TILE_N rows.
 
     Thread ``tid`` copies piece ``tid & 3`` of rows ``tid >> 2`` + P j, P = threads / 4
     (``tile.rows_per_pass``), for j < ``tile.copies(rows)``: the P rows of one j are
@@ -175,15 +187,13 @@ class StagedRows(Source):
 
     B_SHARE = TILE_N * CHUNK_K
 
-    def __init__(self, ptx: Ptx, at: Coords, ptr: str, pitch: str, rows: str, k_limit: str,
-                 share: int = 0, ring: "Ring | None" = None, exact_tail: bool = False):
-        b = ring is not None
-        self.ptx, self.b, self.exact_tail = ptx, b, exact_tail
+    def __init__(self, ptx: Ptx, at: Coords, ring: Ring, ptr: str, pitch: str, rows: str, k_limit: str,
+                 b: bool = False, exact_tail: bool = False):
+        self.ptx, self.b, self.exact_tail, self.ring = ptx, b, exact_tail, ring
         tile = at.tile
         self.m_tiles, self.n_tiles, self.step_rows = tile.m_tiles, tile.n_tiles, tile.rows_per_pass
         row, piece = ptx.shr(at.tid, 2), ptx.band(at.tid, PIECES - 1)
-        self.ring = ring if b else Ring(ptx, tile, share)
-        base = ptx.add(ring.base, ring.share_at) if b else self.ring.base  # where this operand's rows start
+        base = ptx.add(ring.base, ring.share_at) if b else ring.base  # where this operand's rows start
         self.copy_at = ptx.add(base, swizzled(ptx, row, piece))
         first = ptx.add(at.n_base, paired_column_of_row(ptx, row)) if b else ptx.add(at.m_base, row)
         tile_rows = TILE_N if b else tile.m
@@ -287,7 +297,7 @@ class FragmentTernary(Source):
 
     SHARE = 16 * TILE_N  # bytes of a stage: a word per n tile of each column's lanes
 
-    def __init__(self, ptx: Ptx, at: Coords, w_ptr: str, cols: str, k_limit: str, ring: Ring):
+    def __init__(self, ptx: Ptx, at: Coords, ring: Ring, w_ptr: str, cols: str, k_limit: str):
         self.ptx = ptx
         tile = at.tile
         group, quad = ptx.shr(at.lane, 2), ptx.band(at.lane, 3)

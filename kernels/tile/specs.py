@@ -15,9 +15,9 @@ from kernels.planes import Planes
 from kernels.ptx_emit import Ptx
 from kernels.spec import BufferSpec, Dims, KernelSpec, ScalarSpec, buffer_bytes
 from kernels.tile.epilogue import Rescale, rescaled_output
-from kernels.tile.geometry import CHUNK_K, Plan, Tile, begin, entry_name, geometry
+from kernels.tile.geometry import Plan, Tile, begin, entry_name, geometry
 from kernels.tile.mainloop import emit_staged
-from kernels.tile.operands import Coords, FragmentTernary, Source, StagedRows
+from kernels.tile.operands import Coords, FragmentTernary, Ring, Source, StagedRows
 from kernels.tile.rule import phase_cost, split_k, split_plans
 
 # Every launch asks its spec for its geometry (the plan) and every pick asks for scores;
@@ -43,9 +43,9 @@ def ternary_specs(family: str, tiles: tuple[Tile, ...], out: str, rows: str, row
     chunk and the first warp row's copies of W's words. ``rescale``: D is written
     rescaled (:class:`Rescale`), contiguous. ``fields``: make_inputs, reference,
     gemm_form."""
-    def operands(ptx: Ptx, at: Coords, p: dict[str, str]) -> tuple[StagedRows, Source]:
-        a = StagedRows(ptx, at, p[rows], p[row_pitch], rows=p["R"], k_limit=p[contraction], share=FragmentTernary.SHARE)
-        return a, FragmentTernary(ptx, at, p["w"], cols=p[cols], k_limit=p[contraction], ring=a.ring)
+    def operands(ptx: Ptx, at: Coords, ring: Ring, p: dict[str, str]) -> tuple[StagedRows, Source]:
+        a = StagedRows(ptx, at, ring, p[rows], p[row_pitch], rows=p["R"], k_limit=p[contraction])
+        return a, FragmentTernary(ptx, at, ring, p["w"], cols=p[cols], k_limit=p[contraction])
 
     def width(name: str) -> Callable[[Dims], int]:
         return lambda d: getattr(d, name)
@@ -62,7 +62,8 @@ def ternary_specs(family: str, tiles: tuple[Tile, ...], out: str, rows: str, row
 
 
 def staged_spec(family: str, tile: Tile, gemm: tuple[str, str, str], buffers: tuple[BufferSpec, ...],
-                pitch: ScalarSpec, operands: Callable[[Ptx, Coords, dict[str, str]], tuple["StagedRows", "Source"]],
+                pitch: ScalarSpec,
+                operands: Callable[[Ptx, Coords, Ring, dict[str, str]], tuple["StagedRows", "Source"]],
                 b_share: int = StagedRows.B_SHARE, loop_family: str | None = None, rescale: "Rescale | None" = None,
                 **fields: Any) -> KernelSpec:
     """``family`` on ``tile`` as a KernelSpec: what every staged kernel shares, so a kernel
@@ -70,10 +71,11 @@ def staged_spec(family: str, tile: Tile, gemm: tuple[str, str, str], buffers: tu
 
     ``gemm`` names the Dims fields that are D's rows, D's columns and the contraction
     ("R", "N", "K" for forward); ``buffers`` are the output and the inputs, followed by the
-    u32 sizes R, K, N, ``pitch`` and the split's ``kspan``; ``operands(ptx, at, p)`` builds
-    the A and B sources from the loaded parameters ``p``, B keeping ``b_share`` bytes of each
-    ring stage (a chunk of TILE_N staged rows unless said) (``kernels.tile.operands.Ring``; with A's rows, what a CTA copies a chunk,
-    the cost model's L2 bytes); the output's row pitch ``ldo``
+    u32 sizes R, K, N, ``pitch`` and the split's ``kspan``; ``operands(ptx, at, ring, p)``
+    builds the A and B sources in the CTA's ``ring`` (``kernels.tile.operands.Ring``, where
+    B keeps ``b_share`` bytes of each stage past A's rows: a chunk of TILE_N staged rows
+    unless said; with A's rows, what a CTA copies a chunk, the cost model's L2 bytes) from
+    the loaded parameters ``p``; the output's row pitch ``ldo``
     (``kernels.pitch.output_pitch`` words) follows ``pitch``. The tile rule
     (:func:`phase_cost`) times the launch on the loop counted from ptxas's SASS into
     ledger/loop_counts.json (``kernels.cost.loop_counts``: this tile's entry of
@@ -90,7 +92,7 @@ def staged_spec(family: str, tile: Tile, gemm: tuple[str, str, str], buffers: tu
     :func:`split_plans`: one split skips the split-K epilogue (``KernelCounts.outside``),
     so at a short contraction it can beat the shorter chunk loop of a split."""
     name = entry_name(family, tile)
-    chunk_bytes = tile.m * CHUNK_K + b_share
+    chunk_bytes = Ring.copied(tile, b_share)
     rows, cols, contraction = gemm
     split_rescale = bool(rescale and rescale.splits)
     workspace = tuple(n for n in (rescale.partials, rescale.tickets) if n) if rescale else ()
@@ -124,7 +126,7 @@ def staged_spec(family: str, tile: Tile, gemm: tuple[str, str, str], buffers: tu
     def emit() -> str:
         ptx, p = begin(name, params, tile)
         at = Coords(ptx, p["kspan"] if "kspan" in p else p[contraction], tile)
-        a, b = operands(ptx, at, p)
+        a, b = operands(ptx, at, Ring(ptx, tile, b_share), p)
         emit_staged(ptx, at, a, b, k_limit=p[contraction], out=p[buffers[0].name], rows=p[rows], cols=p[cols],
                     out_pitch=p["ldo"] if rescale is None else p[cols],
                     rescale=None if rescale is None else (rescale, p))
