@@ -13,7 +13,8 @@ from kernelcases import INT32_EPILOGUE, STAGED, TERNARY, TWO_STAGED, per_kernel,
 
 from kernels.registry import KERNELS, get_kernel
 from kernels.tile.geometry import TILE_N
-from kernels.tile.operands import StagedRows
+from kernels.tile import mainloop
+from kernels.tile.operands import FragmentTernary, StagedRows
 
 MMA = "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32"
 COPY = r"cp\.async\.cg\.shared\.global \[[^]]+\], \[[^]]+\], 16, (%[pr]\d+);"
@@ -187,14 +188,14 @@ def test_ternary_kernels_decode_w_into_the_mma_b_registers(name):
     assert all(re.search(rf", {word}[,;]", after) for word in words.groups())  # each word is decoded
 
 
-@pytest.mark.parametrize("name", per_kernel(TERNARY))
-def test_ternary_kernels_copy_w_from_one_pointer_in_the_first_warp_row(name):
+def check_w_copies(name: str, ptx: str) -> None:
     """W's planes are padded to the tile, so no word is clamped or bounds-guarded: the
-    copies of a chunk (one per n tile) share one ignore-src predicate (past W's last
-    plane), each an immediate offset from one walking pointer, into this lane's 16 bytes
-    of the stage; with more than one warp row, all under one guard, set from the warp
-    row being 0 (the other rows read the first row's words)."""
-    ptx = get_kernel(name).emit()
+    copies of a chunk (one per n tile) share one ignore-src predicate (the chunk starts at
+    or past K) and one address (this lane's words plus the chunk's k times the plane bytes
+    a byte of k takes), each an immediate offset from it, both from the CTA's one k, which
+    the loop steps a chunk a trip; into this lane's 16 bytes of the stage; with more than
+    one warp row, all under one guard, set from the warp row being 0 (the other rows read
+    the first row's words)."""
     body = loop(ptx)
     tile = tile_of(name)
     copies = re.findall(r"(?:@(%p\d+) )?cp\.async\.ca\.shared\.global \[(%r\d+)(?:\+(\d+))?\], "
@@ -202,12 +203,40 @@ def test_ternary_kernels_copy_w_from_one_pointer_in_the_first_warp_row(name):
     assert len(copies) == tile.n_tiles and len({(g, dst, ptr, pred) for g, dst, _, ptr, pred in copies}) == 1
     assert [int(offset or 0) for _, _, offset, _, _ in copies] == [4 * ni for ni in range(tile.n_tiles)]
     guard, _, _, ptr, pred = copies[0]
-    assert re.search(rf"setp\.ge\.u64 {pred}, {ptr}, %rd\d+;", body) and "min.u32" not in body
+    k = re.search(rf"setp\.ge\.u32 {pred}, (%r\d+), %r\d+;", body).group(1)
+    product = re.search(rf"add\.s64 {ptr}, %rd\d+, (%rd\d+);", body).group(1)
+    assert re.search(rf"mul\.wide\.u32 {product}, {k}, %r\d+;", body) and "min.u32" not in body
+    assert re.search(rf"add\.u32 {k}, {k}, 64;", body)  # the CTA's k walks a chunk a trip
     if tile.warps_m == 1:
         assert guard == ""
     else:
         warp_m = re.search(rf"and\.b32 (%r\d+), %r\d+, {tile.warps_m - 1};", ptx).group(1)
         assert re.search(rf"setp\.eq\.u32 {guard}, {warp_m}, 0;", ptx)
+
+
+@pytest.mark.parametrize("name", per_kernel(TERNARY))
+def test_ternary_kernels_copy_w_from_the_ctas_k_in_the_first_warp_row(name):
+    check_w_copies(name, get_kernel(name).emit())
+
+
+@pytest.mark.parametrize("name", ["hslm_fwd_s8", "hslm_dx_s8_m32n16"])
+def test_the_w_copy_check_fails_for_a_w_that_does_not_walk_with_k(name, monkeypatch):
+    """Negative: W's copies from a copy of k taken before the loop (so every trip would
+    copy the same plane) fail the check."""
+    issue = FragmentTernary.issue
+    frozen = {}
+
+    def stale_k(self, stage, k, whole=False):
+        if k not in frozen:
+            frozen[k] = self.ptx.mov(k)
+        issue(self, stage, frozen[k], whole)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(FragmentTernary, "issue", stale_k)
+        wrong = get_kernel(name).emit()
+    assert wrong != get_kernel(name).emit()
+    with pytest.raises(AssertionError):
+        check_w_copies(name, wrong)
 
 
 def check_dw_copies(name: str, ptx: str) -> None:
@@ -241,13 +270,14 @@ def wrong_dw_kernels(name: str, monkeypatch) -> dict[str, str]:
     issue = StagedRows.issue
     wrong = {}
     with monkeypatch.context() as patch:
-        patch.setattr(StagedRows, "whole_next", lambda self: None)
+        patch.setattr(mainloop, "peeled", lambda sources: False)
         wrong["one loop"] = get_kernel(name).emit()
     with monkeypatch.context() as patch:
-        patch.setattr(StagedRows, "issue", lambda self, stage, whole=False: issue(self, stage, whole=False))
+        patch.setattr(StagedRows, "issue", lambda self, stage, k, whole=False: issue(self, stage, k, whole=False))
         wrong["tail copies in both"] = get_kernel(name).emit()
     with monkeypatch.context() as patch:
-        patch.setattr(StagedRows, "issue", lambda self, stage, whole=False: issue(self, stage, whole=self.exact_tail))
+        patch.setattr(StagedRows, "issue",
+                      lambda self, stage, k, whole=False: issue(self, stage, k, whole=self.exact_tail))
         wrong["whole copies in both"] = get_kernel(name).emit()
     assert len(set(wrong.values()) | {get_kernel(name).emit()}) == 4  # each patch changed the PTX
     return wrong

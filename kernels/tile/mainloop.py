@@ -11,12 +11,25 @@ ptxas's stall counts (sm_90) that takes the 32 x 128 loops' chain from 223-261 c
 trip to 179-197 and the 128 x 128 dW's from 328 to 261.
 
 The loop is uniform: every thread runs ceil(K / 64) chunks, only the copy sizes differ.
+One register, the first k byte of the chunk the next copies read, is the same for the
+whole CTA: the loop steps it once a trip and tests it (is there a next chunk, is it
+whole), and W's copies take their address and their bound from it. ptxas then needs no
+reconvergence (BSSY/BSYNC) around dW's two loops, and by its stall counts (sm_90) the
+32 x 128 8-warp loops' chain goes 138-155 -> 118-127 clocks a trip (``docs/performance.md``).
 """
 from __future__ import annotations
 
 from kernels.ptx_emit import Ptx
 from kernels.tile.epilogue import Epilogue, Rescale, RescaledRows, emit_split_rescale
+from kernels.tile.geometry import CHUNK_K
 from kernels.tile.operands import Coords, Source, StagedRows
+
+
+def peeled(sources: tuple[Source, ...]) -> bool:
+    """Whether the whole chunks (those that end at or before K) run in a loop of their own:
+    where a source's copies past K need tail arithmetic (``Source.exact_tail``)."""
+    return any(src.exact_tail for src in sources)
+
 
 def emit_staged(ptx: Ptx, at: Coords, a: StagedRows, b: Source, k_limit: str, out: str,
                 rows: str, cols: str, out_pitch: str,
@@ -32,28 +45,33 @@ def emit_staged(ptx: Ptx, at: Coords, a: StagedRows, b: Source, k_limit: str, ou
     (:class:`RescaledRows`); with several they go through the partials
     (:func:`emit_split_rescale`).
 
-    A source whose copies need tail arithmetic (``whole_next``) gets two loops of the
-    same body: "chunk" while the next chunk to copy ends at or before K, copying it
+    A source whose copies need tail arithmetic (``Source.exact_tail``) gets two loops of
+    the same body: "chunk" while the next chunk to copy ends at or before K, copying it
     with no size arithmetic, then "chunk_tail" for the rest; each chunk runs in one of
     them, so the loops' trips are the one loop's."""
     stages, ring = at.tile.stages, a.ring
     acc = [[[ptx.mov(0) for _ in range(4)] for _ in range(at.tile.n_tiles)] for _ in range(at.tile.m_tiles)]
-    sources = (a, b)
+    # the first k byte of the chunk the next copies read: one value for the whole CTA, so
+    # the loop's tests on it are uniform and ptxas needs no reconvergence around them
+    k_next = ptx.mov(at.k_first)
     for stage in range(stages - 1):
-        for src in sources:
-            src.issue(stage * ring.stage_bytes)
+        for src in (a, b):
+            src.issue(stage * ring.stage_bytes, k_next)
         ptx.cp_async_commit()
+        ptx.increment(k_next, CHUNK_K)
     read_stage = ptx.mov(0)
     k_end = ptx.binop("min", ptx.add(at.k_first, at.span), k_limit, "u32")
-    # A's copy offset walks a chunk a trip, stages - 1 chunks and its piece ahead of the
-    # chunk being multiplied: compared with k_end moved as far, it counts the chunks
-    # without a counter of its own (one add a trip fewer)
-    copies_end = ptx.add(ptx.sub(a.k_at, at.k_first), k_end)
-
-    # sources step k together against one K, so any one's whole-chunk test is everyone's
-    whole = [test for test in (src.whole_next() for src in sources) if test is not None]
-    if whole:  # copies with tail arithmetic: whole chunks in "chunk", the rest in "chunk_tail"
-        ptx.branch("chunk_tail", guard="!" + whole[0])
+    # a trip's copies read stages - 1 chunks past the one it multiplies: after them, the
+    # CTA has a next chunk while k_next is short of k_end moved as far
+    copies_end = ptx.add(k_end, (stages - 1) * CHUNK_K)
+    # B's copies go first where their address is one multiply-add off k_next (W's planes)
+    copy_order = (b, a) if b.addressed_by_k else (a, b)
+    # sources step k together against one K: a chunk is whole (needs no tail arithmetic)
+    # while it ends at or before K
+    tails = peeled((a, b))
+    whole_until = ptx.sub(k_limit, CHUNK_K) if tails else None
+    if tails:  # copies with tail arithmetic: whole chunks in "chunk", the rest in "chunk_tail"
+        ptx.branch("chunk_tail", guard="!" + ptx.setp("le", k_next, whole_until, "s32"))
 
     def chunk_loop(label: str, whole_copies: bool) -> None:
         ptx.label(label)
@@ -63,10 +81,11 @@ def emit_staged(ptx: Ptx, at: Coords, a: StagedRows, b: Source, k_limit: str, ou
         def copies() -> str:
             """The ring's next copies; returns the predicate: this CTA has a next chunk."""
             write_stage = ring.step(ptx, read_stage, stages - 1)
-            for src in sources:
-                src.issue(write_stage, whole=whole_copies)
+            for src in copy_order:
+                src.issue(write_stage, k_next, whole=whole_copies)
             ptx.cp_async_commit()
-            return ptx.setp("lt", a.k_at, copies_end, "u32")
+            ptx.increment(k_next, CHUNK_K)
+            return ptx.setp("lt", k_next, copies_end, "u32")
 
         def multiply() -> None:
             frag_b = b.b_fragments(read_stage)
@@ -79,13 +98,13 @@ def emit_staged(ptx: Ptx, at: Coords, a: StagedRows, b: Source, k_limit: str, ou
         more = copies()
         ring.step(ptx, read_stage, 1, into=read_stage)
         if whole_copies:  # stay while the next chunk is whole too; past the split's end, done
-            next_whole = [test for test in (src.whole_next() for src in sources) if test is not None]
-            ptx.branch(label, guard=ptx.fresh("pred", "and.pred", more, next_whole[0]))
+            next_whole = ptx.setp("le", k_next, whole_until, "s32")
+            ptx.branch(label, guard=ptx.fresh("pred", "and.pred", more, next_whole))
             ptx.branch("chunks_done", guard="!" + more)
         else:
             ptx.branch(label, guard=more)
 
-    if whole:
+    if tails:
         chunk_loop("chunk", True)
         chunk_loop("chunk_tail", False)
         ptx.label("chunks_done")

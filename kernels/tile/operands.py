@@ -105,26 +105,24 @@ class Source(ABC):
 
     Per chunk the loop calls, after the barrier, ``b_fragments`` of the stage being
     multiplied (B only) and the mma, then ``issue`` on A and B into the stage ``stages -
-    1`` ahead; ``issue`` also fills the ring's first ``stages - 1`` stages before the
-    loop, and ``whole_next`` picks the loop a chunk runs in. The epilogue places a lane's
-    accumulators by ``col_first`` (the D column of this lane's c0, a b32 register) and
-    ``col_offset``.
+    1`` ahead, with the chunk's first k byte (one register for the CTA, which the loop
+    steps and tests); ``issue`` also fills the ring's first ``stages - 1`` stages before
+    the loop. Where a source's copies past K need tail arithmetic (``exact_tail``) the
+    loop runs the whole chunks apart. The epilogue places a lane's accumulators by
+    ``col_first`` (the D column of this lane's c0, a b32 register) and ``col_offset``.
 
     The A operand is a :class:`StagedRows`: besides these hooks the loop reads its
-    ``a_fragments``, its ``k_at`` (the k byte its next copy starts at, which counts the
-    chunks) and its ``ring`` (which the epilogue reuses to stage the sums)."""
+    ``a_fragments`` and its ``ring`` (which the epilogue reuses to stage the sums)."""
 
     col_first: str
+    exact_tail = False  # its copies of a chunk that reaches past K need tail arithmetic
+    addressed_by_k = False  # a copy's source address is one multiply-add off the chunk's k
 
     @abstractmethod
-    def issue(self, stage_offset: str | int, whole: bool = False) -> None:
-        """Start copying the next chunk into the ring stage at ``stage_offset`` (``whole``:
-        the chunk is known to end at or before K)."""
-
-    def whole_next(self) -> str | None:
-        """A predicate: the next chunk this source copies ends at or before K, so its
-        copies need no tail arithmetic (None: they never do)."""
-        return None
+    def issue(self, stage_offset: str | int, k: str, whole: bool = False) -> None:
+        """Start copying the next chunk, whose first k byte is ``k`` (the same for the whole
+        CTA), into the ring stage at ``stage_offset`` (``whole``: the chunk is known to end
+        at or before K)."""
 
     @abstractmethod
     def b_fragments(self, stage_offset: str) -> list[list[list[str]]]:
@@ -181,8 +179,8 @@ class StagedRows(Source):
     must be zero there (W's planes are: padded with code 0 to a multiple of 128). With
     ``exact_tail`` the copy's src-size stops at K and the padding is
     never read (a few more instructions per copy), in the chunks that reach past K
-    only: a chunk that ends at or before K (``whole_next``) is copied as whole pieces,
-    and ``emit_staged`` runs those chunks in a loop of their own.
+    only: a chunk that ends at or before K is copied as whole pieces, and
+    ``emit_staged`` runs those chunks in a loop of their own.
     """
 
     B_SHARE = TILE_N * CHUNK_K
@@ -211,8 +209,6 @@ class StagedRows(Source):
         self.row_test = [ptx.setp("lt" if exact_tail else "ge", r, rows, "u32") for r in rows_j]
         if exact_tail:  # a whole chunk: ignore-src for a row past the last, no src-size
             self.row_past = [ptx.setp("ge", r, rows, "u32") for r in rows_j]
-            # this piece's chunk ends at or before K while k_at <= K - 64 + 16 (tid & 3)
-            self.whole_until = ptx.sub(ptx.mad(piece, PIECE, k_limit), CHUNK_K)
         if b:
             self.read_at = ptx.add(base, nk_read_offset(ptx, at))
             self.col_first = paired_columns(ptx, at)
@@ -226,13 +222,13 @@ class StagedRows(Source):
         in ``paired_column_of_row`` order: 16 (tile >> 1) + 2 (tile & 1) + e."""
         return 16 * (tile >> 1) + 2 * (tile & 1) + e
 
-    def whole_next(self) -> str | None:
-        if not self.exact_tail:
-            return None
-        return self.ptx.setp("le", self.k_at, self.whole_until, "s32")
-
-    def issue(self, stage_offset: str | int, whole: bool = False) -> None:
-        """Copy the next chunk into the stage at ``stage_offset``; step to the one after."""
+    def issue(self, stage_offset: str | int, k: str, whole: bool = False) -> None:
+        """Copy this thread's pieces of the chunk at ``k`` into the stage at
+        ``stage_offset``. The thread walks its own piece's k (``k_at`` = k + 16 (tid & 3),
+        stepped here): its address from ``k`` instead would take as many instructions, and
+        ptxas (12.x, sm_90) schedules the forward and dX loops 6-24 stall clocks a trip
+        longer. The ring's fill reads stage s at an immediate offset from stage 0's
+        address."""
         ptx = self.ptx
         dst = self.copy_at if stage_offset == 0 else ptx.add(self.copy_at, stage_offset)
         if self.exact_tail and whole:
@@ -244,9 +240,15 @@ class StagedRows(Source):
         else:
             past_k = ptx.setp("ge", self.k_at, self.k_limit, "u32")
             fills = [ptx.fresh("pred", "or.pred", past_k, out) for out in self.row_test]
+        if isinstance(stage_offset, int):  # the ring's fill: stage s reads s chunks past the first
+            if stage_offset == 0:
+                self.fill_from = [ptx.byte_offset(row_at, self.k_at, 1) for row_at in self.rows_at]
+            sources, src_offset = self.fill_from, stage_offset // self.ring.stage_bytes * CHUNK_K
+        else:
+            sources, src_offset = [ptx.byte_offset(row_at, self.k_at, 1) for row_at in self.rows_at], 0
         for j, fill in enumerate(fills):
-            ptx.cp_async(dst, ptx.byte_offset(self.rows_at[j], self.k_at, 1), fill,
-                         dst_offset=j * self.step_rows * CHUNK_K, guard=self.copier)
+            ptx.cp_async(dst, sources[j], fill, dst_offset=j * self.step_rows * CHUNK_K, src_offset=src_offset,
+                         guard=self.copier)
         ptx.increment(self.k_at, CHUNK_K)
 
     def a_fragments(self, stage_offset: str):
@@ -270,8 +272,10 @@ class FragmentTernary(Source):
     (b0) and 16 + 4t .. 16 + 4t + 3 (b1) of a k step (PTX ISA, mma.m16n8k32 fragments for
     .s8); over a chunk's two steps that is 16 codes of one column, exactly one word of W's
     ``FRAGMENTS`` planes (``kernels/planes.py``), whose decode gives the four registers in
-    order. So each lane needs one word per n tile a chunk (an immediate offset apart from
-    one walking pointer). Tile ni, row g of a warp holds column
+    order. So each lane needs one word per n tile a chunk, immediate offsets apart from
+    one address: its words in plane 0 plus the chunk's k x (columns / 4), a plane being
+    16 bytes a column per 64 bytes of k (one multiply-add a chunk, no pointer carried
+    from trip to trip). Tile ni, row g of a warp holds column
     ``paired_column_of_row(8 ni + g)``, so the epilogue's stores from registers work as
     for a staged B, and a warp's request is 8 columns' 16 bytes in pairs: 4 whole
     sectors.
@@ -283,8 +287,8 @@ class FragmentTernary(Source):
     trip is off the chunk's chain; after the barrier, one ``ld.shared.v4`` gives each
     lane of every warp row its column's words back. So each word crosses L2 once per CTA
     (on the 128 x 128 tile, loaded straight into each warp's registers, it crossed twice:
-    2 KiB more a chunk beside A's 8). Past W's last chunk the copies ignore their source
-    (zero-fill).
+    2 KiB more a chunk beside A's 8). A chunk that starts at or past K ignores its
+    source (zero-fill): one compare of the CTA's k, which the loop shares.
 
     Every warp decodes its own words (the two warp rows of an n quarter the same ones).
     A word's decode is 9 SASS instructions (a shift, two masks, two shifts, four prmt).
@@ -301,11 +305,10 @@ class FragmentTernary(Source):
         self.ptx = ptx
         tile = at.tile
         group, quad = ptx.shr(at.lane, 2), ptx.band(at.lane, 3)
-        plane = ptx.shl(ptx.round_up(cols, TILE_N), 4)  # bytes of a plane: 16 per column
-        self.step = ptx.widen(plane)  # a chunk is a plane on
+        # a plane is 16 bytes a column, 64 bytes of k: so a plane's start is k x (columns / 4)
+        self.per_k = ptx.shr(ptx.round_up(cols, TILE_N), 2)
         first = ptx.add(at.n_base, paired_column_of_row(ptx, ptx.mad(at.warp_n, tile.warp_cols, group)))
-        at_plane = ptx.byte_offset(w_ptr, ptx.shr(at.k_first, 6), plane)  # this split's first chunk
-        self.ptr = ptx.byte_offset(at_plane, ptx.mad(first, PIECES, quad), 4)
+        self.words = ptx.byte_offset(w_ptr, ptx.mad(first, PIECES, quad), 4)  # this lane's words in plane 0
         # tile ni's column is 16 (ni >> 1) + 2 (ni & 1) past tile 0's (paired_column_of_row)
         self.n_tiles = tile.n_tiles
         self.offsets = [PIECE * (16 * (ni >> 1) + 2 * (ni & 1)) for ni in range(self.n_tiles)]
@@ -321,17 +324,19 @@ class FragmentTernary(Source):
         place = at.tid if tile.warps_m == 1 else ptx.mad(at.warp_n, 32, at.lane)
         self.slot = ptx.mad(place, 4 * self.n_tiles, ptx.add(ring.base, ring.share_at))
         self.copier = None if tile.warps_m == 1 else ptx.setp("eq", at.warp_m, 0, "u32")
-        self.end = ptx.byte_offset(w_ptr, ptx.shr(ptx.add(k_limit, CHUNK_K - 1), 6), plane)  # past the last plane
+        self.k_limit = k_limit
 
-    def issue(self, stage_offset: str | int, whole: bool = False) -> None:
-        """Copy this lane's words of the next chunk into its slot of the stage at
-        ``stage_offset`` (zero past W's last plane); the pointer steps a plane on."""
+    addressed_by_k = True
+
+    def issue(self, stage_offset: str | int, k: str, whole: bool = False) -> None:
+        """Copy this lane's words of the chunk at ``k`` (plane k / 64) into its slot of the
+        stage at ``stage_offset``: zero where the chunk starts at or past K."""
         ptx = self.ptx
-        past = ptx.setp("ge", self.ptr, self.end, "u64")
+        past = ptx.setp("ge", k, self.k_limit, "u32")
+        src = ptx.byte_offset(self.words, k, self.per_k)
         dst, at = (self.slot, stage_offset) if isinstance(stage_offset, int) else (ptx.add(self.slot, stage_offset), 0)
         for ni, offset in enumerate(self.offsets):
-            ptx.cp_async(dst, self.ptr, past, dst_offset=at + 4 * ni, size=4, src_offset=offset, guard=self.copier)
-        ptx.increment(self.ptr, self.step, "s64")
+            ptx.cp_async(dst, src, past, dst_offset=at + 4 * ni, size=4, src_offset=offset, guard=self.copier)
 
     def b_fragments(self, stage_offset: str) -> list[list[list[str]]]:
         """[k step][n tile] -> the tile's two B registers: this lane's words read back from
