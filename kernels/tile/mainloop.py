@@ -66,11 +66,9 @@ def emit_staged(ptx: Ptx, at: Coords, a: StagedRows, b: Source, k_limit: str, ou
     copies_end = ptx.add(k_end, (stages - 1) * CHUNK_K)
     # B's copies go first where their address is one multiply-add off k_next (W's planes)
     copy_order = (b, a) if b.addressed_by_k else (a, b)
-    # sources step k together against one K: a chunk is whole (needs no tail arithmetic)
-    # while it ends at or before K
     tails = peeled((a, b))
-    whole_until = ptx.sub(k_limit, CHUNK_K) if tails else None
     if tails:  # copies with tail arithmetic: whole chunks in "chunk", the rest in "chunk_tail"
+        whole_until = ptx.sub(k_limit, CHUNK_K)  # a chunk is whole while its k <= K - 64
         ptx.branch("chunk_tail", guard="!" + ptx.setp("le", k_next, whole_until, "s32"))
 
     def chunk_loop(label: str, whole_copies: bool) -> None:

@@ -203,6 +203,7 @@ class StagedRows(Source):
         # each copy's row start stays put; the byte of k this thread's piece starts at
         # walks a chunk per issue and is also the test for pieces past K
         self.rows_at = [ptx.byte_offset(ptr, r, pitch) for r in rows_j]
+        self.fill_from: list[str] = []  # the ring fill's sources (stage 0's), set by its first issue
         self.k_at = ptx.mad(piece, PIECE, at.k_first)
         self.k_limit = k_limit
         # exact tail: src-size = bytes left while the row exists; else ignore-src past it
@@ -226,7 +227,7 @@ class StagedRows(Source):
         """Copy this thread's pieces of the chunk at ``k`` into the stage at
         ``stage_offset``. The thread walks its own piece's k (``k_at`` = k + 16 (tid & 3),
         stepped here): its address from ``k`` instead would take as many instructions, and
-        ptxas (12.x, sm_90) schedules the forward and dX loops 6-24 stall clocks a trip
+        ptxas 12.9 (sm_90) schedules the forward and dX loops 6-24 stall clocks a trip
         longer. The ring's fill reads stage s at an immediate offset from stage 0's
         address."""
         ptx = self.ptx
@@ -300,6 +301,7 @@ class FragmentTernary(Source):
     the bound to save issue that is not."""
 
     SHARE = 16 * TILE_N  # bytes of a stage: a word per n tile of each column's lanes
+    addressed_by_k = True
 
     def __init__(self, ptx: Ptx, at: Coords, ring: Ring, w_ptr: str, cols: str, k_limit: str):
         self.ptx = ptx
@@ -325,8 +327,6 @@ class FragmentTernary(Source):
         self.slot = ptx.mad(place, 4 * self.n_tiles, ptx.add(ring.base, ring.share_at))
         self.copier = None if tile.warps_m == 1 else ptx.setp("eq", at.warp_m, 0, "u32")
         self.k_limit = k_limit
-
-    addressed_by_k = True
 
     def issue(self, stage_offset: str | int, k: str, whole: bool = False) -> None:
         """Copy this lane's words of the chunk at ``k`` (plane k / 64) into its slot of the
