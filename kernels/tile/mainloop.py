@@ -78,7 +78,7 @@ def emit_staged(ptx: Ptx, at: Coords, a: StagedRows, b: Source, k_limit: str, ou
 
         def copies() -> str:
             """The ring's next copies; returns the predicate: this CTA has a next chunk."""
-            write_stage = ring.step(ptx, read_stage, stages - 1)
+            write_stage = ring.step(read_stage, stages - 1)
             for src in copy_order:
                 src.issue(write_stage, k_next, whole=whole_copies)
             ptx.cp_async_commit()
@@ -94,7 +94,7 @@ def emit_staged(ptx: Ptx, at: Coords, a: StagedRows, b: Source, k_limit: str, ou
 
         multiply()
         more = copies()
-        ring.step(ptx, read_stage, 1, into=read_stage)
+        ring.step(read_stage, 1, into=read_stage)
         if whole_copies:  # stay while the next chunk is whole too; past the split's end, done
             next_whole = ptx.setp("le", k_next, whole_until, "s32")
             ptx.branch(label, guard=ptx.fresh("pred", "and.pred", more, next_whole))

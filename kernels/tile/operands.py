@@ -40,8 +40,8 @@ class Ring:
     words), at least ``STAGE_BYTES``: the 32-row forward and dX tiles keep the 8 KiB
     stages (a ring of 4 that wraps with an and) their loops were scheduled and counted on.
     ``share_at`` is where B's share starts in a stage, ``base`` the ring's address
-    register, declared where an operand first asks for it; the epilogue stages the sums
-    in the whole ring."""
+    register, declared where an operand first asks for it (``share_base``: B's share of
+    stage 0); the epilogue stages the sums in the whole ring."""
 
     def __init__(self, ptx: Ptx, tile: Tile, share: int):
         self.ptx = ptx
@@ -62,9 +62,14 @@ class Ring:
             self._base = self.ptx.shared_array("ring", self.bytes, SHARED_ALIGN)
         return self._base
 
-    def step(self, ptx: Ptx, offset: str, steps: int, into: str | None = None) -> str:
+    def share_base(self) -> str:
+        """The address of B's share of the ring's first stage."""
+        return self.ptx.add(self.base, self.share_at)
+
+    def step(self, offset: str, steps: int, into: str | None = None) -> str:
         """``offset`` + ``steps`` stages, wrapped in the ring (an and when its size is a
         power of 2)."""
+        ptx = self.ptx
         moved = ptx.add(offset, steps * self.stage_bytes)
         if self.bytes & (self.bytes - 1) == 0:
             wrapped = ptx.band(moved, self.bytes - 1)
@@ -191,7 +196,7 @@ class StagedRows(Source):
         tile = at.tile
         self.m_tiles, self.n_tiles, self.step_rows = tile.m_tiles, tile.n_tiles, tile.rows_per_pass
         row, piece = ptx.shr(at.tid, 2), ptx.band(at.tid, PIECES - 1)
-        base = ptx.add(ring.base, ring.share_at) if b else ring.base  # where this operand's rows start
+        base = ring.share_base() if b else ring.base  # where this operand's rows start
         self.copy_at = ptx.add(base, swizzled(ptx, row, piece))
         first = ptx.add(at.n_base, paired_column_of_row(ptx, row)) if b else ptx.add(at.m_base, row)
         tile_rows = TILE_N if b else tile.m
@@ -324,7 +329,7 @@ class FragmentTernary(Source):
         # this lane's 16 bytes of a stage, by its place along N (with one warp row, its tid);
         # the first warp row copies, every row reads
         place = at.tid if tile.warps_m == 1 else ptx.mad(at.warp_n, 32, at.lane)
-        self.slot = ptx.mad(place, 4 * self.n_tiles, ptx.add(ring.base, ring.share_at))
+        self.slot = ptx.mad(place, 4 * self.n_tiles, ring.share_base())
         self.copier = None if tile.warps_m == 1 else ptx.setp("eq", at.warp_m, 0, "u32")
         self.k_limit = k_limit
 
