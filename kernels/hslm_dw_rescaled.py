@@ -16,7 +16,7 @@ from kernels.tile import epilogue, specs
 
 def dw_specs(suffix: str, split: bool = False) -> tuple:
     dtype = OUT_TYPES[suffix]
-    workspace, zeros, named = workspace_of(split, lambda d: d.N, lambda d: d.K)
+    workspace, zeros, named = workspace_of(split, lambda d: d.N, lambda d: d.K, hslm_dw_s8.TILES)
 
     def make_inputs(d: Dims, rng: np.random.Generator) -> dict[str, np.ndarray]:
         products = hslm_dw_s8.make_inputs(d, rng)

@@ -12,7 +12,7 @@ from kernels.spec import Dims
 
 def dx_specs(suffix: str, split: bool = False) -> tuple:
     dtype = OUT_TYPES[suffix]
-    workspace, zeros, named = workspace_of(split, lambda d: d.R, lambda d: d.K)
+    workspace, zeros, named = workspace_of(split, lambda d: d.R, lambda d: d.K, hslm_dx_s8.TILES)
 
     def make_inputs(d: Dims, rng: np.random.Generator) -> dict[str, np.ndarray]:
         return {**hslm_dx_s8.make_inputs(d, rng), **row_inputs(rng, d.R), **zeros(d)}

@@ -15,7 +15,7 @@ from kernels.spec import BufferSpec, Dims
 
 def forward_specs(suffix: str, split: bool = False) -> tuple:
     dtype = OUT_TYPES[suffix]
-    workspace, zeros, named = workspace_of(split, lambda d: d.R, lambda d: d.N)
+    workspace, zeros, named = workspace_of(split, lambda d: d.R, lambda d: d.N, hslm_fwd_s8.TILES)
 
     def make_inputs(d: Dims, rng: np.random.Generator) -> dict[str, np.ndarray]:
         bias = from_f32(rng.standard_normal(d.N).astype(F32), dtype).astype(storage_dtype(dtype))

@@ -53,10 +53,10 @@ splits) against each:
     dx      ffn_up_r1782       3.56  32x128n16   1       3.56  32x128n16   1       3.56  32x128n16   1
     dx      ffn_down_r1782     3.79  32x128      1       3.79  32x128      1       3.79  32x128      1
     dx      r8192            229.14  128x128     1     229.14  128x128     1     229.14  128x128     1
-    dw      attn_r27           2.90  32x128n16   1       2.90  32x128n16   1       2.90  32x128n16   1
-    dw      ffn_up_r27         2.90  32x128n16   1       2.90  32x128n16   1       2.90  32x128n16   1
-    dw      ffn_down_r27       2.90  32x128n16   1       2.90  32x128n16   1       2.90  32x128n16   1
-    dw      attn_r1782         3.42  32x128n16   7       5.33  32x128n16   1       3.75  32x128n16   7
+    dw      attn_r27           2.82  16x128n16   1       2.82  16x128n16   1       2.82  16x128n16   1
+    dw      ffn_up_r27         2.82  16x128n16   1       2.82  16x128n16   1       2.82  16x128n16   1
+    dw      ffn_down_r27       2.82  16x128n16   1       2.82  16x128n16   1       2.82  16x128n16   1
+    dw      attn_r1782         3.42  32x128n16   7       5.25  16x128n16   1       3.75  32x128n16   7
     dw      ffn_up_r1782       4.18  64x128      5       5.34  32x128n16   1       4.45  64x128      5
     dw      ffn_down_r1782     4.18  64x128      5       5.33  32x128n16   1       4.45  64x128      5
     dw      r8192            260.11  256x128     1     260.11  256x128     1     260.11  256x128     1
@@ -65,7 +65,7 @@ splits) against each:
 (``tests/test_fused_epilogue.py`` recomputes every row.) So: forward and dX lose little
 without a split (0.37-0.38 us at the one shape of each that splits 6 ways: the split
 family gets that back to 0.33 us); dW at R >= 1782 needs the split: unsplit it is
-1.3-1.6x the int32 kernel at R = 1782 (1.2-1.9 us more) and 3.4x at R = 65536; split, it
+1.3-1.5x the int32 kernel at R = 1782 (1.2-1.8 us more) and 3.4x at R = 65536; split, it
 is 0.27-0.33 us over it at R = 1782 (the last CTA's two L2 round trips, where the splits are
 not also the reds' bound) and level at R = 65536. Against
 the int32 kernel plus a separate rescale pass, the fused launches save that pass's
@@ -106,15 +106,15 @@ def row_inputs(rng: np.random.Generator, rows: int) -> dict[str, np.ndarray]:
     return {"row_scales": scales(rng, rows), "beta": rng.uniform(0.02, 0.5, 1).astype(F32)}
 
 
-def split_workspace(rows: Callable[[Dims], int], cols: Callable[[Dims], int]) -> tuple[tuple[BufferSpec, ...],
-                                                                                 Callable[[Dims], dict]]:
+def split_workspace(rows: Callable[[Dims], int], cols: Callable[[Dims], int],
+                    tiles: tuple[geometry.Tile, ...]) -> tuple[tuple[BufferSpec, ...], Callable[[Dims], dict]]:
     """The buffers a split family adds, which the caller keeps between launches, zeroed once
     when allocated and left zeroed by every launch (``epilogue.emit_split_rescale``):
     ``partials`` (int32, rows x output_pitch(cols): the int32 output's layout) and
-    ``tickets`` (int32, one per output tile of the small tile's grid, the larger one, so
-    one size serves every configuration of the family); and their zeroed arrays."""
+    ``tickets`` (int32, one per output tile of the grid of the family's ``tiles`` that has
+    the most, so one size serves every configuration of the family); and their zeroed arrays."""
     def tickets(d: Dims) -> int:
-        return math.prod(geometry.output_tiles(rows(d), cols(d), geometry.SMALL))
+        return max(math.prod(geometry.output_tiles(rows(d), cols(d), tile)) for tile in tiles)
 
     def shapes(d: Dims) -> dict[str, tuple[int, ...]]:
         return {"partials": (rows(d), output_pitch(cols(d))), "tickets": (tickets(d),)}
@@ -128,12 +128,13 @@ def family(product: str, suffix: str, split: bool) -> str:
     return f"hslm_{product}_{'splitk_' if split else ''}{suffix}"
 
 
-def workspace_of(split: bool, rows: Callable[[Dims], int], cols: Callable[[Dims], int]) -> tuple[
-        tuple[BufferSpec, ...], Callable[[Dims], dict], dict[str, str]]:
-    """A split family's workspace buffers, their zeroed inputs, and the Rescale fields naming them."""
+def workspace_of(split: bool, rows: Callable[[Dims], int], cols: Callable[[Dims], int],
+                 tiles: tuple[geometry.Tile, ...]) -> tuple[tuple[BufferSpec, ...], Callable[[Dims], dict], dict[str, str]]:
+    """A split family's workspace buffers (on ``tiles``, the family's), their zeroed inputs,
+    and the Rescale fields naming them."""
     if not split:
         return (), lambda d: {}, {}
-    buffers, zeros = split_workspace(rows, cols)
+    buffers, zeros = split_workspace(rows, cols, tiles)
     return buffers, zeros, {"partials": "partials", "tickets": "tickets"}
 
 

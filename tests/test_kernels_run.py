@@ -331,11 +331,12 @@ SPLIT_K = 1024  # a contraction the tile rule splits on one 27-row tile: eight s
 def output_requests(name: str, width: int, ptx: str | None = None, contraction: int = 128) -> dict[str, int]:
     """Requests (and bytes stored) of the output's accesses for an output of 27 rows x
     ``width`` columns (128, or 127: odd, the last lane's group ends in the pitch) over
-    ``contraction`` (128: one split; SPLIT_K: split-K, eight splits of two chunks), checked exact."""
+    ``contraction`` (128: one split; SPLIT_K: split-K, eight splits of two chunks), checked
+    exact: one CTA tile across the columns, and down the rows one (two on a 16-row tile)."""
     spec = get_kernel(name)
     fn = Module(code=ptx).get_function(name) if ptx else emulated(name)
     dims = gemm_dims(name, rows=27, cols=width, contraction=contraction)
-    assert spec.geometry(dims).grid == (1, 1, 1 if contraction == 128 else 8)
+    assert spec.geometry(dims).grid == (1, -(-27 // tile_of(name).m), 1 if contraction == 128 else 8)
     inputs = spec.make_inputs(dims, np.random.default_rng(3))
     assert np.array_equal(launch(spec, fn, dims, inputs), spec.reference(dims, inputs))
     rows = [a for a in fn.stats.memory if not a.in_loop]
@@ -348,9 +349,10 @@ def output_requests(name: str, width: int, ptx: str | None = None, contraction: 
 @pytest.mark.parametrize("name", per_kernel(INT32_EPILOGUE))
 def test_rows_past_the_last_are_not_stored(name, width):
     """One split: 4 warp columns x rows 0-31 of the first warp row in steps of 8 (the 4th
-    partly past row 27) x 2 runs of four columns; no request for a step wholly past the
-    last row, nothing through shared memory. Each row's 128 columns are stored whole (the
-    odd width's last group ends in the pitch's padding)."""
+    partly past row 27) x 2 runs of four columns (8 warp columns x 1 run on the 8-warp
+    tiles; rows 16-31 in the second CTA of a 16-row tile); no request for a step wholly past
+    the last row, nothing through shared memory. Each row's 128 columns are stored whole
+    (the odd width's last group ends in the pitch's padding)."""
     got = output_requests(name, width)
     assert got == {"st.shared": 0, "ld.shared": 0, "st.global": 4 * 4 * 2, "red.global": 0, "bytes": 27 * 512}
 
@@ -359,10 +361,11 @@ def test_rows_past_the_last_are_not_stored(name, width):
 @pytest.mark.parametrize("name", per_kernel(INT32_EPILOGUE))
 def test_split_k_sums_of_rows_past_the_last_are_not_read_back(name, width):
     """Split-K: all fragments staged (m_tiles passes x 2 halves x warps x a v4 per two n
-    tiles) by each of the 8 splits; 27 rows read back and added, 4 words a lane, none past
-    the width."""
+    tiles) by each CTA of the 8 splits (of each row tile); 27 rows read back and added, 4
+    words a lane, none past the width."""
     got, tile = output_requests(name, width, contraction=SPLIT_K), tile_of(name)
-    assert got == {"st.shared": 8 * tile.m_tiles * 2 * tile.warps * tile.n_tiles // 2, "ld.shared": 8 * 27 * 4,
+    ctas = 8 * -(-27 // tile.m)
+    assert got == {"st.shared": ctas * tile.m_tiles * 2 * tile.warps * tile.n_tiles // 2, "ld.shared": 8 * 27 * 4,
                    "st.global": 0, "red.global": 8 * 27 * 4, "bytes": 8 * 27 * width * 4}
 
 
@@ -497,19 +500,19 @@ def one_cta(name: str, depth: int) -> Dims:
 def test_a_cta_copies_chunk_bytes_a_chunk_as_the_cost_model_counts(name):
     """The cost model's L2 figure (``KernelSpec.chunk_bytes``: A's rows and B's share of a
     ring stage, each once) is what the emulator sees one CTA's copies read from global
-    memory: one CTA (a full tile) over 4 whole chunks reads 4 x chunk_bytes, whole
-    sectors. The figure it replaced, every warp's requests from the loop's SASS
+    memory: one CTA (a full tile) over 3 whole chunks (too few to split: a split runs at
+    least two) reads 3 x chunk_bytes, whole sectors. The figure it replaced, every warp's requests from the loop's SASS
     (``LoopFigures.global_bytes``), counts a guarded copy in every warp: more than the
     CTA reads wherever some threads skip their copies (the ternary tiles' W past the
     first warp row, the 8-warp 32-row tile's A past the first 128 threads), and exactly
     it elsewhere."""
-    spec, dims = get_kernel(name), one_cta(name, 4 * geometry.CHUNK_K)
+    spec, dims = get_kernel(name), one_cta(name, 3 * geometry.CHUNK_K)
     assert spec.geometry(dims).grid == (1, 1, 1)
     fn = emulated(name)
     inputs = spec.make_inputs(dims, np.random.default_rng(5))
     assert np.array_equal(launch(spec, fn, dims, inputs), spec.reference(dims, inputs))
     copies = [a for a in fn.stats.memory if a.opcode == "cp.async"]
-    assert 32 * sum(a.sectors for a in copies) == sum(a.bytes_used for a in copies) == 4 * spec.chunk_bytes
+    assert 32 * sum(a.sectors for a in copies) == sum(a.bytes_used for a in copies) == 3 * spec.chunk_bytes
     tile, requested = tile_of(name), tile_of(name).warps * cost.loop_counts(name).fast.global_bytes
     guarded = (name in TERNARY and tile.warps_m > 1) or tile.copying_threads(tile.m) < tile.threads
     assert requested >= spec.chunk_bytes and (requested > spec.chunk_bytes) == guarded

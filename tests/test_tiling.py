@@ -32,10 +32,13 @@ def test_every_configuration_belongs_to_one_family_and_has_its_own_entry():
 
 
 @pytest.mark.parametrize("family", TILED)
-def test_short_batches_take_a_32_row_tile_and_large_problems_the_large_one(family):
-    """The large one: 128 x 128 for forward and dX, 256 x 128 for dW (both its operands are
-    int8 rows, so the taller tile's third fewer L2 bytes a multiply-add win)."""
-    assert all(choose(family, d).tile.startswith("32x128") for d in HSLM)  # 4 or 8 warps
+def test_short_batches_take_a_short_tile_and_large_problems_the_large_one(family):
+    """Short: 32 x 128 (4 or 8 warps) for forward and dX, 16 x 128 for dW (whose output is
+    the weight's: ``test_dw_at_r27_takes_the_16_row_tile``). The large one: 128 x 128 for
+    forward and dX, 256 x 128 for dW (both its operands are int8 rows, so the taller tile's
+    third fewer L2 bytes a multiply-add win)."""
+    short = "16x128" if family.startswith("hslm_dw") else "32x128"
+    assert all(choose(family, d).tile.startswith(short) for d in HSLM)
     large = "256x128" if family.startswith("hslm_dw") else "128x128"
     assert all(choose(family, d).tile == large for d in LARGE)
 
@@ -196,3 +199,18 @@ def test_configurations_share_a_family_but_differ_in_their_launch():
     assert small.family_name == large.family_name == "hslm_dx_s8"
     assert family_configs("hslm_dx_s8") == ["hslm_dx_s8", "hslm_dx_s8_m32", "hslm_dx_s8_m32n16"]
     assert small.geometry(dims).block == (128, 1, 1) and large.geometry(dims).block == (256, 1, 1)
+
+
+def test_dw_at_r27_takes_the_16_row_tile():
+    """dW at R = 27 is one chunk of k into the weight's N x K output: the epilogue is the
+    largest phase a CTA runs after the prologue. The 16 x 128 tile writes half the
+    32 x 128 one's output a CTA on twice the CTAs (still under one an SM), so its
+    epilogue takes half as long; its chunk costs the same (the ring's round trip bounds
+    both), and it is the cheapest tile at every HSLM dW shape."""
+    short, narrow = KERNELS["hslm_dw_s8_m16n16"], KERNELS["hslm_dw_s8_m32n16"]
+    for dims in HSLM:
+        assert choose("hslm_dw_s8", dims).name == short.name
+        ours, theirs = (cost.staged_phases(rule.RULE_DEVICE, launch_work(s, dims)) for s in (short, narrow))
+        assert ours.epilogue == pytest.approx(theirs.epilogue / 2, rel=0.01) and ours.chunks == theirs.chunks
+        assert short.geometry(dims).grid[1] == 2 * narrow.geometry(dims).grid[1] <= 2 * rule.RULE_DEVICE.sms
+        assert short.cost(dims) < narrow.cost(dims)

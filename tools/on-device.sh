@@ -51,7 +51,7 @@
 # BENCH_CEILING (8192; 0 skips the cuBLAS ceiling run), BENCH_KERNELS (all int8 GEMMs), MODEL_FILE
 # (artifacts/model/$BENCH_SET-h200.predictions.json), TORCH_TESTS (test files), LAUNCH_KERNELS
 # (all: the kernels under the sanitizers, or a comma list), PROBE_SHAPE (tiny), SANITIZE_SHAPE
-# (300x330x270), COUNTER_KERNELS (16 representative kernels, below), COUNTERS_SHAPE
+# (300x330x270), COUNTER_KERNELS (17 representative kernels, below), COUNTERS_SHAPE
 # (ffn_up_r1782), COUNTER_BATCH (5), CALIBRATION_JOBS (8), MIN_BUDGET_S (5: the least --budget-s a
 # step's tool is given), SITE.
 # It never changes the card's settings (clocks, power, persistence, MIG).
@@ -85,7 +85,7 @@ export PROBE_S=${PROBE_S:-12}  # each of the two probes: facts stays inside its 
 # 4-stage ring wraps, and no dimension is a multiple of 16: the tails' predicates run too
 export SANITIZE_SHAPE=${SANITIZE_SHAPE:-300x330x270}
 # one of each kind of kernel the layer step launches (bf16, as bench_layer runs it) and the int8 GEMMs
-export COUNTER_KERNELS=${COUNTER_KERNELS:-hslm_fwd_s8,hslm_fwd_s8_m32,hslm_fwd_s8_m32n16,hslm_dx_s8,hslm_dw_s8,hslm_dw_s8_m256,hslm_fwd_bf16,hslm_fwd_splitk_bf16,hslm_dx_bf16,hslm_dx_splitk_bf16,hslm_dw_bf16,hslm_dw_splitk_bf16,hslm_quant_wsum_bf16_bf16,hslm_wprep_bf16,hslm_qrows_bf16,hslm_quant_bf16}
+export COUNTER_KERNELS=${COUNTER_KERNELS:-hslm_fwd_s8,hslm_fwd_s8_m32,hslm_fwd_s8_m32n16,hslm_dx_s8,hslm_dw_s8,hslm_dw_s8_m16n16,hslm_dw_s8_m256,hslm_fwd_bf16,hslm_fwd_splitk_bf16,hslm_dx_bf16,hslm_dx_splitk_bf16,hslm_dw_bf16,hslm_dw_splitk_bf16,hslm_quant_wsum_bf16_bf16,hslm_wprep_bf16,hslm_qrows_bf16,hslm_quant_bf16}
 export COUNTERS_SHAPE=${COUNTERS_SHAPE:-ffn_up_r1782}
 export COUNTER_BATCH=${COUNTER_BATCH:-5}     # kernels per ncu run: a run cut off loses only its batch
 export COUNTER_TAIL_S=${COUNTER_TAIL_S:-12}  # of the counters cap: no batch starts in it
@@ -93,8 +93,8 @@ export CALIBRATION_JOBS=${CALIBRATION_JOBS:-8}
 # name:cap_s:expected_s; the caps add to 490 s, TOTAL_S (505) less PACKAGE_S (15); the
 # arithmetic behind each is in docs/gpu-run.md
 PLAN=${PLAN:-wheels:10:4 facts:35:20 verify:50:16 bench:160:129 layer:45:25 torch-tests:55:35
-sanitize-memcheck:25:14 sanitize-racecheck:35:29 sanitize-synccheck:20:12 sanitize-initcheck:15:10
-counters:40:28}
+sanitize-memcheck:25:15 sanitize-racecheck:35:31 sanitize-synccheck:20:12 sanitize-initcheck:15:10
+counters:40:29}
 export WORK=$(mktemp -d /tmp/on-device.XXXXXX)
 mkdir -p "$OUT" "$SITE"
 export LOG="$OUT/device.log"

@@ -95,6 +95,9 @@ LARGE = Tile(warps_m=2, m_tiles=4, min_ctas=2)  # 128 x 128, 8 warps of 64 x 32:
 SMALL = Tile(warps_m=1, m_tiles=2)  # 32 x 128, 4 warps of 32 x 32
 NARROW = Tile(warps_m=1, m_tiles=2, warps_n=8)  # 32 x 128, 8 warps of 32 x 16: 2 warps a scheduler
 MID = Tile(warps_m=2, m_tiles=2)  # 64 x 128, 8 warps of 32 x 32
+# 16 x 128, 8 warps of 16 x 16 (dW): half NARROW's output a CTA, so where the contraction is
+# one chunk (R = 27) and the output is large, twice the CTAs each write half the epilogue
+SHORT = Tile(warps_m=1, m_tiles=1, warps_n=8)
 # 256 x 128, 16 warps of 64 x 32 (dW): a third fewer L2 bytes a multiply-add than 128 x 128
 # where both operands are int8 rows; 512 threads cap it at 128 registers; two stages of
 # 256 + 128 rows fill the 48 KiB
