@@ -5,6 +5,7 @@ tile-rule figures the module's docstring states."""
 from __future__ import annotations
 
 import functools
+import math
 import re
 
 import numpy as np
@@ -16,6 +17,7 @@ from kernels.floats import from_f32, same_values, to_f32
 from kernels.launch import kernel_args, launch, poisoned
 from kernels.registry import FAMILIES, KERNELS, choose
 from kernels.spec import Dims
+from kernels.tile import geometry
 from pipeline.core.shapes import load_shape_sets
 
 SPECS = hslm_fwd_rescaled.SPECS + hslm_dx_rescaled.SPECS + hslm_dw_rescaled.SPECS
@@ -107,6 +109,26 @@ def test_a_dirty_ticket_is_seen():
     inputs["tickets"][:] = 1000  # no CTA sees the count reach splits - 1
     got = launch(spec, emulated(spec), dims, inputs)
     assert not same_values(got, spec.reference(dims, inputs), "float32").all()
+
+
+def tickets_of(buffers, dims: Dims) -> int:
+    (tickets,) = [b for b in buffers if b.name == "tickets"]
+    return math.prod(tickets.layout.shape(dims))
+
+
+def test_every_tile_of_a_split_family_has_its_ticket():
+    """A split launch takes one arrival ticket per output tile of its grid (x by y): the
+    family's workspace holds that many on every configuration of the family, dW's 16-row
+    tile (twice the 32-row tile's tiles) included. Negative: sized by the 32-row tile, as
+    it was before dW had the 16-row one, the workspace is short for that tile."""
+    for spec in SPLIT:
+        for dims in SHAPES + [Dims(27, 243, 729), Dims(1782, 729, 243)]:
+            x, y, _ = spec.geometry(dims).grid
+            assert tickets_of(spec.params, dims) >= x * y
+    short, dims = KERNELS["hslm_dw_splitk_f32_m16n16"], Dims(27, 243, 243)
+    x, y, _ = short.geometry(dims).grid
+    old, _ = hslm_rescaled.split_workspace(lambda d: d.N, lambda d: d.K, (geometry.SMALL,))
+    assert tickets_of(old, dims) < x * y == tickets_of(short.params, dims)
 
 
 def test_the_exact_check_sees_the_order_of_the_multiplies():
