@@ -9,6 +9,7 @@ plants the fault and checks the line names the file / argument / field.
 from __future__ import annotations
 
 import io
+import json
 import os
 import subprocess
 import sys
@@ -151,6 +152,42 @@ def test_a_damaged_database_is_named(tmp_path):
     assert cmdline.database_problem(truncated) == "database disk image is malformed"
     assert cmdline.database_file(["doit", "--backend", "json", "gate"]) is None
     assert str(cmdline.database_file(["doit", "--db-file=/x/y.db", "gate"])) == "/x/y.db"
+
+
+@pytest.mark.parametrize("task_data, says", [
+    ("[1, 2]", "task 'a': task_data is list JSON, not an object"),
+    ("5", "task 'a': task_data is int JSON, not an object"),
+    ('"text"', "task 'a': task_data is str JSON, not an object"),
+    ("null", "task 'a': task_data is NoneType JSON, not an object"),
+    ('{"_values_:": [1]}', "task 'a': task_data field '_values_:' is list JSON, not an object"),
+    ('{"deps:": 7}', "task 'a': task_data field 'deps:' is not a list of file names"),
+    ('{"deps:": [[1]]}', "task 'a': task_data field 'deps:' is not a list of file names"),
+])
+def test_a_database_row_that_is_json_but_not_what_doit_reads_is_named(tmp_path, task_data, says):
+    import sqlite3
+    path = tmp_path / "rows.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("create table doit (task_id text not null primary key, task_data json)")
+        conn.execute("insert into doit values ('a', ?)", (task_data,))
+    assert cmdline.database_problem(path) == says
+    with sqlite3.connect(path) as conn:
+        conn.execute("update doit set task_data = ? where task_id = 'a'",
+                     ('{"_values_:": {"x": 1}, "deps:": ["a.py"], "a.py": "0f"}',))
+    assert cmdline.database_problem(path) is None
+
+
+def test_a_hash_memo_row_of_other_types_is_a_miss(tmp_path, monkeypatch):
+    from pipeline.core import checker
+    monkeypatch.setattr(checker, "_hashes", {})
+    monkeypatch.setattr(checker, "_kept", [tmp_path / "elsewhere.json"])  # registers no atexit writer
+    path = tmp_path / "k.ptx"
+    path.write_text("one")
+    st = path.stat()
+    memo = tmp_path / "hashes.json"
+    memo.write_text(json.dumps([[str(path), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, "x", "late"]]))
+    checker.keep_hashes(memo)
+    assert checker._hashes == {}
+    assert checker.content_sha256(str(path)) == checker.sha256_file(path)
 
 
 def test_doit_with_a_damaged_database_says_one_line_and_exits_2(tmp_path):

@@ -48,6 +48,25 @@ def test_copy_with_renamed_locals_and_new_docstring_is_found(tmp_path):
     assert groups[0].members[0].line == 2
 
 
+@pytest.mark.parametrize("padding", [
+    ("    acc = 0\n", "    acc = 0\n    pass\n"),  # an added pass
+    ("    acc = 0\n", "    acc = 0\n    \"\"\"a bare string mid-body\"\"\"\n"),
+    ("    acc = 0\n", "    acc = 0\n    ...\n    0\n"),  # bare constants
+    ("        acc += row * scale\n", "        acc += row * scale\n        pass\n"),  # inside the loop
+])
+def test_a_copy_padded_with_statements_that_do_nothing_is_found(tmp_path, padding):
+    copy = ORIGINAL.replace(*padding)
+    assert copy != ORIGINAL
+    groups = tree(tmp_path, **{"kernels/a.py": ORIGINAL, "pipeline/b.py": copy})
+    assert names(groups) == [["kernels/a.py::total", "pipeline/b.py::total"]]
+
+
+def test_a_small_body_padded_with_passes_stays_too_small(tmp_path):
+    small = "def f(x):\n    y = x + 1\n    return y\n"
+    padded = "def f(x):\n    pass\n    y = x + 1\n    pass\n    return y\n"
+    assert tree(tmp_path, **{"kernels/a.py": small, "pipeline/b.py": padded}) == []
+
+
 @pytest.mark.parametrize("other", [
     ORIGINAL.replace("row * scale", "row * scale + 1"),  # a different constant
     ORIGINAL.replace("def total(rows, scale)", "def total(scale, rows)"),  # arguments swapped

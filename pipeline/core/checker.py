@@ -66,6 +66,9 @@ def keep_hashes(memo: Path) -> None:
     with the versions that are still current, when this process hashed any."""
     try:
         for path, ino, size, mtime, ctime, digest, hashed_at in json.loads(memo.read_text()):
+            if not (isinstance(path, str) and isinstance(digest, str)
+                    and all(type(n) is int for n in (ino, size, mtime, ctime, hashed_at))):
+                raise TypeError("a row that is not (path, 4 stamps, sha256, when)")
             _hashes.setdefault((path, ino, size, mtime, ctime), (digest, hashed_at))
     except (OSError, ValueError, TypeError):
         _hashes.clear()

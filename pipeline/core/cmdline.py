@@ -97,10 +97,25 @@ def database_file(argv: list[str]) -> Path | None:
     return Path(option(argv, "--db-file") or DATABASE)
 
 
+def task_data_problem(data: object) -> str | None:
+    """Why one decoded ``task_data`` is not what doit reads back (None: it is). doit calls
+    dict methods on the row and on its saved values (``_values_:``) and makes a set of its
+    file deps (``deps:``, doit.dependency), so anything else would be its traceback."""
+    if not isinstance(data, dict):
+        return f"task_data is {type(data).__name__} JSON, not an object"
+    values, deps = data.get("_values_:"), data.get("deps:")
+    if values is not None and not isinstance(values, dict):
+        return f"task_data field '_values_:' is {type(values).__name__} JSON, not an object"
+    if deps is not None and not (isinstance(deps, list) and all(isinstance(d, str) for d in deps)):
+        return "task_data field 'deps:' is not a list of file names"
+    return None
+
+
 def database_problem(path: Path) -> str | None:
     """Why doit's sqlite3 database at ``path`` cannot be used (None: absent or sound).
     doit would stop on it with its own traceback; every row's JSON is decoded here as
-    doit decodes it, so a truncated or overwritten file is one line before doit opens it."""
+    doit decodes it and checked as doit uses it (:func:`task_data_problem`), so a truncated
+    or overwritten file is one line before doit opens it."""
     if not path.exists() and not path.is_symlink():
         return None
     if not path.is_file():
@@ -111,8 +126,11 @@ def database_problem(path: Path) -> str | None:
             if conn.execute("PRAGMA quick_check").fetchone()[0] != "ok":
                 return "sqlite's quick_check does not pass"
             table = conn.execute("select name from sqlite_master where type='table' and name='doit'").fetchone()
-            for (data,) in conn.execute("select task_data from doit") if table else ():
-                json.loads(data if isinstance(data, str) else bytes(data).decode("utf-8"))
+            # as doit's converter sees it: the column's text (sqlite stores '5' as a number)
+            rows = conn.execute("select task_id, cast(task_data as blob) from doit") if table else ()
+            for task_id, data in rows:
+                if problem := task_data_problem(json.loads(bytes(data or b"").decode("utf-8"))):
+                    return f"task {task_id!r}: {problem}"
         finally:
             conn.close()
     except sqlite3.OperationalError as exc:

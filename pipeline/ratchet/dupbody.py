@@ -2,7 +2,8 @@
 pipeline/ (import it instead), unless ledger/allowed_duplicates.yaml lists the pair
 with a reason.
 
-Bodies are compared after normalizing their AST: docstrings dropped, arguments renamed
+Bodies are compared after normalizing their AST: statements that do nothing dropped
+(``pass``, a docstring or any other bare constant, wherever they stand), arguments renamed
 by position and other locals by first appearance, so renaming a copy's variables does
 not hide it. Constants, attribute names and global names are kept: two tables with
 different numbers, or two calls of different helpers, are different code. Bodies of
@@ -55,15 +56,18 @@ def bound_names(fn: Def) -> list[str]:
 
 
 class Normalize(ast.NodeTransformer):
-    """Rename bound names to placeholders and drop docstrings."""
+    """Rename bound names to placeholders and drop the statements that do nothing
+    (:func:`is_no_op`), so a copy padded with them is still the same body."""
 
     def __init__(self, names: list[str]) -> None:
         self.names = {name: f"_{i}" for i, name in enumerate(names)}
 
     def generic_visit(self, node: ast.AST) -> ast.AST:
-        body = getattr(node, "body", None)
-        if isinstance(node, (Def, ast.ClassDef)) and body and is_docstring(body[0]):
-            node.body = body[1:] or [ast.Pass()]
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(node, field, None)
+            if isinstance(block, list) and block and all(isinstance(s, ast.stmt) for s in block):
+                kept = [s for s in block if not is_no_op(s)]
+                setattr(node, field, kept or ([ast.Pass()] if field == "body" else []))
         for attr in ("id", "arg", "name"):
             if isinstance(getattr(node, attr, None), str) and not isinstance(node, (ast.alias, ast.keyword)):
                 setattr(node, attr, self.names.get(getattr(node, attr), getattr(node, attr)))
@@ -72,6 +76,12 @@ class Normalize(ast.NodeTransformer):
 
 def is_docstring(stmt: ast.stmt) -> bool:
     return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)
+
+
+def is_no_op(stmt: ast.stmt) -> bool:
+    """``pass``, or an expression statement of a constant (a docstring anywhere, ``...``, ``0``):
+    running it changes nothing."""
+    return isinstance(stmt, ast.Pass) or (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant))
 
 
 def fingerprint(fn: Def) -> str | None:
