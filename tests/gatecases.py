@@ -22,6 +22,9 @@ from pipeline.core.models import (
     TestCounts,
 )
 from pipeline.ratchet.results import cells
+from pipeline.ratchet import stores
+from pipeline.ratchet.layer_ratchet import dump_layer_ledger
+from pipeline.core.layer_records import LayerCounts, LayerLedger, LayerLevel
 
 KERNELS = ("kern_a", "kern_b")
 UNIVERSE = cells(KERNELS, ("sm_80", "sm_90"), {"smoke": (Shape(name="tiny", R=1, K=1, N=1),)})
@@ -99,3 +102,43 @@ def green_world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Pa
     monkeypatch.setattr(gate, "GATE_DIR", tmp_path / "gate")
     monkeypatch.setattr(gate, "summarize", lambda sets: i.run)
     return paths
+
+
+# --- the committed stores (pipeline.ratchet.stores) -----------------------------------------
+
+SHAPES_TEXT = "smoke:\n  - {name: tiny, R: 16, K: 32, N: 8}\n  - {name: wide, R: 64, K: 64, N: 64}\n"
+CALIBRATION_TEXT = """points:
+  - name: bf16-1024
+    kind: gemm
+    M: 1024
+    N: 1024
+    K: 1024
+    published: 176.62
+    source: "a thread: 'BF16: 1024x1024: 176.62 TFLOPS'"
+  - name: int8-2048
+    kind: gemm
+    M: 2048
+    N: 4096
+    K: 8192
+    published: 1320.31
+    fit: true
+    source: "sgl-kernel column: '8         2048.0    1.320993e+06          1.321196e+06'"
+"""
+STEP = LayerCounts(launches=6, host_syncs=0, h2d_copies=0, foreign_allocations=0, bytes_moved=1000)
+
+
+def layer_text(level: LayerCounts = STEP, **extra) -> str:
+    return dump_layer_ledger(LayerLedger(source_sha256="a" * 64, levels=[
+        LayerLevel(shape_set="smoke", shape="tiny", level=level, **extra)]))
+
+
+def snapshot(where: str = "", texts: dict | None = None, tests: tuple[str, ...] = ("tests/test_a.py",),
+             pinned: bool = True) -> stores.Snapshot:
+    """The stores at one point: the texts above unless ``texts`` replaces some, pinned as bless
+    would pin them (``pinned``) or with the pins of the texts above (the store edited since)."""
+    clean = {stores.SHAPES: SHAPES_TEXT, stores.CALIBRATION: CALIBRATION_TEXT, stores.COUNTS: None,
+             stores.DEVICES: None, stores.LAYER: layer_text(), stores.PINS: None, stores.LEDGER: None}
+    now = {**clean, **(texts or {})}
+    pins = stores.StorePins(files={p: stores.digest(t) for p, t in (now if pinned else clean).items()
+                                   if p in stores.PINNED and t is not None}, test_files=list(tests))
+    return stores.Snapshot(where, now, tuple(tests), pins)

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from gatecases import ALLOWED_PAIR, BLOCKED, COPY, FASTER, LEVEL, SLOWER, TINY, evidence_of, green, result, seal
+from gatecases import (ALLOWED_PAIR, BLOCKED, CALIBRATION_TEXT, COPY, FASTER, LEVEL, SHAPES_TEXT, SLOWER, STEP, TINY,
+                       evidence_of, green, layer_text, result, seal, snapshot)
 
-from pipeline.ratchet import gate
+from pipeline.ratchet import gate, stores
 from pipeline.core.artifacts import write_model
 from pipeline.core.errors import ArtifactError
 from pipeline.ratchet.ledger import dump_ledger, make_ledger
@@ -132,11 +133,25 @@ PLANTED = {
     "sass level above the seal": (lambda i: with_sass_entry(with_counted(i, SLOWER), SassEntry(
         kernel="kern_a", arch="sm_90", level=SLOWER)), "LOOSENED", gate.loose_sass),
     "blocked since the base": (base_where_blocked_passed, "ACCEPTED LOOSENING", gate.against_base),
+    "a count judged afresh rose": (lambda i: i._replace(counted=(
+        ("SLOWER", "layer smoke/tiny", "launches 6 in the ledger -> 7 now", "doit bless accept_slower=<reason>"),)),
+        "SLOWER", gate.counted_afresh),
+    "a store edited since bless": (lambda i: i._replace(stores=snapshot(
+        texts={stores.SHAPES: SHAPES_TEXT.replace("R: 16", "R: 17")}, pinned=False)), "STALE SEAL",
+        gate.committed_stores),
+    "a published figure not in its source": (lambda i: i._replace(stores=snapshot(
+        texts={stores.CALIBRATION: CALIBRATION_TEXT.replace("published: 176.62", "published: 150.0")})),
+        "UNSOURCED", gate.committed_stores),
+    "a layer level raised since the base": (lambda i: i._replace(
+        base_ref="HEAD~1", base_stores=snapshot("HEAD~1"),
+        stores=snapshot(texts={stores.LAYER: layer_text(STEP.model_copy(update={"launches": 60}))})),
+        "LOOSENED", gate.stores_against_base),
 }
 
 
 def findings(i: gate.Inputs, rules=gate.RULES) -> list[gate.Finding]:
-    return gate.compare(i.run, i.ledger, i.seals, i.allowed, rules, base=i.base, base_ref=i.base_ref)
+    return gate.compare(i.run, i.ledger, i.seals, i.allowed, rules, base=i.base, base_ref=i.base_ref,
+                        stores=i.stores, base_stores=i.base_stores, counted=i.counted)
 
 
 def test_green_control():
@@ -262,7 +277,7 @@ def test_unreadable_run_exits_2(world, monkeypatch, capsys):
 def test_doit_gate_passes_the_exit_status_through(tmp_path, tmp_doit):
     """`doit gate` is a python-action raising SystemExit(code): doit must not flatten 2 into 1."""
     dodo = """
-        from pipeline.ratchet import gate
+        from pipeline.ratchet import gate, stores
         from pipeline.stages import tasks_ratchet
         from pipeline.stages.build_steps import VerifyPlan
         gate.main = lambda argv: int(open("code").read())

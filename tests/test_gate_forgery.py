@@ -303,28 +303,47 @@ def repo(tmp_path, monkeypatch):
 
 
 def test_the_base_ledger_is_read_from_git(repo):
-    base, why = gate.read_base("HEAD")
-    assert base == BASE and why == ""
+    base, snapshot = gate.read_base("HEAD")
+    assert base == BASE and snapshot.where == "HEAD" and snapshot.texts["ledger/ledger.json"] is not None
 
 
-@pytest.mark.parametrize("ref, says", [("no-such-ref", "base=no-such-ref: "), ("--output=/tmp/x", "is not a git ref"),
-                                       ("HEAD~5", "base=HEAD~5: ")])
+@pytest.mark.parametrize("ref, says", [
+    ("no-such-ref", "base=no-such-ref: not a commit"), ("--output=/tmp/x", "is not a git ref"),
+    ("HEAD~5", "base=HEAD~5: not a commit"), ("HEAD~l", "base=HEAD~l: not a commit"),
+    ("HEAD@{2099-01-01}", "base=HEAD@{2099-01-01}: a reflog selector"), ("HEAD@{1}", "a reflog selector"),
+])
 def test_a_base_that_cannot_be_read_is_one_line(repo, ref, says):
-    base, why = gate.read_base(ref)
-    assert base is None and says in why and "\n" not in why
+    with pytest.raises(ArtifactError) as info:
+        gate.read_base(ref)
+    assert says in str(info.value) and "\n" not in str(info.value)
+
+
+def commit_all(repo, message: str) -> None:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+    for args in (["add", "-A"], ["commit", "-q", "--allow-empty", "-m", message]):
+        subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, env=env)
 
 
 def test_a_base_with_a_key_twice_is_one_line(repo):
     path = repo / "ledger" / "ledger.json"
     path.write_text(path.read_text().replace('"max_not_pass": 0,', '"max_not_pass": 0, "max_not_pass": 0,'))
-    subprocess.run(["git", "-C", str(repo), "commit", "-qam", "twice"], check=True, capture_output=True,
-                   env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-                        "GIT_COMMITTER_EMAIL": "t@t"})
-    base, why = gate.read_base("HEAD")
-    assert base is None and "duplicate key 'max_not_pass'" in why
+    commit_all(repo, "twice")
+    with pytest.raises(ArtifactError, match="duplicate key 'max_not_pass'"):
+        gate.read_base("HEAD")
 
 
-def test_the_gate_without_a_readable_base_says_so_and_judges(tmp_path, monkeypatch, capsys):
+def test_a_base_with_no_ledger_is_one_line(repo):
+    (repo / "ledger" / "ledger.json").unlink()
+    commit_all(repo, "no ledger")
+    with pytest.raises(ArtifactError, match=r"base=HEAD: has no ledger/ledger.json"):
+        gate.read_base("HEAD")
+    assert gate.read_base("HEAD~1")[0] == BASE
+
+
+@pytest.mark.parametrize("ref", ["HEAD~l", "HEAD@{2099-01-01}", "no-such-ref"])
+def test_the_gate_with_a_base_it_cannot_read_exits_2_with_one_line(repo, tmp_path, monkeypatch, capsys, ref):
+    """An unreadable base gives no verdict (it used to print a line and judge without it: exit 0)."""
     ledger = make_ledger([], 0)
     (tmp_path / "ledger.json").write_text(dump_ledger(ledger))
     (tmp_path / "seals").mkdir()
@@ -333,10 +352,11 @@ def test_the_gate_without_a_readable_base_says_so_and_judges(tmp_path, monkeypat
     monkeypatch.setattr(gate, "ALLOWED_FILE", tmp_path / "allowed.yaml")
     monkeypatch.setattr(gate, "GATE_DIR", tmp_path / "gate")
     monkeypatch.setattr(gate, "summarize", lambda sets: RunSummary(cells=[], results=[], kernels=[], duplicates=[]))
-    monkeypatch.setattr(gate, "read_base", lambda ref: (None, f"base={ref}: unknown revision"))
-    assert gate.main(["--base", "nope"]) == 0
-    out = capsys.readouterr().out.splitlines()
-    assert out[0] == "gate: base=nope: unknown revision; judging without a base" and out[-1].startswith("gate: green")
+    assert gate.main([]) == 0  # the control: the same world without a base is green
+    capsys.readouterr()
+    assert gate.main(["--base", ref]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith(f"gate: cannot read base={ref}") and err.count("\n") == 1
 
 
 def test_duplicate_keys_in_allowed_duplicates_are_exit_2(tmp_path, monkeypatch, capsys):

@@ -134,11 +134,16 @@ def test_same_counts_are_green():
     assert judge_layer(ledger(a=counts()), {"hslm": report(a=counts())}, SOURCE, REASONS) == []
 
 
-def test_a_rise_is_red_and_a_fall_is_information():
-    found = judge_layer(ledger(a=counts()), {"hslm": report(a=counts(launches=10, bytes_moved=900))}, SOURCE, REASONS)
+def test_a_rise_is_red_and_a_fall_is_information_on_a_new_source():
+    moved = {"hslm": report(a=counts(launches=10, bytes_moved=900))}
+    found = judge_layer(ledger(source="b" * 64, a=counts()), moved, SOURCE, REASONS)
+    assert kinds(found)[1:] == [("SLOWER", "launches 9 in the ledger -> 10 now", True),
+                                ("FASTER", "bytes_moved 1000 in the ledger -> 900 now", False)]
+    assert found[1].subject == "layer hslm/a"
+    # on the source the levels were sealed on, a count below its level is a hand-raised level
+    found = judge_layer(ledger(a=counts()), moved, SOURCE, REASONS)
     assert kinds(found) == [("SLOWER", "launches 9 in the ledger -> 10 now", True),
-                            ("FASTER", "bytes_moved 1000 in the ledger -> 900 now", False)]
-    assert found[0].subject == "layer hslm/a"
+                            ("LOOSENED", "bytes_moved 1000 in the ledger -> 900 now", True)]
 
 
 def test_missing_both_ways():

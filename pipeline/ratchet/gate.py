@@ -81,7 +81,6 @@ from typing import Callable, Iterable, Literal, NamedTuple
 from pydantic import ValidationError
 
 from pipeline.core import config
-from pipeline.core import proc
 from pipeline.core.artifacts import field_error, parse_json, read_yaml, write_model
 from pipeline.core.files import rel
 from pipeline.core.config import ALLOWED_FILE, GATE_DIR, LEDGER_FILE, SEALS_DIR
@@ -96,12 +95,14 @@ from pipeline.core.models import AllowedDuplicates, Ledger, RunSummary, Seal
 from pipeline.ratchet.results import summarize
 from pipeline.ratchet.sass_ratchet import EPSILON, changes, flat, judge_sass, ledger_levels
 from pipeline.ratchet.seal import mismatches, read_seals, seal_path, stale
+from pipeline.ratchet.stores import LEDGER as LEDGER_PATH, Snapshot, at_commit, calibration_findings, pin_findings
+from pipeline.ratchet.stores import loosenings as store_loosenings, working_tree
 from pipeline.stages.table import stage_rerun
 
 Kind = Literal["UNEXPECTED FAILURE", "UNEXPECTED PASS", "UNLISTED", "STALE", "OVER CAP",
                "BAD REASON", "STALE SEAL", "UNSEALED", "BAD SEAL", "SEAL MISMATCH", "DUPLICATE BODY",
                "SCHEMA DRIFT", "NOT RUN", "SLOWER", "FASTER", "MISSING", "ACCEPTED SLOWER", "LOOSENED",
-               "ACCEPTED LOOSENING", "NEW KERNEL"]
+               "ACCEPTED LOOSENING", "NEW KERNEL", "UNSOURCED"]
 INFORMATIONAL: frozenset[str] = frozenset({"NOT RUN", "FASTER", "ACCEPTED SLOWER", "ACCEPTED LOOSENING"})
 SHOWN_MISMATCHES = 8  # per seal; the rest are counted on one more line
 
@@ -125,8 +126,11 @@ class Inputs(NamedTuple):
     ledger: Ledger
     seals: dict[str, Seal]
     allowed: AllowedDuplicates
-    base: Ledger | None = None  # the ledger at ``base=REF``, when given and readable
+    base: Ledger | None = None  # the ledger at ``base=REF``, when given
     base_ref: str = ""
+    stores: Snapshot | None = None  # the committed stores now (pipeline.ratchet.stores), the project's only
+    base_stores: Snapshot | None = None  # and at ``base=REF``
+    counted: tuple[tuple[str, str, str, str], ...] = ()  # what the judges that count afresh found (see gather)
 
 
 Rule = Callable[[Inputs], Iterable[Finding]]
@@ -296,6 +300,36 @@ def against_base(i: Inputs) -> Iterable[Finding]:
                           "review it: the reason is what doit bless recorded")
 
 
+def committed_stores(i: Inputs) -> Iterable[Finding]:
+    """The stores and test files against bless's pins, and each calibration point's figure
+    against its quoted source line (pipeline.ratchet.stores)."""
+    if i.stores is not None:
+        for finding in pin_findings(i.stores) + calibration_findings(i.stores):
+            yield Finding(*finding)
+
+
+def stores_against_base(i: Inputs) -> Iterable[Finding]:
+    """Every loosening of the stores against ``base=REF``, item by item (pipeline.ratchet.stores):
+    informational when bless recorded it, red otherwise."""
+    if i.base_stores is None or i.stores is None:
+        return
+    for loosening in store_loosenings(i.base_stores, i.stores, REASONS):
+        where = f"{loosening.subject} (against {i.base_ref})"
+        if loosening.reason is None:
+            yield Finding("LOOSENED", where, loosening.what, loosening.fix)
+        else:
+            yield Finding("ACCEPTED LOOSENING", where, f"{loosening.what}, {loosening.reason}",
+                          "review it: doit bless recorded it")
+
+
+def counted_afresh(i: Inputs) -> Iterable[Finding]:
+    """The findings of the judges that count or render afresh (:func:`gather`): the layer
+    step's counts against ledger/layer.json, ledger/loop_counts.json against the SASS
+    records, docs/model-tables.md against the model."""
+    for finding in i.counted:
+        yield Finding(*finding)
+
+
 def duplicates(i: Inputs) -> Iterable[Finding]:
     """No function body in two files unless allowed; no allowance outlives its duplicate."""
     for group in i.run.duplicates:
@@ -357,36 +391,46 @@ def not_run(i: Inputs) -> Iterable[Finding]:
 # The gate's rules, in the order their findings print; a new ratchet adds its rule here.
 RULES: tuple[Rule, ...] = (verdicts, unlisted, stale_entries, over_cap, loose_cap, bad_reasons, seals,
                            sealed_evidence, sealed_against_run, duplicates, schemas, sass_levels, loose_sass,
-                           against_base, not_run)
+                           counted_afresh, committed_stores, against_base, stores_against_base, not_run)
 
 
 def compare(run: RunSummary, ledger: Ledger, sealed: dict[str, Seal], allowed: AllowedDuplicates,
-            rules: tuple[Rule, ...] = RULES, base: Ledger | None = None, base_ref: str = "") -> list[Finding]:
-    """Every finding of ``rules`` on these inputs (pure: reads nothing)."""
-    inputs = Inputs(run, ledger, sealed, allowed, base, base_ref)
+            rules: tuple[Rule, ...] = RULES, base: Ledger | None = None, base_ref: str = "",
+            **more) -> list[Finding]:
+    """Every finding of ``rules`` on these inputs (pure: reads nothing); ``more``: the other
+    fields of :class:`Inputs`."""
+    inputs = Inputs(run, ledger, sealed, allowed, base, base_ref, **more)
     return fold_new_kernels([finding for rule in rules for finding in rule(inputs)], inputs)
 
 
 GIT_REF = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_./~^@{}+-]*")
 
 
-def read_base(ref: str) -> tuple[Ledger | None, str]:
-    """The ledger as committed at git ``ref``, or (None, the one line that says why not)."""
+def read_base(ref: str) -> tuple[Ledger, Snapshot]:
+    """The ledger and the stores as committed at git ``ref``; :class:`ArtifactError` with the
+    one line that says why not (not a ref, not a commit, no ledger there, unreadable):
+    a base the gate cannot read gives no verdict."""
     if not GIT_REF.fullmatch(ref) or ".." in ref:
-        return None, f"base={ref!r} is not a git ref (a commit, branch or tag, e.g. HEAD~1)"
+        raise ArtifactError(f"base={ref!r} is not a git ref (a commit, branch or tag, e.g. HEAD~1)")
+    snapshot = at_commit(ref)
     source = Path(f"{ref}:{LEDGER}")
     try:
-        done = proc.run(["git", "-C", str(config.ROOT), "show", f"{ref}:{LEDGER}"])
-    except OSError as exc:
-        return None, f"base={ref}: git could not run ({exc.strerror or exc})"
-    if done.returncode:
-        return None, f"base={ref}: {(done.stderr.strip().splitlines() or ['git show failed'])[0]}"
-    try:
-        return Ledger.model_validate(parse_json(source, done.stdout)), ""
+        return Ledger.model_validate(parse_json(source, snapshot.texts[LEDGER_PATH] or "")), snapshot
     except ArtifactError as exc:
-        return None, f"base={ref}: {exc}"
+        raise ArtifactError(f"base={ref}: {exc}") from None
     except ValidationError as exc:
-        return None, f"base={ref}: {field_error(source, exc)}"
+        raise ArtifactError(f"base={ref}: {field_error(source, exc)}") from None
+
+
+def gather(project: bool) -> tuple[tuple[str, str, str, str], ...]:
+    """Run the judges that count or render afresh (they read the artifacts and the committed
+    files themselves): the layer step's counts, the loop counts, the model's tables. A ledger
+    folder other than the project's (a test's) need not hold layer levels or loop counts."""
+    found = layer_findings(REASONS, LEDGER_FILE.with_name(LAYER_LEDGER.name), required=project)
+    found += counts_findings(LEDGER_FILE, required=project)
+    if project:  # the project's documentation quotes the model's tables
+        found += doc_findings()
+    return tuple(tuple(f) for f in found)
 
 
 # --- the CLI -------------------------------------------------------------------------
@@ -398,28 +442,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base", default="", help="a git ref: every loosening of the ledger against it")
     args = parser.parse_args(argv)
     sets = tuple(s for s in args.sets.split(",") if s)
+    project = LEDGER_FILE == config.LEDGER_FILE
     try:
+        base, base_stores = read_base(args.base) if args.base else (None, None)
         if ALLOWED_FILE.exists() or ALLOWED_FILE.is_symlink():
             read_yaml(ALLOWED_FILE)  # not UTF-8, a key twice, not a file: one line before it is parsed
         ledger, sealed, allowed = read_ledger(LEDGER_FILE), read_seals(SEALS_DIR), read_allowed(ALLOWED_FILE)
+        stores = working_tree() if project or base_stores is not None else None
         run = summarize(sets)
-        # the layer step's counts against ledger/layer.json (pipeline.ratchet.layer_ratchet); a ledger folder
-        # other than the project's (a test's) need not hold them
-        layer = layer_findings(REASONS, LEDGER_FILE.with_name(LAYER_LEDGER.name),
-                               required=LEDGER_FILE == config.LEDGER_FILE)
-        layer += counts_findings(LEDGER_FILE, required=LEDGER_FILE == config.LEDGER_FILE)  # loop_counts.json
-        if LEDGER_FILE == config.LEDGER_FILE:  # the project's documentation quotes the model's tables
-            layer += doc_findings()
+        counted = gather(project)
     except (ArtifactError, UserError, ImportError) as exc:
         print(f"gate: cannot read {exc}; no verdict", file=sys.stderr)
         return 2
-    base = None
-    if args.base:
-        base, why = read_base(args.base)
-        if base is None:
-            print(f"gate: {why}; judging without a base")
     write_model(GATE_DIR / "run.json", run)
-    findings = compare(run, ledger, sealed, allowed, base=base, base_ref=args.base) + [Finding(*f) for f in layer]
+    findings = compare(run, ledger, sealed, allowed, base=base, base_ref=args.base,
+                       stores=stores if project else None, base_stores=base_stores, counted=counted)
     for finding in findings:
         print(finding)
     red = sum(f.red for f in findings)

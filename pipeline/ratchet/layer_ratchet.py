@@ -9,7 +9,11 @@ ledger/layer.json holds, per set and shape, the level each count is held to
 among them).
 
 - :func:`judge_layer` (the gate's): a count above its level is ``SLOWER`` (red), below it
-  ``FASTER`` (information; ``doit bless`` records it); a level with no count now, or a count
+  ``FASTER`` (information; ``doit bless`` records it) when the step source changed since the
+  levels were sealed, and ``LOOSENED`` (red) when it did not: bless writes the count it made
+  as the level, so on the same source only a hand edit leaves a level above the count.
+  A ``reason`` and ``rose_from`` are bless's record of a rise: a ``rose_from`` that is not
+  below the level, or either one alone, is ``BAD REASON``. A level with no count now, or a count
   with no level, is ``MISSING``; a ledger sealed on another step source than the current
   one is ``STALE SEAL``, and a report counted from another one is ``MISSING`` (re-run
   ``doit layer``); counts with no ledger file are ``UNSEALED``. A rise accepted with a reason shows
@@ -37,7 +41,7 @@ STEP_MODULE = "kernels.layer_step"
 LAYER_DIR = config.ARTIFACTS / "layer"
 LAYER_LEDGER = config.LEDGER_DIR / "layer.json"
 
-Kind = Literal["SLOWER", "FASTER", "MISSING", "STALE SEAL", "UNSEALED", "ACCEPTED SLOWER", "BAD REASON"]
+Kind = Literal["SLOWER", "FASTER", "MISSING", "STALE SEAL", "UNSEALED", "ACCEPTED SLOWER", "BAD REASON", "LOOSENED"]
 INFORMATIONAL = frozenset({"FASTER", "ACCEPTED SLOWER"})
 
 
@@ -109,17 +113,22 @@ def judge_layer(held: LayerLedger | None, reports: Mapping[str, LayerReport], so
                                             _run_layer(level.shape_set)))
         else:
             for name, was, is_ in moves(level.level, current):
-                kind = "SLOWER" if is_ > was else "FASTER"
-                fix = ("find what the step added (artifacts/layer/, its launch list), or doit bless "
-                       "accept_slower=<reason>") if kind == "SLOWER" else "doit bless (records the new level)"
+                kind = "SLOWER" if is_ > was else "FASTER" if held.source_sha256 != source_sha256 else "LOOSENED"
+                fix = {"SLOWER": "find what the step added (artifacts/layer/, its launch list), or doit bless "
+                                 "accept_slower=<reason>",
+                       "FASTER": "doit bless (records the new level)",
+                       "LOOSENED": "doit bless (records the count; bless writes the count it made as the level)"}[kind]
                 findings.append(LayerFinding(kind, subject, f"{name} {was} in the ledger -> {is_} now", fix))
-        if level.reason is not None and level.rose_from is not None and level.reason in reasons:
+        rose = level.rose_from is not None and bool(rises(level.rose_from, level.level))
+        if level.reason is not None and rose and level.reason in reasons:
             findings.append(LayerFinding("ACCEPTED SLOWER", subject,
                                          f"{', '.join(rises(level.rose_from, level.level))} accepted: {level.reason}",
                                          "bring it back down, then doit bless (clears the reason)"))
         elif level.reason is not None or level.rose_from is not None:
             findings.append(LayerFinding("BAD REASON", subject,
-                                         f"reason {level.reason!r}, rose_from {'set' if level.rose_from else 'missing'}",
+                                         f"reason {level.reason!r}, rose_from " + ("missing" if level.rose_from is None
+                                                                                   else "set" if rose else
+                                                                                   "not below the level"),
                                          f"edit {ledger}: both set (a reason of pipeline.ratchet.ledger.REASONS) or both null"))
     listed = {level.key for level in held.levels}
     for shape_set, name in sorted(k for k in now if k not in listed):
