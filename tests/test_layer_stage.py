@@ -333,6 +333,7 @@ def test_the_gate_reports_the_layer_step(world, monkeypatch, capsys):
     monkeypatch.setattr(config, "LEDGER_FILE", world["ledger"])  # now it is the project's
     monkeypatch.setattr(gate, "counts_findings", lambda *a, **k: [])  # the loop-counts rule: tests/test_gate_counts.py
     monkeypatch.setattr(gate, "doc_findings", lambda *a, **k: [])  # the MODEL tables' rule: tests/test_model_doc.py
+    monkeypatch.setattr(gate, "working_tree", lambda *a: None)  # the stores' pins: tests/test_gate_stores.py
     assert gate.main([]) == 1
     assert "UNSEALED  ledger/layer.json" in capsys.readouterr().out
     layer = world["ledger"].with_name("layer.json")

@@ -456,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     write_model(GATE_DIR / "run.json", run)
     findings = compare(run, ledger, sealed, allowed, base=base, base_ref=args.base,
-                       stores=stores if project else None, base_stores=base_stores, counted=counted)
+                       stores=stores, base_stores=base_stores, counted=counted)
     for finding in findings:
         print(finding)
     red = sum(f.red for f in findings)

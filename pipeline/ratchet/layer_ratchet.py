@@ -120,10 +120,12 @@ def judge_layer(held: LayerLedger | None, reports: Mapping[str, LayerReport], so
                        "LOOSENED": "doit bless (records the count; bless writes the count it made as the level)"}[kind]
                 findings.append(LayerFinding(kind, subject, f"{name} {was} in the ledger -> {is_} now", fix))
         rose = level.rose_from is not None and bool(rises(level.rose_from, level.level))
+        counted_rise = current is None or level.rose_from is None or bool(rises(level.rose_from, current))
         if level.reason is not None and rose and level.reason in reasons:
-            findings.append(LayerFinding("ACCEPTED SLOWER", subject,
-                                         f"{', '.join(rises(level.rose_from, level.level))} accepted: {level.reason}",
-                                         "bring it back down, then doit bless (clears the reason)"))
+            if counted_rise:  # else a rise the step does not make now: LOOSENED above says so
+                findings.append(LayerFinding("ACCEPTED SLOWER", subject,
+                                             f"{', '.join(rises(level.rose_from, level.level))} accepted: "
+                                             f"{level.reason}", "bring it back down, then doit bless (clears the reason)"))
         elif level.reason is not None or level.rose_from is not None:
             findings.append(LayerFinding("BAD REASON", subject,
                                          f"reason {level.reason!r}, rose_from " + ("missing" if level.rose_from is None

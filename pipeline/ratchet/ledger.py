@@ -13,7 +13,10 @@ the ratchet's rules:
   number not passing;
 - the SASS levels (``sass``, per kernel x arch) follow drops and refuse a rise unless
   ``accept_slower`` gives its reason (pipeline.ratchet.sass_ratchet.bless_sass); so do the layer
-  step's counts, in ledger/layer.json beside it (pipeline.ratchet.layer_ratchet, :func:`bless_file`).
+  step's counts, in ledger/layer.json beside it (pipeline.ratchet.layer_ratchet, :func:`bless_file`);
+- the committed stores bless does not write (loop counts, calibration points, shapes, device
+  figures) and the set of test files are pinned as they are, in ledger/stores.json
+  (pipeline.ratchet.stores): the gate holds every later edit red until bless pins it again.
 
 :func:`loosenings` lists every way a ledger is looser than an earlier one (the gate's
 ``base=REF``), each with what bless recorded for it, if anything.
@@ -35,6 +38,7 @@ from pipeline.core.errors import BlessRefused
 from pipeline.ratchet.layer_ratchet import LAYER_LEDGER, planned_bless, write_layer_ledger
 from pipeline.core.models import CellKey, CellResult, Ledger, SassEntry, Verdict
 from pipeline.ratchet.sass_ratchet import Levels, bless_sass, rises
+from pipeline.ratchet.stores import PINS, write_pins
 
 # The fixed list of reasons a cell may be non-pass, and what each means.
 REASONS: dict[str, str] = {
@@ -244,9 +248,11 @@ def bless_file(universe: list[CellKey], results: list[CellResult], accept_new: b
     """:func:`bless` the ledger at ``path`` and write it; a refusal raises before any write."""
     ledger, notes = bless(read_committed(path, Ledger) if path.exists() else None, universe, results, accept_new,
                           sass, accept_slower)
-    # the layer step's levels (ledger/layer.json), beside the project's ledger only (not a test's)
+    # the layer step's levels (ledger/layer.json) and the pins of the other stores (ledger/stores.json),
+    # beside the project's ledger only (not a test's)
     layer_path = path.with_name(LAYER_LEDGER.name)
     layer, layer_notes = planned_bless(accept_slower, layer_path) if path == LEDGER_FILE else (None, [])
     write_ledger(ledger, path)
     write_layer_ledger(layer, layer_path)
-    return ledger, notes + layer_notes
+    pin_notes = write_pins(path.with_name(Path(PINS).name)) if path == LEDGER_FILE else []
+    return ledger, notes + layer_notes + pin_notes

@@ -8,7 +8,9 @@ collecting never runs a tool: it reads and classifies.
 """
 from __future__ import annotations
 
+import ast
 import re
+from pathlib import Path
 from typing import Iterable
 
 from kernels.registry import KERNELS
@@ -140,11 +142,53 @@ def collect(kernels: dict[str, str], archs: Iterable[str], sets: dict[str, tuple
     return sorted(results, key=lambda r: r.key)
 
 
+def imported_helpers(path: Path, folder: Path) -> set[Path]:
+    """The modules of ``folder`` (tests/) that the file at ``path`` imports by name
+    (``import kernelcases``, ``from kernelcases import ...``, ``from tests.kernelcases import ...``)."""
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return set()  # an unreadable test file is its own (missing or changed) hash
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{a.name}" for a in node.names)
+    found = set()
+    for name in names:
+        parts = name.split(".")
+        parts = parts[1:] if parts[0] == folder.name else parts
+        candidate = folder.joinpath(*parts).with_suffix(".py") if parts else None
+        if candidate is not None and candidate.is_file():
+            found.add(candidate)
+    return found
+
+
+def with_helpers(files: Iterable[str]) -> list[str]:
+    """The test files and every file of tests/ they import, transitively, and tests/conftest.py
+    (pytest loads it for every test there): what a test's verdict depends on besides the code
+    under test."""
+    folder = config.ROOT / "tests"
+    todo = [config.ROOT / name for name in files]
+    conftest = folder / "conftest.py"
+    todo += [conftest] if conftest.is_file() and todo else []
+    seen: set[Path] = set()
+    while todo:
+        path = todo.pop()
+        if path not in seen:
+            seen.add(path)
+            todo.extend(imported_helpers(path, folder) - seen)
+    return sorted(path.relative_to(config.ROOT).as_posix() for path in seen)
+
+
 def hashes_of_test_files(files: Iterable[str]) -> dict[str, str]:
-    """{path: sha256} of test files named relative to the project root ("(missing)" for
-    one that is gone): what a seal pins and the gate compares."""
+    """{path: sha256} of test files named relative to the project root and of the helpers they
+    import (:func:`with_helpers`; "(missing)" for one that is gone): what a seal pins and
+    the gate compares, so a helper edited after sealing (a check that always passes) is red."""
     return {name: sha256_file(config.ROOT / name) if (config.ROOT / name).is_file() else "(missing)"
-            for name in sorted(files)}
+            for name in with_helpers(files)}
 
 
 def sealed_shapes(sets: dict[str, tuple[Shape, ...]]) -> list[SealedShape]:

@@ -112,7 +112,16 @@ def working_tree(root: Path | None = None) -> Snapshot:
     root = Path(root or config.ROOT)
     texts = {path: read_document(root / path) if (root / path).exists() or (root / path).is_symlink() else None
              for path in (*PINNED, LAYER, PINS)}
-    return Snapshot("", texts, test_files(root), parse_pins(PINS, texts[PINS]))
+    return readable(Snapshot("", texts, test_files(root), parse_pins(PINS, texts[PINS])))
+
+
+def readable(snap: Snapshot) -> Snapshot:
+    """``snap``, once every store the rules compare parses (:class:`ArtifactError`, one line
+    naming the file and the base, before any verdict)."""
+    _layer(snap), points(snap), shape_dims(snap)
+    for path in (COUNTS, DEVICES):
+        _loaded(snap, path, parse_json)
+    return snap
 
 
 def git(root: Path, *args: str) -> tuple[int, str, str]:
@@ -162,7 +171,7 @@ def at_commit(ref: str, root: Path | None = None) -> Snapshot:
         pins = parse_pins(PINS, texts[PINS])
     except ArtifactError as exc:
         raise ArtifactError(f"base={ref}: {exc}") from None
-    return Snapshot(ref, texts, tests, pins)
+    return readable(Snapshot(ref, texts, tests, pins))
 
 
 def digest(text: str | None) -> str | None:
@@ -176,17 +185,20 @@ def pins_now(root: Path | None = None) -> StorePins:
                      test_files=list(snap.test_files))
 
 
-def write_pins(root: Path | None = None) -> list[str]:
-    """Write ledger/stores.json (bless); the lines that say what changed since the last pins."""
+def write_pins(path: Path | None = None, root: Path | None = None) -> list[str]:
+    """Write the pins of the stores under ``root`` (bless) to ``path`` (ledger/stores.json under
+    ``root`` by default); the lines that say what changed since the pins there."""
     root = Path(root or config.ROOT)
-    old, new = working_tree(root).pins, pins_now(root)
+    path = Path(path or root / PINS)
+    old = parse_pins(PINS, read_document(path)) if path.exists() or path.is_symlink() else None
+    new = pins_now(root)
     notes = [f"stores: pinned {path} ({'new' if old is None or path not in old.files else 'changed'})"
              for path, sha in new.files.items() if old is None or old.files.get(path) != sha]
     gone = sorted(set(old.test_files) - set(new.test_files)) if old else []
     added = sorted(set(new.test_files) - set(old.test_files)) if old else []
     notes += [f"stores: test file {path} is gone (recorded)" for path in gone]
     notes += [f"stores: test file {path} added" for path in added]
-    write_atomic(root / PINS, new.model_dump_json(indent=1) + "\n")
+    write_atomic(path, new.model_dump_json(indent=1) + "\n")
     return notes
 
 

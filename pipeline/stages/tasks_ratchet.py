@@ -8,7 +8,8 @@
   writing nothing, when a sealed shape did not pass (pipeline.ratchet.seal).
 - ``doit bless`` / ``doit bless accept_new=1`` / ``doit bless accept_slower=<reason>``:
   ledger/ledger.json from the last run's artifacts, under the ratchet's rules
-  (pipeline.ratchet.ledger.bless); runs nothing itself.
+  (pipeline.ratchet.ledger.bless), ledger/layer.json, and ledger/stores.json, the pins of the
+  other committed stores and of the test files (pipeline.ratchet.stores); runs nothing itself.
 - ``doit gate``: depends on the emit, ptxas, sass and verify cells of the chosen sets and on
   kernel_tests (the same tasks and database as ``doit verify``: what the gate ran is up
   to date afterwards), then judges (pipeline.ratchet.gate.main); its exit status (0 green,
