@@ -357,3 +357,19 @@ def test_an_unreadable_store_at_the_base_is_exit_2(project, monkeypatch, capsys)
     assert gate.main(["--base", "HEAD~1"]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1 and "duplicate key 'smoke'" in err
+
+
+def test_a_store_with_a_byte_that_is_not_utf8_at_the_base_is_one_line(project):
+    (project / stores.CALIBRATION).write_bytes((project / stores.CALIBRATION).read_bytes() + b"# \xff\n")
+    commit(project, "a stray byte")
+    with pytest.raises(ArtifactError, match=r"base=HEAD: kernels/calibration.yaml: not UTF-8 \(byte 0xff"):
+        gate.read_base("HEAD")
+
+
+@pytest.mark.parametrize("text, says", [("[1, 2]", "field 'kernels': expected an object"),
+                                        ('{"kernels": {}} {', "unreadable JSON")])
+def test_loop_counts_that_are_not_an_object_at_the_base_are_one_line(project, text, says):
+    (project / stores.COUNTS).write_text(text)
+    commit(project, "counts replaced")
+    with pytest.raises(ArtifactError, match=rf"base=HEAD: ledger/loop_counts.json: .*{re.escape(says)}"):
+        gate.read_base("HEAD")

@@ -118,17 +118,20 @@ def working_tree(root: Path | None = None) -> Snapshot:
 def readable(snap: Snapshot) -> Snapshot:
     """``snap``, once every store the rules compare parses (:class:`ArtifactError`, one line
     naming the file and the base, before any verdict)."""
-    _layer(snap), points(snap), shape_dims(snap)
-    for path in (COUNTS, DEVICES):
-        _loaded(snap, path, parse_json)
+    _layer(snap), points(snap), shape_dims(snap), _loaded(snap, DEVICES, parse_json)
+    _mapping(_loaded(snap, COUNTS, parse_json), COUNTS, "kernels", snap)
     return snap
 
 
 def git(root: Path, *args: str) -> tuple[int, str, str]:
+    """(status, stdout, stderr) of one git command; a failure to run, or output that is not
+    UTF-8 (a committed store with a stray byte), is status 1 and the line that says so."""
     try:
         done = proc.run(["git", "-C", str(root), *args])
     except OSError as exc:
         return 1, "", f"git could not run ({exc.strerror or exc})"
+    except UnicodeDecodeError as exc:
+        return 1, "", f"not UTF-8 (byte {exc.object[exc.start]:#04x} at offset {exc.start}); fix the file"
     return done.returncode, done.stdout, done.stderr
 
 
@@ -243,11 +246,12 @@ def _layer(snap: Snapshot) -> LayerLedger | None:
         raise ArtifactError(("base=" + snap.where + ": " if snap.where else "") + field_error(Path(LAYER), exc)) from None
 
 
-def _mapping(raw: object, path: str, field: str, snap: Snapshot) -> dict:
+def _mapping(raw: object, path: str, field: str, snap: Snapshot):
+    """``raw[field]``: the list of calibration points, or the object of another store's entries."""
     if raw is None:
         return {}
     value = raw.get(field) if isinstance(raw, dict) else None
-    if not isinstance(value, (dict, list)):
+    if not isinstance(value, list if field == "points" else dict):
         where = f"base={snap.where}: " if snap.where else ""
         raise ArtifactError(f"{where}{path}: field '{field}': expected {'a list' if field == 'points' else 'an object'}")
     return value
