@@ -8,14 +8,17 @@ command (a failing cell is evidence, not an error: pipeline.stages.build_steps);
 
     KIND  cell-or-file: what  -> the command that fixes it
 
-Exit 0 green, 1 red, 2 when the ledger, a seal, the allowed-duplicates list or the
-run's own results cannot be read (no verdict is given on unread input): a key given twice,
-a byte that is not UTF-8, a seal that is a link or a folder. A ``base=REF`` that cannot be
-read is one line, and the gate judges without it.
+Exit 0 green, 1 red, 2 when the ledger, a seal, the allowed-duplicates list, a committed
+store or the run's own results cannot be read (no verdict is given on unread input): a
+key given twice, a byte that is not UTF-8, a seal that is a link or a folder. So is a
+``base=REF`` that cannot be read (not a commit, a reflog selector, no ledger there): a
+comparison that did not happen is no pass.
 
-:func:`pipeline.ratchet.results.summarize` turns the artifacts into a :class:`RunSummary`;
-:func:`compare` is a pure function of (run, ledger, seals, allowed duplicates) built
-from the small rules in :data:`RULES`.
+:func:`pipeline.ratchet.results.summarize` turns the artifacts into a :class:`RunSummary`,
+:func:`gather` runs the judges that count afresh, pipeline.ratchet.stores reads the
+committed stores (now and at the base); :func:`compare` is a pure function of those
+(:class:`Inputs`) built from the small rules in :data:`RULES`, the one list every
+finding comes from.
 
 Findings (all red but NOT RUN, FASTER, ACCEPTED SLOWER and ACCEPTED LOOSENING, which are
 informational):
@@ -60,6 +63,12 @@ informational):
 - ledger/loop_counts.json against the SASS records (pipeline.ratchet.gate_counts) and
   docs/model-tables.md against a fresh render of the MODEL (pipeline.stages.model_doc): a
   file that no longer says what the code does is STALE, with the command that rewrites it.
+- The committed stores (pipeline.ratchet.stores): a store or test file not as ``doit bless``
+  pinned it in ledger/stores.json is STALE SEAL (no pins: UNSEALED; a test file bless did
+  not pin: UNLISTED); with ``base=REF``, every loosening of ledger/layer.json,
+  ledger/loop_counts.json, the calibration points, the shapes and the test files against
+  REF is LOOSENED, or ACCEPTED LOOSENING where bless recorded it; a calibration point whose
+  ``published`` figure is not one of its quoted source line is UNSOURCED.
 - FASTER (informational): a figure fell below the ledger's level; ``doit seal && doit
   bless`` records it as the new level.
 - ACCEPTED SLOWER (informational): a rise the ledger accepted with a reason from
@@ -128,7 +137,7 @@ class Inputs(NamedTuple):
     allowed: AllowedDuplicates
     base: Ledger | None = None  # the ledger at ``base=REF``, when given
     base_ref: str = ""
-    stores: Snapshot | None = None  # the committed stores now (pipeline.ratchet.stores), the project's only
+    stores: Snapshot | None = None  # the committed stores now (pipeline.ratchet.stores)
     base_stores: Snapshot | None = None  # and at ``base=REF``
     counted: tuple[tuple[str, str, str, str], ...] = ()  # what the judges that count afresh found (see gather)
 
