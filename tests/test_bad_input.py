@@ -424,3 +424,17 @@ def test_an_input_that_starts_off_a_16_byte_boundary_is_copied_or_refused():
     marked = KernelLayout(shifted.reshape(FWD.params[1].layout.shape(dims)))
     with pytest.raises(LaunchError, match="marked KernelLayout.*not 16-byte aligned"):
         kernel_args(FWD, dims, np.zeros(FWD.output.layout.shape(dims), np.int32), {"x": marked, "w": w})
+
+
+@pytest.mark.parametrize("plant", ["a 0xff byte", "a folder"])
+def test_a_committed_schema_that_is_not_utf8_text_is_drift_not_a_traceback(tmp_path, plant):
+    from pipeline.core import schemas
+
+    schemas.export(tmp_path)
+    seal = tmp_path / "Seal.json"
+    if plant == "a folder":
+        seal.unlink()
+        seal.mkdir()
+    else:
+        seal.write_bytes(seal.read_bytes() + b"\xff")
+    assert [line.split(": ", 1)[1] for line in schemas.drift(tmp_path)] == ["differs from pipeline.core.models.Seal"]

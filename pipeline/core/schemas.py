@@ -45,6 +45,15 @@ def export(folder: Path = SCHEMAS_DIR) -> list[Path]:
     return paths
 
 
+def committed_text(path: Path) -> str | None:
+    """The committed schema's text; None when it is not a UTF-8 file (a folder, a stray
+    byte): it then differs from every export, which is what drift reports."""
+    try:
+        return path.read_bytes().decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
 def drift(folder: Path = SCHEMAS_DIR) -> list[str]:
     """'<file>: what' for each committed schema that is missing, differs from its model,
     or has no model (empty: the folder is the models' export)."""
@@ -54,7 +63,7 @@ def drift(folder: Path = SCHEMAS_DIR) -> list[str]:
         path = Path(folder) / name
         if not path.exists():
             found.append(f"{rel(path)}: missing")
-        elif path.read_text() != schema_text(model):
+        elif committed_text(path) != schema_text(model):
             found.append(f"{rel(path)}: differs from {model.__module__}.{model.__name__}")
     extra = sorted(p for p in Path(folder).glob("*.json") if p.name not in expected) if Path(folder).is_dir() else []
     return found + [f"{rel(p)}: no such record in pipeline.core.schemas.DOCUMENTS" for p in extra]
