@@ -38,7 +38,7 @@ from pipeline.core.errors import BlessRefused
 from pipeline.ratchet.layer_ratchet import LAYER_LEDGER, planned_bless, write_layer_ledger
 from pipeline.core.models import CellKey, CellResult, Ledger, SassEntry, Verdict
 from pipeline.ratchet.sass_ratchet import Levels, bless_sass, rises
-from pipeline.ratchet.stores import PINS, write_pins
+from pipeline.ratchet.stores import PINS, planned_pins, write_pins
 
 # The fixed list of reasons a cell may be non-pass, and what each means.
 REASONS: dict[str, str] = {
@@ -252,7 +252,10 @@ def bless_file(universe: list[CellKey], results: list[CellResult], accept_new: b
     # beside the project's ledger only (not a test's)
     layer_path = path.with_name(LAYER_LEDGER.name)
     layer, layer_notes = planned_bless(accept_slower, layer_path) if path == LEDGER_FILE else (None, [])
+    pins_path = path.with_name(Path(PINS).name)
+    pins, pin_notes = planned_pins(pins_path) if path == LEDGER_FILE else (None, [])
     write_ledger(ledger, path)
     write_layer_ledger(layer, layer_path)
-    pin_notes = write_pins(path.with_name(Path(PINS).name)) if path == LEDGER_FILE else []
+    if pins is not None:
+        write_pins(pins_path, pins=pins)
     return ledger, notes + layer_notes + pin_notes

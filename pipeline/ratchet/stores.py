@@ -188,20 +188,29 @@ def pins_now(root: Path | None = None) -> StorePins:
                      test_files=list(snap.test_files))
 
 
-def write_pins(path: Path | None = None, root: Path | None = None) -> list[str]:
-    """Write the pins of the stores under ``root`` (bless) to ``path`` (ledger/stores.json under
-    ``root`` by default); the lines that say what changed since the pins there."""
+def planned_pins(path: Path | None = None, root: Path | None = None) -> tuple[StorePins, list[str]]:
+    """The pins of the stores under ``root`` as bless will write them to ``path``
+    (ledger/stores.json under ``root`` by default), and the lines that say what changed
+    since the pins there; written by nobody yet, so a bless refuses before any write."""
     root = Path(root or config.ROOT)
     path = Path(path or root / PINS)
     old = parse_pins(PINS, read_document(path)) if path.exists() or path.is_symlink() else None
     new = pins_now(root)
-    notes = [f"stores: pinned {path} ({'new' if old is None or path not in old.files else 'changed'})"
-             for path, sha in new.files.items() if old is None or old.files.get(path) != sha]
+    notes = [f"stores: pinned {name} ({'new' if old is None or name not in old.files else 'changed'})"
+             for name, sha in new.files.items() if old is None or old.files.get(name) != sha]
     gone = sorted(set(old.test_files) - set(new.test_files)) if old else []
     added = sorted(set(new.test_files) - set(old.test_files)) if old else []
-    notes += [f"stores: test file {path} is gone (recorded)" for path in gone]
-    notes += [f"stores: test file {path} added" for path in added]
-    write_atomic(path, new.model_dump_json(indent=1) + "\n")
+    notes += [f"stores: test file {name} is gone (recorded)" for name in gone]
+    notes += [f"stores: test file {name} added" for name in added]
+    return new, notes
+
+
+def write_pins(path: Path | None = None, root: Path | None = None, pins: StorePins | None = None) -> list[str]:
+    """Write ``pins`` (default: :func:`planned_pins`) to ``path``; the lines of the plan."""
+    root = Path(root or config.ROOT)
+    path = Path(path or root / PINS)
+    planned, notes = planned_pins(path, root)
+    write_atomic(path, (pins or planned).model_dump_json(indent=1) + "\n")
     return notes
 
 
