@@ -125,7 +125,8 @@ def judge_layer(held: LayerLedger | None, reports: Mapping[str, LayerReport], so
             if counted_rise:  # else a rise the step does not make now: LOOSENED above says so
                 findings.append(LayerFinding("ACCEPTED SLOWER", subject,
                                              f"{', '.join(rises(level.rose_from, level.level))} accepted: "
-                                             f"{level.reason}", "bring it back down, then doit bless (clears the reason)"))
+                                             f"{level.reason}",
+                                             "bring it back down, then doit bless (clears the reason)"))
         elif level.reason is not None or level.rose_from is not None:
             findings.append(LayerFinding("BAD REASON", subject,
                                          f"reason {level.reason!r}, rose_from " + ("missing" if level.rose_from is None

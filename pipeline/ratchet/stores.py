@@ -236,15 +236,19 @@ def pin_findings(now: Snapshot) -> list[StoreFinding]:
 
 # ---- against a base: item by item -----------------------------------------------------
 
+def _where(snap: Snapshot) -> str:
+    """How an error line names the snapshot: ``base=REF: `` for a commit, nothing for the tree."""
+    return f"base={snap.where}: " if snap.where else ""
+
+
 def _loaded(snap: Snapshot, path: str, parse) -> object:
     text = snap.texts.get(path)
     if text is None:
         return None
-    where = f"base={snap.where}: " if snap.where else ""
     try:
         return parse(Path(path), text)
     except ArtifactError as exc:
-        raise ArtifactError(f"{where}{exc}") from None
+        raise ArtifactError(f"{_where(snap)}{exc}") from None
 
 
 def _layer(snap: Snapshot) -> LayerLedger | None:
@@ -252,7 +256,7 @@ def _layer(snap: Snapshot) -> LayerLedger | None:
     try:
         return None if raw is None else LayerLedger.model_validate(raw)
     except ValidationError as exc:
-        raise ArtifactError(("base=" + snap.where + ": " if snap.where else "") + field_error(Path(LAYER), exc)) from None
+        raise ArtifactError(_where(snap) + field_error(Path(LAYER), exc)) from None
 
 
 def _mapping(raw: object, path: str, field: str, snap: Snapshot):
@@ -261,8 +265,8 @@ def _mapping(raw: object, path: str, field: str, snap: Snapshot):
         return {}
     value = raw.get(field) if isinstance(raw, dict) else None
     if not isinstance(value, list if field == "points" else dict):
-        where = f"base={snap.where}: " if snap.where else ""
-        raise ArtifactError(f"{where}{path}: field '{field}': expected {'a list' if field == 'points' else 'an object'}")
+        raise ArtifactError(f"{_where(snap)}{path}: field '{field}': expected "
+                            f"{'a list' if field == 'points' else 'an object'}")
     return value
 
 
@@ -350,8 +354,7 @@ def points(snap: Snapshot) -> dict[str, dict]:
     for number, point in enumerate(_mapping(raw, CALIBRATION, "points", snap) if raw is not None else [], 1):
         key = point.get("name", point.get("id")) if isinstance(point, dict) else None
         if not isinstance(key, str):
-            where = f"base={snap.where}: " if snap.where else ""
-            raise ArtifactError(f"{where}{CALIBRATION}: point {number}: field 'name': expected the point's name")
+            raise ArtifactError(f"{_where(snap)}{CALIBRATION}: point {number}: field 'name': expected the point's name")
         found[key] = point
     return found
 
