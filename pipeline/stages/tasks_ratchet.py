@@ -97,7 +97,8 @@ def _bless() -> None:
 
 def task_bless() -> dict:
     """Write ledger/ledger.json from the last run (accept_new=1 raises the cap by the new entries;
-    accept_slower=<reason> records a SASS per IMMA rise with that reason)."""
+    accept_slower=<reason> records a SASS per IMMA rise with that reason), ledger/layer.json and
+    the pins of the committed stores and test files (ledger/stores.json)."""
     return {"actions": [_bless], "uptodate": [False], "verbosity": 2}
 
 
@@ -127,4 +128,5 @@ def task_gate() -> dict:
 
 task_gate.__doc__ = (f"CI: emit, ptxas, sass, verify, kernel tests, then judged vs ledger and seals: "
                      f"{describe('shape', 'backend', 'base')}")
-task_bless.__doc__ = f"Write ledger/ledger.json from the last run: {describe('accept_new', 'accept_slower')}"
+task_bless.__doc__ = (f"Write ledger/ledger.json from the last run, ledger/layer.json, ledger/stores.json: "
+                      f"{describe('accept_new', 'accept_slower')}")
