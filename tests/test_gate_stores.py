@@ -16,6 +16,7 @@ import shutil
 import subprocess
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from pipeline.core import config
 from pipeline.core.errors import ArtifactError
@@ -373,3 +374,29 @@ def test_loop_counts_that_are_not_an_object_at_the_base_are_one_line(project, te
     commit(project, "counts replaced")
     with pytest.raises(ArtifactError, match=rf"base=HEAD: ledger/loop_counts.json: .*{re.escape(says)}"):
         gate.read_base("HEAD")
+
+
+@given(st.tuples(*[st.integers(1, 10_000)] * 3), st.tuples(*[st.integers(1, 10_000)] * 3))
+@settings(max_examples=60, deadline=None)
+def test_a_shape_is_a_loosening_exactly_when_a_dimension_shrank(was, now):
+    def sets(dims):
+        R, K, N = dims
+        return stores.Snapshot("", {stores.SHAPES: f"s:\n  - {{name: a, R: {R}, K: {K}, N: {N}}}\n"}, (), None)
+
+    found = list(stores.shape_loosenings(sets(was), sets(now)))
+    assert bool(found) == any(b < a for a, b in zip(was, now))
+    assert all(f.reason is None for f in found)  # nothing pinned: none is accepted
+
+
+@given(st.integers(1, 10**7), st.integers(1, 10**4))
+@settings(max_examples=60, deadline=None)
+def test_a_published_figure_is_sourced_exactly_when_its_quoted_line_states_it(hundredths, off):
+    figure = hundredths / 100
+
+    def findings(published):
+        text = (f"points:\n  - name: p\n    kind: stream\n    published: {published}\n"
+                f"    source: \"a page: 'GB/s {figure:.2f}'\"\n")
+        return stores.calibration_findings(stores.Snapshot("", {stores.CALIBRATION: text}, (), None))
+
+    assert findings(f"{figure:.2f}") == []
+    assert [f[0] for f in findings(f"{(hundredths + off) / 100:.2f}")] == ["UNSOURCED"]

@@ -23,9 +23,10 @@ the layer step's levels (ledger/layer.json, written by bless itself), the loop c
   reason; for the other stores, a pin of the content now): the gate prints those as
   ``ACCEPTED LOOSENING`` and the rest as ``LOOSENED``.
 - **Quoted figures** (:func:`calibration_findings`): each calibration point's
-  ``published`` figure appears in the line its ``source`` quotes (a figure between single
-  quotes), or is the TOPS of the quoted GB/s figure by sgl-kernel's bench_int8_gemm.py
-  formula (the int8 points, kernels/calibration.yaml's header): ``UNSOURCED`` otherwise.
+  ``published`` figure is a figure of the line its ``source`` quotes (between single
+  quotes; the same number), or the TOPS of a quoted GB/s figure by sgl-kernel's
+  bench_int8_gemm.py formula (the int8 points, kernels/calibration.yaml's header), rounded
+  to the decimals ``published`` is written with: ``UNSOURCED`` otherwise.
 
 Readers take the text of each store (from disk, or from ``git show REF:path``), so the
 same code judges the working tree and the base.
@@ -444,13 +445,22 @@ def int8_bench_tops(M: int, N: int, K: int, gbps: float) -> float:
     return 2 * M * N * K / seconds / 1e12
 
 
-def quoted_figures(point: dict) -> list[float]:
-    """The figures the point's source quotes, and what each states in the point's metric."""
+def quoted_figures(point: dict) -> tuple[list[float], list[float]]:
+    """The figures the point's source quotes, and the TOPS each would state as the GB/s
+    column of sgl-kernel's int8 bench (a GEMM point with M, N, K)."""
     quoted = [float(n) for part in QUOTED.findall(str(point.get("source", ""))) for n in NUMBER.findall(part)]
     dims = [point.get(d) for d in ("M", "N", "K")]
-    if point.get("kind") == "gemm" and all(isinstance(d, int) and d > 0 for d in dims):
-        quoted += [int8_bench_tops(*dims, q) for q in quoted if q > 0]
-    return quoted
+    gemm = point.get("kind") == "gemm" and all(type(d) is int and d > 0 for d in dims)
+    return quoted, [int8_bench_tops(*dims, q) for q in quoted if q > 0] if gemm else []
+
+
+def sourced(published: float, point: dict) -> bool:
+    """``published`` is a quoted figure (the same number), or a derived one rounded to the
+    decimals ``published`` is written with."""
+    quoted, derived = quoted_figures(point)
+    places = decimals(published)
+    return (any(math.isclose(q, published, rel_tol=1e-12) for q in quoted)
+            or any(math.isclose(round(t, places), published, rel_tol=1e-12) for t in derived))
 
 
 def calibration_findings(now: Snapshot) -> list[StoreFinding]:
@@ -462,8 +472,7 @@ def calibration_findings(now: Snapshot) -> list[StoreFinding]:
         published = point.get("published")
         if not isinstance(published, (int, float)) or isinstance(published, bool) or not math.isfinite(published):
             continue  # the model's reader refuses it, naming the field
-        half_unit = 0.5 * 10 ** -decimals(published) * (1 + 1e-9)
-        if not any(abs(q - published) <= half_unit for q in quoted_figures(point)):
+        if not sourced(published, point):
             found.append(("UNSOURCED", f"{CALIBRATION} {name}",
                           f"published {published:g} is not a figure of its quoted source line",
                           "copy the figure from the source, with the line it is on, between single quotes"))
