@@ -196,7 +196,7 @@ def point_names(root) -> list[str]:
 def flag_fit(text: str, names: list[str]) -> str:
     """``fit: true`` on the named points (the line after ``name: X``)."""
     for name in names:
-        text = re.sub(rf"(  - name: {re.escape(name)}\n)", rf"\1    fit: true\n", text, count=1)
+        text = re.sub(rf"(  - name: {re.escape(name)}\n)", r"\1    fit: true\n", text, count=1)
     return text
 
 
