@@ -403,20 +403,30 @@ def test_inference_keeps_nothing_for_dw(monkeypatch):
 
 # ---- the prepared-weight cache -------------------------------------------------------------
 
-def test_forward_and_backward_share_one_preparation_per_version():
+def test_every_forward_prepares_and_its_backward_reuses_that_preparation():
     layer = TernaryLinear(16, 8)
     x = torch.randn(4, 16, requires_grad=True)
     before = torch_ops.PREPARE_COUNT["count"]
     layer(x).sum().backward()
+    assert torch_ops.PREPARE_COUNT["count"] == before + 1  # forward prepared, backward reused it
+    layer(x).sum().backward()  # the same weight: prepared again all the same (nothing says it is the same)
+    assert torch_ops.PREPARE_COUNT["count"] == before + 2
+
+
+def test_a_cached_weight_is_prepared_once_per_stamp():
+    layer = TernaryLinear(16, 8, cache_weight=True)
+    x = torch.randn(4, 16, requires_grad=True)
+    before = torch_ops.PREPARE_COUNT["count"]
+    layer(x).sum().backward()
+    layer(x).sum().backward()  # the same stamp: no preparation at all
     assert torch_ops.PREPARE_COUNT["count"] == before + 1
-    layer(x).sum().backward()  # same version: no preparation at all
-    assert torch_ops.PREPARE_COUNT["count"] == before + 1
-    torch.optim.SGD(layer.parameters(), lr=0.1).step()  # in place: a new version
+    torch.optim.SGD(layer.parameters(), lr=0.1).step()  # a step: a new stamp
     y = layer(x)
     assert torch_ops.PREPARE_COUNT["count"] == before + 2
-    fresh = TernaryLinear(16, 8)
-    fresh.load_state_dict(layer.state_dict())
-    assert torch.equal(fresh(x), y)  # the new version's codes, not the old ones
+    layer.cache_weight = False  # the attribute switches it off again
+    assert torch.equal(layer(x), y)
+    assert torch_ops.PREPARE_COUNT["count"] == before + 3
+    assert torch.equal(twin(layer)(x), y)  # the new weight's codes, not the old ones
 
 
 def test_the_cache_never_keeps_a_weight_alive_nor_confuses_two():
@@ -448,16 +458,122 @@ def test_inference_mode_weights_have_no_version_and_are_prepared_each_time():
     assert torch.equal(twin(x), y)
 
 
-def test_a_stale_cache_would_be_seen():
-    """Negative: a change through .data bypasses the version counter, so the output is stale
-    until forget_prepared_weights; the test shows both."""
-    layer = TernaryLinear(16, 8, bias=False)
-    x = torch.randn(3, 16)
+def twin(layer: TernaryLinear) -> TernaryLinear:
+    """A new layer holding ``layer``'s parameters in new storage: its first forward
+    prepares them from scratch, so its output is what ``layer``'s must be."""
+    fresh = TernaryLinear(layer.in_features, layer.out_features, layer.bias is not None,
+                          dtype=layer.weight.dtype)
+    fresh.load_state_dict(layer.state_dict())
+    return fresh
+
+
+def optimizer_step(make):
+    """An edit: one step of the optimizer ``make(params)`` on the gradients of a training step."""
+    def edit(layer, x):
+        optimizer = make(layer.parameters())
+        layer(x).square().sum().backward()
+        optimizer.step()
+    return edit
+
+
+def numpy_view_edit(layer, x):
+    view = layer.weight.detach().numpy()  # shares the weight's memory; numpy bumps no version
+    view *= -1
+
+
+def reload(layer, x):
+    other = TernaryLinear(layer.in_features, layer.out_features)
+    layer.load_state_dict(other.state_dict())
+
+
+def in_place_under_no_grad(layer, x):
+    with torch.no_grad():
+        layer.weight.mul_(-1)
+
+
+EDITS = {  # the ways a training loop changes a weight; the first five leave _version as it was
+    "adam_fused": optimizer_step(lambda p: torch.optim.Adam(p, lr=0.5, fused=True)),
+    "adamw_fused": optimizer_step(lambda p: torch.optim.AdamW(p, lr=0.5, fused=True)),
+    "sgd_fused": optimizer_step(lambda p: torch.optim.SGD(p, lr=1.0, momentum=0.9, fused=True)),
+    "data_mul": lambda layer, x: layer.weight.data.mul_(-1),
+    "numpy_view": numpy_view_edit,
+    "adam_foreach": optimizer_step(lambda p: torch.optim.Adam(p, lr=0.5, foreach=True)),
+    "sgd": optimizer_step(lambda p: torch.optim.SGD(p, lr=1.0)),
+    "load_state_dict": reload,
+    "no_grad_in_place": in_place_under_no_grad,
+}
+STAMP_BLIND = ("data_mul", "numpy_view")  # what a cached weight cannot see: refresh_weight()
+
+
+def assert_next_forward_reads_the_edited_weight(layer, edit, x):
+    y = layer(x).detach()
+    edit(layer, x)
+    after = layer(x)
+    assert not torch.equal(after, y)  # the edit changed the answer...
+    assert torch.equal(after, twin(layer)(x))  # ...to what the edited weight gives
+
+
+@pytest.mark.parametrize("edit", list(EDITS))
+def test_the_next_forward_reads_every_edit_of_the_weight(edit):
+    torch.manual_seed(3)
+    layer = TernaryLinear(16, 8)
+    assert_next_forward_reads_the_edited_weight(layer, EDITS[edit], torch.randn(5, 16))
+
+
+@pytest.mark.parametrize("edit", [e for e in EDITS if e not in STAMP_BLIND])
+def test_a_cached_weight_sees_every_edit_its_stamp_covers(edit):
+    torch.manual_seed(3)
+    layer = TernaryLinear(16, 8, cache_weight=True)
+    assert_next_forward_reads_the_edited_weight(layer, EDITS[edit], torch.randn(5, 16))
+
+
+@pytest.mark.parametrize("edit", STAMP_BLIND)
+def test_a_cached_weight_is_stale_after_a_blind_edit_until_refresh_weight(edit):
+    """Negative: the documented limit of the cache, and its remedy."""
+    torch.manual_seed(3)
+    layer = TernaryLinear(16, 8, bias=False, cache_weight=True)
+    x = torch.randn(5, 16)
     y = layer(x)
-    layer.weight.data.neg_()
-    assert torch.equal(layer(x), y)  # stale: what the docstring warns about
-    torch_ops.forget_prepared_weights()
-    assert torch.equal(layer(x), -y)
+    EDITS[edit](layer, x)
+    assert torch.equal(layer(x), y)  # stale: the stamp did not change
+    layer.refresh_weight()
+    assert torch.equal(layer(x), -y) and torch.equal(layer(x), twin(layer)(x))
+
+
+@pytest.mark.parametrize("cache_weight", [False, True])
+def test_to_a_new_dtype_prepares_the_converted_weight(cache_weight):
+    torch.manual_seed(4)
+    layer = TernaryLinear(16, 8, cache_weight=cache_weight)
+    x = torch.randn(5, 16)
+    y = layer(x)
+    layer.to(torch.bfloat16)
+    with torch.no_grad():
+        layer.weight.mul_(-1)  # as a bf16 weight now
+    assert torch.equal(layer(x.bfloat16()), twin(layer)(x.bfloat16()))
+    layer.to(torch.float32)
+    assert torch.equal(layer(x), twin(layer)(x)) and not torch.equal(layer(x), y)
+
+
+@pytest.mark.parametrize("cache_weight", [False, True])
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "foreach"])
+def test_training_with_adam_lowers_the_loss(fused, cache_weight):
+    """30 steps of MSE regression on a teacher's outputs: the loss falls with fused Adam
+    (whose steps leave the weight's version as it was) as with foreach Adam."""
+    torch.manual_seed(5)
+    teacher = torch.nn.Linear(32, 16)
+    x = torch.randn(64, 32)
+    target = teacher(x).detach()
+    layer = TernaryLinear(32, 16, cache_weight=cache_weight)
+    optimizer = torch.optim.Adam(layer.parameters(), lr=0.02, fused=fused, foreach=not fused)
+    losses = []
+    for _ in range(30):
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(layer(x), target)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.8 * losses[0], losses
+    assert sum(b < a for a, b in zip(losses, losses[1:])) >= 20, losses  # falling, not one lucky step
 
 
 # ---- the float reference, inside the quantization bounds -------------------------------------
