@@ -103,10 +103,14 @@ def col_codes(a: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
 
 
 def exact_product(a: torch.Tensor, b: torch.Tensor, max_partial_sum: int) -> torch.Tensor:
-    """a @ b for float operands holding integers, exact (see the module docstring), as f32."""
+    """a @ b for float operands holding integers, exact (see the module docstring), as f32.
+    A zero sum is +0, as the int32 accumulator is: a code held as a float may be -0.0
+    (rint(-0.3)) and a product of a negative code with a zero code is -0.0, so a sum of
+    such terms would be -0.0; adding +0.0 makes it +0 and changes no other value (IEEE
+    754 6.3: x + 0 is x for x not zero, +0 for a sum of zeros of opposite signs)."""
     dtype = exact_float_type(max_partial_sum)
     out = torch.mm(a.to(dtype), b.to(dtype))
-    return out if dtype == torch.float32 else out.float()
+    return (out if dtype == torch.float32 else out.float()).add_(0.0)
 
 
 def forward(x: torch.Tensor, prepared: PreparedWeight, bias: torch.Tensor | None,

@@ -22,6 +22,15 @@ Conventions (all arrays numpy, float32 unless said):
 - rescale: y = (f32(acc) * s_r) * beta (+ bias_j) for forward and dX;
   dW[j, i] = (f32(acc) * v_j) * u_i. ``f32(acc)`` is ``cvt.rn.f32.s32``.
 - the bias gradient db_j = sum_r dY[r, j] in the column tree of :func:`column_sums`.
+
+Signed zero, one rule for every backend: a code is an integer (int8, no sign of zero) and
+an accumulator an int32, so an exact zero sum is +0 (``cvt.rn.f32.s32`` of 0), whatever
+signs the zeros of the input had. Every factor is positive (a scale is absmax / 127 or 1,
+beta a mean of |W| or 1), so rescaling keeps that +0, and -0.0 appears in a result only
+where a nonzero value underflows to zero (IEEE rounding keeps its sign) or, in forward,
+where such a -0.0 meets a -0.0 bias. Where there is no bias none is added (the kernels add
+-0.0, which changes nothing: +0 + -0 is +0, IEEE 754 6.3). A CPU path that holds codes as
+floats must add +0.0 to its sums (kernels.layer_cpu.exact_product).
 """
 from __future__ import annotations
 

@@ -665,6 +665,107 @@ def test_the_emulator_backend_equals_the_cpu_backend_with_mixed_dtypes_and_nan()
         assert floats.same_values(bits(g), bits(w), FLOAT_TYPES[g.dtype]).all()
 
 
+# ---- signed zero: one rule on every backend ------------------------------------------------
+
+ZERO_CASES = ("mixed", "one_input", "one_output")
+
+
+def zero_cases(case: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(x, W, dY) whose exact sums are zero in every way they can be. "mixed" (6 x 5 x 4):
+    a row of x all -0.0, rows of negative values, ties that round to -0 codes (-0.5 with
+    scale 1), a weight row and a weight column of zero codes, dY rows all negative.
+    "one_input" (K = 1) and "one_output" (N = 1): a contraction of length one, where
+    float BLAS keeps the sign of a single -0.0 product (forward, then dX)."""
+    if case == "one_input":
+        return (np.array([[-0.0], [2.0], [-3.0]], np.float32), np.array([[1.0], [0.5]], np.float32),
+                np.array([[-1.0, 2.0], [-0.0, -0.0], [-0.5, -0.5]], np.float32))
+    if case == "one_output":
+        return (np.array([[1.0, -2.0, 3.0], [-0.0, -0.0, 0.0]], np.float32),
+                np.array([[1.0, 0.01, -1.0]], np.float32), np.array([[-1.0], [-0.0]], np.float32))
+    x = np.array([[-0.0] * 5,
+                  [-127.0, -0.5, -0.5, -2.5, -0.0],
+                  [-1.0, -2.0, -3.0, -4.0, -5.0],
+                  [127.0, -0.5, 0.5, -1.5, 0.0],
+                  [-3.0, 3.0, -0.0, 0.0, -1e-3],
+                  [2.0, -2.0, 2.0, -2.0, 0.0]], dtype=np.float32)
+    w = np.array([[1.0, -1.0, 1.0, 1e-3, -1.0],
+                  [1e-3, -1e-3, 1e-3, -1e-3, 1e-3],  # every code 0
+                  [-1.0, 1.0, 0.5, 1e-3, 1.0],
+                  [0.5, -0.5, -1.0, -1e-3, 1.0]], dtype=np.float32)  # column 3: every code 0
+    dy = np.array([[-1.0, -2.0, -0.5, -3.0], [-0.0, -0.0, -0.0, -0.0], [1.0, -1.0, 0.5, -0.5],
+                   [-0.5, -127.0, -0.5, -1.5], [2.0, 2.0, 2.0, 2.0], [-1e-3, -1.0, -1e-3, -1.0]],
+                  dtype=np.float32)
+    return x, w, dy
+
+
+def zero_case_layer(case: str, backend: str, bias: bool) -> TernaryLinear:
+    _, w, _ = zero_cases(case)
+    layer = TernaryLinear(w.shape[1], w.shape[0], bias=bias, backend=backend)
+    with torch.no_grad():
+        layer.weight.copy_(torch.from_numpy(w))
+        if bias:
+            layer.bias.copy_(torch.tensor([-0.0, 0.0, -0.0, 1.0][: w.shape[0]]))
+    return layer
+
+
+def zero_signs(t: torch.Tensor) -> set[float]:
+    """The signs of t's zeros: 1.0 for +0, -1.0 for -0."""
+    zeros = t.detach().float()[t.detach().float() == 0]
+    return set(torch.copysign(torch.ones_like(zeros), zeros).tolist())
+
+
+@pytest.mark.parametrize("case", ZERO_CASES)
+@pytest.mark.parametrize("bias", [False, True], ids=["no_bias", "bias"])
+def test_a_zero_sum_is_plus_zero_on_the_cpu_backend_as_in_stepmath(bias, case):
+    """The accumulators are integers, so an exact zero sum is +0 (stepmath's rule) even
+    where every float product of the codes is -0.0 (what float BLAS alone gives)."""
+    x, w, dy = zero_cases(case)
+    layer = zero_case_layer(case, "cpu", bias)
+    got = step(layer, torch.from_numpy(x), torch.from_numpy(dy))
+    want = reference_step(x, w, f32_values(layer.bias) if bias else None, dy)
+    for g, ref in zip(got, want):
+        if g is not None:
+            assert_same(g, ref)
+    assert zero_signs(got[0]) == {1.0} and zero_signs(got[1]) == {1.0}  # y and dX: +0 only
+
+
+def test_float_blas_alone_gives_minus_zero_for_a_zero_sum():
+    """Negative: without the rule the CPU backend's products make -0.0 (x = -0.0 codes to
+    -0.0 as a float, and -0.0 * 1 is -0.0), where the int32 accumulator is +0."""
+    codes = layer_cpu.row_codes(torch.tensor([[-0.0], [2.0]]), torch.tensor([1.0, 2.0 / 127]))
+    t = torch.tensor([[1.0, 1.0]])
+    assert zero_signs(torch.mm(codes, t)[0]) == {-1.0}
+    assert zero_signs(layer_cpu.exact_product(codes, t, 127)[0]) == {1.0}
+    assert layer_cpu.exact_product(-codes, t, 127)[1].tolist() == [-127.0, -127.0]  # other values as they were
+
+
+def test_the_issues_signed_zero_cases():
+    layer = TernaryLinear(1, 2, bias=False)
+    with torch.no_grad():
+        layer.weight.copy_(torch.tensor([[1.0], [0.5]]))
+    y = layer(torch.tensor([[-0.0], [2.0]]))
+    assert zero_signs(y[0]) == {1.0} and y[0].tolist() == [0.0, 0.0] and (y[1] > 0).all()
+    layer = TernaryLinear(3, 2, bias=False)
+    with torch.no_grad():
+        layer.weight.copy_(torch.tensor([[1.0, 0.01, -1.0], [-1.0, 0.01, 1.0]]))
+    x = torch.ones(1, 3, requires_grad=True)
+    layer(x).backward(torch.tensor([[-1.0, -2.0]]))
+    assert x.grad[0, 1] == 0 and zero_signs(x.grad[:, 1]) == {1.0}
+
+
+@pytest.mark.parametrize("case", ZERO_CASES)
+@pytest.mark.parametrize("bias", [False, True], ids=["no_bias", "bias"])
+def test_the_emulator_backend_gives_the_cpu_backends_signed_zeros(bias, case):
+    if not step_kernels_registered():
+        pytest.skip("the layer step's kernels are not in kernels.registry yet")
+    x, _, dy = zero_cases(case)
+    got = step(zero_case_layer(case, "emulator", bias), torch.from_numpy(x), torch.from_numpy(dy))
+    want = step(zero_case_layer(case, "cpu", bias), torch.from_numpy(x), torch.from_numpy(dy))
+    for g, w in zip(got, want):
+        if w is not None:
+            assert floats.same_values(bits(g), bits(w), "float32").all(), (g, w)
+
+
 def test_meta_tensors_give_shapes_and_dtypes_only():
     """Deferred initialization (device='meta') runs the operators' fake implementations."""
     layer = TernaryLinear(16, 8, device="meta", dtype=torch.bfloat16)
