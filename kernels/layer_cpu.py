@@ -23,6 +23,9 @@ prove those equal the integer reference), converted to f32 once as ``cvt.rn.f32.
 does: an f32 product already holds it; an f64 one rounds to the nearest f32 when
 narrowed, the same rounding.
 
+Signed zero and overflow: stepmath's rules (a zero sum is +0, the smaller factor first)
+carry over through :func:`exact_product` and :func:`rescaled`.
+
 NaN: stepmath's rules carry over unchanged (a NaN in a row of x makes that row's scale
 NaN, so the whole row of y is NaN), and nothing here reads a value back to decide.
 """
@@ -113,6 +116,13 @@ def exact_product(a: torch.Tensor, b: torch.Tensor, max_partial_sum: int) -> tor
     return (out if dtype == torch.float32 else out.float()).add_(0.0)
 
 
+def rescaled(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """stepmath.rescaled in place on ``acc``: (acc * lo) * hi, lo the smaller of the factors
+    a and b (broadcast against acc; a NaN compares false, as in stepmath.smaller_first)."""
+    less = a < b
+    return acc.mul_(torch.where(less, a, b)).mul_(torch.where(less, b, a))
+
+
 def forward(x: torch.Tensor, prepared: PreparedWeight, bias: torch.Tensor | None,
             keep_columns: bool = True) -> tuple[torch.Tensor, SavedColumns | None]:
     """y = rescale_rows(x_codes @ t^T, s, beta, bias) in x's dtype, and x's column codes
@@ -122,7 +132,7 @@ def forward(x: torch.Tensor, prepared: PreparedWeight, bias: torch.Tensor | None
     K = x32.shape[1]
     s = scales(x32, 1)
     acc = exact_product(row_codes(x32, s), prepared.codes.T, QMAX * K)
-    y = acc.mul_(s[:, None]).mul_(prepared.beta)
+    y = rescaled(acc, s[:, None], torch.tensor(prepared.beta, dtype=torch.float32))
     if bias is not None:
         y = y.add_(widened(bias.detach().to(x.dtype))[None, :])  # the bias is read in x's type
     if not keep_columns:
@@ -142,11 +152,11 @@ def backward(dy: torch.Tensor, saved: SavedColumns, prepared: PreparedWeight, ne
     if need_dx:
         t_r = scales(dy32, 1)
         acc = exact_product(row_codes(dy32, t_r), prepared.codes, QMAX * N)
-        dx = acc.mul_(t_r[:, None]).mul_(prepared.beta).to(dy.dtype)
+        dx = rescaled(acc, t_r[:, None], torch.tensor(prepared.beta, dtype=torch.float32)).to(dy.dtype)
     if need_dw:
         v = scales(dy32, 0)
         acc = exact_product(col_codes(dy32, v).T, saved.codes, QMAX * QMAX * R)
-        dw = acc.mul_(v[:, None]).mul_(saved.scales[None, :])
+        dw = rescaled(acc, v[:, None], saved.scales[None, :])
     if need_db:
         db = torch.from_numpy(np.ascontiguousarray(stepmath.column_sums(dy32.numpy())))
     return dx, dw, db

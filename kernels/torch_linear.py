@@ -29,7 +29,9 @@ it), as are bool, integer and complex inputs (``nn.Linear`` refuses those too).
 NaN and inf: a non-finite value in a row of x makes that row's scale non-finite and the
 whole row of y NaN (the same holds for dY's rows in dX and its columns in dW, and a
 non-finite weight makes y and dX NaN), as ``nn.Linear`` propagates it; nothing is
-checked on the host, so no step waits for the device.
+checked on the host, so no step waits for the device. Finite inputs give inf only where
+the exact ternary answer is past the output type's range, and an exact zero sum is +0
+on every backend (kernels.stepmath: the overflow and signed-zero rules).
 
 The weight is prepared (beta and its codes) by every forward, so the next forward after
 any change reads the new weight, whoever made the change (a fused optimizer, an edit

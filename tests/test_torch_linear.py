@@ -766,6 +766,97 @@ def test_the_emulator_backend_gives_the_cpu_backends_signed_zeros(bias, case):
             assert floats.same_values(bits(g), bits(w), "float32").all(), (g, w)
 
 
+# ---- no overflow where the exact answer is finite -------------------------------------------
+
+F32_MAX = float(np.finfo(np.float32).max)
+EDGE_CASES = {  # name: (x, W, dY, dtype); each would overflow an intermediate of the old order
+    "wide_x": ([[3e38, 3e38]], [[0.01, 0.01]], [[1.0]], torch.float32),  # y = 6e36
+    "huge_weights": (np.full((2, 4), 1e-3), np.full((3, 4), 1e38), np.ones((2, 3)), torch.float32),  # y = 4e35
+    "wide_dy": ([[1e-3, 2e-3]], [[0.01, -0.01], [0.02, 0.01]], [[3e38, -3e38]], torch.float32),  # dX, dW
+    "f32_top": ([[F32_MAX], [-F32_MAX]], [[1.0], [0.5]], [[F32_MAX, 1.0], [1.0, -F32_MAX]], torch.float32),
+    "bf16_wide_x": ([[3e38, 3e38]], [[0.01, 0.01]], [[1.0]], torch.bfloat16),
+    "f16_top": ([[65504.0, 65504.0]], [[0.5, 0.5], [1.0, 1.0]], [[65504.0, -65504.0]], torch.float16),
+}
+
+
+def edge_layer(name: str, backend: str) -> tuple[TernaryLinear, torch.Tensor, torch.Tensor]:
+    x, w, dy, dtype = EDGE_CASES[name]
+    w = torch.tensor(np.asarray(w, np.float32), dtype=dtype)
+    layer = TernaryLinear(w.shape[1], w.shape[0], bias=False, dtype=dtype, backend=backend)
+    with torch.no_grad():
+        layer.weight.copy_(w)
+    return layer, torch.tensor(np.asarray(x, np.float32), dtype=dtype), torch.tensor(np.asarray(dy, np.float32), dtype=dtype)
+
+
+def exact_results(x: np.ndarray, w: np.ndarray, dy: np.ndarray) -> tuple[np.ndarray, ...]:
+    """y, dX and dW of the step's own codes and scales with every product exact (float64
+    from int64 sums): the ternary answer the f32 arithmetic approximates."""
+    beta = np.abs(w.astype(np.float64)).mean()  # the exact mean, not the step's f32 sum
+    t = stepmath.ternary_codes(w, np.float32(beta)).astype(np.int64)
+    s, t_r = (stepmath.scales_of(stepmath.absmax(a, 1)).astype(np.float64) for a in (x, dy))
+    u, v = (stepmath.scales_of(stepmath.absmax(a, 0)).astype(np.float64) for a in (x, dy))
+    y = (stepmath.codes(x, s, 1).astype(np.int64) @ t.T) * s[:, None] * beta
+    dx = (stepmath.codes(dy, t_r, 1).astype(np.int64) @ t) * t_r[:, None] * beta
+    dw = (stepmath.codes(dy, v, 0).astype(np.int64).T @ stepmath.codes(x, u, 0).astype(np.int64)) * v[:, None] * u
+    return y, dx, dw
+
+
+@pytest.mark.parametrize("name", list(EDGE_CASES))
+def test_no_overflow_where_the_exact_answer_is_finite(name):
+    """y, dX and dW are inf exactly where the exact answer, rounded to the output's type,
+    is past its range, and within two roundings of it elsewhere; and they are stepmath's bits."""
+    layer, x, dy = edge_layer(name, "cpu")
+    got = step(layer, x, dy)[:3]
+    xf, wf, dyf = f32_values(x), f32_values(layer.weight), f32_values(dy)
+    with np.errstate(over="ignore"):
+        exact = [floats.to_f32(floats.from_f32(e.astype(np.float32), FLOAT_TYPES[x.dtype]), FLOAT_TYPES[x.dtype])
+                 for e in exact_results(xf, wf, dyf)]
+    for g, e in zip(got, exact):
+        g = f32_values(g)
+        assert np.array_equal(np.isfinite(g), np.isfinite(e)), (g, e)
+        finite = np.isfinite(e)
+        assert np.allclose(g[finite], e[finite], rtol=2 ** -6 if x.dtype != torch.float32 else 2 ** -22, atol=0)
+    for g, ref in zip(got, reference_step(xf, wf, None, dyf)[:3]):
+        assert_same(g, ref)
+    assert any(np.isfinite(e).any() for e in exact)
+
+
+def test_the_old_order_overflows_where_the_answer_is_finite():
+    """Negative: (f32(acc) * s) * beta and an unscaled |W| sum give inf in two of the cases."""
+    s, beta = stepmath.scales_of(np.float32([3e38]))[0], np.float32(0.01)
+    with np.errstate(over="ignore"):
+        assert np.isinf((np.float32(254) * s) * beta)
+        assert np.isinf(np.sum(np.full(12, 1e38, np.float32), dtype=np.float32))
+    assert np.isfinite(stepmath.rescale_rows(np.int32([[254]]), np.float32([s]), beta)).all()
+    assert stepmath.weight_scale(np.full((3, 4), 1e38, np.float32)) == np.float32(1e38)
+
+
+@settings(max_examples=300, deadline=None)
+@given(acc=st.integers(-(2 ** 24), 2 ** 24),
+       a=st.floats(0, F32_MAX, width=32, exclude_min=True), b=st.floats(0, F32_MAX, width=32, exclude_min=True))
+def test_a_rescale_is_finite_wherever_its_exact_product_is(acc, a, b):
+    """stepmath.rescaled: inf only past the range (allowing the first product's rounding),
+    +0 for a zero accumulator."""
+    got = stepmath.rescaled(np.int32([acc]), np.float32(a), np.float32(b))[0]
+    exact = abs(acc * np.float64(a) * np.float64(b))
+    if exact < F32_MAX * (1 - 2 ** -22):
+        assert np.isfinite(got)
+    if acc == 0:
+        assert got == 0 and not np.signbit(got)
+    else:
+        assert np.isinf(got) or abs(float(got) - acc * float(a) * float(b)) <= exact * 2 ** -22 + 2 ** -140
+
+
+@pytest.mark.parametrize("name", list(EDGE_CASES))
+def test_the_emulator_backend_agrees_at_the_range_edges(name):
+    if not step_kernels_registered():
+        pytest.skip("the layer step's kernels are not in kernels.registry yet")
+    got, want = (step(*edge_layer(name, backend)) for backend in ("emulator", "cpu"))
+    for g, w in zip(got, want):
+        if w is not None:
+            assert floats.same_values(bits(g), bits(w), FLOAT_TYPES[w.dtype]).all(), (g, w)
+
+
 def test_meta_tensors_give_shapes_and_dtypes_only():
     """Deferred initialization (device='meta') runs the operators' fake implementations."""
     layer = TernaryLinear(16, 8, device="meta", dtype=torch.bfloat16)
