@@ -13,7 +13,8 @@ Conventions (all arrays numpy, float32 unless said):
 - beta = mean|W| (BitNet b1.58 absmean), a sum taken in a fixed tree (see
   :func:`abs_sum`) of |W| * 2^-32, divided by count * 2^-32; 1 when that is 0 (all-zero
   or empty W). The power-of-two scale is exact for every |w| >= 2^-94 and keeps the sum
-  of up to 2^32 elements (every count a u32 holds) below f32's largest value.
+  of up to 2^32 elements (every count a u32 holds) below f32's largest value; weights
+  all below 2^-117 in magnitude sum to 0 (beta 1, every code 0).
 - ternary codes t = clip(rint(W / beta), -1, 1).
 - activation scales s = absmax / 127 over the slice (a row for forward and dX, a column
   for dW), 1 where that is 0; codes q = clip(rint(x / s), -127, 127). ``max`` propagates

@@ -847,6 +847,26 @@ def test_a_rescale_is_finite_wherever_its_exact_product_is(acc, a, b):
         assert np.isinf(got) or abs(float(got) - acc * float(a) * float(b)) <= exact * 2 ** -22 + 2 ** -140
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(-F32_MAX, F32_MAX, width=32), min_size=1, max_size=300))
+def test_beta_is_finite_for_every_finite_weight(values):
+    """stepmath.weight_scale: never inf for finite weights, and the mean of |W| to within
+    the sum's roundings wherever the weights are normal after the 2^-32 scale."""
+    w = np.float32(values)
+    beta = stepmath.weight_scale(w)
+    mean = np.abs(w.astype(np.float64)).mean()
+    assert np.isfinite(beta) and beta > 0
+    if mean > 2.0 ** -90:
+        assert abs(float(beta) - mean) <= mean * 2 ** -14
+
+
+def test_weights_below_the_scaled_range_sum_to_zero():
+    """The documented price of the 2^-32 scale: weights all below 2^-117 in magnitude
+    sum to 0, so beta is 1 and every code 0 (2^-94 and up are exact)."""
+    assert stepmath.weight_scale(np.full(3, 2.0 ** -120, np.float32)) == 1
+    assert stepmath.weight_scale(np.full(3, 2.0 ** -94, np.float32)) == np.float32(2.0 ** -94)
+
+
 @pytest.mark.parametrize("name", list(EDGE_CASES))
 def test_the_emulator_backend_agrees_at_the_range_edges(name):
     if not step_kernels_registered():
