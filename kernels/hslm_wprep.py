@@ -1,7 +1,8 @@
 """Weight preparation: the latent float W (nn.Linear's N x K) -> beta = mean|W| and the
 ternary planes forward and dX read, in two launches, with nothing read back to the host.
 
-1. ``hslm_wsum_<dt>`` (grid P = ceil(N K / 4096), 256 threads): CTA c sums |W| over
+1. ``hslm_wsum_<dt>`` (grid P = ceil(N K / 4096), 256 threads): CTA c sums |W| * 2^-32
+   (``stepmath.SUM_SCALE``: exact, and no sum of a u32 count of elements overflows) over
    elements c*4096 .. c*4096 + 4095 in memory order, thread t taking elements
    c*4096 + 256 i + t for i = 0 .. 15 in turn, then a tree over the threads: one partial
    per CTA, :func:`kernels.stepmath.abs_partials` bit for bit. Each load instruction of a
@@ -84,7 +85,7 @@ def wsum_body(ptx: Ptx, dtype: str, p: dict[str, str], cta_of: Callable[[], str]
         values.append(load_f32(ptx, dtype, element_address(ptx, w, index, dtype), guard=inside))
     acc = ptx.fmov(0.0)
     for value in values:  # in turn, as the reference adds
-        acc = ptx.fadd(acc, ptx.fabs(value))
+        acc = ptx.fadd(acc, ptx.fmul(ptx.fabs(value), float(stepmath.SUM_SCALE)))  # exact: a power of two
     total = cta_tree_sum(ptx, acc, tid, scratch)
     ptx.store("global", "f32", ptx.byte_offset(partials, cta, 4), total, guard=ptx.setp("eq", tid, 0, "u32"))
 
@@ -116,7 +117,8 @@ def wsum_spec(dtype: str) -> KernelSpec:
 def _beta(ptx: Ptx, p: dict[str, str], tid: str, scratch: str, broadcast: str) -> str:
     """beta in every thread: the partials summed as stepmath.abs_sum does (thread t adds
     partials t, t + 256, ... in turn, one uniform trip count with the loads past P off,
-    then the tree), divided by N K; thread 0 of CTA (0, 0) stores it."""
+    then the tree), divided by N K * SUM_SCALE (the partials are of |W| * SUM_SCALE);
+    thread 0 of CTA (0, 0) stores it."""
     trips = ptx.shr(ptx.add(p["P"], CTA_THREADS - 1), 8)
     acc, index, trip = ptx.fmov(0.0), ptx.mov(tid), ptx.mov(0)
     ptx.label("partials_loop")
@@ -127,7 +129,7 @@ def _beta(ptx: Ptx, p: dict[str, str], tid: str, scratch: str, broadcast: str) -
     ptx.increment(trip, 1)
     ptx.branch("partials_loop", guard=ptx.setp("lt", trip, trips, "u32"))
     total = cta_tree_sum(ptx, acc, tid, scratch)
-    count = ptx.cvt("f32", "u32", ptx.mul(p["N"], p["K"]), rnd="rn")
+    count = ptx.fmul(ptx.cvt("f32", "u32", ptx.mul(p["N"], p["K"]), rnd="rn"), float(stepmath.SUM_SCALE))
     beta = ptx.fdiv(total, count)
     beta = ptx.selp_f32(1.0, beta, ptx.setp_f32("eq", beta, 0.0))
     thread0 = ptx.setp("eq", tid, 0, "u32")

@@ -23,6 +23,9 @@ prove those equal the integer reference), converted to f32 once as ``cvt.rn.f32.
 does: an f32 product already holds it; an f64 one rounds to the nearest f32 when
 narrowed, the same rounding.
 
+Signed zero and overflow: stepmath's rules (a zero sum is +0, the smaller factor first)
+carry over through :func:`exact_product` and :func:`rescaled`.
+
 NaN: stepmath's rules carry over unchanged (a NaN in a row of x makes that row's scale
 NaN, so the whole row of y is NaN), and nothing here reads a value back to decide.
 """
@@ -103,10 +106,21 @@ def col_codes(a: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
 
 
 def exact_product(a: torch.Tensor, b: torch.Tensor, max_partial_sum: int) -> torch.Tensor:
-    """a @ b for float operands holding integers, exact (see the module docstring), as f32."""
+    """a @ b for float operands holding integers, exact (see the module docstring), as f32.
+    A zero sum is +0, as the int32 accumulator is: a code held as a float may be -0.0
+    (rint(-0.3)) and a product of a negative code with a zero code is -0.0, so a sum of
+    such terms would be -0.0; adding +0.0 makes it +0 and changes no other value (IEEE
+    754 6.3: x + 0 is x for x not zero, +0 for a sum of zeros of opposite signs)."""
     dtype = exact_float_type(max_partial_sum)
     out = torch.mm(a.to(dtype), b.to(dtype))
-    return out if dtype == torch.float32 else out.float()
+    return (out if dtype == torch.float32 else out.float()).add_(0.0)
+
+
+def rescaled(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """stepmath.rescaled in place on ``acc``: (acc * lo) * hi, lo the smaller of the factors
+    a and b (broadcast against acc; a NaN compares false, as in stepmath.smaller_first)."""
+    less = a < b
+    return acc.mul_(torch.where(less, a, b)).mul_(torch.where(less, b, a))
 
 
 def forward(x: torch.Tensor, prepared: PreparedWeight, bias: torch.Tensor | None,
@@ -118,7 +132,7 @@ def forward(x: torch.Tensor, prepared: PreparedWeight, bias: torch.Tensor | None
     K = x32.shape[1]
     s = scales(x32, 1)
     acc = exact_product(row_codes(x32, s), prepared.codes.T, QMAX * K)
-    y = acc.mul_(s[:, None]).mul_(prepared.beta)
+    y = rescaled(acc, s[:, None], torch.tensor(prepared.beta, dtype=torch.float32))
     if bias is not None:
         y = y.add_(widened(bias.detach().to(x.dtype))[None, :])  # the bias is read in x's type
     if not keep_columns:
@@ -138,11 +152,11 @@ def backward(dy: torch.Tensor, saved: SavedColumns, prepared: PreparedWeight, ne
     if need_dx:
         t_r = scales(dy32, 1)
         acc = exact_product(row_codes(dy32, t_r), prepared.codes, QMAX * N)
-        dx = acc.mul_(t_r[:, None]).mul_(prepared.beta).to(dy.dtype)
+        dx = rescaled(acc, t_r[:, None], torch.tensor(prepared.beta, dtype=torch.float32)).to(dy.dtype)
     if need_dw:
         v = scales(dy32, 0)
         acc = exact_product(col_codes(dy32, v).T, saved.codes, QMAX * QMAX * R)
-        dw = acc.mul_(v[:, None]).mul_(saved.scales[None, :])
+        dw = rescaled(acc, v[:, None], saved.scales[None, :])
     if need_db:
         db = torch.from_numpy(np.ascontiguousarray(stepmath.column_sums(dy32.numpy())))
     return dx, dw, db

@@ -11,7 +11,10 @@ functions, so a CPU step and a GPU step give the same numbers.
 Conventions (all arrays numpy, float32 unless said):
 
 - beta = mean|W| (BitNet b1.58 absmean), a sum taken in a fixed tree (see
-  :func:`abs_sum`), divided by the element count; 1 when that is 0 (all-zero or empty W).
+  :func:`abs_sum`) of |W| * 2^-32, divided by count * 2^-32; 1 when that is 0 (all-zero
+  or empty W). The power-of-two scale is exact for every |w| >= 2^-94 and keeps the sum
+  of up to 2^32 elements (every count a u32 holds) below f32's largest value; weights
+  all below 2^-117 in magnitude sum to 0 (beta 1, every code 0).
 - ternary codes t = clip(rint(W / beta), -1, 1).
 - activation scales s = absmax / 127 over the slice (a row for forward and dX, a column
   for dW), 1 where that is 0; codes q = clip(rint(x / s), -127, 127). ``max`` propagates
@@ -19,9 +22,27 @@ Conventions (all arrays numpy, float32 unless said):
   integer ``cvt`` gives 0 for NaN), so a NaN anywhere in a slice makes its scale NaN
   and every output that scale multiplies NaN: a non-finite input never gives a finite
   wrong answer, as with ``nn.Linear``.
-- rescale: y = (f32(acc) * s_r) * beta (+ bias_j) for forward and dX;
-  dW[j, i] = (f32(acc) * v_j) * u_i. ``f32(acc)`` is ``cvt.rn.f32.s32``.
+- rescale: y = (f32(acc) * lo) * hi (+ bias_j), {lo, hi} = {s_r, beta} for forward and
+  dX and {v_j, u_i} for dW, lo the smaller (:func:`smaller_first`). ``f32(acc)`` is
+  ``cvt.rn.f32.s32``.
 - the bias gradient db_j = sum_r dY[r, j] in the column tree of :func:`column_sums`.
+
+Overflow: no intermediate of the step is past f32's range where the exact ternary result
+is inside it. The scaled |W| sum is at most count * 2^-32 * max|W|. A rescale multiplies
+by the smaller factor first: if lo <= 1, |f32(acc) * lo| <= |acc| < 2^31; else both
+factors exceed 1 and |f32(acc) * lo| <= |acc * lo * hi|. So y is inf only where the exact
+product (within its first rounding) is past f32's range, and a zero accumulator gives
++0, never 0 * inf = NaN, while both factors are finite. (A bias added to a product that
+is already past the range stays inf; nn.Linear's f32 sums are no different there.)
+
+Signed zero, one rule for every backend: a code is an integer (int8, no sign of zero) and
+an accumulator an int32, so an exact zero sum is +0 (``cvt.rn.f32.s32`` of 0), whatever
+signs the zeros of the input had. Every factor is positive (a scale is absmax / 127 or 1,
+beta a mean of |W| or 1), so rescaling keeps that +0, and -0.0 appears in a result only
+where a nonzero value underflows to zero (IEEE rounding keeps its sign) or, in forward,
+where such a -0.0 meets a -0.0 bias. Where there is no bias none is added (the kernels add
+-0.0, which changes nothing: +0 + -0 is +0, IEEE 754 6.3). A CPU path that holds codes as
+floats must add +0.0 to its sums (kernels.layer_cpu.exact_product).
 """
 from __future__ import annotations
 
@@ -34,6 +55,7 @@ F32 = np.float32
 SUM_THREADS = 256
 SUM_ITEMS = 16
 SUM_BLOCK = SUM_THREADS * SUM_ITEMS  # elements one partial sum covers
+SUM_SCALE = F32(2.0 ** -32)  # |W| is summed times this, count scaled alike: no sum of u32-many overflows
 COL_GROUPS = 8  # a column reduction: rows g, g + 8, g + 16, ... per group g, then a tree over groups
 
 
@@ -65,10 +87,11 @@ def strided_sum(v: np.ndarray, threads: int) -> np.ndarray:
 
 
 def abs_partials(w: np.ndarray) -> np.ndarray:
-    """The partial sums of |W| the first weight-preparation launch writes, one per block of
-    SUM_BLOCK elements of W in memory order: in block c, thread t adds elements
-    c*SUM_BLOCK + i*SUM_THREADS + t for i = 0 .. SUM_ITEMS-1 in turn, then a tree over t."""
-    flat = np.abs(np.asarray(w, dtype=F32).ravel())
+    """The partial sums of |W| * SUM_SCALE the first weight-preparation launch writes, one
+    per block of SUM_BLOCK elements of W in memory order: in block c, thread t adds
+    elements c*SUM_BLOCK + i*SUM_THREADS + t for i = 0 .. SUM_ITEMS-1 in turn, then a tree
+    over t."""
+    flat = np.abs(np.asarray(w, dtype=F32).ravel()) * SUM_SCALE
     blocks = max(1, -(-flat.size // SUM_BLOCK))
     padded = np.zeros(blocks * SUM_BLOCK, dtype=F32)
     padded[: flat.size] = flat
@@ -80,7 +103,7 @@ def abs_partials(w: np.ndarray) -> np.ndarray:
 
 
 def abs_sum(w: np.ndarray) -> np.float32:
-    """sum |W| in f32: the partials of :func:`abs_partials`, summed by SUM_THREADS threads
+    """sum |W| * SUM_SCALE in f32: the partials of :func:`abs_partials`, summed by SUM_THREADS threads
     (:func:`strided_sum`), as every CTA of the second launch does it (so all agree)."""
     return F32(strided_sum(abs_partials(w), SUM_THREADS))
 
@@ -96,9 +119,10 @@ def weight_scale(w: np.ndarray) -> np.float32:
 def scale_of_partials(partials: np.ndarray, count: int) -> np.float32:
     """beta from the partial sums of |W| (:func:`abs_partials`) of ``count`` elements: what
     each CTA of the second weight-preparation launch computes from the first one's output
-    (:func:`strided_sum`, then ``div.rn.f32`` by ``cvt.rn.f32.u32(count)``; 1 when that is 0)."""
+    (:func:`strided_sum`, then ``div.rn.f32`` by ``cvt.rn.f32.u32(count) * SUM_SCALE``,
+    exact; 1 when that is 0)."""
     with np.errstate(invalid="ignore", over="ignore"):
-        beta = F32(F32(strided_sum(partials, SUM_THREADS)) / F32(count))
+        beta = F32(F32(strided_sum(partials, SUM_THREADS)) / (F32(count) * SUM_SCALE))
     return F32(1.0) if beta == 0 else beta
 
 
@@ -137,20 +161,36 @@ def codes(a: np.ndarray, scales: np.ndarray, axis: int) -> np.ndarray:
     return _rounded_codes(np.asarray(a, dtype=F32) / s, QMAX)
 
 
+def smaller_first(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(lo, hi): the smaller and the larger of two factors, elementwise, as ``setp.lt.f32``
+    and two ``selp.f32`` pick them (a NaN compares false: it lands in one of the two, and
+    the product is NaN either way)."""
+    a, b = np.asarray(a, dtype=F32), np.asarray(b, dtype=F32)
+    less = a < b
+    return np.where(less, a, b).astype(F32), np.where(less, b, a).astype(F32)
+
+
+def rescaled(acc: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """(f32(acc) * lo) * hi for the factors a and b (broadcast against acc), the smaller
+    first so no intermediate overflows where the result does not (module docstring)."""
+    lo, hi = smaller_first(a, b)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return ((np.asarray(acc, dtype=np.int32).astype(F32) * lo) * hi).astype(F32)
+
+
 def rescale_rows(acc: np.ndarray, row_scales: np.ndarray, beta: np.float32,
                  bias: np.ndarray | None = None) -> np.ndarray:
-    """Forward / dX epilogue: (f32(acc) * s_r) * beta, then + bias_j when there is one."""
-    y = np.asarray(acc, dtype=np.int32).astype(F32) * np.asarray(row_scales, dtype=F32)[:, None]
-    y = y * F32(beta)
+    """Forward / dX epilogue: :func:`rescaled` by s_r and beta, then + bias_j when there is one."""
+    y = rescaled(acc, np.asarray(row_scales, dtype=F32)[:, None], F32(beta))
     if bias is not None:
-        y = y + np.asarray(bias, dtype=F32)[None, :]
+        with np.errstate(over="ignore", invalid="ignore"):
+            y = y + np.asarray(bias, dtype=F32)[None, :]
     return y.astype(F32)
 
 
 def rescale_cols(acc: np.ndarray, v: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """dW epilogue on the kernel's N x K accumulators: (f32(acc[j, i]) * v_j) * u_i."""
-    y = np.asarray(acc, dtype=np.int32).astype(F32) * np.asarray(v, dtype=F32)[:, None]
-    return (y * np.asarray(u, dtype=F32)[None, :]).astype(F32)
+    """dW epilogue on the kernel's N x K accumulators: :func:`rescaled` by v_j and u_i."""
+    return rescaled(acc, np.asarray(v, dtype=F32)[:, None], np.asarray(u, dtype=F32)[None, :])
 
 
 def column_sums(a: np.ndarray) -> np.ndarray:

@@ -29,7 +29,18 @@ it), as are bool, integer and complex inputs (``nn.Linear`` refuses those too).
 NaN and inf: a non-finite value in a row of x makes that row's scale non-finite and the
 whole row of y NaN (the same holds for dY's rows in dX and its columns in dW, and a
 non-finite weight makes y and dX NaN), as ``nn.Linear`` propagates it; nothing is
-checked on the host, so no step waits for the device.
+checked on the host, so no step waits for the device. Finite inputs give inf only where
+the exact ternary answer is past the output type's range, and an exact zero sum is +0
+on every backend (kernels.stepmath: the overflow and signed-zero rules).
+
+The weight is prepared (beta and its codes) by every forward, so the next forward after
+any change reads the new weight, whoever made the change (a fused optimizer, an edit
+through ``weight.data`` or a numpy view); backward reuses its forward's preparation.
+``cache_weight=True`` (or setting ``layer.cache_weight``) keeps the preparation across
+forwards instead, while the weight's stamp holds: its version, data pointer, view,
+dtype and device, and no ``torch.optim`` optimizer has stepped since
+(kernels.torch_ops); ``load_state_dict`` drops it too. An edit through ``weight.data``
+or a numpy view is invisible to the stamp: call ``layer.refresh_weight()`` after one.
 
 Double backward is refused. ``TernaryLinear(..., kernels=False)`` is the same layer with
 float matmuls on the same STE weights: the reference the int8 path is measured against.
@@ -53,13 +64,14 @@ def ste_weight(weight: torch.Tensor) -> torch.Tensor:
 
 
 def ternary_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
-                   backend: str | None = None) -> torch.Tensor:
+                   backend: str | None = None, cache_weight: bool = False) -> torch.Tensor:
     """The layer's function: y = x (beta W_t)^T + bias for x (..., K), ``weight`` N x K.
-    ``backend`` None picks 'cpu' or 'cuda' from x's device."""
+    ``backend`` None picks 'cpu' or 'cuda' from x's device; ``cache_weight`` reuses the
+    weight's kept preparation while its stamp holds (kernels.torch_ops)."""
     rows = x.flatten(0, -2) if x.dim() > 1 else x[None]  # flatten, not reshape(-1, K): K may be 0
     backend = backend or ("cuda" if x.is_cuda else "cpu")
     keep_for_dw = torch.is_grad_enabled() and weight.requires_grad  # else forward keeps nothing for dW
-    y, _, _ = torch_ops.linear(rows, weight, bias, backend, keep_for_dw)
+    y, _, _ = torch_ops.linear(rows, weight, bias, backend, keep_for_dw, cache_weight)
     return y.reshape(*x.shape[:-1], weight.shape[0])
 
 
@@ -70,25 +82,33 @@ class TernaryLinearFunction:
     apply = staticmethod(ternary_linear)
 
 
+def _refresh_after_load(module: "TernaryLinear", incompatible_keys: Any) -> None:
+    """load_state_dict's post hook (a module-level function, so a layer still pickles)."""
+    module.refresh_weight()
+
+
 class TernaryLinear(torch.nn.Module):
     """``nn.Linear(in_features, out_features, bias=True, device=None, dtype=None)`` with
     ternary weights and int8 activations.
 
     ``kernels`` False runs float matmuls on the same STE weights (the reference).
     ``backend``: None (pick 'cpu' or 'cuda' from the input's device), 'cpu', 'emulator' or
-    'cuda' (see the module docstring).
+    'cuda' (see the module docstring). ``cache_weight`` True keeps the weight's preparation
+    across forwards while its stamp holds (see the module docstring; False, the default,
+    prepares it in every forward).
     """
 
     __constants__ = ["in_features", "out_features"]
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, device: Any = None,
-                 dtype: Any = None, *, kernels: bool = True, backend: str | None = None) -> None:
+                 dtype: Any = None, *, kernels: bool = True, backend: str | None = None,
+                 cache_weight: bool = False) -> None:
         super().__init__()
         if backend is not None and backend not in BACKENDS:
             raise ValueError(f"TernaryLinear: backend={backend!r}, expected one of {', '.join(BACKENDS)} "
                              "or None (pick from the input's device)")
         self.in_features, self.out_features = in_features, out_features
-        self.kernels, self.backend = kernels, backend
+        self.kernels, self.backend, self.cache_weight = kernels, backend, cache_weight
         factory = {"device": device, "dtype": dtype}
         self.weight = torch.nn.Parameter(torch.empty((out_features, in_features), **factory))
         if bias:
@@ -96,6 +116,13 @@ class TernaryLinear(torch.nn.Module):
         else:
             self.register_parameter("bias", None)
         self.reset_parameters()
+        self.register_load_state_dict_post_hook(_refresh_after_load)
+
+    def refresh_weight(self) -> None:
+        """Drop the kept preparation of the weight, so the next forward prepares it: after
+        an edit the cached stamp cannot see (``weight.data``, a numpy view) when
+        ``cache_weight`` is on. Without it every forward prepares anyway."""
+        torch_ops.forget_prepared_weights(self.weight)
 
     def reset_parameters(self) -> None:
         """nn.Linear's initialization, the same draws from the same generator."""
@@ -125,8 +152,9 @@ class TernaryLinear(torch.nn.Module):
                 raise ValueError(f"{self._name()}: {name} is on '{tensor.device}', backend '{backend}' "
                                  f"runs on {BACKEND_DEVICE[backend]} tensors; move the layer and its "
                                  "input with .to(device)")
-        return ternary_linear(x, self.weight, self.bias, backend)
+        return ternary_linear(x, self.weight, self.bias, backend, self.cache_weight)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
-                f"bias={self.bias is not None}, kernels={self.kernels}, backend={self.backend}")
+                f"bias={self.bias is not None}, kernels={self.kernels}, backend={self.backend}, "
+                f"cache_weight={self.cache_weight}")

@@ -10,15 +10,23 @@ AOTAutograd builds the backward graph from them. The operators run one of three 
 - ``cuda`` (CUDA tensors): kernels.layer_step on CuPy views of torch-allocated tensors,
   launching on torch's current stream (so a step can be captured in a CUDA graph).
 
-The prepared weight (beta and the ternary codes or planes) is cached per weight version:
-keyed on the weight's storage (held weakly, so the cache never keeps a weight alive), its
-view (offset, shape, strides), dtype, backend and ``weight._version``. Forward and
-backward of a step therefore prepare the weight once, and every in-place change (an
-optimizer step, ``load_state_dict``, ``torch.no_grad()`` edits) bumps the version and
-makes the next forward prepare it again. A change made through ``weight.data`` is not
-counted by the version counter; call :func:`forget_prepared_weights` after one. While
-a CUDA stream is being captured, forward always prepares (so the graph holds the
-preparation kernels and a replay after an optimizer step uses the new weights).
+The prepared weight (beta and the ternary codes or planes) is made by every forward by
+default: no counter torch keeps says reliably that a weight changed (fused optimizers,
+edits through ``weight.data`` and numpy views leave ``weight._version`` as it was), so
+forward reads the weight as it is now. The preparation is kept for that forward's
+backward (keyed on the weight's storage, held weakly so the cache never keeps a weight
+alive, its view, dtype and backend), which therefore reads the codes its forward used.
+
+A cached weight is the caller's choice (``cache_weight=True``: ``TernaryLinear(...,
+cache_weight=True)``): forward then reuses the kept preparation while the weight's stamp
+is unchanged: its ``_version`` (in-place edits through autograd, ``load_state_dict``),
+its ``data_ptr`` and view (``.to()``, ``weight.data = ...``), and the count of optimizer
+steps taken by any ``torch.optim.Optimizer`` (a global step hook, so fused optimizers are
+seen). What the stamp cannot see (an edit through ``weight.data`` or a numpy view, a
+custom optimizer that is not a ``torch.optim.Optimizer``) needs :func:`forget_prepared_weights`
+or ``TernaryLinear.refresh_weight()``. While a CUDA stream is being captured, forward
+always prepares (so the graph holds the preparation kernels and a replay after an
+optimizer step uses the new weights).
 """
 from __future__ import annotations
 
@@ -29,6 +37,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from kernels import layer_cpu
 
@@ -86,47 +95,62 @@ def to_tensor(backend: str, array: Any, dtype: torch.dtype | None = None) -> tor
 
 _PREPARED: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
 PREPARE_COUNT = {"count": 0}  # preparations made (tests see forward and backward share one)
+OPTIMIZER_STEPS = {"count": 0}  # steps of any torch.optim.Optimizer (part of every cached stamp)
 
 
-def forget_prepared_weights() -> None:
-    """Drop every cached weight preparation (after a change the version counter cannot see)."""
-    _PREPARED.clear()
+def _optimizer_stepped(optimizer: Any, args: Any, kwargs: Any) -> None:
+    """A global step hook: any optimizer step may have changed any weight, fused ones
+    without touching ``_version``, so every kept preparation is stale from now on."""
+    OPTIMIZER_STEPS["count"] += 1
+
+
+register_optimizer_step_post_hook(_optimizer_stepped)
+
+
+def forget_prepared_weights(weight: torch.Tensor | None = None) -> None:
+    """Drop the kept preparations of ``weight`` (every weight's when None): after a change
+    the cached stamp cannot see (an edit through ``weight.data`` or a numpy view)."""
+    if weight is None:
+        _PREPARED.clear()
+    else:
+        _PREPARED.pop(weight.untyped_storage(), None)
 
 
 def _capturing(weight: torch.Tensor) -> bool:
     return weight.is_cuda and torch.cuda.is_current_stream_capturing()
 
 
-def prepared_weight(weight: torch.Tensor, backend: str, fresh: bool = False) -> Any:
-    """The weight's preparation for ``backend``: from the cache when its version was seen,
-    else made now (``fresh`` forces that) and cached. A weight made under
+def prepared_weight(weight: torch.Tensor, backend: str, reuse: bool) -> Any:
+    """The weight's preparation for ``backend``: the kept one when ``reuse`` and its stamp
+    is the weight's current stamp, else made now and kept. A weight made under
     ``torch.inference_mode`` has no version counter: it is prepared every time."""
-    kept = None if fresh else _kept(weight, backend)
+    kept = _kept(weight, backend) if reuse else None
     return kept if kept is not None else _keep(weight, backend, _prepare(weight, backend))
 
 
-def _slot(weight: torch.Tensor, backend: str) -> tuple[dict | None, tuple, int]:
-    """(the cache's slots of the weight's storage, the view's key, its version); no slots
+def _slot(weight: torch.Tensor, backend: str) -> tuple[dict | None, tuple, tuple]:
+    """(the cache's slots of the weight's storage, the view's key, its stamp); no slots
     for an inference tensor, which has no version counter."""
     try:
         version = weight._version
     except RuntimeError:  # an inference tensor
-        return None, (), 0
+        return None, (), ()
     view = (weight.storage_offset(), tuple(weight.shape), weight.stride(), weight.dtype, backend)
-    return _PREPARED.setdefault(weight.untyped_storage(), {}), view, version
+    stamp = (version, weight.data_ptr(), weight.device, OPTIMIZER_STEPS["count"])
+    return _PREPARED.setdefault(weight.untyped_storage(), {}), view, stamp
 
 
 def _kept(weight: torch.Tensor, backend: str) -> Any:
-    """The cached preparation of the weight's current version, or None."""
-    slots, view, version = _slot(weight, backend)
+    """The kept preparation of the weight if its stamp is the current one, or None."""
+    slots, view, stamp = _slot(weight, backend)
     entry = None if slots is None else slots.get(view)
-    return entry[1] if entry is not None and entry[0] == version else None
+    return entry[1] if entry is not None and entry[0] == stamp else None
 
 
 def _keep(weight: torch.Tensor, backend: str, prepared: Any) -> Any:
-    slots, view, version = _slot(weight, backend)
+    slots, view, stamp = _slot(weight, backend)
     if slots is not None:
-        slots[view] = (version, prepared)
+        slots[view] = (stamp, prepared)
     return prepared
 
 
@@ -159,23 +183,24 @@ def saved_shape(backend: str, R: int, K: int) -> tuple[int, int]:
 
 @torch.library.custom_op("hslm::linear", mutates_args=())
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, backend: str,
-           keep_for_dw: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+           keep_for_dw: bool, cache_weight: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """y = x (beta W_t)^T + bias for x R x K (y in x's dtype), and x's column codes and
-    scales kept for dW (empty when ``keep_for_dw`` is False: no weight gradient to come)."""
+    scales kept for dW (empty when ``keep_for_dw`` is False: no weight gradient to come).
+    The weight is prepared now unless ``cache_weight`` and its kept stamp is current."""
     R, K = x.shape
     N = weight.shape[0]
     with torch.autocast(x.device.type, enabled=False):  # the step's arithmetic is fixed
         if backend == "cpu" or _degenerate(R, K, N):
-            return _cpu_forward(x, weight, bias, keep_for_dw)
+            return _cpu_forward(x, weight, bias, keep_for_dw, cache_weight)
         rt, xs = runtime(backend), to_array(backend, x)
         bias_array = None if bias is None else to_array(backend, bias.to(x.dtype))
-        prepared = None if _capturing(weight) else _kept(weight, backend)
+        prepared = _kept(weight, backend) if cache_weight and not _capturing(weight) else None
         if prepared is None and keep_for_dw:  # a weight's first forward: its |W| sums ride in x's launch
             PREPARE_COUNT["count"] += 1
             prepared, y, saved = layer_step().prepare_and_forward(rt, xs, to_array(backend, weight), bias_array)
             _keep(weight, backend, prepared)
         else:
-            prepared = prepared if prepared is not None else prepared_weight(weight, backend, fresh=True)
+            prepared = prepared if prepared is not None else prepared_weight(weight, backend, reuse=False)
             y, saved = layer_step().forward(rt, xs, prepared, bias_array, keep_columns=keep_for_dw)
         if not keep_for_dw:
             return to_tensor(backend, y, x.dtype), *_nothing_kept(x)
@@ -187,14 +212,15 @@ def _nothing_kept(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return x.new_empty((0, 0), dtype=torch.int8), x.new_empty((0,), dtype=torch.float32)
 
 
-def _cpu_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                 keep_for_dw: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _cpu_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, keep_for_dw: bool,
+                 cache_weight: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """kernels.layer_cpu's forward; for an empty CUDA step, on CPU copies, moved back."""
     device = x.device
     if device.type != "cpu":
         x, weight = x.cpu(), weight.cpu()
         bias = None if bias is None else bias.cpu()
-    prepared = prepared_weight(weight, "cpu") if device.type == "cpu" else layer_cpu.prepare_weight(weight)
+    prepared = (prepared_weight(weight, "cpu", reuse=cache_weight) if device.type == "cpu"
+                else layer_cpu.prepare_weight(weight))
     y, saved = layer_cpu.forward(x, prepared, bias, keep_columns=keep_for_dw)
     if saved is None:
         return y.to(device), *_nothing_kept(y.to(device))
@@ -203,7 +229,7 @@ def _cpu_forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
 
 @linear.register_fake
 def _linear_fake(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, backend: str,
-                 keep_for_dw: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                 keep_for_dw: bool, cache_weight: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     R, K = x.shape
     y = x.new_empty((R, weight.shape[0]))
     if not keep_for_dw:
@@ -225,7 +251,7 @@ def linear_backward(dy: torch.Tensor, codes: torch.Tensor, scales: torch.Tensor,
         else:
             step, rt = layer_step(), runtime(backend)
             saved = step.SavedActivations(to_array(backend, codes), to_array(backend, scales), R)
-            arrays = step.backward(rt, to_array(backend, dy), saved, prepared_weight(weight, backend),
+            arrays = step.backward(rt, to_array(backend, dy), saved, prepared_weight(weight, backend, reuse=True),
                                    need_dx, need_dw, need_db)
             dx, dw, db = (None if a is None else to_tensor(backend, a, dtype)
                           for a, dtype in zip(arrays, (dy.dtype, weight.dtype, torch.float32)))
@@ -238,7 +264,7 @@ def _cpu_backward(dy: torch.Tensor, codes: torch.Tensor, scales: torch.Tensor, w
     device = dy.device
     if device.type != "cpu":
         dy, codes, scales, weight = dy.cpu(), codes.cpu(), scales.cpu(), weight.cpu()
-    prepared = (prepared_weight(weight, "cpu") if device.type == "cpu" and need_dx
+    prepared = (prepared_weight(weight, "cpu", reuse=True) if device.type == "cpu" and need_dx
                 else layer_cpu.prepare_weight(weight) if need_dx else None)
     dx, dw, db = layer_cpu.backward(dy, layer_cpu.SavedColumns(codes, scales), prepared,
                                     need_dx, need_dw, need_db)
@@ -257,7 +283,7 @@ def _linear_backward_fake(dy: torch.Tensor, codes: torch.Tensor, scales: torch.T
 
 
 def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[torch.Tensor, ...]) -> None:
-    x, weight, bias, backend, keep_for_dw = inputs
+    x, weight, bias, backend, keep_for_dw, _ = inputs
     _, codes, scales = output
     ctx.mark_non_differentiable(codes, scales)
     ctx.save_for_backward(codes, scales, weight)
@@ -265,7 +291,7 @@ def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[torch.Tensor
     ctx.bias_dtype = None if bias is None else bias.dtype
 
 
-def _backward(ctx: Any, dy: torch.Tensor, _codes: Any, _scales: Any) -> tuple[Any, Any, Any, None, None]:
+def _backward(ctx: Any, dy: torch.Tensor, _codes: Any, _scales: Any) -> tuple[Any, Any, Any, None, None, None]:
     codes, scales, weight = ctx.saved_tensors
     need_dx, need_dw, need_db = ctx.needs_input_grad[:3]
     if need_dw and not ctx.kept_for_dw:
@@ -275,7 +301,7 @@ def _backward(ctx: Any, dy: torch.Tensor, _codes: Any, _scales: Any) -> tuple[An
     dx, dw, db = linear_backward(dy, codes, scales, weight, ctx.backend, need_dx, need_dw,
                                  bool(need_db and ctx.bias_dtype is not None))
     return (dx if need_dx else None, dw if need_dw else None,
-            db.to(ctx.bias_dtype) if need_db and ctx.bias_dtype is not None else None, None, None)
+            db.to(ctx.bias_dtype) if need_db and ctx.bias_dtype is not None else None, None, None, None)
 
 
 def _refuse_double_backward(ctx: Any, *grads: Any) -> None:

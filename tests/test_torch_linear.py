@@ -403,20 +403,30 @@ def test_inference_keeps_nothing_for_dw(monkeypatch):
 
 # ---- the prepared-weight cache -------------------------------------------------------------
 
-def test_forward_and_backward_share_one_preparation_per_version():
+def test_every_forward_prepares_and_its_backward_reuses_that_preparation():
     layer = TernaryLinear(16, 8)
     x = torch.randn(4, 16, requires_grad=True)
     before = torch_ops.PREPARE_COUNT["count"]
     layer(x).sum().backward()
+    assert torch_ops.PREPARE_COUNT["count"] == before + 1  # forward prepared, backward reused it
+    layer(x).sum().backward()  # the same weight: prepared again all the same (nothing says it is the same)
+    assert torch_ops.PREPARE_COUNT["count"] == before + 2
+
+
+def test_a_cached_weight_is_prepared_once_per_stamp():
+    layer = TernaryLinear(16, 8, cache_weight=True)
+    x = torch.randn(4, 16, requires_grad=True)
+    before = torch_ops.PREPARE_COUNT["count"]
+    layer(x).sum().backward()
+    layer(x).sum().backward()  # the same stamp: no preparation at all
     assert torch_ops.PREPARE_COUNT["count"] == before + 1
-    layer(x).sum().backward()  # same version: no preparation at all
-    assert torch_ops.PREPARE_COUNT["count"] == before + 1
-    torch.optim.SGD(layer.parameters(), lr=0.1).step()  # in place: a new version
+    torch.optim.SGD(layer.parameters(), lr=0.1).step()  # a step: a new stamp
     y = layer(x)
     assert torch_ops.PREPARE_COUNT["count"] == before + 2
-    fresh = TernaryLinear(16, 8)
-    fresh.load_state_dict(layer.state_dict())
-    assert torch.equal(fresh(x), y)  # the new version's codes, not the old ones
+    layer.cache_weight = False  # the attribute switches it off again
+    assert torch.equal(layer(x), y)
+    assert torch_ops.PREPARE_COUNT["count"] == before + 3
+    assert torch.equal(twin(layer)(x), y)  # the new weight's codes, not the old ones
 
 
 def test_the_cache_never_keeps_a_weight_alive_nor_confuses_two():
@@ -448,16 +458,122 @@ def test_inference_mode_weights_have_no_version_and_are_prepared_each_time():
     assert torch.equal(twin(x), y)
 
 
-def test_a_stale_cache_would_be_seen():
-    """Negative: a change through .data bypasses the version counter, so the output is stale
-    until forget_prepared_weights; the test shows both."""
-    layer = TernaryLinear(16, 8, bias=False)
-    x = torch.randn(3, 16)
+def twin(layer: TernaryLinear) -> TernaryLinear:
+    """A new layer holding ``layer``'s parameters in new storage: its first forward
+    prepares them from scratch, so its output is what ``layer``'s must be."""
+    fresh = TernaryLinear(layer.in_features, layer.out_features, layer.bias is not None,
+                          dtype=layer.weight.dtype)
+    fresh.load_state_dict(layer.state_dict())
+    return fresh
+
+
+def optimizer_step(make):
+    """An edit: one step of the optimizer ``make(params)`` on the gradients of a training step."""
+    def edit(layer, x):
+        optimizer = make(layer.parameters())
+        layer(x).square().sum().backward()
+        optimizer.step()
+    return edit
+
+
+def numpy_view_edit(layer, x):
+    view = layer.weight.detach().numpy()  # shares the weight's memory; numpy bumps no version
+    view *= -1
+
+
+def reload(layer, x):
+    other = TernaryLinear(layer.in_features, layer.out_features)
+    layer.load_state_dict(other.state_dict())
+
+
+def in_place_under_no_grad(layer, x):
+    with torch.no_grad():
+        layer.weight.mul_(-1)
+
+
+EDITS = {  # the ways a training loop changes a weight; the first five leave _version as it was
+    "adam_fused": optimizer_step(lambda p: torch.optim.Adam(p, lr=0.5, fused=True)),
+    "adamw_fused": optimizer_step(lambda p: torch.optim.AdamW(p, lr=0.5, fused=True)),
+    "sgd_fused": optimizer_step(lambda p: torch.optim.SGD(p, lr=1.0, momentum=0.9, fused=True)),
+    "data_mul": lambda layer, x: layer.weight.data.mul_(-1),
+    "numpy_view": numpy_view_edit,
+    "adam_foreach": optimizer_step(lambda p: torch.optim.Adam(p, lr=0.5, foreach=True)),
+    "sgd": optimizer_step(lambda p: torch.optim.SGD(p, lr=1.0)),
+    "load_state_dict": reload,
+    "no_grad_in_place": in_place_under_no_grad,
+}
+STAMP_BLIND = ("data_mul", "numpy_view")  # what a cached weight cannot see: refresh_weight()
+
+
+def assert_next_forward_reads_the_edited_weight(layer, edit, x):
+    y = layer(x).detach()
+    edit(layer, x)
+    after = layer(x)
+    assert not torch.equal(after, y)  # the edit changed the answer...
+    assert torch.equal(after, twin(layer)(x))  # ...to what the edited weight gives
+
+
+@pytest.mark.parametrize("edit", list(EDITS))
+def test_the_next_forward_reads_every_edit_of_the_weight(edit):
+    torch.manual_seed(3)
+    layer = TernaryLinear(16, 8)
+    assert_next_forward_reads_the_edited_weight(layer, EDITS[edit], torch.randn(5, 16))
+
+
+@pytest.mark.parametrize("edit", [e for e in EDITS if e not in STAMP_BLIND])
+def test_a_cached_weight_sees_every_edit_its_stamp_covers(edit):
+    torch.manual_seed(3)
+    layer = TernaryLinear(16, 8, cache_weight=True)
+    assert_next_forward_reads_the_edited_weight(layer, EDITS[edit], torch.randn(5, 16))
+
+
+@pytest.mark.parametrize("edit", STAMP_BLIND)
+def test_a_cached_weight_is_stale_after_a_blind_edit_until_refresh_weight(edit):
+    """Negative: the documented limit of the cache, and its remedy."""
+    torch.manual_seed(3)
+    layer = TernaryLinear(16, 8, bias=False, cache_weight=True)
+    x = torch.randn(5, 16)
     y = layer(x)
-    layer.weight.data.neg_()
-    assert torch.equal(layer(x), y)  # stale: what the docstring warns about
-    torch_ops.forget_prepared_weights()
-    assert torch.equal(layer(x), -y)
+    EDITS[edit](layer, x)
+    assert torch.equal(layer(x), y)  # stale: the stamp did not change
+    layer.refresh_weight()
+    assert torch.equal(layer(x), -y) and torch.equal(layer(x), twin(layer)(x))
+
+
+@pytest.mark.parametrize("cache_weight", [False, True])
+def test_to_a_new_dtype_prepares_the_converted_weight(cache_weight):
+    torch.manual_seed(4)
+    layer = TernaryLinear(16, 8, cache_weight=cache_weight)
+    x = torch.randn(5, 16)
+    y = layer(x)
+    layer.to(torch.bfloat16)
+    with torch.no_grad():
+        layer.weight.mul_(-1)  # as a bf16 weight now
+    assert torch.equal(layer(x.bfloat16()), twin(layer)(x.bfloat16()))
+    layer.to(torch.float32)
+    assert torch.equal(layer(x), twin(layer)(x)) and not torch.equal(layer(x), y)
+
+
+@pytest.mark.parametrize("cache_weight", [False, True])
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "foreach"])
+def test_training_with_adam_lowers_the_loss(fused, cache_weight):
+    """30 steps of MSE regression on a teacher's outputs: the loss falls with fused Adam
+    (whose steps leave the weight's version as it was) as with foreach Adam."""
+    torch.manual_seed(5)
+    teacher = torch.nn.Linear(32, 16)
+    x = torch.randn(64, 32)
+    target = teacher(x).detach()
+    layer = TernaryLinear(32, 16, cache_weight=cache_weight)
+    optimizer = torch.optim.Adam(layer.parameters(), lr=0.02, fused=fused, foreach=not fused)
+    losses = []
+    for _ in range(30):
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(layer(x), target)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.8 * losses[0], losses
+    assert sum(b < a for a, b in zip(losses, losses[1:])) >= 20, losses  # falling, not one lucky step
 
 
 # ---- the float reference, inside the quantization bounds -------------------------------------
@@ -547,6 +663,218 @@ def test_the_emulator_backend_equals_the_cpu_backend_with_mixed_dtypes_and_nan()
     for g, w in zip(got, want):
         assert g.dtype == w.dtype
         assert floats.same_values(bits(g), bits(w), FLOAT_TYPES[g.dtype]).all()
+
+
+# ---- signed zero: one rule on every backend ------------------------------------------------
+
+ZERO_CASES = ("mixed", "one_input", "one_output")
+
+
+def zero_cases(case: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(x, W, dY) whose exact sums are zero in every way they can be. "mixed" (6 x 5 x 4):
+    a row of x all -0.0, rows of negative values, ties that round to -0 codes (-0.5 with
+    scale 1), a weight row and a weight column of zero codes, dY rows all negative.
+    "one_input" (K = 1) and "one_output" (N = 1): a contraction of length one, where
+    float BLAS keeps the sign of a single -0.0 product (forward, then dX)."""
+    if case == "one_input":
+        return (np.array([[-0.0], [2.0], [-3.0]], np.float32), np.array([[1.0], [0.5]], np.float32),
+                np.array([[-1.0, 2.0], [-0.0, -0.0], [-0.5, -0.5]], np.float32))
+    if case == "one_output":
+        return (np.array([[1.0, -2.0, 3.0], [-0.0, -0.0, 0.0]], np.float32),
+                np.array([[1.0, 0.01, -1.0]], np.float32), np.array([[-1.0], [-0.0]], np.float32))
+    x = np.array([[-0.0] * 5,
+                  [-127.0, -0.5, -0.5, -2.5, -0.0],
+                  [-1.0, -2.0, -3.0, -4.0, -5.0],
+                  [127.0, -0.5, 0.5, -1.5, 0.0],
+                  [-3.0, 3.0, -0.0, 0.0, -1e-3],
+                  [2.0, -2.0, 2.0, -2.0, 0.0]], dtype=np.float32)
+    w = np.array([[1.0, -1.0, 1.0, 1e-3, -1.0],
+                  [1e-3, -1e-3, 1e-3, -1e-3, 1e-3],  # every code 0
+                  [-1.0, 1.0, 0.5, 1e-3, 1.0],
+                  [0.5, -0.5, -1.0, -1e-3, 1.0]], dtype=np.float32)  # column 3: every code 0
+    dy = np.array([[-1.0, -2.0, -0.5, -3.0], [-0.0, -0.0, -0.0, -0.0], [1.0, -1.0, 0.5, -0.5],
+                   [-0.5, -127.0, -0.5, -1.5], [2.0, 2.0, 2.0, 2.0], [-1e-3, -1.0, -1e-3, -1.0]],
+                  dtype=np.float32)
+    return x, w, dy
+
+
+def zero_case_layer(case: str, backend: str, bias: bool) -> TernaryLinear:
+    _, w, _ = zero_cases(case)
+    layer = TernaryLinear(w.shape[1], w.shape[0], bias=bias, backend=backend)
+    with torch.no_grad():
+        layer.weight.copy_(torch.from_numpy(w))
+        if bias:
+            layer.bias.copy_(torch.tensor([-0.0, 0.0, -0.0, 1.0][: w.shape[0]]))
+    return layer
+
+
+def zero_signs(t: torch.Tensor) -> set[float]:
+    """The signs of t's zeros: 1.0 for +0, -1.0 for -0."""
+    zeros = t.detach().float()[t.detach().float() == 0]
+    return set(torch.copysign(torch.ones_like(zeros), zeros).tolist())
+
+
+@pytest.mark.parametrize("case", ZERO_CASES)
+@pytest.mark.parametrize("bias", [False, True], ids=["no_bias", "bias"])
+def test_a_zero_sum_is_plus_zero_on_the_cpu_backend_as_in_stepmath(bias, case):
+    """The accumulators are integers, so an exact zero sum is +0 (stepmath's rule) even
+    where every float product of the codes is -0.0 (what float BLAS alone gives)."""
+    x, w, dy = zero_cases(case)
+    layer = zero_case_layer(case, "cpu", bias)
+    got = step(layer, torch.from_numpy(x), torch.from_numpy(dy))
+    want = reference_step(x, w, f32_values(layer.bias) if bias else None, dy)
+    for g, ref in zip(got, want):
+        if g is not None:
+            assert_same(g, ref)
+    assert zero_signs(got[0]) == {1.0} and zero_signs(got[1]) == {1.0}  # y and dX: +0 only
+
+
+def test_float_blas_alone_gives_minus_zero_for_a_zero_sum():
+    """Negative: without the rule the CPU backend's products make -0.0 (x = -0.0 codes to
+    -0.0 as a float, and -0.0 * 1 is -0.0), where the int32 accumulator is +0."""
+    codes = layer_cpu.row_codes(torch.tensor([[-0.0], [2.0]]), torch.tensor([1.0, 2.0 / 127]))
+    t = torch.tensor([[1.0, 1.0]])
+    assert zero_signs(torch.mm(codes, t)[0]) == {-1.0}
+    assert zero_signs(layer_cpu.exact_product(codes, t, 127)[0]) == {1.0}
+    assert layer_cpu.exact_product(-codes, t, 127)[1].tolist() == [-127.0, -127.0]  # other values as they were
+
+
+def test_the_issues_signed_zero_cases():
+    layer = TernaryLinear(1, 2, bias=False)
+    with torch.no_grad():
+        layer.weight.copy_(torch.tensor([[1.0], [0.5]]))
+    y = layer(torch.tensor([[-0.0], [2.0]]))
+    assert zero_signs(y[0]) == {1.0} and y[0].tolist() == [0.0, 0.0] and (y[1] > 0).all()
+    layer = TernaryLinear(3, 2, bias=False)
+    with torch.no_grad():
+        layer.weight.copy_(torch.tensor([[1.0, 0.01, -1.0], [-1.0, 0.01, 1.0]]))
+    x = torch.ones(1, 3, requires_grad=True)
+    layer(x).backward(torch.tensor([[-1.0, -2.0]]))
+    assert x.grad[0, 1] == 0 and zero_signs(x.grad[:, 1]) == {1.0}
+
+
+@pytest.mark.parametrize("case", ZERO_CASES)
+@pytest.mark.parametrize("bias", [False, True], ids=["no_bias", "bias"])
+def test_the_emulator_backend_gives_the_cpu_backends_signed_zeros(bias, case):
+    if not step_kernels_registered():
+        pytest.skip("the layer step's kernels are not in kernels.registry yet")
+    x, _, dy = zero_cases(case)
+    got = step(zero_case_layer(case, "emulator", bias), torch.from_numpy(x), torch.from_numpy(dy))
+    want = step(zero_case_layer(case, "cpu", bias), torch.from_numpy(x), torch.from_numpy(dy))
+    for g, w in zip(got, want):
+        if w is not None:
+            assert floats.same_values(bits(g), bits(w), "float32").all(), (g, w)
+
+
+# ---- no overflow where the exact answer is finite -------------------------------------------
+
+F32_MAX = float(np.finfo(np.float32).max)
+EDGE_CASES = {  # name: (x, W, dY, dtype); each would overflow an intermediate of the old order
+    "wide_x": ([[3e38, 3e38]], [[0.01, 0.01]], [[1.0]], torch.float32),  # y = 6e36
+    "huge_weights": (np.full((2, 4), 1e-3), np.full((3, 4), 1e38), np.ones((2, 3)), torch.float32),  # y = 4e35
+    "wide_dy": ([[1e-3, 2e-3]], [[0.01, -0.01], [0.02, 0.01]], [[3e38, -3e38]], torch.float32),  # dX, dW
+    "f32_top": ([[F32_MAX], [-F32_MAX]], [[1.0], [0.5]], [[F32_MAX, 1.0], [1.0, -F32_MAX]], torch.float32),
+    "bf16_wide_x": ([[3e38, 3e38]], [[0.01, 0.01]], [[1.0]], torch.bfloat16),
+    "f16_top": ([[65504.0, 65504.0]], [[0.5, 0.5], [1.0, 1.0]], [[65504.0, -65504.0]], torch.float16),
+}
+
+
+def edge_layer(name: str, backend: str) -> tuple[TernaryLinear, torch.Tensor, torch.Tensor]:
+    x, w, dy, dtype = EDGE_CASES[name]
+    w = torch.tensor(np.asarray(w, np.float32), dtype=dtype)
+    layer = TernaryLinear(w.shape[1], w.shape[0], bias=False, dtype=dtype, backend=backend)
+    with torch.no_grad():
+        layer.weight.copy_(w)
+    return layer, torch.tensor(np.asarray(x, np.float32), dtype=dtype), torch.tensor(np.asarray(dy, np.float32), dtype=dtype)
+
+
+def exact_results(x: np.ndarray, w: np.ndarray, dy: np.ndarray) -> tuple[np.ndarray, ...]:
+    """y, dX and dW of the step's own codes and scales with every product exact (float64
+    from int64 sums): the ternary answer the f32 arithmetic approximates."""
+    beta = np.abs(w.astype(np.float64)).mean()  # the exact mean, not the step's f32 sum
+    t = stepmath.ternary_codes(w, np.float32(beta)).astype(np.int64)
+    s, t_r = (stepmath.scales_of(stepmath.absmax(a, 1)).astype(np.float64) for a in (x, dy))
+    u, v = (stepmath.scales_of(stepmath.absmax(a, 0)).astype(np.float64) for a in (x, dy))
+    y = (stepmath.codes(x, s, 1).astype(np.int64) @ t.T) * s[:, None] * beta
+    dx = (stepmath.codes(dy, t_r, 1).astype(np.int64) @ t) * t_r[:, None] * beta
+    dw = (stepmath.codes(dy, v, 0).astype(np.int64).T @ stepmath.codes(x, u, 0).astype(np.int64)) * v[:, None] * u
+    return y, dx, dw
+
+
+@pytest.mark.parametrize("name", list(EDGE_CASES))
+def test_no_overflow_where_the_exact_answer_is_finite(name):
+    """y, dX and dW are inf exactly where the exact answer, rounded to the output's type,
+    is past its range, and within two roundings of it elsewhere; and they are stepmath's bits."""
+    layer, x, dy = edge_layer(name, "cpu")
+    got = step(layer, x, dy)[:3]
+    xf, wf, dyf = f32_values(x), f32_values(layer.weight), f32_values(dy)
+    with np.errstate(over="ignore"):
+        exact = [floats.to_f32(floats.from_f32(e.astype(np.float32), FLOAT_TYPES[x.dtype]), FLOAT_TYPES[x.dtype])
+                 for e in exact_results(xf, wf, dyf)]
+    for g, e in zip(got, exact):
+        g = f32_values(g)
+        assert np.array_equal(np.isfinite(g), np.isfinite(e)), (g, e)
+        finite = np.isfinite(e)
+        assert np.allclose(g[finite], e[finite], rtol=2 ** -6 if x.dtype != torch.float32 else 2 ** -22, atol=0)
+    for g, ref in zip(got, reference_step(xf, wf, None, dyf)[:3]):
+        assert_same(g, ref)
+    assert any(np.isfinite(e).any() for e in exact)
+
+
+def test_the_old_order_overflows_where_the_answer_is_finite():
+    """Negative: (f32(acc) * s) * beta and an unscaled |W| sum give inf in two of the cases."""
+    s, beta = stepmath.scales_of(np.float32([3e38]))[0], np.float32(0.01)
+    with np.errstate(over="ignore"):
+        assert np.isinf((np.float32(254) * s) * beta)
+        assert np.isinf(np.sum(np.full(12, 1e38, np.float32), dtype=np.float32))
+    assert np.isfinite(stepmath.rescale_rows(np.int32([[254]]), np.float32([s]), beta)).all()
+    assert stepmath.weight_scale(np.full((3, 4), 1e38, np.float32)) == np.float32(1e38)
+
+
+@settings(max_examples=300, deadline=None)
+@given(acc=st.integers(-(2 ** 24), 2 ** 24),
+       a=st.floats(0, F32_MAX, width=32, exclude_min=True), b=st.floats(0, F32_MAX, width=32, exclude_min=True))
+def test_a_rescale_is_finite_wherever_its_exact_product_is(acc, a, b):
+    """stepmath.rescaled: inf only past the range (allowing the first product's rounding),
+    +0 for a zero accumulator."""
+    got = stepmath.rescaled(np.int32([acc]), np.float32(a), np.float32(b))[0]
+    exact = abs(acc * np.float64(a) * np.float64(b))
+    if exact < F32_MAX * (1 - 2 ** -22):
+        assert np.isfinite(got)
+    if acc == 0:
+        assert got == 0 and not np.signbit(got)
+    else:
+        assert np.isinf(got) or abs(float(got) - acc * float(a) * float(b)) <= exact * 2 ** -22 + 2 ** -140
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(-F32_MAX, F32_MAX, width=32), min_size=1, max_size=300))
+def test_beta_is_finite_for_every_finite_weight(values):
+    """stepmath.weight_scale: never inf for finite weights, and the mean of |W| to within
+    the sum's roundings wherever the weights are normal after the 2^-32 scale."""
+    w = np.float32(values)
+    beta = stepmath.weight_scale(w)
+    mean = np.abs(w.astype(np.float64)).mean()
+    assert np.isfinite(beta) and beta > 0
+    if mean > 2.0 ** -90:
+        assert abs(float(beta) - mean) <= mean * 2 ** -14
+
+
+def test_weights_below_the_scaled_range_sum_to_zero():
+    """The documented price of the 2^-32 scale: weights all below 2^-117 in magnitude
+    sum to 0, so beta is 1 and every code 0 (2^-94 and up are exact)."""
+    assert stepmath.weight_scale(np.full(3, 2.0 ** -120, np.float32)) == 1
+    assert stepmath.weight_scale(np.full(3, 2.0 ** -94, np.float32)) == np.float32(2.0 ** -94)
+
+
+@pytest.mark.parametrize("name", list(EDGE_CASES))
+def test_the_emulator_backend_agrees_at_the_range_edges(name):
+    if not step_kernels_registered():
+        pytest.skip("the layer step's kernels are not in kernels.registry yet")
+    got, want = (step(*edge_layer(name, backend)) for backend in ("emulator", "cpu"))
+    for g, w in zip(got, want):
+        if w is not None:
+            assert floats.same_values(bits(g), bits(w), FLOAT_TYPES[w.dtype]).all(), (g, w)
 
 
 def test_meta_tensors_give_shapes_and_dtypes_only():

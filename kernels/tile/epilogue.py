@@ -171,12 +171,20 @@ NEGATIVE_ZERO_HALF = 0x8000  # -0.0 in f16 and in bf16 alike (the sign bit alone
 PTX_FLOAT = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}  # PTX type of each float dtype
 
 
+def smaller_first(ptx: Ptx, a: str, b: str) -> tuple[str, str]:
+    """(lo, hi) of two f32 factors, :func:`kernels.stepmath.smaller_first`: ``setp.lt.f32``
+    (false on NaN) and two ``selp.f32`` (PTX ISA 9.7.3.x setp, 9.7.8.x selp)."""
+    less = ptx.setp_f32("lt", a, b)
+    return ptx.selp_f32(a, b, less), ptx.selp_f32(b, a, less)
+
+
 class Rescale(NamedTuple):
     """A fused epilogue: the tile's int32 sums written as floats of ``dtype`` ("float32",
-    "float16", "bfloat16"), each element (f32(acc) * row factor) * second factor
+    "float16", "bfloat16"), each element (f32(acc) * lo) * hi of the row factor and a second factor
     (+ bias), every operation rounded to nearest even and none fused
     (``kernels.stepmath.rescale_rows`` / ``rescale_cols`` are the same arithmetic in
-    numpy). The second factor is ``beta`` (one f32, read on the device: forward and dX)
+    numpy; the smaller of the two factors multiplies first, so no intermediate overflows
+    where the result does not). The second factor is ``beta`` (one f32, read on the device: forward and dX)
     or ``col_scales`` (an f32 per D column: dW). ``bias`` (``dtype`` per D column) is
     added where the u32 ``has_bias`` is not 0.
 
@@ -267,6 +275,9 @@ class RescaledRows:
         ptx = out.ptx
         factor = ptx.load_f32("global", ptx.byte_offset(self.p[rescale.row_scales], row, 4))
         ptr = ptx.byte_offset(out.out, ptx.mad(row, out.out_pitch, out.col), self.bytes)
+        # the smaller factor first (stepmath.rescaled): once a row with beta, a column each for dW
+        pairs = ([smaller_first(ptx, factor, self.second[0])] * out.COLUMN_GROUPS if rescale.beta
+                 else [smaller_first(ptx, factor, second) for second in self.second])
         if self.from_partials:
             sums = ptx.byte_offset(self.p[rescale.partials], ptx.mad(row, self.p["ldo"], out.col), 4)
             zero = ptx.mov(0)
@@ -276,7 +287,8 @@ class RescaledRows:
                 ptx.store("global", "b32", sums, zero, 128 * c, guard=self.in_cols[c])
             else:
                 word = ptx.load("shared", "b32", out.read_at, out.tile.warps * j * out.row_bytes + 128 * c)
-            value = ptx.fmul(ptx.fmul(ptx.cvt("f32", "s32", word, rnd="rn"), factor), self.second[c])
+            lo, hi = pairs[c]
+            value = ptx.fmul(ptx.fmul(ptx.cvt("f32", "s32", word, rnd="rn"), lo), hi)
             if self.bias:
                 value = ptx.fadd(value, self.bias[c])
             if self.bytes == 4:
