@@ -75,6 +75,14 @@ class Figure3BitLinear(torch.nn.Linear):
 # ---- end of FIGURE 3 -------------------------------------------------------------------------
 
 
+class Figure3Product(torch.nn.Linear):
+    """FIGURE 3's quantized product without its RMSNorm: what a plain TernaryLinear
+    computes, and torchao's / Hugging Face's online BitLinear layers."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return figure3_linear(x, self.weight, self.bias)
+
+
 class Block(torch.nn.Module):
     """A pre-norm transformer block; its four linear layers are what the variants swap."""
 

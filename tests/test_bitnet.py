@@ -8,12 +8,17 @@
 - The converter: what it swaps and keeps (lm_head), shared parameters, skip=, norm=True.
 - Hugging Face's packed format: unpacking and a latent weight that ternarizes to the codes.
 - The epsilon choice: scale invariance, and where Figure 3's 1e-5 clamps differ.
+- examples/bitnet_charlm.py runs (a few steps) and writes its PNG and table.
 """
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
-from bitnetcases import BOUND, SEEDS, SHAPES, figure3, figure3_twin, layer_step, rel_l2
+from bitnetcases import BOUND, SHAPES, errors_against_figure3, figure3, figure3_twin, layer_step, random_layer, rel_l2
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torchcases import torch
@@ -24,26 +29,9 @@ from kernels.convert import latent_from_packed, ternarize_model, unpack_codes
 from kernels.torch_linear import TernaryLinear
 
 
-def random_layer(kind: type, K: int, N: int, seed: int, **options) -> torch.nn.Module:
-    """A layer with nn.Linear's initialization and, for BitLinear, gains away from 1."""
-    torch.manual_seed(seed)
-    layer = kind(K, N, **options)
-    if hasattr(layer, "rms_norm"):
-        with torch.no_grad():
-            layer.rms_norm.weight.uniform_(0.5, 1.5)
-    return layer
-
-
 def worst(kind: type, grad: str, bias: bool = False) -> list[float]:
     """The largest rel L2 of (y, dx, dW[, dgain]) against Figure 3 over SHAPES x SEEDS."""
-    errors = []
-    for R, K, N in SHAPES:
-        for seed in SEEDS:
-            layer = random_layer(kind, K, N, seed, bias=bias, grad=grad)
-            x, dy = torch.randn(R, K), torch.randn(R, N)
-            errors.append([rel_l2(g, w) for g, w in zip(layer_step(layer, x, dy),
-                                                         layer_step(figure3_twin(layer), x, dy))])
-    return list(np.max(errors, axis=0))
+    return list(errors_against_figure3(kind, bias=bias, grad=grad).max(axis=0))
 
 
 # ---- BitLinear's forward and the two backwards against Figure 3 ------------------------------
@@ -211,3 +199,17 @@ def test_the_step_is_scale_invariant_where_figure3s_clamp_zeroes_tiny_weights():
     assert figure3.weight_quant(tiny.clone()).count_nonzero() == 0  # the clamp: every code 0
     # at a training scale the two rules give the same codes
     assert torch.equal(layer_cpu.prepare_weight(w).codes, torch.sign(figure3.weight_quant(w.clone())))
+
+
+# ---- the example -----------------------------------------------------------------------------
+
+def test_the_charlm_example_runs_and_writes_its_picture_and_table(tmp_path):
+    out = tmp_path / "charlm"
+    result = subprocess.run([sys.executable, "examples/bitnet_charlm.py", "--steps", "3", "--width", "16",
+                             "--blocks", "1", "--batch", "2", "--context", "16", "--out", str(out)],
+                            capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("ms CPU / step") == 4
+    assert out.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    table = out.with_suffix(".md").read_text()
+    assert table.count("\n| ") == 6 and "Figure 3 BitLinear" in table  # header, rule, four layers
