@@ -12,7 +12,9 @@ y, dX and dW (and the norm gain's gradient):
   against Figure 3's full layer, each with ``grad='int8'`` (the default) and ``grad='ste'``;
 - ``kernels=False`` (the weight quantized, x in float) against Figure 3's product;
 - the epsilon rules: the share of non-zero ternary codes of a weight scaled by 1e-7,
-  and y for rows scaled by 1e-7, against Figure 3's 1e-5 clamps.
+  and y for rows scaled by 1e-7, against Figure 3's 1e-5 clamps;
+- where torchao is installed (it is no dependency of this project), TernaryLinear against
+  torchao's ``quantize_(linear, bitnet_training())`` the same way.
 
 tests/test_bitnet.py holds the same comparisons to their bounds.
 """
@@ -90,17 +92,42 @@ def errors_against_figure3(kind: type, bias: bool = False, **options) -> np.ndar
     return np.array(rows)
 
 
+def errors_against_torchao(grad: str) -> np.ndarray | None:
+    """rel L2 of (y, dx, dW) of TernaryLinear against torchao's bitnet_training layer, or
+    None without torchao."""
+    try:
+        from torchao import quantize_
+        from torchao.prototype.quantized_training import bitnet_training
+    except ImportError:
+        return None
+    rows = []
+    for R, K, N in SHAPES:
+        for seed in SEEDS:
+            layer = random_layer(TernaryLinear, K, N, seed, bias=False, grad=grad)
+            twin = torch.nn.Linear(K, N, bias=False)
+            twin.load_state_dict(layer.state_dict())
+            quantize_(twin, bitnet_training())
+            x, dy = torch.randn(R, K), torch.randn(R, N)
+            rows.append([rel_l2(g, w) for g, w in zip(layer_step(layer, x, dy), layer_step(twin, x, dy))])
+    return np.array(rows)
+
+
+def print_ranges(title: str, errors: np.ndarray) -> None:
+    names = ("y", "dX", "dW", "dgain")[: errors.shape[1]]
+    print(f"  {title:<26} " + "  ".join(f"{n} {lo:.2e} - {hi:.2e}" for n, lo, hi in zip(names, errors.min(0), errors.max(0))))
+
+
 def main() -> None:
     torch.set_num_threads(1)
     print(f"rel L2 against Figure 3's autograd, f32, {len(SHAPES)} shapes x {len(SEEDS)} seeds: min - max")
-    for title, kind, options in (("TernaryLinear", TernaryLinear, {}), ("BitLinear", BitLinear, {})):
+    for title, kind in (("TernaryLinear", TernaryLinear), ("BitLinear", BitLinear)):
         for grad in ("int8", "ste"):
-            errors = errors_against_figure3(kind, grad=grad, **options)
-            names = ("y", "dX", "dW", "dgain")[: errors.shape[1]]
-            cells = "  ".join(f"{n} {lo:.2e} - {hi:.2e}" for n, lo, hi in zip(names, errors.min(0), errors.max(0)))
-            print(f"  {title:<14} grad={grad:<5} {cells}")
-    errors = errors_against_figure3(TernaryLinear, kernels=False)
-    print(f"  TernaryLinear  kernels=False  y {errors[:, 0].min():.2e} - {errors[:, 0].max():.2e}")
+            print_ranges(f"{title} grad={grad}", errors_against_figure3(kind, grad=grad))
+    print_ranges("TernaryLinear kernels=False", errors_against_figure3(TernaryLinear, kernels=False)[:, :1])
+    for grad in ("int8", "ste"):
+        errors = errors_against_torchao(grad)
+        if errors is not None:
+            print_ranges(f"vs torchao bitnet grad={grad}", errors)
     torch.manual_seed(0)
     w = torch.randn(729, 243) * 0.05
     tiny = w * 1e-7

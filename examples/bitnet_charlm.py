@@ -183,7 +183,7 @@ def train(model: torch.nn.Module, data: list[torch.Tensor], held_out: list[torch
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--context", type=int, default=64)
     parser.add_argument("--width", type=int, default=96)
@@ -193,6 +193,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "bitnet_charlm",
                         help="writes OUT.png and OUT.md")
     args = parser.parse_args()
+    started = time.perf_counter(), time.process_time()
     torch.set_num_threads(1)
     text = np.frombuffer(stdlib_text(), dtype=np.uint8)
     split = len(text) * 9 // 10
@@ -208,8 +209,10 @@ def main() -> None:
               f"{per_step * 1e3:7.1f} ms CPU / step", flush=True)
     setting = (f"{len(text):,} bytes of stdlib source, {args.steps} steps, batch {args.batch} x "
                f"{args.context}, width {args.width}, {args.blocks} blocks, AdamW lr {args.lr}, seed {args.seed}")
-    write_table(results, args.out.with_suffix(".md"), setting)
+    whole = f"{time.process_time() - started[1]:.0f} s CPU, {time.perf_counter() - started[0]:.0f} s wall"
+    write_table(results, args.out.with_suffix(".md"), f"{setting}; the whole run (four trainings) took {whole}")
     plot(results, args.out.with_suffix(".png"), setting)
+    print(whole)
     print(f"wrote {args.out.with_suffix('.png')} and {args.out.with_suffix('.md')}")
 
 
@@ -228,7 +231,7 @@ def write_table(results: dict, out: Path, setting: str) -> None:
     for name, (losses, validation, per_step) in results.items():
         rows.append(f"| {name} | {np.mean(losses[-20:]):.4f} | {validation:.4f} | {per_step * 1e3:.1f} | "
                     f"{per_step / baseline:.2f}x |")
-    text = (f"<!-- written by examples/bitnet_charlm.py -->\n{setting}; one torch thread.\n\n"
+    text = (f"<!-- written by examples/bitnet_charlm.py -->\n{setting} (one torch thread).\n\n"
             + "\n".join(rows) + "\n")
     atomic_write(out, lambda tmp: tmp.write_text(text))
 
