@@ -54,6 +54,25 @@ def dequantized_rows(x: torch.Tensor) -> torch.Tensor:
     return layer_cpu.rounded_codes(x32 / s[:, None], layer_cpu.QMAX).mul_(s[:, None])
 
 
+@torch.library.custom_op("hslm::ste_backward", mutates_args=())
+def ste_backward(dy: torch.Tensor, rows: torch.Tensor, weight: torch.Tensor, need_dx: bool,
+                 need_dw: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(dX = dY (beta W_t) in x's dtype, dW = dY^T x_q in the weight's), an empty tensor for
+    one not asked for. An operator (opaque to ``torch.compile``, like the step's own), since
+    the weight's preparation is made on the host."""
+    dy32 = layer_cpu.widened(dy.detach())
+    dx = (dy32 @ dequantized_weight(weight)).to(rows.dtype) if need_dx else rows.new_empty((0,))
+    dw = (dy32.T @ dequantized_rows(rows)).to(weight.dtype) if need_dw else weight.new_empty((0,))
+    return dx, dw
+
+
+@ste_backward.register_fake
+def _ste_backward_fake(dy: torch.Tensor, rows: torch.Tensor, weight: torch.Tensor, need_dx: bool,
+                       need_dw: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    (R, N), K = dy.shape, weight.shape[1]
+    return rows.new_empty((R, K) if need_dx else (0,)), weight.new_empty((N, K) if need_dw else (0,))
+
+
 class _FloatStraightThrough(torch.autograd.Function):
     """y from the int8 step, gradients from float dY (the module docstring)."""
 
@@ -69,11 +88,9 @@ class _FloatStraightThrough(torch.autograd.Function):
     def backward(ctx: Any, dy: torch.Tensor) -> tuple[Any, Any, Any, None]:
         rows, weight = ctx.saved_tensors
         need_dx, need_dw, need_db = ctx.needs_input_grad[:3]
-        dy32 = layer_cpu.widened(dy)
-        dx = (dy32 @ dequantized_weight(weight)).to(rows.dtype) if need_dx else None
-        dw = (dy32.T @ dequantized_rows(rows)).to(weight.dtype) if need_dw else None
-        db = dy32.sum(0).to(ctx.bias_dtype) if need_db and ctx.bias_dtype is not None else None
-        return dx, dw, db, None
+        dx, dw = ste_backward(dy, rows, weight, need_dx, need_dw)
+        db = dy.float().sum(0).to(ctx.bias_dtype) if need_db and ctx.bias_dtype is not None else None
+        return dx if need_dx else None, dw if need_dw else None, db, None
 
 
 def ternary_linear_ste(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,

@@ -2,7 +2,7 @@
 
 - BitLinear (the input RMSNorm) against Figure 3's BitLinear (examples/bitnet_charlm.py,
   written from the paper): forward within float rounding; the emulator backend gives the
-  cpu backend's bits.
+  cpu backend's bits; it compiles with fullgraph=True for both backwards.
 - grad='ste' against Figure 3's autograd gradients within float rounding; the default
   int8 backward is measurably different (the negative case of the same check).
 - The converter: what it swaps and keeps (lm_head), shared parameters, skip=, norm=True.
@@ -213,3 +213,13 @@ def test_the_charlm_example_runs_and_writes_its_picture_and_table(tmp_path):
     assert out.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     table = out.with_suffix(".md").read_text()
     assert table.count("\n| ") == 6 and "Figure 3 BitLinear" in table  # header, rule, four layers
+
+
+@pytest.mark.parametrize("grad", ["int8", "ste"])
+def test_bitlinear_compiles_without_a_graph_break(grad):
+    """fullgraph=True (AOTAutograd, eager kernels: the trace is what is checked) equals eager."""
+    layer = random_layer(BitLinear, 16, 8, 2, grad=grad)
+    x, dy = torch.randn(4, 16), torch.randn(4, 8)
+    want = layer_step(layer, x, dy)
+    got = layer_step(torch.compile(layer, fullgraph=True, backend="aot_eager"), x, dy)
+    assert all(torch.equal(g, w) for g, w in zip(got, want))
