@@ -79,7 +79,7 @@ class TernaryLinear(torch.nn.Module):
     """``nn.Linear(in_features, out_features, bias=True, device=None, dtype=None)`` with
     ternary weights and int8 activations.
 
-    ``kernels`` False runs float matmuls on the same STE weights (the reference).
+    ``kernels`` False runs float matmuls on the same STE weights (the weight quantized, x not).
     ``backend``: None (pick 'cpu' or 'cuda' from the input's device), 'cpu', 'emulator' or
     'cuda' (see the module docstring). ``grad``: 'int8' or 'ste' (see the module docstring).
     """
