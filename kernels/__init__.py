@@ -28,8 +28,10 @@ _HOME = {
     "LaunchError": "kernels.validate",
     "TernaryLinear": "kernels.torch_linear",  # needs torch
     "TernaryLinearFunction": "kernels.torch_linear",  # needs torch
+    "BitLinear": "kernels.bitlinear",  # TernaryLinear with BitNet's input RMSNorm; needs torch
+    "ternarize_model": "kernels.convert",  # nn.Linear -> TernaryLinear, lm_head kept; needs torch
 }
-_NEEDS_TORCH = {"TernaryLinear", "TernaryLinearFunction"}
+_NEEDS_TORCH = {"TernaryLinear", "TernaryLinearFunction", "BitLinear", "ternarize_model"}
 
 __all__ = [name for name in _HOME
            if name not in _NEEDS_TORCH or importlib.util.find_spec("torch") is not None]

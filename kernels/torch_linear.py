@@ -43,7 +43,12 @@ dtype and device, and no ``torch.optim`` optimizer has stepped since
 or a numpy view is invisible to the stamp: call ``layer.refresh_weight()`` after one.
 
 Double backward is refused. ``TernaryLinear(..., kernels=False)`` is the same layer with
-float matmuls on the same STE weights: the reference the int8 path is measured against.
+float matmuls on the same STE weights and float activations (the weight's quantization
+alone, not BitNet's layer, which also quantizes x: kernels.bitlinear has that).
+
+``grad`` picks the backward: 'int8' (the default, the step's int8 dX and dW kernels) or
+'ste' (kernels.ste_grad: the references' float-dY straight-through gradients
+dX = dY (beta W_t), dW = dY^T x_q, for reproducing a BitNet run).
 """
 from __future__ import annotations
 
@@ -51,7 +56,7 @@ from typing import Any
 
 import torch
 
-from kernels import torch_ops
+from kernels import ste_grad, torch_ops
 from kernels.torch_ops import BACKEND_DEVICE, BACKENDS, STEP_DTYPES
 
 
@@ -91,24 +96,25 @@ class TernaryLinear(torch.nn.Module):
     """``nn.Linear(in_features, out_features, bias=True, device=None, dtype=None)`` with
     ternary weights and int8 activations.
 
-    ``kernels`` False runs float matmuls on the same STE weights (the reference).
+    ``kernels`` False runs float matmuls on the same STE weights (the weight quantized, x not).
     ``backend``: None (pick 'cpu' or 'cuda' from the input's device), 'cpu', 'emulator' or
     'cuda' (see the module docstring). ``cache_weight`` True keeps the weight's preparation
     across forwards while its stamp holds (see the module docstring; False, the default,
-    prepares it in every forward).
+    prepares it in every forward). ``grad``: 'int8' or 'ste' (see the module docstring).
     """
 
     __constants__ = ["in_features", "out_features"]
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, device: Any = None,
                  dtype: Any = None, *, kernels: bool = True, backend: str | None = None,
-                 cache_weight: bool = False) -> None:
+                 cache_weight: bool = False, grad: str = "int8") -> None:
         super().__init__()
         if backend is not None and backend not in BACKENDS:
             raise ValueError(f"TernaryLinear: backend={backend!r}, expected one of {', '.join(BACKENDS)} "
                              "or None (pick from the input's device)")
+        ste_grad.check_grad(grad)
         self.in_features, self.out_features = in_features, out_features
-        self.kernels, self.backend, self.cache_weight = kernels, backend, cache_weight
+        self.kernels, self.backend, self.cache_weight, self.grad = kernels, backend, cache_weight, grad
         factory = {"device": device, "dtype": dtype}
         self.weight = torch.nn.Parameter(torch.empty((out_features, in_features), **factory))
         if bias:
@@ -138,6 +144,7 @@ class TernaryLinear(torch.nn.Module):
         if x.dim() < 1 or x.shape[-1] != self.in_features:
             raise ValueError(f"{self._name()}: x has shape {tuple(x.shape)}, expected last dimension "
                              f"in_features={self.in_features}; pass (..., {self.in_features})")
+        x = self.layer_input(x)
         if not self.kernels:
             return torch.nn.functional.linear(x, ste_weight(self.weight), self.bias)
         if x.device.type in BACKEND_DEVICE.values() and torch.is_autocast_enabled(x.device.type):
@@ -152,9 +159,15 @@ class TernaryLinear(torch.nn.Module):
                 raise ValueError(f"{self._name()}: {name} is on '{tensor.device}', backend '{backend}' "
                                  f"runs on {BACKEND_DEVICE[backend]} tensors; move the layer and its "
                                  "input with .to(device)")
+        if self.grad == "ste":
+            return ste_grad.ternary_linear_ste(x, self.weight, self.bias, backend)
         return ternary_linear(x, self.weight, self.bias, backend, self.cache_weight)
+
+    def layer_input(self, x: torch.Tensor) -> torch.Tensor:
+        """What the layer quantizes: x itself (kernels.bitlinear.BitLinear normalizes it first)."""
+        return x
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"bias={self.bias is not None}, kernels={self.kernels}, backend={self.backend}, "
-                f"cache_weight={self.cache_weight}")
+                f"cache_weight={self.cache_weight}, grad={self.grad}")
