@@ -337,17 +337,33 @@ def test_tools_that_cannot_run_are_probed_once_and_their_steps_skipped(tmp_path)
 
 
 def test_a_cut_off_bench_still_returns_a_valid_partial_record(tmp_path):
-    """The bench killed at its cap (no budget of its own here): the record written after
-    each row is what comes back, and the tables are rendered from it when packaging."""
-    res, out = run_on_device(tmp_path, wheels=True, STEPS="bench", BENCH_SET="hslm", TOTAL_S="100",
-                             PLAN="bench:8:5", BENCH_TAIL_S="-1000")  # hslm's R=1782 rows: minutes; 8 s: ~18 rows
+    """The bench killed at its cap: the record written after each row is what comes back,
+    and the tables are rendered from it. The cap is the stand-in timeout's clock, counted
+    in rows (tests/data/bench/standin/bin/timeout): the step is cut off once the record
+    holds 3 rows, however fast the machine runs them (hslm's whole set would take minutes)."""
+    out = tmp_path / "out"
+    res, out = run_on_device(tmp_path, wheels=True, STEPS="bench", BENCH_SET="hslm", TOTAL_S="4000",
+                             PLAN="bench:3000:5", BENCH_TAIL_S="-1000", STANDIN_CUT_STEP="bench",
+                             STANDIN_CUT_ROWS="3", STANDIN_CUT_RECORD=str(out / "bench-hslm.json"))
     log = (out / "device.log").read_text()
-    assert steps(log)["bench"] == "124"  # timeout's status: it was cut off
+    assert steps(log)["bench"] == "124", log[-2000:]  # timeout's status: it was cut off
     report = read_model(out / "bench-hslm.json", BenchReport)
-    assert not report.complete and len(report.rows) >= 1, log[-2000:]
+    assert not report.complete and len(report.rows) >= 3, log[-2000:]
     assert "> **Partial record**" in (out / "bench-hslm.md").read_text()
     assert (unpacked(out, tmp_path / "rest") / "out" / "bench-hslm.png").is_file()
     assert len(returned(out)) <= MAX_FILES
+
+
+def test_the_row_clock_cuts_only_the_step_it_names(tmp_path):
+    """The stand-in timeout is the real one for every other command: a step it does not
+    name runs to its end, and a command past its limit in seconds still exits 124."""
+    timeout = str(STANDIN / "bin" / "timeout")
+    env = {**os.environ, "STANDIN_CUT_STEP": "bench", "STANDIN_CUT_ROWS": "0",
+           "STANDIN_CUT_RECORD": str(tmp_path / "none.json")}
+    other = subprocess.run([timeout, "-k", "1", "30", "bash", "-c", '"$@"', "layer", "true"], env=env)
+    cut = subprocess.run([timeout, "-k", "1", "30", "bash", "-c", '"$@"', "bench", "sleep", "30"], env=env)
+    slow = subprocess.run([timeout, "0.2", "sleep", "30"], env=env)
+    assert (other.returncode, cut.returncode, slow.returncode) == (0, 124, 124)
 
 
 def test_a_bench_out_of_budget_records_the_rest_as_not_run(tmp_path):
