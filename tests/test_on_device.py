@@ -265,6 +265,8 @@ def test_counters_cover_every_kernel_and_the_staged_loads(full_run):
     assert set(counters) == set(LAUNCHED)  # each batch's --launch-count covers one launch of each kernel
     assert f"profiling {len(LAUNCHED)} launches, one per kernel, 3 per ncu run, on small" in log
     assert (out / "ncu.csv").read_text().count('"ID"') == 1  # the two batches' CSVs as one
+    # calibration.json rewritten after each batch, so a cut-off step keeps the batches it finished
+    assert "calibration.json: batches 0-0" in log and "calibration.json: batches 0-1" in log
     # the stand-in ncu lists only some names: the filter passed those, and said which it left out
     assert "dram__bytes_read.sum" not in counters["hslm_fwd_s8"]
     left_out = next(line for line in log.splitlines() if line.startswith("ncu does not list "))

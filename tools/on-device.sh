@@ -342,13 +342,19 @@ counters() {  # ncu in batches of COUNTER_BATCH launches; the emulator counts th
     # one CSV of every batch so far, one header: what comes back even when a later batch is cut off
     awk 'FNR == 1 { on = 0 } /^"ID"/ { on = 1; if (seen++) next } on' "$WORK"/ncu-[0-9]*.csv > "$OUT/ncu.csv.tmp" \
       && mv "$OUT/ncu.csv.tmp" "$OUT/ncu.csv"
-    if ! kill -0 "$emulator" 2>/dev/null && [ -s "$WORK/emulated.json" ]; then  # the batches so far, side by side
+    if [ -n "$emulator" ]; then  # done long before the first batch, as a rule (a few seconds on every core)
+      wait "$emulator" || { echo "the emulator's counts failed: $(tail -3 "$WORK/emulate.log")"; status=1; }
+      emulator=""; cat "$WORK/emulate.log"
+    fi
+    if [ -s "$WORK/emulated.json" ]; then  # the batches so far beside the emulator's: kept if a later one is cut off
       python3 tools/counter_calibration.py compare "$OUT/ncu.csv" "$WORK/emulated.json" \
         --out "$WORK/calibration.json" > /dev/null 2>&1 && echo "calibration.json: batches 0-$(( part - 1 ))"
     fi
   done
-  wait "$emulator" || { echo "the emulator's counts failed: $(tail -3 "$WORK/emulate.log")"; status=1; }
-  cat "$WORK/emulate.log"
+  if [ -n "$emulator" ]; then
+    wait "$emulator" || { echo "the emulator's counts failed: $(tail -3 "$WORK/emulate.log")"; status=1; }
+    cat "$WORK/emulate.log"
+  fi
   [ -s "$OUT/ncu.csv" ] || { echo "ncu wrote no counters"; return 1; }
   python3 -m pipeline.bench.counters table "$OUT/ncu.csv"
   python3 tools/counter_calibration.py compare "$OUT/ncu.csv" "$WORK/emulated.json" --out "$WORK/calibration.json" \
