@@ -16,6 +16,11 @@ import sys
 import zipfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
+
+from pipeline.bench.cli import OneLineParser, run_cli  # noqa: E402 (argparse only: runs before any wheel)
+from pipeline.core.errors import UserError  # noqa: E402
+
 
 def top_level(wheel: Path) -> list[str]:
     """The importable top-level names a wheel installs."""
@@ -32,16 +37,15 @@ def top_level(wheel: Path) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("error: usage: python3 tools/wheel_imports.py WHEEL", file=sys.stderr)
-        return 2
-    wheel = Path(argv[0])
+    p = OneLineParser(prog="python3 tools/wheel_imports.py",
+                      description="Exit 0 when the image's python imports every module a wheel carries.")
+    p.add_argument("wheel", type=Path, metavar="WHEEL")
+    wheel = p.parse_args(argv).wheel
     try:
         modules = top_level(wheel)
     except (OSError, zipfile.BadZipFile) as exc:
-        print(f"error: {wheel}: not a readable wheel ({type(exc).__name__}); run tools/prepare-wheels.sh again",
-              file=sys.stderr)
-        return 2
+        raise UserError(f"{wheel}: not a readable wheel ({type(exc).__name__}); run tools/prepare-wheels.sh again") \
+            from None
     missing = []
     for name in modules:
         try:
@@ -56,4 +60,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(run_cli(main))
