@@ -13,6 +13,7 @@ are also tested on their own, in process, where the stand-in cannot reach what t
 """
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import signal
@@ -299,10 +300,10 @@ def test_the_plan_fits_the_whole_and_says_each_steps_time(tmp_path):
     caps = {line.split()[2]: int(line.split(" cap ")[1].split()[0]) for line in plan}
     assert list(caps) == ["wheels", "warm-up", "facts", "verify", "bench", "layer", "torch-tests", "sanitize-memcheck",
                           "sanitize-racecheck", "sanitize-synccheck", "sanitize-initcheck", "counters"]
-    assert caps == {s.name: s.cap_s for s in PLANNED.steps}
+    assert caps == {s.name: s.cap_s for s in planned().steps}
     assert all("expected ~" in line and " = " in line for line in plan)  # each with its arithmetic
     assert sum(caps.values()) + len(caps) * device_plan.DEVICE["checkpoint"] + 15 <= 480
-    assert f"=== plan: total: caps {PLANNED.caps_s} s" in log and "scaled" not in log
+    assert f"=== plan: total: caps {planned().caps_s} s" in log and "scaled" not in log
     assert "=== step " not in log  # a plan only: nothing ran
 
 
@@ -618,25 +619,29 @@ def test_land_bad_input_is_one_line(tmp_path, capsys, setup, fragment):
 
 # ---- the plan's defaults: every kernel, within the caps ----------------------------------
 
-PLANNED = device_plan.default_plan()
-DEFAULT_PLAN = {s.name: s.cap_s for s in PLANNED.steps}
+@functools.lru_cache(maxsize=None)
+def planned() -> device_plan.Plan:
+    """The default plan (its CUDA test cases counted by a pytest collection: made once, when asked)."""
+    return device_plan.default_plan()
+
+
 VERIFY_TAIL_S, VERIFY_JOBS = 8, 8  # tools/on-device.sh's defaults
 
 
 def test_the_plan_file_and_the_docs_figures_are_the_codes():
     """tools/device-plan.txt (what on-device.sh reads) and docs/gpu-run.md (what a reader
     sees) say what tools/device_plan.py computes: rows, cases, caps, minutes."""
-    assert device_plan.PLAN_FILE.read_text() == device_plan.plan_text(PLANNED)
+    assert device_plan.PLAN_FILE.read_text() == device_plan.plan_text(planned())
     doc = device_plan.DOC.read_text()
-    assert device_plan.with_doc(doc, PLANNED) == doc
-    assert f"{PLANNED.bench_rows} bench rows, {PLANNED.torch_cases} CUDA test cases" in doc
-    assert PLANNED.total_s <= device_plan.SESSION_S == 480
-    assert PLANNED.bench_rows == bench_rows() <= 170
+    assert device_plan.with_doc(doc, planned()) == doc
+    assert f"{planned().bench_rows} bench rows, {planned().torch_cases} CUDA test cases" in doc
+    assert planned().total_s <= device_plan.SESSION_S == 480
+    assert planned().bench_rows == bench_rows() <= 170
     # the check can fail: another figure in the doc, or another cost, is seen
-    tampered = doc.replace(f"{PLANNED.bench_rows} bench rows", "396 bench rows")
-    assert tampered != doc and device_plan.with_doc(tampered, PLANNED) != tampered
+    tampered = doc.replace(f"{planned().bench_rows} bench rows", "396 bench rows")
+    assert tampered != doc and device_plan.with_doc(tampered, planned()) != tampered
     costs = device_plan.read_costs()
-    dearer = device_plan.default_plan({k: v * 3 for k, v in costs.items()}, PLANNED.torch_cases)
+    dearer = device_plan.default_plan({k: v * 3 for k, v in costs.items()}, planned().torch_cases)
     assert device_plan.plan_text(dearer) != device_plan.PLAN_FILE.read_text()
 
 
@@ -680,9 +685,9 @@ def test_the_default_verify_covers_every_kernel_on_every_set_within_its_cap():
                                            f"hslm: 6 shapes x {len(KERNELS)} kernels = {6 * len(KERNELS)} cells"]
     cells = gpu_verify.cells_of(gpu_verify.select_sets(("smoke", "tails", "hslm")), list(KERNELS.values()))
     assert len(cells) == 21 * len(KERNELS)
-    assert gpu_verify.estimate_s(cells, VERIFY_JOBS) <= DEFAULT_PLAN["verify"] - VERIFY_TAIL_S
+    assert gpu_verify.estimate_s(cells, VERIFY_JOBS) <= {s.name: s.cap_s for s in planned().steps}["verify"] - VERIFY_TAIL_S
     # the check can fail: one process would not fit the cap, which is why the default is 8
-    assert gpu_verify.estimate_s(cells, 1) > DEFAULT_PLAN["verify"] - VERIFY_TAIL_S
+    assert gpu_verify.estimate_s(cells, 1) > {s.name: s.cap_s for s in planned().steps}["verify"] - VERIFY_TAIL_S
 
 
 def test_cells_run_set_by_set_so_a_cut_short_run_has_covered_every_kernel():
