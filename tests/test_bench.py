@@ -25,7 +25,8 @@ from pipeline.bench import timing as bench_timing
 from pipeline.core.artifacts import read_model, write_model
 from pipeline.core.errors import UserError
 from pipeline.core.config import ROOT
-from pipeline.bench.record import BenchReport, Method
+from pipeline.bench.record import BenchReport, Check, Method, Row, Timing
+from pipeline.core.shapes import select_sets
 from pipeline.core.models import Shape
 
 STANDIN = Path(__file__).parent / "data" / "bench" / "standin"
@@ -281,7 +282,11 @@ def test_bench_flow_on_a_stand_in_gpu(standin_gpu, monkeypatch, tmp_path):
     paths = bench.run_bench("smoke", method=method, out_dir=tmp_path / "out", ceiling_n=32, model=pred)
     assert [p.name for p in paths] == ["smoke.json", "smoke.md", "smoke.csv", "smoke.png"]
     report = read_model(paths[0], BenchReport)
-    assert len(report.rows) == len(bench.GEMM_KERNELS) * 3 * 6  # smoke has 3 shapes, 6 implementations
+    # smoke has 3 shapes: every kernel's own row on each, then each family's 5 baselines on each
+    families = len({KERNELS[k].family_name for k in bench.GEMM_KERNELS})
+    assert len(report.rows) == bench.row_count(bench.GEMM_KERNELS, "smoke") == (len(bench.GEMM_KERNELS) + 5 * families) * 3
+    impls = [r.impl for r in report.rows]
+    assert impls == sorted(impls, key=lambda impl: impl != "ours")  # every "ours" row before any baseline
     rows = lambda impl, kernel=None: [r for r in report.rows  # noqa: E731
                                       if r.impl == impl and kernel in (None, r.kernel)]
     # our PTX ran (on the emulator, standing in for the GPU) and matched exactly ...
@@ -305,6 +310,31 @@ def test_bench_flow_on_a_stand_in_gpu(standin_gpu, monkeypatch, tmp_path):
     assert [r.model_us for r in report.rows if r.model_us] == [2.5]
 
 
+def test_baselines_are_timed_once_per_family_and_shape_after_every_ours_row():
+    shapes = select_sets(("hslm",))["hslm"]
+    jobs = bench.plan_rows(bench.GEMM_KERNELS, shapes)
+    ours = [(j.kernel, j.shape.name) for j in jobs if j.impls == ("ours",)]
+    baselines = [(KERNELS[j.kernel].family_name, j.shape.name) for j in jobs if j.impls != ("ours",)]
+    assert ours == [(k, s.name) for k in bench.GEMM_KERNELS for s in shapes]
+    assert len(baselines) == len(set(baselines)) == 3 * len(shapes)  # forward, dX, dW: once a shape
+    assert jobs[: len(ours)] == [j for j in jobs if j.impls == ("ours",)]
+    assert bench.row_count() == len(ours) + 5 * len(baselines) <= 170
+
+
+def test_a_configuration_is_compared_with_its_familys_shared_baselines():
+    def row(kernel, impl, us, family="hslm_fwd_s8"):
+        return Row(kernel=kernel, family=family, shape="s", R=32, K=64, N=64, impl=impl, gemm=(32, 64, 64),
+                   stream=Timing(samples_us=[us], median_us=us, p10_us=us, p90_us=us, calls_per_sample=1),
+                   check=Check(passed=True, max_abs_err=0.0, rel_err=0.0, tolerance=0.0))
+    rows = [row("hslm_fwd_s8", "ours", 2.0), row("hslm_fwd_s8_m32", "ours", 1.0),
+            row("hslm_fwd_s8", "cublas_f16", 4.0), row("hslm_dx_s8", "cublas_f16", 0.5, family="hslm_dx_s8")]
+    ratios = {s.kernel: s.ratio for s in bench.summarize(rows, None)}
+    assert ratios == {"hslm_fwd_s8": 0.5, "hslm_fwd_s8_m32": 0.25}  # dX's baseline is not forward's
+    unshared = [r.model_copy(update={"family": ""}) for r in rows]  # a record without families: its own
+    assert {s.kernel: s.ratio for s in bench.summarize(unshared, None)} == {"hslm_fwd_s8": 0.5,
+                                                                             "hslm_fwd_s8_m32": None}
+
+
 def test_bench_resumes_only_the_ptx_it_started_with(standin_gpu, monkeypatch, tmp_path):
     """A fresh process carries on from the partial record; PTX changed since is refused in one line."""
     for kernel in bench.GEMM_KERNELS:
@@ -316,11 +346,11 @@ def test_bench_resumes_only_the_ptx_it_started_with(standin_gpu, monkeypatch, tm
     report = read_model(paths[0], BenchReport)
     assert report.complete and "time budget" in report.stopped
     assert len(report.rows) == 3 * 6 and all(r.not_run for r in report.rows)
-    partial = report.model_copy(update={"rows": report.rows[:6], "complete": False, "stopped": None,
-                                        "summary": bench.summarize(report.rows[:6], None)})
+    partial = report.model_copy(update={"rows": report.rows[:1], "complete": False, "stopped": None,
+                                        "summary": bench.summarize(report.rows[:1], None)})
     write_model(paths[0], partial)
     again = read_model(bench.run_bench("smoke", resume=paths[0])[0], BenchReport)
-    assert again.rows[:6] == partial.rows and len(again.rows) == 3 * 6 and again.complete
+    assert again.rows[:1] == partial.rows and len(again.rows) == 3 * 6 and again.complete
     assert sum(r.ok for r in again.rows if r.impl == "ours") == 2  # the two shapes it still had to run
     (tmp_path / "hslm_fwd_s8.ptx").write_text(KERNELS["hslm_fwd_s8"].emit() + "\n// changed\n")
     with pytest.raises(UserError, match="the PTX of hslm_fwd_s8 changed since the record was started"):

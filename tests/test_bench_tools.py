@@ -253,6 +253,7 @@ def test_sticky_errors_are_told_from_the_others():
 ENTRY_POINTS = [("-m", "pipeline.bench.run"), ("-m", "pipeline.bench.counters"), ("-m", "pipeline.bench.report"),
                 ("-m", "pipeline.bench.land"), ("-m", "pipeline.bench.layer"), ("-m", "pipeline.core.schemas"),
                 ("-m", "pipeline.ratchet.dupbody"), ("tools/gpu_verify.py",), ("tools/one_launch.py",),
+                ("tools/device_plan.py",), ("tools/wheel_imports.py",),
                 ("bench/emulator_bench.py",), ("bench/validate_bench.py",), ("bench/layer_cpu_bench.py",)]
 
 

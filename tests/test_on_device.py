@@ -13,10 +13,13 @@ are also tested on their own, in process, where the stand-in cannot reach what t
 """
 from __future__ import annotations
 
+import functools
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 import warnings
 import zipfile
 from pathlib import Path
@@ -32,10 +35,14 @@ from pipeline.bench.record import BenchReport
 from pipeline.bench import layer as bench_layer
 from pipeline.core.layer_records import LayerBenchReport, LayerBenchRow, LayerTiming
 from pipeline.core.models import LaunchStats, MemoryAccess, Shape
+from pipeline.core.errors import UserError
 from pipeline.core.shapes import select_sets
+from pipeline.bench.run import row_count as bench_rows
 
 sys.path.insert(0, str(ROOT / "tools"))
 import counter_calibration  # noqa: E402
+import device_plan  # noqa: E402
+import wheel_imports  # noqa: E402
 import cuda_tests  # noqa: E402
 import device_summary  # noqa: E402
 import gpu_verify  # noqa: E402
@@ -50,7 +57,7 @@ VERIFIED = ("hslm_fwd_s8", "hslm_dx_s8", "hslm_dw_s8", "hslm_qrows_bf16")
 BENCHED = "hslm_fwd_s8,hslm_dx_s8"
 # the emulator is slow on a loaded machine: caps that no healthy stand-in step reaches
 ROOMY_PLAN = " ".join(f"{name}:300:1" for name in (
-    "wheels", "facts", "verify", "bench", "layer", "torch-tests", "sanitize-memcheck", "sanitize-racecheck",
+    "wheels", "warm-up", "facts", "verify", "bench", "layer", "torch-tests", "sanitize-memcheck", "sanitize-racecheck",
     "sanitize-synccheck", "sanitize-initcheck", "counters"))
 MAX_FILES, MAX_DEPTH = 8, 2  # what the device tool brings back from $OUT
 
@@ -99,7 +106,7 @@ def run_on_device(tmp: Path, wheels: bool, prepare=None, **env: str) -> tuple[su
         "BENCH_SET": "smoke", "BENCH_CEILING": "0", "BENCH_KERNELS": BENCHED,
         "SANITIZE_SHAPE": "tiny", "COUNTERS_SHAPE": "small", "LAUNCH_KERNELS": ",".join(LAUNCHED),
         "COUNTER_KERNELS": ",".join(LAUNCHED), "COUNTER_BATCH": "3", "CALIBRATION_JOBS": "1",
-        "PLAN": ROOMY_PLAN, "TOTAL_S": "4000", "PACKAGE_TOOL_S": "120", **env}
+        "PLAN": ROOMY_PLAN, "TOTAL_S": "4000", "PACKAGE_TOOL_S": "120", "CHECKPOINT_S": "30", **env}
     res = subprocess.run(["bash", "tools/on-device.sh"], cwd=project, env=full_env,
                          capture_output=True, text=True, timeout=600)
     return res, out
@@ -184,7 +191,7 @@ def test_every_step_runs_in_order_and_a_failure_does_not_stop_the_rest(full_run)
     res, out = full_run
     log = (out / "device.log").read_text()
     ran = steps(log)
-    assert list(ran) == ["wheels", "facts", "verify", "bench", *(["layer"] if LAYER_PRESENT else []),
+    assert list(ran) == ["wheels", "warm-up", "facts", "verify", "bench", *(["layer"] if LAYER_PRESENT else []),
                          "torch-tests", "sanitize-memcheck", "sanitize-racecheck", "sanitize-synccheck",
                          "sanitize-initcheck", "counters"], log[-3000:]
     assert ran["sanitize-racecheck"] == "1"  # the planted failure
@@ -210,7 +217,10 @@ def test_what_comes_back_fits_the_tool(full_run, tmp_path):
 def test_steps_did_their_work(full_run, tmp_path):
     res, out = full_run
     log = (out / "device.log").read_text()
-    assert "standin_pkg" in log  # the carried wheel was installed
+    assert "installed: standin_pkg-0.1-py3-none-any.whl" in log  # the image cannot import it: carried
+    # the warm-up launched every kernel once, the first result on each, before the probes
+    warm = log.split("=== step warm-up")[1].split("=== step facts")[0]
+    assert all(f"{k} tiny R=16 K=32 N=8: exact" in warm for k in LAUNCHED)
     assert f"{3 * len(VERIFIED)} cells on gpu: all exact" in log  # smoke x each kernel, through the stand-in cupy
     assert "on 2 process(es)" in log
     report = read_model(out / "bench-smoke.json", BenchReport)
@@ -222,7 +232,7 @@ def test_steps_did_their_work(full_run, tmp_path):
     assert "ncu_probe: ok" in facts and "compute_sanitizer_probe: ok" in facts
     # the CUDA test of the file present, and not its CPU test
     assert "1 CUDA tests: 1 passed, 0 failed, 0 skipped" in log.split("=== step torch-tests")[1]
-    assert log.count("tiny R=16 K=32 N=8: exact") == 4 * len(LAUNCHED)  # 4 sanitizer tools x each kernel
+    assert log.count("tiny R=16 K=32 N=8: exact") == 5 * len(LAUNCHED)  # the warm-up, 4 sanitizer tools x each kernel
     unpacked(out, tmp_path)
     assert (tmp_path / "artifacts" / "verify" / "hslm_fwd_s8" / "smoke" / "tiny.json").is_file()
     assert (tmp_path / "sanitize-racecheck.log").is_file()
@@ -256,6 +266,8 @@ def test_counters_cover_every_kernel_and_the_staged_loads(full_run):
     assert set(counters) == set(LAUNCHED)  # each batch's --launch-count covers one launch of each kernel
     assert f"profiling {len(LAUNCHED)} launches, one per kernel, 3 per ncu run, on small" in log
     assert (out / "ncu.csv").read_text().count('"ID"') == 1  # the two batches' CSVs as one
+    # calibration.json rewritten after each batch, so a cut-off step keeps the batches it finished
+    assert "calibration.json: batches 0-0" in log and "calibration.json: batches 0-1" in log
     # the stand-in ncu lists only some names: the filter passed those, and said which it left out
     assert "dram__bytes_read.sum" not in counters["hslm_fwd_s8"]
     left_out = next(line for line in log.splitlines() if line.startswith("ncu does not list "))
@@ -279,21 +291,25 @@ def test_the_counters_come_back_beside_the_emulators_figures(full_run, tmp_path)
 
 
 def test_the_plan_fits_the_whole_and_says_each_steps_time(tmp_path):
-    res, out = run_on_device(tmp_path, wheels=True, TOTAL_S="505", PLAN_ONLY="1", PLAN="")
+    """PLAN_ONLY=1 with the defaults: tools/device-plan.txt's caps, the whole within 8 minutes."""
+    res, out = run_on_device(tmp_path, wheels=True, PLAN_ONLY="1", PLAN="", TOTAL_S="480",
+                             CHECKPOINT_S=str(device_plan.DEVICE["checkpoint"]))
     assert res.returncode == 0, res.stdout + res.stderr
     log = (out / "device.log").read_text()
     plan = [line for line in log.splitlines() if line.startswith("=== plan: ") and " cap " in line]
     caps = {line.split()[2]: int(line.split(" cap ")[1].split()[0]) for line in plan}
-    assert list(caps) == ["wheels", "facts", "verify", "bench", "layer", "torch-tests", "sanitize-memcheck",
+    assert list(caps) == ["wheels", "warm-up", "facts", "verify", "bench", "layer", "torch-tests", "sanitize-memcheck",
                           "sanitize-racecheck", "sanitize-synccheck", "sanitize-initcheck", "counters"]
-    assert all("expected ~" in line for line in plan)
-    assert sum(caps.values()) + 15 == 505  # the steps' caps and the packaging, none unused
+    assert caps == {s.name: s.cap_s for s in planned().steps}
+    assert all("expected ~" in line and " = " in line for line in plan)  # each with its arithmetic
+    assert sum(caps.values()) + len(caps) * device_plan.DEVICE["checkpoint"] + 15 <= 480
+    assert f"=== plan: total: caps {planned().caps_s} s" in log and "scaled" not in log
     assert "=== step " not in log  # a plan only: nothing ran
 
 
 def test_caps_over_the_whole_are_scaled_to_fit(tmp_path):
-    res, out = run_on_device(tmp_path, wheels=True, TOTAL_S="115", PLAN_ONLY="1",
-                             PLAN="wheels:100:1 facts:100:1")
+    res, out = run_on_device(tmp_path, wheels=True, TOTAL_S="119", PLAN_ONLY="1", CHECKPOINT_S="2",
+                             PLAN="wheels:100:1 facts:100:1")  # 119 - 15 packaging - 2 x 2 checkpoints = 100
     log = (out / "device.log").read_text()
     caps = [int(line.split(" cap ")[1].split()[0]) for line in log.splitlines()
             if line.startswith("=== plan: ") and " cap " in line]
@@ -314,7 +330,8 @@ def test_no_wheels_is_one_line_and_the_next_step_still_runs(tmp_path):
 
 
 def test_a_step_out_of_time_is_skipped_and_packaging_still_happens(tmp_path):
-    res, out = run_on_device(tmp_path, wheels=True, STEPS="wheels facts", TOTAL_S="24")
+    # 21 s less 15 s packaging less a 2 s checkpoint: 4 s, under the 5 s a step needs, from the start
+    res, out = run_on_device(tmp_path, wheels=True, STEPS="wheels facts", TOTAL_S="21", CHECKPOINT_S="2")
     log = (out / "device.log").read_text()
     assert "skipped, out of time" in log and (out / "rest.tgz").is_file()
     assert res.returncode == 1
@@ -336,18 +353,119 @@ def test_tools_that_cannot_run_are_probed_once_and_their_steps_skipped(tmp_path)
     assert res.returncode == 1  # the run did not do all it was asked to
 
 
-def test_a_cut_off_bench_still_returns_a_valid_partial_record(tmp_path):
-    """The bench killed at its cap (no budget of its own here): the record written after
-    each row is what comes back, and the tables are rendered from it when packaging."""
-    res, out = run_on_device(tmp_path, wheels=True, STEPS="bench", BENCH_SET="hslm", TOTAL_S="100",
-                             PLAN="bench:8:5", BENCH_TAIL_S="-1000")  # hslm's R=1782 rows: minutes; 8 s: ~18 rows
+def test_a_probe_out_of_time_is_slow_and_its_steps_are_tried_anyway(tmp_path):
+    """Each tool waits 3 s before it starts, the probes have 1 s: timed out on any machine."""
+    res, out = run_on_device(tmp_path, wheels=True, STEPS="wheels facts sanitize-memcheck counters",
+                             PROBE_S="1", STANDIN_TOOL_SLOW_S="3")
     log = (out / "device.log").read_text()
-    assert steps(log)["bench"] == "124"  # timeout's status: it was cut off
+    facts = (out / "facts.txt").read_text()
+    assert "ncu_probe: slow (no answer in PROBE_S 1 s), tried anyway" in facts
+    assert "compute_sanitizer_probe: slow (no answer in PROBE_S 1 s), tried anyway" in facts
+    assert skipped(log) == {} and steps(log) == {"wheels": "0", "facts": "0", "sanitize-memcheck": "0",
+                                                  "counters": "0"}, log[-2000:]
+
+
+def test_a_killed_run_still_leaves_the_summary_and_each_finished_steps_records(tmp_path):
+    """The device kills the whole command (SIGKILL to its group: no trap, no packaging) once
+    the bench has started: what the checkpoints after wheels, facts and verify wrote is there."""
+    project = project_copy(tmp_path)
+    (project / ".whl").mkdir()
+    tiny_wheel(project / ".whl")
+    out = tmp_path / "out"
+    env = {"PATH": os.pathsep.join([str(STANDIN / "bin"), str(Path(sys.executable).parent), "/usr/bin", "/bin"]),
+           "HOME": str(tmp_path), "PYTHONPATH": str(STANDIN), "OUT": str(out), "SITE": str(tmp_path / "site"),
+           "STEPS": "wheels facts verify bench", "VERIFY_SETS": "smoke", "VERIFY_KERNELS": "hslm_fwd_s8",
+           "VERIFY_JOBS": "1", "BENCH_SET": "hslm", "BENCH_CEILING": "0", "BENCH_KERNELS": BENCHED,
+           "PLAN": ROOMY_PLAN, "TOTAL_S": "4000", "CHECKPOINT_S": "120"}
+    run = subprocess.Popen(["bash", "tools/on-device.sh"], cwd=project, env=env, start_new_session=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        log = out / "device.log"
+        for _ in range(6000):  # until the bench step starts (at most 10 minutes)
+            if log.is_file() and "=== step bench (" in log.read_text():
+                break
+            assert run.poll() is None, log.read_text()[-2000:]
+            time.sleep(0.1)
+    finally:
+        os.killpg(run.pid, signal.SIGKILL)
+        run.wait()
+    text = (out / "summary.md").read_text()
+    assert "3 cells (1 kernels x sets smoke) on gpu: 3 exact" in text and "=== done" not in log.read_text()
+    rest = unpacked(out, tmp_path / "rest")
+    assert (rest / "verify.json").is_file() and (rest / "facts.log").is_file() and (rest / "verify.log").is_file()
+    assert (out / "facts.txt").is_file() and len(returned(out)) <= MAX_FILES
+
+
+def _wheel_of(folder: Path, module: str) -> Path:
+    """A wheel whose one top-level module is ``module``."""
+    path = tiny_wheel(folder)
+    with zipfile.ZipFile(path) as zf:
+        files = {n: zf.read(n) for n in zf.namelist()}
+    renamed = folder / f"{module}_carried-0.1-py3-none-any.whl"
+    with zipfile.ZipFile(renamed, "w") as zf:
+        for name, data in files.items():
+            zf.writestr(name.replace("standin_pkg/", f"{module}/"), data)
+    path.unlink()
+    return renamed
+
+
+@pytest.mark.parametrize("module, status", [("json", 0), ("standin_pkg", 1)])
+def test_a_wheel_is_carried_only_when_the_image_cannot_import_it(tmp_path, module, status, capsys):
+    assert wheel_imports.top_level(_wheel_of(tmp_path, module)) == [module]
+    assert wheel_imports.main([str(_wheel_of(tmp_path, module))]) == status
+    assert ("the image imports json" if status == 0 else "the image cannot import standin_pkg") in capsys.readouterr().out
+
+
+def test_a_broken_wheel_is_one_line(tmp_path):
+    (tmp_path / "x.whl").write_text("not a zip")
+    res = subprocess.run([sys.executable, str(ROOT / "tools" / "wheel_imports.py"), str(tmp_path / "x.whl")],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2
+    err = res.stderr
+    assert err.startswith("error: ") and "not a readable wheel" in err and err.count("\n") == 1
+
+
+def test_the_cuda_tests_run_in_the_order_of_their_files(tmp_path):
+    """tests/conftest.py sorts the project's files longest first; the step's order wins."""
+    (tmp_path / "conftest.py").write_text("def pytest_collection_modifyitems(items):\n    items.reverse()\n")
+    files = []
+    for name in ("test_b_first.py", "test_a_second.py"):
+        (tmp_path / name).write_text(CUDA_CHECK_TEXT.split("def test_on_the_cpu")[0])
+        files.append(tmp_path / name)
+    res = subprocess.run([sys.executable, str(ROOT / "tools" / "cuda_tests.py"), "run", *map(str, files)],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    order = [line.split("::")[0].rsplit("/", 1)[-1] for line in res.stdout.splitlines() if "PASSED" in line]
+    assert res.returncode == 0 and order == ["test_b_first.py", "test_a_second.py"], res.stdout[-2000:]
+
+
+def test_a_cut_off_bench_still_returns_a_valid_partial_record(tmp_path):
+    """The bench killed at its cap: the record written after each row is what comes back,
+    and the tables are rendered from it. The cap is the stand-in timeout's clock, counted
+    in rows (tests/data/bench/standin/bin/timeout): the step is cut off once the record
+    holds 3 rows, however fast the machine runs them (hslm's whole set would take minutes)."""
+    out = tmp_path / "out"
+    res, out = run_on_device(tmp_path, wheels=True, STEPS="bench", BENCH_SET="hslm", TOTAL_S="4000",
+                             PLAN="bench:3000:5", BENCH_TAIL_S="-1000", STANDIN_CUT_STEP="bench",
+                             STANDIN_CUT_ROWS="3", STANDIN_CUT_RECORD=str(out / "bench-hslm.json"))
+    log = (out / "device.log").read_text()
+    assert steps(log)["bench"] == "124", log[-2000:]  # timeout's status: it was cut off
     report = read_model(out / "bench-hslm.json", BenchReport)
-    assert not report.complete and len(report.rows) >= 1, log[-2000:]
+    assert not report.complete and len(report.rows) >= 3, log[-2000:]
     assert "> **Partial record**" in (out / "bench-hslm.md").read_text()
     assert (unpacked(out, tmp_path / "rest") / "out" / "bench-hslm.png").is_file()
     assert len(returned(out)) <= MAX_FILES
+
+
+def test_the_row_clock_cuts_only_the_step_it_names(tmp_path):
+    """The stand-in timeout is the real one for every other command: a step it does not
+    name runs to its end, and a command past its limit in seconds still exits 124."""
+    timeout = str(STANDIN / "bin" / "timeout")
+    env = {**os.environ, "STANDIN_CUT_STEP": "bench", "STANDIN_CUT_ROWS": "0",
+           "STANDIN_CUT_RECORD": str(tmp_path / "none.json")}
+    other = subprocess.run([timeout, "-k", "1", "30", "bash", "-c", '"$@"', "layer", "true"], env=env)
+    cut = subprocess.run([timeout, "-k", "1", "30", "bash", "-c", '"$@"', "bench", "sleep", "30"], env=env)
+    slow = subprocess.run([timeout, "0.2", "sleep", "30"], env=env)
+    assert (other.returncode, cut.returncode, slow.returncode) == (0, 124, 124)
 
 
 def test_a_bench_out_of_budget_records_the_rest_as_not_run(tmp_path):
@@ -501,20 +619,61 @@ def test_land_bad_input_is_one_line(tmp_path, capsys, setup, fragment):
 
 # ---- the plan's defaults: every kernel, within the caps ----------------------------------
 
-DEFAULT_PLAN = {name: int(cap) for name, cap, _ in (e.split(":") for e in """wheels:10:4 facts:35:20 verify:50:16
-bench:160:118 layer:45:25 torch-tests:55:35 sanitize-memcheck:25:14 sanitize-racecheck:35:28 sanitize-synccheck:20:12
-sanitize-initcheck:15:10 counters:40:25""".split())}
+@functools.lru_cache(maxsize=None)
+def planned() -> device_plan.Plan:
+    """The default plan (its CUDA test cases counted by a pytest collection: made once, when asked)."""
+    return device_plan.default_plan()
+
+
 VERIFY_TAIL_S, VERIFY_JOBS = 8, 8  # tools/on-device.sh's defaults
+
+
+def test_the_plan_file_and_the_docs_figures_are_the_codes():
+    """tools/device-plan.txt (what on-device.sh reads) and docs/gpu-run.md (what a reader
+    sees) say what tools/device_plan.py computes: rows, cases, caps, minutes."""
+    assert device_plan.PLAN_FILE.read_text() == device_plan.plan_text(planned())
+    doc = device_plan.DOC.read_text()
+    assert device_plan.with_doc(doc, planned()) == doc
+    assert f"{planned().bench_rows} bench rows, {planned().torch_cases} CUDA test cases" in doc
+    assert planned().total_s <= device_plan.SESSION_S == 480
+    assert planned().bench_rows == bench_rows() <= 170
+    # the check can fail: another figure in the doc, or another cost, is seen
+    tampered = doc.replace(f"{planned().bench_rows} bench rows", "396 bench rows")
+    assert tampered != doc and device_plan.with_doc(tampered, planned()) != tampered
+    costs = device_plan.read_costs()
+    dearer = device_plan.default_plan({k: v * 3 for k, v in costs.items()}, planned().torch_cases)
+    assert device_plan.plan_text(dearer) != device_plan.PLAN_FILE.read_text()
+
+
+def test_a_plan_that_cannot_fit_the_session_is_refused():
+    costs = device_plan.read_costs()
+    with pytest.raises(UserError, match="leave no room in 480 s"):
+        device_plan.plan(costs, bench_rows=432 * 3, verify_s=16, kernels=108, torch_cases=8)
+
+
+def test_the_measured_costs_are_validated(tmp_path):
+    bad = tmp_path / "costs.json"
+    bad.write_text('{"host_s": {"tiny/all": -1}}')
+    with pytest.raises(UserError, match="host_s.tiny/all: -1 is not a finite number"):
+        device_plan.read_costs(bad)
+    bad.write_text("[]")
+    with pytest.raises(UserError, match="host_s: cannot be read"):
+        device_plan.read_costs(bad)
 
 
 def test_the_stated_default_plan_is_the_scripts():
     text = (ROOT / "tools" / "on-device.sh").read_text()
-    plan = text.split("PLAN=${PLAN:-", 1)[1].split("}", 1)[0]
-    assert {name: int(cap) for name, cap, _ in (e.split(":") for e in plan.split())} == DEFAULT_PLAN
+    assert "PLAN_FILE=tools/device-plan.txt" in text and "TOTAL_S:-480}" in text
+    assert f"CHECKPOINT_S:-{device_plan.DEVICE['checkpoint']}}}" in text
     assert f"VERIFY_TAIL_S:-{VERIFY_TAIL_S}}}" in text and f"VERIFY_JOBS:-{VERIFY_JOBS}}}" in text
     assert "VERIFY_SETS:-smoke tails hslm}" in text and "VERIFY_KERNELS:-all}" in text
     assert "LAUNCH_KERNELS:-all}" in text  # every kernel under the sanitizers
     assert "MIN_BUDGET_S:-5}" in text  # a tool is given 5 s at least (a test gives less, to wait less)
+    assert f"TORCH_TESTS:-{' '.join(device_plan.TORCH_TESTS)}}}" in text
+    for name, tail in device_plan.TAILS.items():
+        knob = {"verify": "VERIFY_TAIL_S", "bench": "BENCH_TAIL_S", "layer": "LAYER_TAIL_S",
+                "counters": "COUNTER_TAIL_S"}[name]
+        assert f"{knob}:-{tail}}}" in text
 
 
 def test_the_default_verify_covers_every_kernel_on_every_set_within_its_cap():
@@ -526,9 +685,9 @@ def test_the_default_verify_covers_every_kernel_on_every_set_within_its_cap():
                                            f"hslm: 6 shapes x {len(KERNELS)} kernels = {6 * len(KERNELS)} cells"]
     cells = gpu_verify.cells_of(gpu_verify.select_sets(("smoke", "tails", "hslm")), list(KERNELS.values()))
     assert len(cells) == 21 * len(KERNELS)
-    assert gpu_verify.estimate_s(cells, VERIFY_JOBS) <= DEFAULT_PLAN["verify"] - VERIFY_TAIL_S
+    assert gpu_verify.estimate_s(cells, VERIFY_JOBS) <= {s.name: s.cap_s for s in planned().steps}["verify"] - VERIFY_TAIL_S
     # the check can fail: one process would not fit the cap, which is why the default is 8
-    assert gpu_verify.estimate_s(cells, 1) > DEFAULT_PLAN["verify"] - VERIFY_TAIL_S
+    assert gpu_verify.estimate_s(cells, 1) > {s.name: s.cap_s for s in planned().steps}["verify"] - VERIFY_TAIL_S
 
 
 def test_cells_run_set_by_set_so_a_cut_short_run_has_covered_every_kernel():

@@ -28,6 +28,7 @@ from pipeline.core.errors import UserError  # noqa: E402
 AVAILABLE = "cuda.is_available"
 
 
+
 def _text(source: str, node: ast.AST) -> str:
     return ast.get_source_segment(source, node) or ""
 
@@ -98,6 +99,26 @@ class SkipCounter:
             self.outcomes.setdefault(report.nodeid, "passed")
 
 
+def given_order(files: list[Path]) -> object:
+    """A pytest plugin: the tests run in the order of the files given (after the project's
+    conftest has sorted them its own way), so the layer step's cases run before a cold
+    torch.compile and a step cut off at its cap has lost the slowest case only."""
+    import pytest  # only when running: listing needs no pytest
+
+    given = [Path(f).resolve() for f in files]
+
+    class GivenOrder:
+        @pytest.hookimpl(trylast=True)
+        def pytest_collection_modifyitems(self, items: list) -> None:  # noqa: ANN001 (pytest's Items)
+            def rank(item) -> int:  # noqa: ANN001
+                path = Path(item.path).resolve()
+                return given.index(path) if path in given else len(given)
+
+            items.sort(key=rank)  # stable: each file's own order kept
+
+    return GivenOrder()
+
+
 def parser() -> OneLineParser:
     p = OneLineParser(prog="python3 tools/cuda_tests.py",
                       description="List or run the tests that skip without CUDA.")
@@ -122,7 +143,7 @@ def main(argv: list[str]) -> int:
 
     counter = SkipCounter()
     # -vv: one line per test as it ends (the project's addopts say -q), the partial evidence of a cut-off run
-    status = pytest.main(["-p", "no:cacheprovider", "-vv", "-rs", *ids], plugins=[counter])
+    status = pytest.main(["-p", "no:cacheprovider", "-vv", "-rs", *ids], plugins=[counter, given_order(opts.files)])
     counts = {k: sum(v == k for v in counter.outcomes.values()) for k in ("passed", "failed", "skipped")}
     print(f"{len(counter.outcomes)} CUDA tests: {counts['passed']} passed, {counts['failed']} failed, "
           f"{counts['skipped']} skipped" + (" (a CUDA test skipped on the GPU machine is no evidence)"

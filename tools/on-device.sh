@@ -5,17 +5,26 @@
 # for the bench's model column, $MODEL_FILE (made here by `doit model shape=hslm gpu=h200`;
 # artifacts/ is not tracked, so carry artifacts/model).
 #
-# Steps, in order; each has a time cap, the caps of the steps run add to at most TOTAL_S
-# less PACKAGE_S (505 s: 490 s of steps, 15 s to package; docs/gpu-run.md gives each cap's
-# arithmetic), the plan (cap and expected time per step) is printed before the first
-# starts, a step is killed at its cap (what it wrote so far is kept: each writes as it
-# goes), and a failing step is logged and the next one runs:
-#   wheels       pip-install .whl/*.whl into $SITE (doit, pydantic, pyyaml, pytest, ...), each
-#                package the image already has left alone
+# Steps, in order; each has a time cap, from tools/device-plan.txt (written on the CPU
+# machine by tools/device_plan.py from counts and measured costs; docs/gpu-run.md shows
+# each step's arithmetic); the caps of the steps run add to at most TOTAL_S less PACKAGE_S
+# and the checkpoints, the plan (cap and expected time per step) is printed before the
+# first starts, a step is killed at its cap (what it wrote so far is kept: each writes as
+# it goes), after each step summary.md and rest.tgz are rewritten under $OUT (so a run
+# the device kills whole still returns every finished step's records), and a failing
+# step is logged and the next one runs:
+#   wheels       pip-install into $SITE only the .whl/ wheels whose packages the image's
+#                python cannot import (each probed first: doit, pydantic and its three
+#                dependencies, as the image stands); the image's own pytest, pyyaml, ...
+#                are never shadowed, and a carried pytest runs without plugin autoload
+#   warm-up      one launch of every kernel on $WARM_SHAPE (tools/one_launch.py), untimed:
+#                it fills the driver's JIT cache and CuPy's kernel cache before anything
+#                is timed or probed, and is itself the first result on every kernel
 #   facts        device, driver, clocks; nvidia-smi, ptxas, ncu, compute-sanitizer, python,
 #                cupy, torch versions (read-only queries) -> facts.txt; ncu and
 #                compute-sanitizer each probed once on one tiny launch: a tool that cannot
-#                run here makes its steps skipped with one line, not retried
+#                run here makes its steps skipped with one line, not retried; a probe
+#                that runs out of time is "slow", and its steps are tried anyway
 #   verify       every kernel on $VERIFY_SETS on the GPU from the emitted PTX against the integer
 #                CPU reference (tools/gpu_verify.py: no ptxas, no doit; $VERIFY_JOBS processes;
 #                set by set, so a cut-short run has covered every kernel on the first set;
@@ -27,13 +36,15 @@
 #                and CUDA-graph replayed, against bf16 nn.Linear, the hslm shapes and
 #                R=8192 K=N=4096) -> bench-layer.json, rewritten after every row
 #   torch-tests  the tests of $TORCH_TESTS that skip without CUDA (tools/cuda_tests.py finds
-#                them; a skip there counts as a failure), when pytest imports
+#                them; a skip there counts as a failure), when pytest imports, in the files'
+#                order: the layer step's cases first, the cold torch.compile last
 #   sanitize     compute-sanitizer memcheck, racecheck, synccheck, initcheck, each on one
 #                launch of each kernel (tools/one_launch.py $LAUNCH_KERNELS $SANITIZE_SHAPE)
 #   counters     Nsight Compute counters for one launch of each of $COUNTER_KERNELS on
 #                $COUNTERS_SHAPE (--clock-control none: the card's clocks are left alone),
 #                $COUNTER_BATCH kernels per ncu run -> ncu.csv; meanwhile the CPU emulator
 #                counts the same launches (tools/counter_calibration.py): both side by side
+#                in calibration.json, rewritten after every batch
 # What it writes under $OUT (default /tmp/out): at most 8 files, no folders:
 #   device.log   every step's output and time, appended as it runs (a timeout keeps it)
 #   facts.txt    "key: value" lines: device, driver, clocks, tool versions, tool probes
@@ -45,8 +56,10 @@
 #                cells' verdicts, the emulator's counts and calibration.json, each step's log
 # Land it afterwards, on the CPU machine: python -m pipeline.bench.land <folder they came back in>
 # (copies them to bench/results/<gpu>/ with results.json and README.md).
-# Knobs (environment): STEPS (names above, space-separated; default all), TOTAL_S (505),
-# PACKAGE_S (15), PACKAGE_TOOL_S (PACKAGE_S / 3: the bench's tables, the summary), PLAN (name:cap_s:expected_s ...), PLAN_ONLY (1: print the plan, run nothing),
+# Knobs (environment): STEPS (names above, space-separated; default all), TOTAL_S (480),
+# PACKAGE_S (15), PACKAGE_TOOL_S (PACKAGE_S / 3: the bench's tables, the summary), PLAN
+# (name:cap_s:expected_s ...; default tools/device-plan.txt), CHECKPOINT_S (the plan's
+# checkpoint after each step), PLAN_ONLY (1: print the plan, run nothing), WARM_SHAPE (tiny),
 # VERIFY_SETS ("smoke tails hslm"), VERIFY_KERNELS (all), VERIFY_JOBS (8), VERIFY_TAIL_S (8), BENCH_SET (hslm),
 # BENCH_CEILING (8192; 0 skips the cuBLAS ceiling run), BENCH_KERNELS (all int8 GEMMs), MODEL_FILE
 # (artifacts/model/$BENCH_SET-h200.predictions.json), TORCH_TESTS (test files), LAUNCH_KERNELS
@@ -62,10 +75,10 @@ export PYTHONUNBUFFERED=1 MPLBACKEND=Agg
 # every setting the steps read is exported: they run in a child bash (under timeout)
 export OUT=${OUT:-/tmp/out}
 export SITE=${SITE:-/tmp/site}
-export TOTAL_S=${TOTAL_S:-505}
+export TOTAL_S=${TOTAL_S:-480}
 export PACKAGE_S=${PACKAGE_S:-15}
 export PACKAGE_TOOL_S=${PACKAGE_TOOL_S:-$(( PACKAGE_S / 3 ))}  # each of the two tools packaging runs
-export STEPS=${STEPS:-wheels facts verify bench layer torch-tests sanitize counters}
+export STEPS=${STEPS:-wheels warm-up facts verify bench layer torch-tests sanitize counters}
 export VERIFY_SETS=${VERIFY_SETS:-smoke tails hslm}
 export VERIFY_KERNELS=${VERIFY_KERNELS:-all}  # every registry kernel, or a comma list
 export VERIFY_JOBS=${VERIFY_JOBS:-8}      # processes: the CPU reference is most of a cell's time
@@ -77,9 +90,10 @@ export BENCH_TAIL_S=${BENCH_TAIL_S:-20}  # of the bench's cap, kept for its tabl
 export MODEL_FILE=${MODEL_FILE:-artifacts/model/$BENCH_SET-h200.predictions.json}
 export LAYER_TAIL_S=${LAYER_TAIL_S:-12}  # of the layer cap: a row started before it ends inside it
 export MIN_BUDGET_S=${MIN_BUDGET_S:-5}  # the least --budget-s verify, bench and layer are given, whatever their tail leaves
-export TORCH_TESTS=${TORCH_TESTS:-tests/test_torch_linear.py tests/test_torch_compile.py tests/test_layer_step.py}
+export TORCH_TESTS=${TORCH_TESTS:-tests/test_layer_step.py tests/test_torch_linear.py tests/test_torch_compile.py}
 export LAUNCH_KERNELS=${LAUNCH_KERNELS:-all}  # what one_launch.py launches under the sanitizers
 export PROBE_SHAPE=${PROBE_SHAPE:-tiny}
+export WARM_SHAPE=${WARM_SHAPE:-tiny}
 export PROBE_S=${PROBE_S:-12}  # each of the two probes: facts stays inside its cap
 # every reduction (K for forward, N for dX, R for dW) spans 5 or more 64-deep chunks, so the
 # 4-stage ring wraps, and no dimension is a multiple of 16: the tails' predicates run too
@@ -90,11 +104,11 @@ export COUNTERS_SHAPE=${COUNTERS_SHAPE:-ffn_up_r1782}
 export COUNTER_BATCH=${COUNTER_BATCH:-5}     # kernels per ncu run: a run cut off loses only its batch
 export COUNTER_TAIL_S=${COUNTER_TAIL_S:-12}  # of the counters cap: no batch starts in it
 export CALIBRATION_JOBS=${CALIBRATION_JOBS:-8}
-# name:cap_s:expected_s; the caps add to 490 s, TOTAL_S (505) less PACKAGE_S (15); the
-# arithmetic behind each is in docs/gpu-run.md
-PLAN=${PLAN:-wheels:10:4 facts:35:20 verify:50:16 bench:160:129 layer:45:25 torch-tests:55:35
-sanitize-memcheck:25:15 sanitize-racecheck:35:31 sanitize-synccheck:20:12 sanitize-initcheck:15:10
-counters:40:29}
+# name:cap_s:expected_s, each step's arithmetic after a '#' (tools/device_plan.py writes it)
+PLAN_FILE=tools/device-plan.txt
+PLAN_FROM_FILE=0
+if [ -z "${PLAN:-}" ]; then PLAN=$(sed 's/#.*//' "$PLAN_FILE" 2>/dev/null); PLAN_FROM_FILE=1; fi
+export CHECKPOINT_S=${CHECKPOINT_S:-3}  # summary.md and rest.tgz after each step (tools/device_plan.py's checkpoint)
 export WORK=$(mktemp -d /tmp/on-device.XXXXXX)
 mkdir -p "$OUT" "$SITE"
 export LOG="$OUT/device.log"
@@ -120,7 +134,7 @@ plan() {  # the caps of the wanted steps, scaled down to fit TOTAL_S less PACKAG
     CAP[$name]=$cap; EXPECT[$name]=$expect; names+=("$name")
     sum=$(( sum + cap )); expected=$(( expected + expect ))
   done
-  local room=$(( TOTAL_S - PACKAGE_S ))
+  local room=$(( TOTAL_S - PACKAGE_S - ${#names[@]} * CHECKPOINT_S ))  # a checkpoint after each step
   if [ "$room" -lt 1 ]; then
     note "=== plan: TOTAL_S $TOTAL_S s leaves no time after PACKAGE_S $PACKAGE_S s"; exit 2
   fi
@@ -131,7 +145,9 @@ plan() {  # the caps of the wanted steps, scaled down to fit TOTAL_S less PACKAG
   fi
   note "=== plan: ${#names[@]} steps, caps $sum s + $PACKAGE_S s packaging of TOTAL_S $TOTAL_S s; expected ~$expected s"
   for name in "${names[@]}"; do
-    note "$(printf '=== plan: %-18s cap %4s s, expected ~%s s' "$name" "${CAP[$name]}" "${EXPECT[$name]}")"
+    local why=""
+    [ "$PLAN_FROM_FILE" = 1 ] && why=$(grep "^$name:" "$PLAN_FILE" | sed -n 's/^[^#]*# *//p' | head -1)
+    note "$(printf '=== plan: %-18s cap %4s s, expected ~%s s' "$name" "${CAP[$name]}" "${EXPECT[$name]}")${why:+  ($why)}"
   done
 }
 
@@ -141,7 +157,7 @@ plan() {  # the caps of the wanted steps, scaled down to fit TOTAL_S less PACKAG
 step() {
   local name=$1; shift
   local cap=${CAP[$name]:-0}
-  local left=$(( START + TOTAL_S - PACKAGE_S - $(date +%s) ))
+  local left=$(( START + TOTAL_S - PACKAGE_S - CHECKPOINT_S - $(date +%s) ))
   local limit=$(( cap < left ? cap : left ))
   if [ "$limit" -lt 5 ]; then
     note "=== step $name: skipped, out of time ($left s left)"; RC=1; return
@@ -152,6 +168,23 @@ step() {
   local status=${PIPESTATUS[0]}
   note "=== step $name: exit $status after $(( $(date +%s) - t0 )) s (at $(( $(date +%s) - START )) s)"
   [ "$status" = 0 ] || RC=1
+  checkpoint
+}
+
+# summary.md and rest.tgz as they stand, under $OUT: what comes back if the device kills
+# the whole command before packaging (each under CHECKPOINT_S; the next checkpoint or
+# packaging replaces them)
+checkpoint() {
+  ON_DEVICE_RC=$RC timeout -k 1 "$CHECKPOINT_S" python3 tools/device_summary.py "$OUT" "$WORK" >> "$LOG" 2>&1
+  local parts=() extra=() f
+  mapfile -t parts < <(cd "$WORK" && ls -A)
+  for f in "$OUT"/*; do  # the bench's CSV and PNG: in $OUT until packaging moves them
+    [ -e "$f" ] || continue
+    case " ${BACK[*]} " in *" $(basename "$f") "*) ;; *) extra+=("$(basename "$f")") ;; esac
+  done
+  timeout -k 1 "$CHECKPOINT_S" tar czf "$OUT/rest.tgz.tmp" -C "$WORK" "${parts[@]}" \
+    ${extra[0]+-C "$OUT" "${extra[@]}"} 2>>"$LOG" && mv "$OUT/rest.tgz.tmp" "$OUT/rest.tgz"
+  rm -f "$OUT/rest.tgz.tmp"
 }
 
 skip() {  # skip NAME WHY COUNTS: one line; COUNTS=1 when the run should have done it
@@ -165,8 +198,8 @@ tool() {  # the first of: PATH, the CUDA toolkits, Nsight Compute's own folder
   ls /usr/local/cuda*/bin/"$1" /opt/nvidia/nsight-compute/*/"$1" 2>/dev/null | head -1
 }
 
-usable() {  # usable NAME: the facts step's probe found it working, or did not probe it
-  [ ! -f "$WORK/probe-$1" ] || [ "$(head -1 "$WORK/probe-$1")" = ok ]
+usable() {  # usable NAME: the facts step's probe found it working or slow, or did not probe it
+  [ ! -f "$WORK/probe-$1" ] || grep -qE '^(ok|slow)' "$WORK/probe-$1"
 }
 
 install_wheels() {
@@ -177,14 +210,14 @@ install_wheels() {
     echo "no wheels in .whl/: run tools/prepare-wheels.sh on the CPU machine and carry .whl"
     return 3
   fi
-  for w in "${wheels[@]}"; do  # the image's own numpy, torch and CuPy builds are never shadowed
-    case $(basename "$w" | tr 'A-Z' 'a-z') in
-      numpy-*|torch-*|cupy*|nvidia_*|nvidia-*) echo "left alone (the image's own build is used): $(basename "$w")" ;;
-      *) keep+=("$w") ;;
-    esac
+  for w in "${wheels[@]}"; do  # only what the image's python cannot import: its own packages are never shadowed
+    if PYTHONPATH=$PWD python3 tools/wheel_imports.py "$w"; then
+      echo "left alone (the image has it): $(basename "$w")"
+    else keep+=("$w"); fi
   done
+  if [ ${#keep[@]} -eq 0 ]; then echo "the image has every carried package: nothing installed"; return 0; fi
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target "$SITE" "${keep[@]}" && ls "$SITE"
+    --target "$SITE" "${keep[@]}" && echo "installed: ${keep[*]##*/}"
 }
 
 probe() {  # probe NAME: one tiny launch under the tool; "ok" or why not, in $WORK/probe-NAME
@@ -199,6 +232,7 @@ probe() {  # probe NAME: one tiny launch under the tool; "ok" or why not, in $WO
           --log-file "$WORK/probe-ncu.csv" python3 tools/one_launch.py "$first" "$PROBE_SHAPE" 2>&1); status=$?
     # the tool works when it profiled the launch, whatever the kernels computed
     if grep -q gpu__time_duration "$WORK/probe-ncu.csv" 2>/dev/null; then verdict=ok
+    elif [ "$status" = 124 ] || [ "$status" = 137 ]; then verdict="slow (no answer in PROBE_S $PROBE_S s), tried anyway"
     else verdict="cannot run here (exit $status): $(grep -iE 'error|fail' <<< "$out" | tail -1 | cut -c1-200)"; fi
   else
     out=$(timeout -k 5 "$PROBE_S" "$path" --tool memcheck --error-exitcode 1 \
@@ -206,6 +240,7 @@ probe() {  # probe NAME: one tiny launch under the tool; "ok" or why not, in $WO
     # the tool works when it watched the program to its summary and did not refuse the device
     if grep -q "ERROR SUMMARY: " <<< "$out" && ! grep -qiE "not supported|unsupported|LibraryNotLoaded" <<< "$out"; then
       verdict=ok
+    elif [ "$status" = 124 ] || [ "$status" = 137 ]; then verdict="slow (no answer in PROBE_S $PROBE_S s), tried anyway"
     else verdict="cannot run here (exit $status): $(grep -iE 'error|fail' <<< "$out" | tail -1 | cut -c1-200)"; fi
   fi
   echo "$verdict" > "$WORK/probe-$name"
@@ -236,6 +271,10 @@ facts() {
   [ -n "$nvsmi" ]
 }
 
+warm_up() {  # one launch of every kernel on a tiny shape: the caches filled, every kernel tried once
+  python3 tools/one_launch.py "$LAUNCH_KERNELS" "$WARM_SHAPE"
+}
+
 verify() {
   local budget=$(( STEP_LIMIT_S - VERIFY_TAIL_S ))
   # shellcheck disable=SC2086  # VERIFY_SETS is a list of words
@@ -263,6 +302,10 @@ layer() {
 torch_tests() {
   local present=() f
   for f in $TORCH_TESTS; do [ -f "$f" ] && present+=("$f"); done
+  case $(python3 -c 'import pytest; print(pytest.__file__)' 2>/dev/null) in
+    "$SITE"/*) export PYTEST_DISABLE_PLUGIN_AUTOLOAD=1  # a carried pytest: the image's plugins were built for another
+               echo "pytest carried in $SITE: plugin autoload off" ;;
+  esac
   python3 tools/cuda_tests.py run "${present[@]}"
 }
 
@@ -299,9 +342,19 @@ counters() {  # ncu in batches of COUNTER_BATCH launches; the emulator counts th
     # one CSV of every batch so far, one header: what comes back even when a later batch is cut off
     awk 'FNR == 1 { on = 0 } /^"ID"/ { on = 1; if (seen++) next } on' "$WORK"/ncu-[0-9]*.csv > "$OUT/ncu.csv.tmp" \
       && mv "$OUT/ncu.csv.tmp" "$OUT/ncu.csv"
+    if [ -n "$emulator" ]; then  # done long before the first batch, as a rule (a few seconds on every core)
+      wait "$emulator" || { echo "the emulator's counts failed: $(tail -3 "$WORK/emulate.log")"; status=1; }
+      emulator=""; cat "$WORK/emulate.log"
+    fi
+    if [ -s "$WORK/emulated.json" ]; then  # the batches so far beside the emulator's: kept if a later one is cut off
+      python3 tools/counter_calibration.py compare "$OUT/ncu.csv" "$WORK/emulated.json" \
+        --out "$WORK/calibration.json" > /dev/null 2>&1 && echo "calibration.json: batches 0-$(( part - 1 ))"
+    fi
   done
-  wait "$emulator" || { echo "the emulator's counts failed: $(tail -3 "$WORK/emulate.log")"; status=1; }
-  cat "$WORK/emulate.log"
+  if [ -n "$emulator" ]; then
+    wait "$emulator" || { echo "the emulator's counts failed: $(tail -3 "$WORK/emulate.log")"; status=1; }
+    cat "$WORK/emulate.log"
+  fi
   [ -s "$OUT/ncu.csv" ] || { echo "ncu wrote no counters"; return 1; }
   python3 -m pipeline.bench.counters table "$OUT/ncu.csv"
   python3 tools/counter_calibration.py compare "$OUT/ncu.csv" "$WORK/emulated.json" --out "$WORK/calibration.json" \
@@ -334,12 +387,16 @@ package() {
 }
 trap 'RC=1; package; exit 1' TERM INT
 # steps run under timeout in a child bash: it needs the functions
-export -f tool install_wheels probe facts verify bench layer torch_tests sanitize counters
+export -f tool install_wheels probe facts warm_up verify bench layer torch_tests sanitize counters
 
 note "=== on-device.sh in $PWD at $(date -u +%FT%TZ); steps: $STEPS"
 plan
-[ "${PLAN_ONLY:-0}" = 1 ] && exit 0  # the plan alone: what would run, within what time
+if [ "${PLAN_ONLY:-0}" = 1 ]; then  # the plan alone: what would run, within what time
+  [ "$PLAN_FROM_FILE" = 1 ] && grep '^# total' "$PLAN_FILE" | sed 's/^# /=== plan: /' | tee -a "$LOG"
+  exit 0
+fi
 wanted wheels && step wheels install_wheels
+wanted warm-up && step warm-up warm_up
 wanted facts && step facts facts
 wanted verify && step verify verify
 wanted bench && step bench bench

@@ -11,8 +11,9 @@
 # .whl/ at the repository root, and marks .whl/ ignored in git's local exclude file so it
 # is never committed. numpy, torch, CuPy and NVIDIA library wheels a dependency pulls in
 # are removed: the device's own builds must be the ones imported. tools/on-device.sh
-# installs whatever it finds in .whl/ on the GPU machine; take .whl/ along with the
-# working tree (the device tool's `carry`).
+# installs on the GPU machine only the wheels whose modules the image's python cannot
+# import (tools/wheel_imports.py), so the image's own pytest, pyyaml, ... are never
+# shadowed; take .whl/ along with the working tree (the device tool's `carry`).
 # Writes: .whl/*.whl (replacing an earlier .whl/), one line in git's info/exclude.
 # Exit: 0 when the wheels are there, non-zero (pip's message) when a download failed.
 set -euo pipefail

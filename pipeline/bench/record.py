@@ -130,12 +130,13 @@ class Check(Record):
 class Row(Record):
     """One implementation on one (kernel, shape): its timings, check, and what it ran."""
 
-    kernel: str
+    kernel: str  # a baseline's: the first kernel of the family it is shared by
     shape: str
     R: int
     K: int
     N: int
     impl: Impl
+    family: str = ""  # the product (kernels' family) whose baselines this row's compare with
     gemm: tuple[int, int, int]  # (M, inner, out) as run, after any padding
     note: str = ""  # padding and layout the row needed, in words
     buffer_sets: int = 1  # input sets rotated so the working set exceeds L2
@@ -221,14 +222,18 @@ class Summary(Record):
 
 
 def summarize(rows: list[Row], peak_tops: float | None) -> list[Summary]:
-    """One Summary per (kernel, shape), in row order. Failed or wrong baselines never win."""
-    keys = list(dict.fromkeys((r.kernel, r.shape) for r in rows))
+    """One Summary per (kernel, shape) with an "ours" row, in row order. A kernel is compared with the
+    baselines of its family on the shape (timed once, shared by the family's
+    configurations; a record without families: its own). Failed or wrong baselines never win."""
+    keys = list(dict.fromkeys((r.kernel, r.shape) for r in rows if r.impl == "ours"))
+    family = {r.kernel: r.family or r.kernel for r in rows}
     out = []
     for kernel, shape in keys:
         group = [r for r in rows if (r.kernel, r.shape) == (kernel, shape)]
         ours = next((r for r in group if r.impl == "ours" and r.ok), None)
         model = next((r.model_us for r in group if r.impl == "ours"), None)
-        base = [r for r in group if r.impl != "ours" and r.ok]
+        base = [r for r in rows if r.impl != "ours" and r.ok and r.shape == shape
+                and (r.family or r.kernel) == family[kernel]]
         best = min(base, key=lambda r: r.stream.median_us, default=None)
         gbase = [r for r in base if r.graph is not None]
         gbest = min(gbase, key=lambda r: r.graph.median_us, default=None)

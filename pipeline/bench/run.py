@@ -8,6 +8,10 @@ kernel and shape, every implementation (pipeline.bench.baselines) is
    counted as a fast one;
 2. sized and timed (pipeline.bench.timing): rotated buffer sets past L2, back-to-back
    launches on one stream, then the same launches replayed from a CUDA graph.
+Every "ours" row runs before any baseline, so a run cut short loses baselines first. A
+baseline times a (product, shape) once, the dense int8 GEMM that every configuration of
+the product (a family: forward, dX, dW, each in several CTA tiles) computes on that
+shape, and its rows are shared by those configurations (:func:`plan_rows`).
 Whatever fails on the way (a library refusing a shape, the driver refusing our PTX,
 a failed graph capture) becomes that row's error; the run goes on.
 
@@ -27,7 +31,7 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
@@ -43,7 +47,7 @@ from pipeline.bench.baselines import (Case, Problem, case_cublas_f16, case_cubla
                                       make_problem)
 from pipeline.bench.cli import OneLineParser, run_cli
 from pipeline.bench.device import is_sticky, load_torch, probe_device, require_gpu
-from pipeline.bench.record import (IMPLS, BenchReport, Check, Device, Method, Row,
+from pipeline.bench.record import (BASELINES, IMPLS, BenchReport, Check, Device, Method, Row,
                                    load_predictions, summarize, with_predictions)
 from pipeline.bench.report import markdown, output_paths, write_outputs
 from pipeline.bench.timing import calls_per_sample, estimate_us, sets_needed, time_graph, time_stream
@@ -159,6 +163,29 @@ def _row_without_run(spec: KernelSpec, shape: Shape, impl: str, why: str, not_ru
                gemm=(A.shape[0], A.shape[1], Bt.shape[0]), error=why, not_run=not_run)
 
 
+class Job(NamedTuple):
+    """One problem to bench: a kernel on a shape, and the implementations to time on it."""
+
+    kernel: str
+    shape: Shape
+    impls: tuple[str, ...]
+
+
+def plan_rows(names: tuple[str, ...], shapes: list[Shape]) -> list[Job]:
+    """The rows of a run in the order they run: every kernel's "ours" on every shape, then
+    each family's baselines on every shape, once, under the family's first kernel named
+    (the configurations of a family compute the same int8 GEMM on a shape)."""
+    ours = [Job(kernel, shape, ("ours",)) for kernel in names for shape in shapes]
+    first = dict.fromkeys(KERNELS[kernel].family_name for kernel in names)
+    heads = [next(k for k in names if KERNELS[k].family_name == family) for family in first]
+    return ours + [Job(kernel, shape, BASELINES) for kernel in heads for shape in shapes]
+
+
+def row_count(names: tuple[str, ...] = GEMM_KERNELS, shape_set: str = "hslm") -> int:
+    """How many rows a run of ``names`` on ``shape_set`` records."""
+    return sum(len(job.impls) for job in plan_rows(names, select_sets((shape_set,))[shape_set]))
+
+
 class _Run:
     """One bench run's rows and record: rewritten after every row, so a run cut off by a
     time limit or a lost CUDA context leaves a valid record of what it finished."""
@@ -178,6 +205,7 @@ class _Run:
     def add(self, row: Row, quietly: bool = False) -> None:
         """One more row; the record is rewritten with it unless ``quietly`` (rows not run,
         added in bulk and written with the next row or the final record)."""
+        row = row.model_copy(update={"family": KERNELS[row.kernel].family_name})
         self.rows.append(row)
         self.done.add((row.kernel, row.shape, row.impl))
         if not quietly:
@@ -254,39 +282,38 @@ def run_bench(shape_set: str, method: Method = DEFAULT_METHOD, out_dir: Path = B
     run.write()  # a valid record from the start: a run cut off at once still leaves one
     stopped, unrun = None, 0
     try:
-        for kernel in names:
-            spec = KERNELS[kernel]
-            for shape in shapes:
-                todo = [impl for impl in IMPLS if (kernel, shape.name, impl) not in run.done]
-                if not todo:
-                    continue
-                if stopped is None and deadline is not None and time.monotonic() > deadline:
-                    stopped = f"the time budget ({budget_s:g} s) ran out: the rows after it were not run"
-                if stopped is None and fresh >= MAX_FRESH_PROCESSES:
-                    stopped = (f"the CUDA context was lost {fresh} times: no more fresh processes; "
-                               "the rows after it were not run")
-                if stopped:
-                    for impl in todo:
-                        run.add(_row_without_run(spec, shape, impl, f"not run: {stopped}"), quietly=True)
-                    unrun += len(todo)
-                    continue
-                try:
-                    p = make_problem(cp, spec, shape)
-                    made = builders(cp, torch, no_torch, p, spec)
-                except Exception as exc:  # the reference's device product failed
-                    made, failure = None, exc
+        for job in plan_rows(names, shapes):
+            spec, shape = KERNELS[job.kernel], job.shape
+            todo = [impl for impl in job.impls if (job.kernel, shape.name, impl) not in run.done]
+            if not todo:
+                continue
+            if stopped is None and deadline is not None and time.monotonic() > deadline:
+                stopped = f"the time budget ({budget_s:g} s) ran out: the rows after it were not run"
+            if stopped is None and fresh >= MAX_FRESH_PROCESSES:
+                stopped = (f"the CUDA context was lost {fresh} times: no more fresh processes; "
+                           "the rows after it were not run")
+            if stopped:
                 for impl in todo:
-                    if made is None:
-                        row = _row_without_run(spec, shape, impl, "the problem could not be made: "
-                                               f"{row_error(failure)}", not_run=False)
-                    else:
-                        row = bench_case(cp, torch, p, impl, made[impl], method, l2)
-                    run.add(row)
-                    if is_sticky(row.error):
-                        print(f"sticky CUDA error in {row.kernel} {row.shape} {row.impl}: this process's "
-                              "CUDA context is lost; the rows left run in a fresh process", flush=True)
-                        _fresh_process(paths[0], model, deadline, fresh + 1)
-                        return [path for path in paths if path.exists()]
+                    run.add(_row_without_run(spec, shape, impl, f"not run: {stopped}"), quietly=True)
+                unrun += len(todo)
+                continue
+            try:
+                p = make_problem(cp, spec, shape)
+                made = builders(cp, torch, no_torch, p, spec)
+            except Exception as exc:  # the reference's device product failed
+                made, failure = None, exc
+            for impl in todo:
+                if made is None:
+                    row = _row_without_run(spec, shape, impl, "the problem could not be made: "
+                                           f"{row_error(failure)}", not_run=False)
+                else:
+                    row = bench_case(cp, torch, p, impl, made[impl], method, l2)
+                run.add(row)
+                if is_sticky(row.error):
+                    print(f"sticky CUDA error in {row.kernel} {row.shape} {row.impl}: this process's "
+                          "CUDA context is lost; the rows left run in a fresh process", flush=True)
+                    _fresh_process(paths[0], model, deadline, fresh + 1)
+                    return [path for path in paths if path.exists()]
     except KeyboardInterrupt:  # SIGTERM (a time limit) or Ctrl-C: keep what was measured
         stopped = f"interrupted after {len(run.rows)} rows"
         write_outputs(_with(run.report(complete=False, stopped=stopped), predictions), run.paths[0].parent,

@@ -11,7 +11,13 @@ STANDIN_FAULT (a kernel whose launch faults with cudaErrorIllegalAddress, a stic
 error: from then on every CUDA call of the process fails the same way, as on a real
 device) and STANDIN_LAUNCH_LOG (a file each kernel launch appends its name to: what
 the stand-in ncu reads to know which launches it profiled).
+
+Memory is host memory: ``cuda.UnownedMemory`` over an address (a CPU torch tensor's, in
+the tests of kernels.layer_step.CudaRuntime) refuses a null pointer without a device id,
+as CuPy 14.2 does, and ``ndarray(shape, dtype, memptr=...)`` is a numpy array over it
+whose ``data`` is a MemoryPointer, as CuPy's is.
 """
+import ctypes
 import os
 import time
 import types
@@ -23,7 +29,49 @@ from kernels.ptxemu import Module as EmulatorModule
 
 __version__ = "0-standin"
 int32, float16, float32, float64 = np.int32, np.float16, np.float32, np.float64
-ndarray = np.ndarray
+
+
+class UnownedMemory:
+    """cupy.cuda.UnownedMemory: memory someone else owns. Without a device id CuPy looks
+    the pointer's device up, and a null pointer (a zero-size torch tensor's) has none."""
+
+    def __init__(self, ptr, size, owner, device_id=-1):
+        if device_id < 0:
+            if ptr == 0:
+                raise ValueError("UnownedMemory: a null pointer needs device_id (stand-in, as CuPy 14.2)")
+            device_id = 0
+        self.ptr, self.size, self.owner, self.device_id = ptr, size, owner, device_id
+
+
+class MemoryPointer:
+    def __init__(self, mem, offset):
+        self.mem, self.ptr = mem, mem.ptr + offset
+
+
+class ndarray(np.ndarray):
+    """cupy.ndarray over host memory: ``memptr`` names the first byte; every view keeps the
+    memory it came from, and ``data`` is the MemoryPointer of its own first byte."""
+
+    def __new__(cls, shape, dtype=float, memptr=None, strides=None, order="C"):
+        dtype = np.dtype(dtype)
+        if memptr is None:
+            memptr = MemoryPointer(UnownedMemory(0, 0, None, 0), 0)
+            out = np.zeros(shape, dtype).view(cls)
+        else:
+            size = int(np.prod(shape)) * dtype.itemsize
+            buffer = (ctypes.c_char * size).from_address(memptr.ptr) if size else bytearray(0)
+            out = np.ndarray.__new__(cls, shape, dtype, buffer=buffer, strides=strides, order=order)
+        out._mem = memptr.mem
+        return out
+
+    def __array_finalize__(self, obj):
+        self._mem = getattr(obj, "_mem", None)
+
+    @property
+    def data(self):
+        pointer = MemoryPointer(self._mem, 0)
+        pointer.ptr = self.__array_interface__["data"][0] if self.size else 0
+        return pointer
 
 
 class CUDADriverError(RuntimeError):
@@ -72,8 +120,15 @@ class Event:
 
 
 class Stream:
+    made_from_external = []  # the (ptr, device_id) of every Stream.from_external
+
     def __init__(self, non_blocking=False):
         pass
+
+    @classmethod
+    def from_external(cls, ptr, device_id=-1):
+        cls.made_from_external.append((ptr, device_id))
+        return cls()
 
     def __enter__(self):
         return self
@@ -116,6 +171,7 @@ class FunctionModule:
             if log:
                 with open(log, "a") as f:
                     f.write(name + "\n")
+            kwargs.pop("stream", None)  # one stream: launches run in order
             if os.environ.get("STANDIN_FAULT") == name:
                 _context["lost"] = STICKY
                 raise CUDARuntimeError(STICKY)
@@ -133,6 +189,8 @@ runtime.__dict__.update(
     getDeviceProperties=_checked(lambda i: {"name": b"STAND-IN numpy GPU", "major": 9, "minor": 0}))
 cuda = types.ModuleType("cupy.cuda")
 cuda.__dict__.update(runtime=runtime, Event=Event, Stream=Stream, Device=Device,
+                     UnownedMemory=UnownedMemory, MemoryPointer=MemoryPointer,
+                     ExternalStream=lambda ptr, device_id=-1: Stream(),
                      set_allocator=lambda allocator=None: None,
                      function=types.SimpleNamespace(Module=FunctionModule),
                      get_elapsed_time=lambda a, b: max(b.t - a.t, 1e-6) * 1e3)
