@@ -43,6 +43,8 @@ class Copy(NamedTuple):
     dst: np.ndarray         # shared offsets
     size: int
     group: np.ndarray       # per thread: its commit count at issue (the group it joins)
+    source: np.ndarray      # global addresses it reads
+    have: np.ndarray        # bytes it reads there (src-size: 0 for a zero fill)
 
 
 class CopyBook:
@@ -66,13 +68,15 @@ class CopyBook:
             if done.any():
                 smem.settle(c.dst[done], c.threads[done], 4, c.size // 4)
             if not done.all():
-                left.append(Copy(c.threads[~done], c.dst[~done], c.size, c.group[~done]))
+                later = ~done
+                left.append(Copy(c.threads[later], c.dst[later], c.size, c.group[later],
+                                 c.source[later], c.have[later]))
         self.copies = left
 
 
 def _book(st) -> CopyBook:
     if st.smem.copies is None:
-        st.smem.copies = CopyBook(st.T)
+        st.smem.copies = st.gmem.copies = CopyBook(st.T)
     return st.smem.copies
 
 
@@ -144,7 +148,8 @@ def _cp_async(cx, level):
         where = dst.addresses(st, m, sel)
         st.smem.claim(where, sel, 4, size // 4, data.view(np.uint32))
         book = _book(st)
-        book.copies.append(Copy(sel, where.astype(np.int64), size, book.committed[sel].copy()))
+        book.copies.append(Copy(sel, where.astype(np.int64), size, book.committed[sel].copy(),
+                                source, have))
     return Exec("op", run, shared_bytes=size)
 
 

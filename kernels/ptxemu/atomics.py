@@ -7,14 +7,23 @@ modulo 2^32 (two's complement), so integer sums come out the same in any order.
 
 ``atom{.sem}{.scope}.global.exch.b32 d, [a], b`` stores b and returns the old word.
 
-Threads of one instruction that hit one word are applied in thread order (atom's old
-values follow that order; hardware picks some order, which only atom can observe).
-Shared-memory atomics are not supported (refused at load).
+The order the emulator guarantees: atomic instructions apply in the order the lockstep
+schedule executes them, and the threads of one instruction that hit one word in thread
+order (atom's old values follow that order; hardware picks some order, which only atom
+can observe). So in a split-K ticket (every CTA's thread 0 does ``atom.add`` on the
+tile's ticket) the CTA that sees ``splits - 1`` is the last in that order, and every
+other CTA's ticket came before its own. Shared-memory atomics are not supported
+(refused at load).
 
 Fences (PTX ISA 9.7.13.4 membar/fence) order a thread's memory accesses; the lockstep
 executor already performs every access in program order and makes it visible to every
-thread at once, so ``membar.{cta,gl,sys}`` and ``fence.{sc,acq_rel}.{cta,gpu,sys}`` are
-accepted and do nothing.
+thread at once, so ``membar.{cta,gl,sys}`` and ``fence.{sc,acq_rel}.{cta,gpu,sys}``
+change no data. A gpu- or system-scope fence (membar.gl/.sys, fence.*.gpu/.sys) and
+each atomic move the launch's synchronisation clock, by which the cross-CTA race check
+(memory.py, GlobalMemory) decides whether one CTA may read (or overwrite) what another
+stored (or read): the writer's stores, then its fence, then its atomic (release), then
+the reader's later atomic and its fence (acquire), PTX ISA 8.10 "Memory Consistency
+Model: release and acquire patterns".
 """
 from __future__ import annotations
 
@@ -53,7 +62,9 @@ def _update_words(st, m, where, value, unsigned, in_order) -> np.ndarray:
     at = where.addresses(st, m, sel)
     where.record(st, at, sel)
     for k, pos, rows in st.gmem.locate(at, sel, 4):
+        st.gmem.writing(k, sel[pos], 4, at[pos])
         old[pos] = in_order(st.gmem.words(k), rows, operand[pos])
+    st.gmem.atomic(sel)
     full = np.zeros(st.T, np.uint32)
     full[sel] = old
     return full
@@ -97,7 +108,11 @@ def _atomic_exchange(cx):
     return run
 
 
-@form(r"membar\.(?:cta|gl|sys)|fence\.(?:sc|acq_rel)\.(?:cta|gpu|sys)")
-def _fence(cx):
+@form(r"membar\.(?P<wide>cta|gl|sys)|fence\.(?:sc|acq_rel)\.(?P<scope>cta|gpu|sys)")
+def _fence(cx, wide, scope):
+    """A CTA-scope fence orders nothing between CTAs; a gpu/system one is what the
+    cross-CTA race check counts (memory.py, GlobalMemory)."""
     cx.nargs(0)
-    return lambda st, m: None
+    if "cta" in (wide, scope):
+        return lambda st, m: None
+    return lambda st, m: st.gmem.fence(st.sel(m))

@@ -76,21 +76,41 @@ def allocation_offset(a: np.ndarray) -> int:
 class GlobalMemory:
     """The launch's array arguments, reachable by fake 64-bit addresses.
 
-    ``ctas``: the CTA of each thread index, to catch stores of one byte from two CTAs
-    (None for a one-CTA launch, where there is nothing to catch); ``grid`` names them.
+    ``ctas``: the CTA of each thread index, to catch the races between CTAs (None for a
+    one-CTA launch, where there is nothing to catch); ``grid`` names them.
     ``grain``: the smallest global store of the kernel. Every access is aligned to its
-    size on the absolute address, so two stores share a byte exactly when they share a
-    ``grain``-aligned cell, and the CTAs are tracked per cell."""
+    size on the absolute address, so two accesses share a byte exactly when they share a
+    ``grain``-aligned cell (a narrower load lies inside one cell), and the CTAs are
+    tracked per cell: which CTA stored it and when, which CTA read it (``MANY``: more
+    than one) and when. "When" is the launch's synchronisation clock (:meth:`fence`,
+    :meth:`atomic`): a CTA's stores before a gpu-scope fence are *released* by its next
+    atomic, and a CTA that executed an atomic later in the emulator's atomic order
+    (instruction order, then thread order) and then a gpu-scope fence has *acquired*
+    them: only then may it read them (or overwrite what the releasing CTA read)."""
+
+    MANY = -2           # read_by: read by more than one CTA
 
     def __init__(self, buffers: list[tuple[str, np.ndarray]], ctas: np.ndarray | None = None,
                  grid: tuple[int, int, int] = (1, 1, 1), grain: int = 1):
         self.names = [n for n, _ in buffers]
         self.raw = [a.reshape(-1).view(np.uint8) for _, a in buffers]
+        self.writeable = [bool(a.flags.writeable) for _, a in buffers]
         self.nbytes = np.array([r.size for r in self.raw] + [0], dtype=np.int64)
         self.start = np.array([allocation_offset(a) for _, a in buffers] + [0], dtype=np.int64)
         self.ctas, self.grid, self.grain = ctas, grid, grain
+        self.copies = None          # the launch's in-flight cp.async book (async_copy.py)
         self.stored: dict[int, np.ndarray] = {}     # buffer -> CTA that stored each cell
+        self.stored_at: dict[int, np.ndarray] = {}  # buffer -> clock of that store
+        self.read_by: dict[int, np.ndarray] = {}    # buffer -> CTA that read each cell
+        self.read_at: dict[int, np.ndarray] = {}    # buffer -> clock of the latest read
         self._views: dict[tuple[int, int, int], np.ndarray] = {}
+        n = 0 if ctas is None else int(ctas[-1]) + 1
+        self.clock = 1
+        self.fenced = np.zeros(n, np.int64)         # clock of the CTA's last gpu fence
+        self.released = np.zeros(n, np.int64)       # what its release covers: clock < this
+        self.release_at = np.full(n, np.iinfo(np.int64).max, np.int64)  # its release's order
+        self.atomic_at = np.zeros(n, np.int64)      # order of the CTA's latest atomic
+        self.acquired = np.zeros(n, np.int64)       # releases ordered before this are seen
 
     @staticmethod
     def base(i: int, start: int = 0) -> int:
@@ -144,7 +164,11 @@ class GlobalMemory:
                 for k, pos in groups if isinstance(pos, slice) or pos.size]
 
     def load(self, addr, threads, elem: int, vec: int) -> np.ndarray:
-        groups = self.locate(addr, threads, elem * vec)
+        size = elem * vec
+        groups = self.locate(addr, threads, size)
+        if self.ctas is not None:
+            for k, pos, _ in groups:
+                self._note_read(k, threads[pos], size, addr[pos])
         if len(groups) == 1:
             k, _, rows = groups[0]
             return self._view(k, elem, vec)[rows]
@@ -156,40 +180,174 @@ class GlobalMemory:
     def store(self, addr, threads, elem: int, vec: int, values: np.ndarray) -> None:
         size = elem * vec
         for k, pos, rows in self.locate(addr, threads, size):
+            self.writing(k, threads[pos], size, addr[pos])
             if self.ctas is not None:
-                self._claim(k, rows, threads[pos], size, addr[pos])
+                self._claim(k, threads[pos], size, addr[pos])
+            if rows.size > 1 and not bool((rows[1:] > rows[:-1]).all()):
+                self._same_word(k, rows, values[pos], threads[pos], addr[pos])
             self._view(k, elem, vec)[rows] = values[pos]
 
-    def _claim(self, k: int, rows: np.ndarray, threads: np.ndarray, size: int,
-               addr: np.ndarray) -> None:
-        """Record which CTA stored each cell of buffer ``k``; a cell another CTA of the
-        launch stored already (now or by an earlier instruction) is a ``race``."""
-        g, start = self.grain, int(self.start[k])
+    # ---- the checks ---------------------------------------------------------------------
+
+    def _cells(self, size: int, threads: np.ndarray, addr: np.ndarray):
+        """(cell, CTA) of every ``grain`` cell the accesses touch, in access order."""
+        first = (addr & np.uint64(SPAN - 1)).astype(np.int64) // self.grain
+        n = max(1, size // self.grain)
+        if n == 1:
+            return first, self.ctas[threads]
+        return (first[:, None] + np.arange(n)).ravel(), np.repeat(self.ctas[threads], n)
+
+    def _table(self, book: dict, k: int, fill: int, dtype=np.int32) -> np.ndarray:
+        if k not in book:
+            book[k] = np.full((self.raw[k].size + int(self.start[k])) // self.grain + 1, fill,
+                              dtype)
+        return book[k]
+
+    def writing(self, k: int, threads: np.ndarray, size: int, addr: np.ndarray) -> None:
+        """Checks of every write (store or atomic) into buffer ``k``: the array is
+        writeable, and no cp.async still in flight reads the bytes."""
+        if not self.writeable[k]:
+            raise Fault("read_only", threads[0], f"store into buffer {k} '{self.names[k]}', "
+                        "a read-only numpy array (pass a writeable array)", int(addr[0]))
+        if self.copies is not None and self.copies.copies:
+            self._not_in_flight(k, threads, size, addr)
+
+    def _not_in_flight(self, k: int, threads, size: int, addr) -> None:
+        """A write to the source bytes of a cp.async its thread has not waited for is a
+        race: the copy may read the bytes any time until then (PTX ISA 9.7.9.25)."""
+        window = (addr & np.uint64(SPAN - 1)).astype(np.int64)
+        lo, hi = window // self.grain, (window + size - 1) // self.grain
+        busy = np.zeros((self.raw[k].size + int(self.start[k])) // self.grain + 1, bool)
+        for c in self.copies.copies:
+            mine = ((c.source >> np.uint64(32)).astype(np.int64) - 1 == k) & (c.have > 0)
+            if not mine.any():
+                continue
+            src = (c.source[mine] & np.uint64(SPAN - 1)).astype(np.int64)
+            first, last = src // self.grain, (src + c.have[mine] - 1) // self.grain
+            for j in range(int((last - first).max()) + 1):
+                busy[np.minimum(first + j, last)] = True
+        hit = np.zeros(lo.size, bool)
+        for j in range((size - 1) // self.grain + 1):
+            hit |= busy[np.minimum(lo + j, hi)]
+        if hit.any():
+            i = _first(hit)
+            raise Fault("race", threads[i], f"global store to buffer {k} '{self.names[k]}' "
+                        "at the source of a cp.async its thread has not waited for "
+                        "(cp.async.wait_group)", int(addr[i]))
+
+    def _same_word(self, k: int, rows, values, threads, addr) -> None:
+        """Lanes of one st.global that store different values into the same bytes: which
+        one lands is up to the hardware (the same value from every lane is fine)."""
+        order = np.argsort(rows, kind="stable")
+        same = rows[order][1:] == rows[order][:-1]
+        v = values.reshape(rows.size, -1)[order]
+        differ = same & (v[1:] != v[:-1]).any(1)
+        if differ.any():
+            j = _first(differ)
+            a, b = order[j], order[j + 1]
+            raise Fault("race", threads[max(a, b)], f"global store to buffer {k} "
+                        f"'{self.names[k]}': two threads of one instruction store different "
+                        "values to the same bytes", int(addr[a]), other=threads[min(a, b)])
+
+    def _ordered(self, writer: np.ndarray, at: np.ndarray, reader: np.ndarray) -> np.ndarray:
+        """Whether CTA ``reader`` has acquired what CTA ``writer`` did at clock ``at``
+        (``writer`` MANY: every CTA of the launch must have released it)."""
+        many = writer == self.MANY
+        w = np.where(many, 0, writer)
+        cover = np.where(many, self.released.min(), self.released[w])
+        order = np.where(many, self.release_at.max(), self.release_at[w])
+        return (at < cover) & (order < self.acquired[reader])
+
+    def _note_read(self, k: int, threads, size: int, addr) -> None:
+        """A load of buffer ``k``: a cell another CTA stored is a race unless ordered;
+        remember which CTA read each cell, for a later store of another CTA."""
+        cells, cta = self._cells(size, threads, addr)
         owner = self.stored.get(k)
-        if owner is None:
-            owner = self.stored[k] = np.full((self.raw[k].size + start) // g + 1, -1, np.int32)
-        n = size // g
-        first = (rows * size + (-start % size) + start) // g   # cell of the access's byte 0
-        cells = first if n == 1 else (first[:, None] + np.arange(n)).ravel()
-        cta = self.ctas[threads] if n == 1 else np.repeat(self.ctas[threads], n)
+        if owner is not None:
+            prev = owner[cells]
+            foreign = (prev >= 0) & (prev != cta)
+            if foreign.any():
+                foreign &= ~self._ordered(prev, self.stored_at[k][cells], cta)
+                if foreign.any():
+                    i = _first(foreign) // max(1, size // self.grain)
+                    self._conflict(k, i, int(prev[_first(foreign)]), threads, addr, "load of")
+        by, at = self._table(self.read_by, k, -1), self._table(self.read_at, k, 0, np.int64)
+        prev = by[cells]
+        new = np.where((prev == -1) | (prev == cta), cta, self.MANY).astype(np.int32)
+        by[cells] = new
+        clash = by[cells] != new                    # CTAs of this instruction share a cell
+        if clash.any():
+            by[cells[clash]] = self.MANY
+        at[cells] = self.clock
+
+    def _claim(self, k: int, threads: np.ndarray, size: int, addr: np.ndarray) -> None:
+        """Record which CTA stored each cell of buffer ``k``; a cell another CTA of the
+        launch stored already (now or by an earlier instruction) is a ``race``, and so is
+        one another CTA read, unless that read is ordered before this store."""
+        owner = self._table(self.stored, k, -1)
+        cells, cta = self._cells(size, threads, addr)
+        n = max(1, size // self.grain)
         prev = owner[cells]
         bad = (prev >= 0) & (prev != cta)
         if bad.any():
-            self._conflict(k, int(np.flatnonzero(bad)[0]) // n, int(prev[bad][0]), threads, addr)
+            self._conflict(k, _first(bad) // n, int(prev[bad][0]), threads, addr)
         if cells.size > 1 and not bool((cells[1:] > cells[:-1]).all()):
             order = np.argsort(cells, kind="stable")
             same = (cells[order][1:] == cells[order][:-1]) & (cta[order][1:] != cta[order][:-1])
             if same.any():
-                j = int(np.flatnonzero(same)[0])
+                j = _first(same)
                 self._conflict(k, int(order[j + 1]) // n, int(cta[order[j]]), threads, addr)
+        by = self.read_by.get(k)
+        if by is not None:
+            r = by[cells]
+            read = (r == self.MANY) | ((r >= 0) & (r != cta))
+            if read.any():
+                read &= ~self._ordered(r, self.read_at[k][cells], cta)
+                if read.any():
+                    j = _first(read)
+                    other = int(r[j]) if r[j] >= 0 else -1
+                    self._conflict(k, j // n, other, threads, addr, "store where", "read")
         owner[cells] = cta
+        self._table(self.stored_at, k, 0, np.int64)[cells] = self.clock
 
-    def _conflict(self, k: int, i: int, other: int, threads: np.ndarray, addr) -> None:
+    def _conflict(self, k: int, i: int, other: int, threads: np.ndarray, addr,
+                  what: str = "store to", did: str = "stored") -> None:
         gx, gy, _ = self.grid
-        where = f"({other % gx},{other // gx % gy},{other // (gx * gy)})"
-        raise Fault("race", threads[i], f"global store to buffer {k} '{self.names[k]}' "
-                    f"where CTA ctaid={where} stored in this launch: CTAs are not ordered "
-                    "(only atom/red may share a word across CTAs)", int(addr[i]))
+        who = (f"CTA ctaid=({other % gx},{other // gx % gy},{other // (gx * gy)})"
+               if other >= 0 else "other CTAs")
+        raise Fault("race", threads[i], f"global {what} buffer {k} '{self.names[k]}' where "
+                    f"{who} {did} in this launch: CTAs are not ordered (only atom/red may "
+                    "share a word across CTAs, or a gpu fence and an atomic order them)",
+                    int(addr[i]))
+
+    # ---- the synchronisation clock --------------------------------------------------------
+
+    def fence(self, threads: np.ndarray) -> None:
+        """A gpu- or system-scope fence by ``threads``: their CTAs' earlier stores are
+        released by their next atomic, and atomics they executed before are acquired."""
+        if self.ctas is None:
+            return
+        cta = self.ctas[threads]
+        self.clock += 1
+        self.fenced[cta] = self.clock
+        self.acquired[cta] = np.maximum(self.acquired[cta], self.atomic_at[cta] + 1)
+
+    def atomic(self, threads: np.ndarray) -> None:
+        """An atomic by ``threads`` (in thread order, the order their updates apply):
+        each gets the next place in the atomic order; a CTA's first atomic after a
+        fence releases its stores before that fence."""
+        if self.ctas is None:
+            return
+        cta = self.ctas[threads]
+        seq = self.clock + np.arange(cta.size)
+        last = np.r_[cta[1:] != cta[:-1], True]
+        first = np.r_[True, cta[1:] != cta[:-1]]
+        self.atomic_at[cta[last]] = seq[last]
+        c, s = cta[first], seq[first]
+        fresh = self.fenced[c] > self.released[c]
+        self.released[c[fresh]] = self.fenced[c[fresh]]
+        self.release_at[c[fresh]] = s[fresh]
+        self.clock += cta.size
 
 
 class SharedMemory:
