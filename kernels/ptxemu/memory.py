@@ -376,6 +376,7 @@ class SharedMemory:
         self._reads: list = []      # loads since the last barrier, folded in lazily
         self._dirty = False         # some store since the last all-CTA barrier
         self._readers = False       # rmin/rmax hold reads since the last all-CTA barrier
+        self._read_span = (0, 0)    # the window offsets [lo, hi) those reads cover
         self._cache = None
 
     def _view(self, name: str, elem: int, vec: int) -> np.ndarray:
@@ -391,6 +392,7 @@ class SharedMemory:
         if ctas is None:
             self._reads.clear()                 # no later write can race with them
             self._dirty = self._readers = False
+            self._read_span = (0, 0)
             self.epoch += 1
         else:
             self._fold()
@@ -444,26 +446,37 @@ class SharedMemory:
                     "of the CTA since the last bar.sync", at,
                     other=int(cta[i]) * self.tpc + other)
 
-    def _fold(self) -> None:
+    def _fold(self, span: tuple[int, int] | None = None) -> None:
         """Record the deferred reads in rmin/rmax (needed once a write or a partial
-        barrier follows them; a barrier of all CTAs just drops them)."""
-        self._readers = self._readers or bool(self._reads)
-        for rows, ep, tag, size in self._reads:
-            lo, hi = self._view("rmin", size, 1), self._view("rmax", size, 1)
-            L, H = lo[rows], hi[rows]
+        barrier follows them; a barrier of all CTAs just drops them). With ``span``
+        (window offsets [lo, hi) of a store) only the reads that overlap it: a read
+        elsewhere cannot race with that store, and stays deferred. (A ring of copy
+        stages reads one stage while it refills another, so most reads never fold.)"""
+        keep = []
+        lo, hi = self._read_span
+        for read in self._reads:
+            rows, ep, tag, size, (a, b) = read
+            if span is not None and (b <= span[0] or span[1] <= a):
+                keep.append(read)
+                continue
+            self._readers = True
+            lo, hi = (a, b) if lo == hi else (min(lo, a), max(hi, b))
+            lo_, hi_ = self._view("rmin", size, 1), self._view("rmax", size, 1)
+            L, H = lo_[rows], hi_[rows]
             stale = (H >> _TID_BITS) != ep
             if rows.size < 2 or bool((rows[1:] > rows[:-1]).all()):
-                lo[rows] = np.where(stale, tag, np.minimum(L, tag))
-                hi[rows] = np.where(stale, tag, np.maximum(H, tag))
+                lo_[rows] = np.where(stale, tag, np.minimum(L, tag))
+                hi_[rows] = np.where(stale, tag, np.maximum(H, tag))
                 continue
-            lo[rows] = np.where(stale, tag, L)    # open this epoch, then fold duplicates
-            hi[rows] = np.where(stale, tag, H)
+            lo_[rows] = np.where(stale, tag, L)    # open this epoch, then fold duplicates
+            hi_[rows] = np.where(stale, tag, H)
             k = size // self.grain
             flat = (rows[:, None] * k + np.arange(k)).ravel()
             tags = np.broadcast_to(tag, L.shape).ravel()
             np.minimum.at(self.rmin, flat, tags)
             np.maximum.at(self.rmax, flat, tags)
-        self._reads.clear()
+        self._read_span = (lo, hi)
+        self._reads = keep
 
     def load(self, addr, threads, elem: int, vec: int) -> np.ndarray:
         size = elem * vec
@@ -478,7 +491,7 @@ class SharedMemory:
             bad = ((W >> _TID_BITS) == ep) & (W != tag)
             if bad.any():
                 self._race(bad, W, threads, off, cta, "written")
-        self._reads.append((rows, ep, tag, size))
+        self._reads.append((rows, ep, tag, size, (int(off.min()), int(off.max()) + size)))
         return self._view("raw", elem, vec)[rows]
 
     def claim(self, addr, threads, elem: int, vec: int, values: np.ndarray) -> None:
@@ -506,9 +519,10 @@ class SharedMemory:
             bad = ((W >> _TID_BITS) == ep) & (W != tag)
             if bad.any():
                 self._race(bad, W, threads, off, cta, "written")
+        span = (int(off.min()), int(off.max()) + size)
         if self._reads:
-            self._fold()
-        if self._readers:
+            self._fold(span)
+        if self._readers and span[0] < self._read_span[1] and self._read_span[0] < span[1]:
             L, H = self._view("rmin", size, 1)[rows], self._view("rmax", size, 1)[rows]
             bad = ((H >> _TID_BITS) == ep) & ((L != tag) | (H != tag))
             if bad.any():

@@ -568,20 +568,23 @@ def _mma(cx, k, sat, ta, tb):
     def run(st, m):
         T = st.T
         W = T // 32
-        # Rearrange whole 32-bit words (4 k-consecutive bytes), then view the bytes.
-        # A words: [warp, g, t, h (k half), rowhalf] -> [warp, rowhalf, g, h, t]
-        A = np.stack([np.broadcast_to(g(st, m), (T,)) for g in ga], -1)
-        A = A.reshape(W, 8, 4, nb, 2).transpose(0, 4, 1, 3, 2).reshape(W, 16, k // 4)
-        # B words: [warp, g (= n), t, h] -> [warp, n, h, t]
-        B = np.stack([np.broadcast_to(g(st, m), (T,)) for g in gb], -1)
-        B = B.reshape(W, 8, 4, nb).transpose(0, 1, 3, 2).reshape(W, 8, k // 4)
+        # Place whole 32-bit words (4 k-consecutive bytes) as rows, then view the bytes.
+        # A: reg r of lane (g, t) -> [warp, rowhalf = r & 1, g, h = r >> 1, t]
+        A = np.empty((W, 2, 8, nb, 4), np.uint32)
+        for r, g in enumerate(ga):
+            A[:, r & 1, :, r >> 1, :] = np.broadcast_to(g(st, m), (T,)).reshape(W, 8, 4)
+        # B: reg h of lane (g = n, t) -> [warp, n, h, t]
+        B = np.empty((W, 8, nb, 4), np.uint32)
+        for h, g in enumerate(gb):
+            B[:, :, h, :] = np.broadcast_to(g(st, m), (T,)).reshape(W, 8, 4)
         # exact in float32: |sum| <= 32 * 255 * 255 < 2**24
-        AB = np.matmul(A.view(adt).astype(np.float32),
-                       B.view(bdt).astype(np.float32).transpose(0, 2, 1))
-        # AB: [warp, rowhalf, g, t, j] -> fragment [warp, g, t, rowhalf, j] = [lane, reg]
-        frag = AB.reshape(W, 2, 8, 4, 2).transpose(0, 2, 3, 1, 4).reshape(T, 4)
-        frag = frag.astype(np.int64 if sat else np.int32)
+        AB = np.matmul(A.reshape(W, 16, k // 4).view(adt).astype(np.float32),
+                       B.reshape(W, 8, k // 4).view(bdt).astype(np.float32).transpose(0, 2, 1))
+        # AB [warp, rowhalf, g, t, j]: D reg r = 2 rowhalf + j of lane (g, t)
+        AB = AB.reshape(W, 2, 8, 4, 2)
         for r, (put, g) in enumerate(zip(puts, gc)):
-            v = frag[:, r] + g(st, m)                   # int32 + int32 wraps like hardware
+            v = np.empty((W, 8, 4), np.int64 if sat else np.int32)
+            np.copyto(v, AB[:, r >> 1, :, :, r & 1], casting="unsafe")
+            v = v.reshape(T) + g(st, m)                 # int32 + int32 wraps like hardware
             put(st, m, np.clip(v, -(1 << 31), (1 << 31) - 1) if sat else v)
     return Exec("op", run, warp=True)
