@@ -35,6 +35,7 @@ SPAN = 1 << 32          # each global buffer owns a 4 GiB window of fake address
 ALLOCATION_ALIGN = 256  # cudaMalloc and CuPy's pool return 256-byte aligned memory
 UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 _TID_BITS = 11          # tags are (epoch << 11) | linear tid; a CTA has <= 1024 threads
+DEFERRED_READS = 64     # shared loads kept unfolded across barriers of some CTAs
 
 
 class Fault(Exception):
@@ -394,11 +395,13 @@ class SharedMemory:
             self._dirty = self._readers = False
             self._read_span = (0, 0)
             self.epoch += 1
-        else:
-            self._fold()
+        else:       # the reads stay deferred: their tags keep the epoch they were made in
             self.epoch[ctas] += 1
+            if len(self._reads) > DEFERRED_READS:
+                self._fold()
         self._cache = None
         if self.epoch.max() >= (1 << (31 - _TID_BITS)) - 1:   # tag space exhausted
+            self._reads.clear()
             written = self.writer >= 0              # keep "ever written" as epoch 0
             self.rmin.fill(-1)
             self.rmax.fill(-1)
@@ -455,26 +458,29 @@ class SharedMemory:
         keep = []
         lo, hi = self._read_span
         for read in self._reads:
-            rows, ep, tag, size, (a, b) = read
+            rows, ep, tag, size, (a, b), cta = read
             if span is not None and (b <= span[0] or span[1] <= a):
                 keep.append(read)
                 continue
+            if bool((self.epoch[cta] > ep[:, 0]).all()):
+                continue            # every reader's CTA has passed a barrier since
             self._readers = True
             lo, hi = (a, b) if lo == hi else (min(lo, a), max(hi, b))
             lo_, hi_ = self._view("rmin", size, 1), self._view("rmax", size, 1)
             L, H = lo_[rows], hi_[rows]
-            stale = (H >> _TID_BITS) != ep
+            held = H >> _TID_BITS       # the epoch the grain's readers are from
+            older, newer = held < ep, held > ep     # newer: folded after a later barrier
             if rows.size < 2 or bool((rows[1:] > rows[:-1]).all()):
-                lo_[rows] = np.where(stale, tag, np.minimum(L, tag))
-                hi_[rows] = np.where(stale, tag, np.maximum(H, tag))
+                lo_[rows] = np.where(older, tag, np.where(newer, L, np.minimum(L, tag)))
+                hi_[rows] = np.where(older, tag, np.where(newer, H, np.maximum(H, tag)))
                 continue
-            lo_[rows] = np.where(stale, tag, L)    # open this epoch, then fold duplicates
-            hi_[rows] = np.where(stale, tag, H)
+            lo_[rows] = np.where(older, tag, L)    # open this epoch, then fold duplicates
+            hi_[rows] = np.where(older, tag, H)
             k = size // self.grain
             flat = (rows[:, None] * k + np.arange(k)).ravel()
-            tags = np.broadcast_to(tag, L.shape).ravel()
-            np.minimum.at(self.rmin, flat, tags)
-            np.maximum.at(self.rmax, flat, tags)
+            tags = np.broadcast_to(tag, L.shape)
+            np.minimum.at(self.rmin, flat, np.where(newer, np.iinfo(np.int32).max, tags).ravel())
+            np.maximum.at(self.rmax, flat, np.where(newer, -1, tags).ravel())
         self._read_span = (lo, hi)
         self._reads = keep
 
@@ -491,7 +497,7 @@ class SharedMemory:
             bad = ((W >> _TID_BITS) == ep) & (W != tag)
             if bad.any():
                 self._race(bad, W, threads, off, cta, "written")
-        self._reads.append((rows, ep, tag, size, (int(off.min()), int(off.max()) + size)))
+        self._reads.append((rows, ep, tag, size, (int(off.min()), int(off.max()) + size), cta))
         return self._view("raw", elem, vec)[rows]
 
     def claim(self, addr, threads, elem: int, vec: int, values: np.ndarray) -> None:
