@@ -85,6 +85,7 @@ class State:
         self.regs: dict[str, np.ndarray] = {}
         self.partial: dict[str, np.ndarray] = {}   # written-mask of partly written registers
         self.staged: list[tuple[str, np.dtype, Any, Any]] = []   # this instruction's writes
+        self._fragments: dict = {}     # operand layouts built from register arrays (mma)
         self.threads = np.arange(T)
         self.row8 = self.threads * 8        # byte offset of each thread's 8-byte row
         first = special["laneid"] == 0      # every warp starts at a lane 0 of its CTA
@@ -114,6 +115,20 @@ class State:
                         self.partial[name] = w
             self.regs[name] = new
         self.staged.clear()
+
+    def fragment(self, kind, regs: list, build: Callable):
+        """``build(regs)``, kept while the same register arrays come back: the four mma of
+        a 2x2 warp tile share each A and B fragment, and a stored register array never
+        changes (``commit`` makes a new one), so the identity of the arrays is the key."""
+        key = (kind, *map(id, regs))
+        hit = self._fragments.get(key)
+        if hit is not None and all(x is y for x, y in zip(hit[0], regs)):
+            return hit[1]
+        if len(self._fragments) >= 8:
+            self._fragments.clear()
+        value = build(regs)
+        self._fragments[key] = (regs, value)
+        return value
 
     def check(self, name: str, m) -> None:
         """Raise ``uninitialized`` if a thread of ``m`` reads ``name`` before writing it."""

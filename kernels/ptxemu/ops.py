@@ -263,22 +263,17 @@ def _prmt(cx):
     ga, gb, gc = cx.src(a, TYPES["b32"]), cx.src(b, TYPES["b32"]), cx.src(c, TYPES["b32"])
 
     def run(st, m):
-        T = st.T
-        pool = np.empty((T, 2), np.uint32)
-        pool[:, 0], pool[:, 1] = ga(st, m), gb(st, m)
-        c = gc(st, m)
-        if np.ndim(c) == 0:                                         # literal selector
-            nib = np.array([(int(c) >> (4 * k)) & 15 for k in range(4)], np.uint8)
-            out = np.take(pool.view(np.uint8), nib & 7, axis=1)
-        else:                                   # nibbles 0..3 of c, gathered per thread
-            cb = np.asarray(c).view(np.uint8).reshape(T, 4)
-            nib = np.empty((T, 4), np.uint8)
-            nib[:, 0::2], nib[:, 1::2] = cb[:, :2] & 15, cb[:, :2] >> 4
-            out = pool.view(np.uint8).reshape(-1)[st.row8[:, None] + (nib & 7)]
-        sign = nib >= 8
-        if sign.any():
-            out = np.where(sign, (out.view(np.int8) >> 7).view(np.uint8), out)
-        put(st, m, out.view(np.uint32)[:, 0])
+        pool = (np.asarray(gb(st, m)).astype(np.uint64) << np.uint64(32)) | \
+            np.asarray(ga(st, m)).astype(np.uint64)
+        c = np.asarray(gc(st, m)).astype(np.uint64)
+        r = np.uint64(0)
+        for k in range(4):
+            nib = (c >> np.uint64(4 * k)) & np.uint64(15)
+            byte = (pool >> ((nib & np.uint64(7)) << np.uint64(3))) & np.uint64(0xFF)
+            sign = (byte >> np.uint64(7)) * np.uint64(0xFF)            # 0x00 or 0xFF
+            byte = np.where(nib >= 8, sign, byte)
+            r = r | (byte << np.uint64(8 * k))
+        put(st, m, np.broadcast_to(r, (st.T,)).astype(np.uint32))
     return run
 
 
@@ -570,16 +565,22 @@ def _mma(cx, k, sat, ta, tb):
         W = T // 32
         # Place whole 32-bit words (4 k-consecutive bytes) as rows, then view the bytes.
         # A: reg r of lane (g, t) -> [warp, rowhalf = r & 1, g, h = r >> 1, t]
-        A = np.empty((W, 2, 8, nb, 4), np.uint32)
-        for r, g in enumerate(ga):
-            A[:, r & 1, :, r >> 1, :] = np.broadcast_to(g(st, m), (T,)).reshape(W, 8, 4)
+        def a_rows(regs):
+            A = np.empty((W, 2, 8, nb, 4), np.uint32)
+            for r, v in enumerate(regs):
+                A[:, r & 1, :, r >> 1, :] = np.broadcast_to(v, (T,)).reshape(W, 8, 4)
+            return A.reshape(W, 16, k // 4).view(adt).astype(np.float32)
+
         # B: reg h of lane (g = n, t) -> [warp, n, h, t]
-        B = np.empty((W, 8, nb, 4), np.uint32)
-        for h, g in enumerate(gb):
-            B[:, :, h, :] = np.broadcast_to(g(st, m), (T,)).reshape(W, 8, 4)
+        def b_columns(regs):
+            B = np.empty((W, 8, nb, 4), np.uint32)
+            for h, v in enumerate(regs):
+                B[:, :, h, :] = np.broadcast_to(v, (T,)).reshape(W, 8, 4)
+            return B.reshape(W, 8, k // 4).view(bdt).astype(np.float32).transpose(0, 2, 1)
+
         # exact in float32: |sum| <= 32 * 255 * 255 < 2**24
-        AB = np.matmul(A.reshape(W, 16, k // 4).view(adt).astype(np.float32),
-                       B.reshape(W, 8, k // 4).view(bdt).astype(np.float32).transpose(0, 2, 1))
+        AB = np.matmul(st.fragment(("A", adt), [g(st, m) for g in ga], a_rows),
+                       st.fragment(("B", bdt), [g(st, m) for g in gb], b_columns))
         # AB [warp, rowhalf, g, t, j]: D reg r = 2 rowhalf + j of lane (g, t)
         AB = AB.reshape(W, 2, 8, 4, 2)
         for r, (put, g) in enumerate(zip(puts, gc)):
