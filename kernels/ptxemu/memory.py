@@ -508,10 +508,14 @@ class SharedMemory:
 
     def settle(self, addr, threads, elem: int, vec: int) -> None:
         """The issuing thread waited for a cp.async: its bytes are written again now, so
-        another thread needs a bar.sync after the wait like after any shared store."""
-        rows = self._rows(addr, threads, elem * vec)
-        self._view("pending", elem * vec, 1)[rows] = False
-        self.store(addr, threads, elem, vec, self._view("raw", elem, vec)[rows].copy())
+        another thread needs a bar.sync after the wait like after any shared store.
+        (The checks of a store cannot fail here: the issue made them, and since then
+        every access to a pending byte was refused, so only the writer's tag moves.)"""
+        size = elem * vec
+        rows = self._rows(addr, threads, size)
+        self._view("pending", size, 1)[rows] = False
+        self._view("writer", size, 1)[rows] = self._who(threads)[2]
+        self._dirty = True
 
     def _rows(self, addr, threads, size: int) -> np.ndarray:
         return ((threads // self.tpc) * self.pad + np.asarray(addr).astype(np.int64)) // size
