@@ -379,6 +379,7 @@ class SharedMemory:
         self._readers = False       # rmin/rmax hold reads since the last all-CTA barrier
         self._read_span = (0, 0)    # the window offsets [lo, hi) those reads cover
         self._cache = None
+        self._window = None         # per thread: where its CTA's window starts
 
     def _view(self, name: str, elem: int, vec: int) -> np.ndarray:
         key = (name, elem, vec)
@@ -420,14 +421,13 @@ class SharedMemory:
 
     def _locate(self, addr, threads, size: int):
         off = np.asarray(addr).astype(np.int64)
-        bad = off > self.size - size
-        if bad.any():
-            i = _first(bad)
-            raise Fault("out_of_bounds", threads[i], f"{size}-byte shared access, the "
-                        f"shared window is {self.size} bytes", int(off[i]))
-        mis = (off & (size - 1)) != 0
-        if mis.any():
-            i = _first(mis)
+        if ((off > self.size - size) | (off & (size - 1)).astype(bool)).any():
+            bad = off > self.size - size
+            if bad.any():
+                i = _first(bad)
+                raise Fault("out_of_bounds", threads[i], f"{size}-byte shared access, the "
+                            f"shared window is {self.size} bytes", int(off[i]))
+            i = _first((off & (size - 1)) != 0)
             raise Fault("misaligned", threads[i], f"{size}-byte shared access needs "
                         f"{size}-byte alignment", int(off[i]))
         cta, ep, tag = self._who(threads)
@@ -503,8 +503,8 @@ class SharedMemory:
     def claim(self, addr, threads, elem: int, vec: int, values: np.ndarray) -> None:
         """A cp.async issues: a write now (it may land any time until the wait, so it
         races with every unsynchronised access), and its bytes stay ``pending``."""
-        self.store(addr, threads, elem, vec, values)
-        self._view("pending", elem * vec, 1)[self._rows(addr, threads, elem * vec)] = True
+        rows = self.store(addr, threads, elem, vec, values)
+        self._view("pending", elem * vec, 1)[rows] = True
 
     def settle(self, addr, threads, elem: int, vec: int) -> None:
         """The issuing thread waited for a cp.async: its bytes are written again now, so
@@ -518,9 +518,15 @@ class SharedMemory:
         self._dirty = True
 
     def _rows(self, addr, threads, size: int) -> np.ndarray:
-        return ((threads // self.tpc) * self.pad + np.asarray(addr).astype(np.int64)) // size
+        """Rows of ``size`` bytes; ``threads`` increasing, as every caller passes them (so
+        as many as the first ``threads[-1] + 1`` are all of those)."""
+        if self._window is None or self._window.size <= int(threads[-1]):
+            self._window = np.arange(int(threads[-1]) + 1) // self.tpc * self.pad
+        start = self._window if threads.size == self._window.size else self._window[threads]
+        return (start + np.asarray(addr).astype(np.int64)) // size
 
-    def store(self, addr, threads, elem: int, vec: int, values: np.ndarray) -> None:
+    def store(self, addr, threads, elem: int, vec: int, values: np.ndarray) -> np.ndarray:
+        """Returns the rows of ``_view(..., elem * vec, 1)`` it wrote."""
         size = elem * vec
         rows, cta, ep, tag, off = self._locate(addr, threads, size)
         wv = self._view("writer", size, 1)
@@ -548,3 +554,4 @@ class SharedMemory:
         wv[rows] = tag
         self._dirty = True
         self._view("raw", elem, vec)[rows] = values
+        return rows
