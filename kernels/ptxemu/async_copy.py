@@ -30,7 +30,7 @@ from typing import NamedTuple
 import numpy as np
 
 from kernels.ptxemu.memory import Fault
-from kernels.ptxemu.operands import U32, Ctx
+from kernels.ptxemu.operands import U32, Ctx, per_lane
 from kernels.ptxemu.ops import Access, Exec, form
 
 VALID_SIZES = {"ca": (4, 8, 16), "cg": (16,)}
@@ -90,7 +90,7 @@ def place(cx: Ctx, tok, opcode: str, space: str, size: int) -> Access:
 
 
 def per_thread(get, st, m, sel) -> np.ndarray:
-    v = np.broadcast_to(np.asarray(get(st, m)), (st.T,))
+    v = per_lane(np.asarray(get(st, m)), st.T)
     return v if m is None else v[sel]
 
 

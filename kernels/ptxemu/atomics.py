@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from kernels.ptxemu.async_copy import place
-from kernels.ptxemu.operands import TYPES
+from kernels.ptxemu.operands import TYPES, per_lane
 from kernels.ptxemu.ops import form
 
 _SEM = r"(?:\.(?:relaxed|release|acquire|acq_rel))?(?:\.(?:cta|gpu|sys))?"
@@ -56,7 +56,7 @@ def _update_words(st, m, where, value, unsigned, in_order) -> np.ndarray:
     rows, operands)`` (add or exchange, in thread order) on each global buffer the addresses
     fall in. Returns every thread's old word (0 for an inactive one), as atom returns it."""
     sel = st.sel(m)
-    operand = np.broadcast_to(np.asarray(value(st, m)).view(unsigned), (st.T,))
+    operand = per_lane(np.asarray(value(st, m)).view(unsigned), st.T)
     operand = operand if m is None else operand[sel]
     old = np.zeros(sel.size, np.uint32)
     at = where.addresses(st, m, sel)

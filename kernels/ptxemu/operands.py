@@ -144,6 +144,15 @@ class State:
         return self.threads if m is None else np.flatnonzero(m)
 
 
+def per_lane(v, T: int) -> np.ndarray:
+    """``v`` (an operand's value: one per thread, or one literal for all) as an array of
+    ``T`` values; a register's array is returned as it is (``np.broadcast_to`` costs
+    tens of microseconds of Python per call, as much as the arithmetic on a warp)."""
+    if type(v) is np.ndarray and v.shape == (T,):
+        return v
+    return np.broadcast_to(v, (T,))
+
+
 def imm(tok: str, ty: Ty):
     """Integer literal (decimal, 0x hex, 0b binary, leading-0 octal, U suffix) in ``ty``."""
     t = tok.rstrip("Uu")

@@ -16,7 +16,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from kernels.ptxemu.memory import Fault
-from kernels.ptxemu.operands import PRED, TYPES, U32, U64, Ctx, Ty
+from kernels.ptxemu.operands import PRED, TYPES, U32, U64, Ctx, Ty, per_lane
 
 
 class Exec(NamedTuple):
@@ -111,8 +111,8 @@ def _divrem(cx, op, t):
     put, ga, gb = cx.dst(d, t), cx.src(a, t), cx.src(b, t)
 
     def run(st, m):
-        x = np.broadcast_to(ga(st, m), (st.T,))
-        y = np.broadcast_to(gb(st, m), (st.T,))
+        x = per_lane(ga(st, m), st.T)
+        y = per_lane(gb(st, m), st.T)
         zero = (y == 0) if m is None else (y == 0) & m
         if zero.any():
             raise Fault("undefined", np.flatnonzero(zero)[0], f"{op} by zero")
@@ -136,8 +136,8 @@ def _dp4a(cx, ta, tb):
     da, db = (np.int8 if x[0] == "s" else np.uint8 for x in (ta, tb))
 
     def run(st, m):
-        x = np.broadcast_to(ga(st, m), (st.T,)).astype(np.uint32).view(da).reshape(-1, 4)
-        y = np.broadcast_to(gb(st, m), (st.T,)).astype(np.uint32).view(db).reshape(-1, 4)
+        x = per_lane(ga(st, m), st.T).astype(np.uint32).view(da).reshape(-1, 4)
+        y = per_lane(gb(st, m), st.T).astype(np.uint32).view(db).reshape(-1, 4)
         s = (x.astype(np.int64) * y.astype(np.int64)).sum(1)
         put(st, m, s + np.asarray(gc(st, m)).astype(np.int64))
     return run
@@ -262,18 +262,16 @@ def _prmt(cx):
     put = cx.dst(d, TYPES["b32"])
     ga, gb, gc = cx.src(a, TYPES["b32"]), cx.src(b, TYPES["b32"]), cx.src(c, TYPES["b32"])
 
+    shifts = np.arange(0, 16, 4, dtype=np.uint64)            # nibble k of c: byte k of d
+
     def run(st, m):
         pool = (np.asarray(gb(st, m)).astype(np.uint64) << np.uint64(32)) | \
             np.asarray(ga(st, m)).astype(np.uint64)
-        c = np.asarray(gc(st, m)).astype(np.uint64)
-        r = np.uint64(0)
-        for k in range(4):
-            nib = (c >> np.uint64(4 * k)) & np.uint64(15)
-            byte = (pool >> ((nib & np.uint64(7)) << np.uint64(3))) & np.uint64(0xFF)
-            sign = (byte >> np.uint64(7)) * np.uint64(0xFF)            # 0x00 or 0xFF
-            byte = np.where(nib >= 8, sign, byte)
-            r = r | (byte << np.uint64(8 * k))
-        put(st, m, np.broadcast_to(r, (st.T,)).astype(np.uint32))
+        nib = (np.asarray(gc(st, m)).astype(np.uint64)[..., None] >> shifts) & np.uint64(15)
+        byte = (pool[..., None] >> ((nib & np.uint64(7)) << np.uint64(3))).astype(np.uint8)
+        byte = np.where(nib >= 8, (byte.view(np.int8) >> 7).view(np.uint8), byte)
+        d = np.ascontiguousarray(np.broadcast_to(byte, (st.T, 4))).view(np.uint32)[:, 0]
+        put(st, m, d)
     return run
 
 
@@ -310,7 +308,7 @@ def setp_exec(cx: Ctx, bop, t: Ty, compare: Callable) -> Callable:
     f, comb = compare, _LOGIC.get(bop)
 
     def run(st, m):
-        r = np.broadcast_to(f(ga(st, m), gb(st, m)), (st.T,))
+        r = per_lane(f(ga(st, m), gb(st, m)), st.T)
         if comb is None:
             puts[0](st, m, r)
             return
@@ -419,7 +417,7 @@ class Access(NamedTuple):
         """One address per executing thread (``sel``: their indices)."""
         if self.base is None:
             return np.full(sel.size, self.offset, np.uint64)
-        a = np.broadcast_to(np.asarray(self.base(st, m), dtype=np.uint64), (st.T,))
+        a = per_lane(np.asarray(self.base(st, m), dtype=np.uint64), st.T)
         return (a if m is None else a[sel]) + self.offset
 
     def record(self, st, addr: np.ndarray, sel: np.ndarray) -> None:
@@ -505,7 +503,7 @@ def _st(cx, space, nc, vec, t):
         sel = st.sel(m)
         data = np.empty((sel.size, acc.vec), t.udtype)
         for j, g in enumerate(gets):
-            v = np.broadcast_to(np.asarray(g(st, m)).view(t.udtype), (st.T,))
+            v = per_lane(np.asarray(g(st, m)).view(t.udtype), st.T)
             data[:, j] = v if m is None else v[sel]
         addr = acc.addresses(st, m, sel)
         acc.memory(st).store(addr, sel, acc.elem, acc.vec, data)
@@ -568,14 +566,14 @@ def _mma(cx, k, sat, ta, tb):
         def a_rows(regs):
             A = np.empty((W, 2, 8, nb, 4), np.uint32)
             for r, v in enumerate(regs):
-                A[:, r & 1, :, r >> 1, :] = np.broadcast_to(v, (T,)).reshape(W, 8, 4)
+                A[:, r & 1, :, r >> 1, :] = per_lane(v, T).reshape(W, 8, 4)
             return A.reshape(W, 16, k // 4).view(adt).astype(np.float32)
 
         # B: reg h of lane (g = n, t) -> [warp, n, h, t]
         def b_columns(regs):
             B = np.empty((W, 8, nb, 4), np.uint32)
             for h, v in enumerate(regs):
-                B[:, :, h, :] = np.broadcast_to(v, (T,)).reshape(W, 8, 4)
+                B[:, :, h, :] = per_lane(v, T).reshape(W, 8, 4)
             return B.reshape(W, 8, k // 4).view(bdt).astype(np.float32).transpose(0, 2, 1)
 
         # exact in float32: |sum| <= 32 * 255 * 255 < 2**24
