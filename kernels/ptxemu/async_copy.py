@@ -65,8 +65,10 @@ class CopyBook:
             done = waiting[c.threads]
             if limit is not None:
                 done &= c.group < limit[c.threads]
-            if done.any():
-                smem.settle(c.dst[done], c.threads[done], 4, c.size // 4)
+            if not done.any():
+                left.append(c)
+                continue
+            smem.settle(c.dst[done], c.threads[done], 4, c.size // 4)
             if not done.all():
                 later = ~done
                 left.append(Copy(c.threads[later], c.dst[later], c.size, c.group[later],

@@ -100,8 +100,11 @@ class State:
         for name, dtype, m, v in self.staged:
             old = self.regs.get(name)
             if m is None:
-                new = np.empty(self.T, dtype)
-                new[...] = v
+                if type(v) is np.ndarray and v.dtype == dtype and v.shape == (self.T,):
+                    new = v         # kept as it is: no array is ever changed in place
+                else:
+                    new = np.empty(self.T, dtype)
+                    new[...] = v
                 self.partial.pop(name, None)
             else:
                 new = np.zeros(self.T, dtype) if old is None else old.copy()
