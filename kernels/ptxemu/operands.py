@@ -86,6 +86,7 @@ class State:
         self.partial: dict[str, np.ndarray] = {}   # written-mask of partly written registers
         self.staged: list[tuple[str, np.dtype, Any, Any]] = []   # this instruction's writes
         self._fragments: dict = {}     # operand layouts built from register arrays (mma)
+        self._mask, self._selected = None, None     # sel()'s last mask and answer
         self.threads = np.arange(T)
         self.row8 = self.threads * 8        # byte offset of each thread's 8-byte row
         first = special["laneid"] == 0      # every warp starts at a lane 0 of its CTA
@@ -143,8 +144,13 @@ class State:
                         "before any write by this thread")
 
     def sel(self, m) -> np.ndarray:
-        """Indices of the executing threads."""
-        return self.threads if m is None else np.flatnonzero(m)
+        """Indices of the executing threads (kept for the mask the last call saw: the
+        executor passes one mask object per step, and masks are never changed)."""
+        if m is None:
+            return self.threads
+        if m is not self._mask:
+            self._mask, self._selected = m, np.flatnonzero(m)
+        return self._selected
 
 
 def per_lane(v, T: int) -> np.ndarray:
