@@ -104,14 +104,17 @@ def _read_source(st, src: np.ndarray, sel: np.ndarray, size: int, have: np.ndarr
         i = int(np.flatnonzero(mis)[0])
         raise Fault("misaligned", sel[i], f"cp.async of {size} bytes needs a {size}-byte "
                     "aligned source", int(src[i]))
-    data = np.zeros((sel.size, size), np.uint8)
     whole = have == size
+    if whole.all():
+        return st.gmem.load(src, sel, 4, size // 4).view(np.uint8)
+    data = np.zeros((sel.size, size), np.uint8)
     if whole.any():
         data[whole] = st.gmem.load(src[whole], sel[whole], 4, size // 4).view(np.uint8)
-    for b in range(size):
-        part = (have > b) & ~whole
-        if part.any():
-            data[part, b] = st.gmem.load(src[part] + np.uint64(b), sel[part], 1, 1)[:, 0]
+    if ((have > 0) & ~whole).any():
+        for b in range(size):
+            part = (have > b) & ~whole
+            if part.any():
+                data[part, b] = st.gmem.load(src[part] + np.uint64(b), sel[part], 1, 1)[:, 0]
     return data
 
 
