@@ -410,14 +410,19 @@ class SharedMemory:
             self.epoch[:] = 1
 
     def _who(self, threads):
-        """(cta, epoch, tag) per thread; cached for the all-threads index array."""
-        if self._cache is not None and self._cache[0] is threads:
-            return self._cache[1:]
-        cta = threads // self.tpc
-        ep = self.epoch[cta][:, None]
-        tag = ((ep << _TID_BITS) | (threads % self.tpc)[:, None]).astype(np.int32)
-        self._cache = (threads, cta, ep, tag)
-        return cta, ep, tag
+        """(cta, epoch, tag) per thread of ``threads`` (increasing), from the launch's
+        arrays of them, made again after each barrier."""
+        last = int(threads[-1]) if threads.size else 0
+        if self._cache is None or self._cache[0].size <= last:
+            every = np.arange(max(last + 1, self.epoch.size * self.tpc))
+            cta = every // self.tpc
+            ep = self.epoch[cta][:, None]
+            self._cache = (cta, ep, ((ep << _TID_BITS) | (every % self.tpc)[:, None])
+                           .astype(np.int32))
+        cta, ep, tag = self._cache
+        if threads.size == cta.size:
+            return cta, ep, tag
+        return cta[threads], ep[threads], tag[threads]
 
     def _locate(self, addr, threads, size: int):
         off = np.asarray(addr).astype(np.int64)
@@ -520,8 +525,9 @@ class SharedMemory:
     def _rows(self, addr, threads, size: int) -> np.ndarray:
         """Rows of ``size`` bytes; ``threads`` increasing, as every caller passes them (so
         as many as the first ``threads[-1] + 1`` are all of those)."""
-        if self._window is None or self._window.size <= int(threads[-1]):
-            self._window = np.arange(int(threads[-1]) + 1) // self.tpc * self.pad
+        last = int(threads[-1]) if threads.size else 0
+        if self._window is None or self._window.size <= last:
+            self._window = np.arange(max(last + 1, self.epoch.size * self.tpc)) // self.tpc * self.pad
         start = self._window if threads.size == self._window.size else self._window[threads]
         return (start + np.asarray(addr).astype(np.int64)) // size
 
