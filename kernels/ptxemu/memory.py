@@ -527,7 +527,8 @@ class SharedMemory:
         as many as the first ``threads[-1] + 1`` are all of those)."""
         last = int(threads[-1]) if threads.size else 0
         if self._window is None or self._window.size <= last:
-            self._window = np.arange(max(last + 1, self.epoch.size * self.tpc)) // self.tpc * self.pad
+            every = np.arange(max(last + 1, self.epoch.size * self.tpc))
+            self._window = every // self.tpc * self.pad
         start = self._window if threads.size == self._window.size else self._window[threads]
         return (start + np.asarray(addr).astype(np.int64)) // size
 

@@ -75,6 +75,14 @@ Get = Callable[[Any, Any], Any]
 Put = Callable[[Any, Any, Any], None]
 
 
+class Rows(NamedTuple):
+    """A destination value for only the executing threads ``sel`` (a load's data): the
+    register keeps its old bits elsewhere, without a full-size array in between."""
+
+    sel: np.ndarray
+    values: np.ndarray
+
+
 class State:
     """Everything one launch mutates: registers, memories, and the launch constants."""
 
@@ -109,7 +117,10 @@ class State:
                 self.partial.pop(name, None)
             else:
                 new = np.zeros(self.T, dtype) if old is None else old.copy()
-                np.copyto(new, v, where=m, casting="unsafe")
+                if isinstance(v, Rows):
+                    new[v.sel] = v.values
+                else:
+                    np.copyto(new, v, where=m, casting="unsafe")
                 w = m if old is None else self.partial.get(name)
                 if w is not None:
                     w = w | m                       # a new mask: never alias the caller's
@@ -311,7 +322,11 @@ class Ctx:
             value, bits = ty.dtype, ty.udtype
 
             def put_bits(st, m, v, name=tok):
-                st.staged.append((name, dtype, m, np.asarray(v, value).view(bits)))
+                if isinstance(v, Rows):
+                    v = Rows(v.sel, np.asarray(v.values, value).view(bits))
+                else:
+                    v = np.asarray(v, value).view(bits)
+                st.staged.append((name, dtype, m, v))
             return put_bits
 
         def put(st, m, v, name=tok):

@@ -16,7 +16,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from kernels.ptxemu.memory import Fault
-from kernels.ptxemu.operands import PRED, TYPES, U32, U64, Ctx, Ty, per_lane
+from kernels.ptxemu.operands import PRED, TYPES, U32, U64, Ctx, Rows, Ty, per_lane
 
 
 class Exec(NamedTuple):
@@ -482,12 +482,8 @@ def _ld(cx, space, nc, vec, t):
         got = acc.memory(st).load(addr, sel, acc.elem, acc.vec)
         acc.record(st, addr, sel)
         for j, put in enumerate(puts):
-            v = got[:, j]
-            if m is not None:
-                full = np.zeros(st.T, v.dtype)
-                full[sel] = v
-                v = full
-            put(st, m, v.view(t.dtype))
+            v = got[:, j].view(t.dtype)
+            put(st, m, v if m is None else Rows(sel, v))
     return Exec("op", ld, shared_bytes=acc.shared_bytes)
 
 
