@@ -16,7 +16,12 @@ through a view at offset 1 faults. Stores write the caller's array in place.
 
 Global stores of one launch from different CTAs to the same byte are a ``race``: CTAs
 are not ordered, so which value survives is up to the hardware. Atomics (atom, red) do
-not take part: adding into one word from many CTAs is what they are for.
+not take part: adding into one word from many CTAs is what they are for. A CTA loading
+bytes another CTA stored (or storing bytes another CTA loaded) is a race too, unless a
+release (stores, gpu fence, atomic) and a later acquire (atomic, gpu fence) order them:
+see ``GlobalMemory``. So are lanes of one store writing different values to the same
+bytes, a write to the source of a cp.async in flight, and any write into a read-only
+array (``read_only``).
 
 Shared: one window of ``size`` bytes per CTA, addressed by offset from 0. Race
 tracking keeps, per byte (grain), the last writer and the readers tagged with the CTA's
@@ -26,6 +31,9 @@ A read of a shared byte no thread ever wrote is an ``uninitialized`` error (hard
 gives garbage there), unless the module was built with ``strict_shared_init=False``.
 Bytes an asynchronous copy (cp.async, ``async_copy.py``) will write are ``pending``
 until the issuing thread waits for its group: any access to them before is a race.
+Loads are recorded lazily: a store checks only the loads whose window offsets overlap
+its own (a copy ring refills one stage while the warps read another), and loads whose
+CTAs have all passed a barrier since are dropped unrecorded.
 """
 from __future__ import annotations
 
