@@ -96,7 +96,6 @@ class State:
         self._fragments: dict = {}     # operand layouts built from register arrays (mma)
         self._mask, self._selected = None, None     # sel()'s last mask and answer
         self.threads = np.arange(T)
-        self.row8 = self.threads * 8        # byte offset of each thread's 8-byte row
         first = special["laneid"] == 0      # every warp starts at a lane 0 of its CTA
         self.warp_start = np.flatnonzero(first)          # first thread of each warp
         self.warp_index = np.cumsum(first) - 1           # each thread's warp
