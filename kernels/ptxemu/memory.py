@@ -57,6 +57,11 @@ class Fault(Exception):
         self.other = None if other is None else int(other)  # the racing thread
 
 
+def _overlap(a: tuple[int, int], b: tuple[int, int]) -> bool:
+    """Whether the offset ranges [lo, hi) share a byte (an empty range shares none)."""
+    return a[0] < b[1] and b[0] < a[1] and a[0] < a[1] and b[0] < b[1]
+
+
 def _first(bad: np.ndarray) -> int:
     return int(np.flatnonzero(bad)[0])
 
@@ -383,7 +388,7 @@ class SharedMemory:
         self.copies = None          # the launch's in-flight cp.async book (async_copy.py)
         self._views: dict[tuple, np.ndarray] = {}
         self._reads: list = []      # loads since the last barrier, folded in lazily
-        self._dirty = False         # some store since the last all-CTA barrier
+        self._written = (0, 0)      # window offsets [lo, hi) stored since the last all-CTA barrier
         self._readers = False       # rmin/rmax hold reads since the last all-CTA barrier
         self._read_span = (0, 0)    # the window offsets [lo, hi) those reads cover
         self._cache = None
@@ -401,7 +406,8 @@ class SharedMemory:
         """bar.sync: every access before it is ordered before every access after it."""
         if ctas is None:
             self._reads.clear()                 # no later write can race with them
-            self._dirty = self._readers = False
+            self._readers = False
+            self._written = (0, 0)
             self._read_span = (0, 0)
             self.epoch += 1
         else:       # the reads stay deferred: their tags keep the epoch they were made in
@@ -506,11 +512,12 @@ class SharedMemory:
             at = int(off[i]) + int(j) * self.grain
             raise Fault("uninitialized", threads[i], f"shared offset {at:#x} read but never "
                         "written", at)
-        if self._dirty:
+        span = (int(off.min()), int(off.max()) + size)
+        if _overlap(span, self._written):
             bad = ((W >> _TID_BITS) == ep) & (W != tag)
             if bad.any():
                 self._race(bad, W, threads, off, cta, "written")
-        self._reads.append((rows, ep, tag, size, (int(off.min()), int(off.max()) + size), cta))
+        self._reads.append((rows, ep, tag, size, span, cta))
         return self._view("raw", elem, vec)[rows]
 
     def claim(self, addr, threads, elem: int, vec: int, values: np.ndarray) -> None:
@@ -528,7 +535,12 @@ class SharedMemory:
         rows = self._rows(addr, threads, size)
         self._view("pending", size, 1)[rows] = False
         self._view("writer", size, 1)[rows] = self._who(threads)[2]
-        self._dirty = True
+        at = np.asarray(addr).astype(np.int64)
+        self._wrote((int(at.min()), int(at.max()) + size))
+
+    def _wrote(self, span: tuple[int, int]) -> None:
+        lo, hi = self._written
+        self._written = span if lo == hi else (min(lo, span[0]), max(hi, span[1]))
 
     def _rows(self, addr, threads, size: int) -> np.ndarray:
         """Rows of ``size`` bytes; ``threads`` increasing, as every caller passes them (so
@@ -545,15 +557,15 @@ class SharedMemory:
         size = elem * vec
         rows, cta, ep, tag, off = self._locate(addr, threads, size)
         wv = self._view("writer", size, 1)
-        if self._dirty:
+        span = (int(off.min()), int(off.max()) + size)
+        if _overlap(span, self._written):
             W = wv[rows]
             bad = ((W >> _TID_BITS) == ep) & (W != tag)
             if bad.any():
                 self._race(bad, W, threads, off, cta, "written")
-        span = (int(off.min()), int(off.max()) + size)
         if self._reads:
             self._fold(span)
-        if self._readers and span[0] < self._read_span[1] and self._read_span[0] < span[1]:
+        if self._readers and _overlap(span, self._read_span):
             L, H = self._view("rmin", size, 1)[rows], self._view("rmax", size, 1)[rows]
             bad = ((H >> _TID_BITS) == ep) & ((L != tag) | (H != tag))
             if bad.any():
@@ -567,6 +579,6 @@ class SharedMemory:
                             "written by two threads in one instruction", int(off[a]),
                             other=threads[min(a, b)])
         wv[rows] = tag
-        self._dirty = True
+        self._wrote(span)
         self._view("raw", elem, vec)[rows] = values
         return rows
