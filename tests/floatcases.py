@@ -101,10 +101,13 @@ BODIES = {
                    "  selp.f32 %f5, 0f40000000, %f4, %p2;\n  mov.b32 %r10, %f5;",
     "shfl_down_plain": "  shfl.sync.down.b32 %f10, %f1, 16, 31, 0xffffffff;\n  mov.b32 %r10, %f10;",
     # split-K arrival: thread 0 of each CTA takes a ticket, the CTA learns it through shared
-    # memory; the last CTA resets the counter and reads a (the others return the ticket)
+    # memory; the last CTA resets the counter and reads a (the others return the ticket).
+    # The fences release what each CTA read of b before its ticket and acquire it after.
     "arrival": "  ld.param.u64 %rd5, [b];\n  cvta.to.global.u64 %rd5, %rd5;\n  mov.u32 %r20, sh;\n"
+               "  fence.acq_rel.gpu;\n"
                "  setp.eq.u32 %p1, %r1, 0;\n  @%p1 atom.global.add.u32 %r12, [%rd5], 1;\n"
-               "  @%p1 st.shared.b32 [%r20], %r12;\n  bar.sync 0;\n  ld.shared.b32 %r12, [%r20];\n"
+               "  @%p1 st.shared.b32 [%r20], %r12;\n  bar.sync 0;\n  fence.acq_rel.gpu;\n"
+               "  ld.shared.b32 %r12, [%r20];\n"
                "  mov.u32 %r13, %nctaid.x;\n  sub.u32 %r13, %r13, 1;\n  setp.eq.u32 %p2, %r12, %r13;\n"
                "  and.pred %p3, %p1, %p2;\n  mov.u32 %r14, 0;\n  @%p3 st.global.b32 [%rd5], %r14;\n"
                "  mov.u32 %r10, %r12;\n  @%p2 ld.global.cg.b32 %r10, [%rd2];",

@@ -104,8 +104,8 @@ def test_two_ctas_storing_one_word_is_a_race():
 
 
 def test_two_ctas_storing_in_one_instruction_and_across_instructions():
-    # CTA 1 thread 0 writes out[3] in the second store; CTA 0 wrote it in the first
-    body = ("  setp.eq.u32 %p1, %r2, 0;\n  @%p1 st.global.u32 [%rd3+12], %r1;\n"
+    # CTA 1 thread 0 writes out[3] in the second store; CTA 0 wrote it (0 from every lane) in the first
+    body = ("  setp.eq.u32 %p1, %r2, 0;\n  @%p1 st.global.u32 [%rd3+12], %r2;\n"
             "  setp.eq.u32 %p2, %r1, 0;\n  setp.ne.u32 %p3, %r2, 0;\n  and.pred %p2, %p2, %p3;\n"
             "  @%p2 st.global.u32 [%rd3+12], %r2;")
     text = kernel(body)

@@ -30,7 +30,7 @@ from typing import NamedTuple
 import numpy as np
 
 from kernels.ptxemu.memory import Fault
-from kernels.ptxemu.operands import U32, Ctx
+from kernels.ptxemu.operands import U32, Ctx, per_lane
 from kernels.ptxemu.ops import Access, Exec, form
 
 VALID_SIZES = {"ca": (4, 8, 16), "cg": (16,)}
@@ -43,6 +43,8 @@ class Copy(NamedTuple):
     dst: np.ndarray         # shared offsets
     size: int
     group: np.ndarray       # per thread: its commit count at issue (the group it joins)
+    source: np.ndarray      # global addresses it reads
+    have: np.ndarray        # bytes it reads there (src-size: 0 for a zero fill)
 
 
 class CopyBook:
@@ -63,16 +65,20 @@ class CopyBook:
             done = waiting[c.threads]
             if limit is not None:
                 done &= c.group < limit[c.threads]
-            if done.any():
-                smem.settle(c.dst[done], c.threads[done], 4, c.size // 4)
+            if not done.any():
+                left.append(c)
+                continue
+            smem.settle(c.dst[done], c.threads[done], 4, c.size // 4)
             if not done.all():
-                left.append(Copy(c.threads[~done], c.dst[~done], c.size, c.group[~done]))
+                later = ~done
+                left.append(Copy(c.threads[later], c.dst[later], c.size, c.group[later],
+                                 c.source[later], c.have[later]))
         self.copies = left
 
 
 def _book(st) -> CopyBook:
     if st.smem.copies is None:
-        st.smem.copies = CopyBook(st.T)
+        st.smem.copies = st.gmem.copies = CopyBook(st.T)
     return st.smem.copies
 
 
@@ -86,7 +92,7 @@ def place(cx: Ctx, tok, opcode: str, space: str, size: int) -> Access:
 
 
 def per_thread(get, st, m, sel) -> np.ndarray:
-    v = np.broadcast_to(np.asarray(get(st, m)), (st.T,))
+    v = per_lane(np.asarray(get(st, m)), st.T)
     return v if m is None else v[sel]
 
 
@@ -98,14 +104,17 @@ def _read_source(st, src: np.ndarray, sel: np.ndarray, size: int, have: np.ndarr
         i = int(np.flatnonzero(mis)[0])
         raise Fault("misaligned", sel[i], f"cp.async of {size} bytes needs a {size}-byte "
                     "aligned source", int(src[i]))
-    data = np.zeros((sel.size, size), np.uint8)
     whole = have == size
+    if whole.all():
+        return st.gmem.load(src, sel, 4, size // 4).view(np.uint8)
+    data = np.zeros((sel.size, size), np.uint8)
     if whole.any():
         data[whole] = st.gmem.load(src[whole], sel[whole], 4, size // 4).view(np.uint8)
-    for b in range(size):
-        part = (have > b) & ~whole
-        if part.any():
-            data[part, b] = st.gmem.load(src[part] + np.uint64(b), sel[part], 1, 1)[:, 0]
+    if ((have > 0) & ~whole).any():
+        for b in range(size):
+            part = (have > b) & ~whole
+            if part.any():
+                data[part, b] = st.gmem.load(src[part] + np.uint64(b), sel[part], 1, 1)[:, 0]
     return data
 
 
@@ -144,7 +153,8 @@ def _cp_async(cx, level):
         where = dst.addresses(st, m, sel)
         st.smem.claim(where, sel, 4, size // 4, data.view(np.uint32))
         book = _book(st)
-        book.copies.append(Copy(sel, where.astype(np.int64), size, book.committed[sel].copy()))
+        book.copies.append(Copy(sel, where.astype(np.int64), size, book.committed[sel].copy(),
+                                source, have))
     return Exec("op", run, shared_bytes=size)
 
 

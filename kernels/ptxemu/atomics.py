@@ -7,21 +7,30 @@ modulo 2^32 (two's complement), so integer sums come out the same in any order.
 
 ``atom{.sem}{.scope}.global.exch.b32 d, [a], b`` stores b and returns the old word.
 
-Threads of one instruction that hit one word are applied in thread order (atom's old
-values follow that order; hardware picks some order, which only atom can observe).
-Shared-memory atomics are not supported (refused at load).
+The order the emulator guarantees: atomic instructions apply in the order the lockstep
+schedule executes them, and the threads of one instruction that hit one word in thread
+order (atom's old values follow that order; hardware picks some order, which only atom
+can observe). So in a split-K ticket (every CTA's thread 0 does ``atom.add`` on the
+tile's ticket) the CTA that sees ``splits - 1`` is the last in that order, and every
+other CTA's ticket came before its own. Shared-memory atomics are not supported
+(refused at load).
 
 Fences (PTX ISA 9.7.13.4 membar/fence) order a thread's memory accesses; the lockstep
 executor already performs every access in program order and makes it visible to every
-thread at once, so ``membar.{cta,gl,sys}`` and ``fence.{sc,acq_rel}.{cta,gpu,sys}`` are
-accepted and do nothing.
+thread at once, so ``membar.{cta,gl,sys}`` and ``fence.{sc,acq_rel}.{cta,gpu,sys}``
+change no data. A gpu- or system-scope fence (membar.gl/.sys, fence.*.gpu/.sys) and
+each atomic move the launch's synchronisation clock, by which the cross-CTA race check
+(memory.py, GlobalMemory) decides whether one CTA may read (or overwrite) what another
+stored (or read): the writer's stores, then its fence, then its atomic (release), then
+the reader's later atomic and its fence (acquire), PTX ISA 8.10 "Memory Consistency
+Model: release and acquire patterns".
 """
 from __future__ import annotations
 
 import numpy as np
 
 from kernels.ptxemu.async_copy import place
-from kernels.ptxemu.operands import TYPES
+from kernels.ptxemu.operands import TYPES, per_lane
 from kernels.ptxemu.ops import form
 
 _SEM = r"(?:\.(?:relaxed|release|acquire|acq_rel))?(?:\.(?:cta|gpu|sys))?"
@@ -47,13 +56,15 @@ def _update_words(st, m, where, value, unsigned, in_order) -> np.ndarray:
     rows, operands)`` (add or exchange, in thread order) on each global buffer the addresses
     fall in. Returns every thread's old word (0 for an inactive one), as atom returns it."""
     sel = st.sel(m)
-    operand = np.broadcast_to(np.asarray(value(st, m)).view(unsigned), (st.T,))
+    operand = per_lane(np.asarray(value(st, m)).view(unsigned), st.T)
     operand = operand if m is None else operand[sel]
     old = np.zeros(sel.size, np.uint32)
     at = where.addresses(st, m, sel)
     where.record(st, at, sel)
     for k, pos, rows in st.gmem.locate(at, sel, 4):
+        st.gmem.writing(k, sel[pos], 4, at[pos])
         old[pos] = in_order(st.gmem.words(k), rows, operand[pos])
+    st.gmem.atomic(sel)
     full = np.zeros(st.T, np.uint32)
     full[sel] = old
     return full
@@ -67,10 +78,18 @@ def _atomic_add(cx, op, t):
     where, value = place(cx, args[-2], op + ".global", "global", 4), cx.src(args[-1], t)
 
     def run(st, m):
-        old = _update_words(st, m, where, value, t.udtype, _add_in_order)
+        old = _update_words(st, m, where, value, t.udtype,
+                            _add_in_order if put is not None else _add_all)
         if put is not None:
             put(st, m, old.view(t.dtype))
     return run
+
+
+def _add_all(words: np.ndarray, at: np.ndarray, add: np.ndarray) -> np.ndarray:
+    """``words[at[i]] += add[i]`` for every i (red: the old values are not wanted, and a
+    sum modulo 2^32 is the same in any order); returns zeros for the old values."""
+    np.add.at(words, at, add.astype(np.uint32))
+    return np.zeros(at.size, np.uint32)
 
 
 def _exchange_in_order(words: np.ndarray, at: np.ndarray, new: np.ndarray) -> np.ndarray:
@@ -97,7 +116,11 @@ def _atomic_exchange(cx):
     return run
 
 
-@form(r"membar\.(?:cta|gl|sys)|fence\.(?:sc|acq_rel)\.(?:cta|gpu|sys)")
-def _fence(cx):
+@form(r"membar\.(?P<wide>cta|gl|sys)|fence\.(?:sc|acq_rel)\.(?P<scope>cta|gpu|sys)")
+def _fence(cx, wide, scope):
+    """A CTA-scope fence orders nothing between CTAs; a gpu/system one is what the
+    cross-CTA race check counts (memory.py, GlobalMemory)."""
     cx.nargs(0)
-    return lambda st, m: None
+    if "cta" in (wide, scope):
+        return lambda st, m: None
+    return lambda st, m: st.gmem.fence(st.sel(m))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from kernels.floats import bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16
-from kernels.ptxemu.operands import F32, PRED, TYPES
+from kernels.ptxemu.operands import F32, PRED, TYPES, per_lane
 from kernels.ptxemu.ops import binary_op, form, setp_exec
 
 CANONICAL_NAN = np.uint32(0x7FFFFFFF).view(np.float32)
@@ -146,7 +146,7 @@ def _testp(cx, op):
     """p = the class test of a (zero is neither normal nor subnormal)."""
     d, a = cx.nargs(2)
     put, ga, test = cx.dst(d, PRED), cx.src(a, F32), _CLASSES[op]
-    return lambda st, m: put(st, m, np.broadcast_to(test(np.asarray(ga(st, m))), (st.T,)))
+    return lambda st, m: put(st, m, per_lane(test(np.asarray(ga(st, m))), st.T))
 
 
 # ---- conversions (PTX ISA 9.7.9.21 cvt) ------------------------------------------------

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from kernels.ptxemu.async_copy import place
-from kernels.ptxemu.operands import TYPES
+from kernels.ptxemu.operands import TYPES, Rows
 from kernels.ptxemu.ops import Exec, form
 
 ROW_BYTES = 16
@@ -51,9 +51,5 @@ def _ldmatrix(cx, count, trans):
         words = words.view(np.uint32)[..., 0].reshape(warps, count, 32)
         for q, put in enumerate(puts):
             v = words[:, q].ravel()
-            if m is not None:
-                full = np.zeros(st.T, np.uint32)
-                full[sel] = v
-                v = full
-            put(st, m, v)
+            put(st, m, v if m is None else Rows(sel, v))
     return Exec("op", run, warp=True, shared_bytes=ROW_BYTES)

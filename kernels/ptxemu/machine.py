@@ -430,6 +430,12 @@ class Function:
         handlers = {"op": self._plain, "bar": self._barrier, "bra": self._branch,
                     "exit": self._exit}
         all_warps = int(warps[-1]) + 1
+        if st.tpc % 32 == 0:
+            def count_warps(active) -> int:
+                return int(np.count_nonzero(active.reshape(-1, 32).any(1)))
+        else:
+            def count_warps(active) -> int:
+                return int(np.count_nonzero(np.logical_or.reduceat(active, st.warp_start)))
         done, left = False, budget
         while not done:
             i, active = sch.next()
@@ -437,7 +443,7 @@ class Function:
             if left < 0:
                 raise self._out_of_budget(sch, i, budget)
             step = self.steps[i]
-            issued[i] += all_warps if active is None else np.unique(warps[active]).size
+            issued[i] += all_warps if active is None else count_warps(active)
             try:
                 m = active
                 if step.guard is not None:

@@ -16,7 +16,12 @@ through a view at offset 1 faults. Stores write the caller's array in place.
 
 Global stores of one launch from different CTAs to the same byte are a ``race``: CTAs
 are not ordered, so which value survives is up to the hardware. Atomics (atom, red) do
-not take part: adding into one word from many CTAs is what they are for.
+not take part: adding into one word from many CTAs is what they are for. A CTA loading
+bytes another CTA stored (or storing bytes another CTA loaded) is a race too, unless a
+release (stores, gpu fence, atomic) and a later acquire (atomic, gpu fence) order them:
+see ``GlobalMemory``. So are lanes of one store writing different values to the same
+bytes, a write to the source of a cp.async in flight, and any write into a read-only
+array (``read_only``).
 
 Shared: one window of ``size`` bytes per CTA, addressed by offset from 0. Race
 tracking keeps, per byte (grain), the last writer and the readers tagged with the CTA's
@@ -26,6 +31,9 @@ A read of a shared byte no thread ever wrote is an ``uninitialized`` error (hard
 gives garbage there), unless the module was built with ``strict_shared_init=False``.
 Bytes an asynchronous copy (cp.async, ``async_copy.py``) will write are ``pending``
 until the issuing thread waits for its group: any access to them before is a race.
+Loads are recorded lazily: a store checks only the loads whose window offsets overlap
+its own (a copy ring refills one stage while the warps read another), and loads whose
+CTAs have all passed a barrier since are dropped unrecorded.
 """
 from __future__ import annotations
 
@@ -35,6 +43,7 @@ SPAN = 1 << 32          # each global buffer owns a 4 GiB window of fake address
 ALLOCATION_ALIGN = 256  # cudaMalloc and CuPy's pool return 256-byte aligned memory
 UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 _TID_BITS = 11          # tags are (epoch << 11) | linear tid; a CTA has <= 1024 threads
+DEFERRED_READS = 64     # shared loads kept unfolded across barriers of some CTAs
 
 
 class Fault(Exception):
@@ -46,6 +55,11 @@ class Fault(Exception):
         self.kind, self.thread, self.detail = kind, int(thread), detail
         self.address = None if address is None else int(address)
         self.other = None if other is None else int(other)  # the racing thread
+
+
+def _overlap(a: tuple[int, int], b: tuple[int, int]) -> bool:
+    """Whether the offset ranges [lo, hi) share a byte (an empty range shares none)."""
+    return a[0] < b[1] and b[0] < a[1] and a[0] < a[1] and b[0] < b[1]
 
 
 def _first(bad: np.ndarray) -> int:
@@ -76,21 +90,41 @@ def allocation_offset(a: np.ndarray) -> int:
 class GlobalMemory:
     """The launch's array arguments, reachable by fake 64-bit addresses.
 
-    ``ctas``: the CTA of each thread index, to catch stores of one byte from two CTAs
-    (None for a one-CTA launch, where there is nothing to catch); ``grid`` names them.
+    ``ctas``: the CTA of each thread index, to catch the races between CTAs (None for a
+    one-CTA launch, where there is nothing to catch); ``grid`` names them.
     ``grain``: the smallest global store of the kernel. Every access is aligned to its
-    size on the absolute address, so two stores share a byte exactly when they share a
-    ``grain``-aligned cell, and the CTAs are tracked per cell."""
+    size on the absolute address, so two accesses share a byte exactly when they share a
+    ``grain``-aligned cell (a narrower load lies inside one cell), and the CTAs are
+    tracked per cell: which CTA stored it and when, which CTA read it (``MANY``: more
+    than one) and when. "When" is the launch's synchronisation clock (:meth:`fence`,
+    :meth:`atomic`): a CTA's stores before a gpu-scope fence are *released* by its next
+    atomic, and a CTA that executed an atomic later in the emulator's atomic order
+    (instruction order, then thread order) and then a gpu-scope fence has *acquired*
+    them: only then may it read them (or overwrite what the releasing CTA read)."""
+
+    MANY = -2           # read_by: read by more than one CTA
 
     def __init__(self, buffers: list[tuple[str, np.ndarray]], ctas: np.ndarray | None = None,
                  grid: tuple[int, int, int] = (1, 1, 1), grain: int = 1):
         self.names = [n for n, _ in buffers]
         self.raw = [a.reshape(-1).view(np.uint8) for _, a in buffers]
+        self.writeable = [bool(a.flags.writeable) for _, a in buffers]
         self.nbytes = np.array([r.size for r in self.raw] + [0], dtype=np.int64)
         self.start = np.array([allocation_offset(a) for _, a in buffers] + [0], dtype=np.int64)
         self.ctas, self.grid, self.grain = ctas, grid, grain
+        self.copies = None          # the launch's in-flight cp.async book (async_copy.py)
         self.stored: dict[int, np.ndarray] = {}     # buffer -> CTA that stored each cell
+        self.stored_at: dict[int, np.ndarray] = {}  # buffer -> clock of that store
+        self.read_by: dict[int, np.ndarray] = {}    # buffer -> CTA that read each cell
+        self.read_at: dict[int, np.ndarray] = {}    # buffer -> clock of the latest read
         self._views: dict[tuple[int, int, int], np.ndarray] = {}
+        n = 0 if ctas is None else int(ctas[-1]) + 1
+        self.clock = 1
+        self.fenced = np.zeros(n, np.int64)         # clock of the CTA's last gpu fence
+        self.released = np.zeros(n, np.int64)       # what its release covers: clock < this
+        self.release_at = np.full(n, np.iinfo(np.int64).max, np.int64)  # its release's order
+        self.atomic_at = np.zeros(n, np.int64)      # order of the CTA's latest atomic
+        self.acquired = np.zeros(n, np.int64)       # releases ordered before this are seen
 
     @staticmethod
     def base(i: int, start: int = 0) -> int:
@@ -144,7 +178,11 @@ class GlobalMemory:
                 for k, pos in groups if isinstance(pos, slice) or pos.size]
 
     def load(self, addr, threads, elem: int, vec: int) -> np.ndarray:
-        groups = self.locate(addr, threads, elem * vec)
+        size = elem * vec
+        groups = self.locate(addr, threads, size)
+        if self.ctas is not None:
+            for k, pos, _ in groups:
+                self._note_read(k, threads[pos], size, addr[pos])
         if len(groups) == 1:
             k, _, rows = groups[0]
             return self._view(k, elem, vec)[rows]
@@ -156,40 +194,174 @@ class GlobalMemory:
     def store(self, addr, threads, elem: int, vec: int, values: np.ndarray) -> None:
         size = elem * vec
         for k, pos, rows in self.locate(addr, threads, size):
+            self.writing(k, threads[pos], size, addr[pos])
             if self.ctas is not None:
-                self._claim(k, rows, threads[pos], size, addr[pos])
+                self._claim(k, threads[pos], size, addr[pos])
+            if rows.size > 1 and not bool((rows[1:] > rows[:-1]).all()):
+                self._same_word(k, rows, values[pos], threads[pos], addr[pos])
             self._view(k, elem, vec)[rows] = values[pos]
 
-    def _claim(self, k: int, rows: np.ndarray, threads: np.ndarray, size: int,
-               addr: np.ndarray) -> None:
-        """Record which CTA stored each cell of buffer ``k``; a cell another CTA of the
-        launch stored already (now or by an earlier instruction) is a ``race``."""
-        g, start = self.grain, int(self.start[k])
+    # ---- the checks ---------------------------------------------------------------------
+
+    def _cells(self, size: int, threads: np.ndarray, addr: np.ndarray):
+        """(cell, CTA) of every ``grain`` cell the accesses touch, in access order."""
+        first = (addr & np.uint64(SPAN - 1)).astype(np.int64) // self.grain
+        n = max(1, size // self.grain)
+        if n == 1:
+            return first, self.ctas[threads]
+        return (first[:, None] + np.arange(n)).ravel(), np.repeat(self.ctas[threads], n)
+
+    def _table(self, book: dict, k: int, fill: int, dtype=np.int32) -> np.ndarray:
+        if k not in book:
+            book[k] = np.full((self.raw[k].size + int(self.start[k])) // self.grain + 1, fill,
+                              dtype)
+        return book[k]
+
+    def writing(self, k: int, threads: np.ndarray, size: int, addr: np.ndarray) -> None:
+        """Checks of every write (store or atomic) into buffer ``k``: the array is
+        writeable, and no cp.async still in flight reads the bytes."""
+        if not self.writeable[k]:
+            raise Fault("read_only", threads[0], f"store into buffer {k} '{self.names[k]}', "
+                        "a read-only numpy array (pass a writeable array)", int(addr[0]))
+        if self.copies is not None and self.copies.copies:
+            self._not_in_flight(k, threads, size, addr)
+
+    def _not_in_flight(self, k: int, threads, size: int, addr) -> None:
+        """A write to the source bytes of a cp.async its thread has not waited for is a
+        race: the copy may read the bytes any time until then (PTX ISA 9.7.9.25)."""
+        window = (addr & np.uint64(SPAN - 1)).astype(np.int64)
+        lo, hi = window // self.grain, (window + size - 1) // self.grain
+        busy = np.zeros((self.raw[k].size + int(self.start[k])) // self.grain + 1, bool)
+        for c in self.copies.copies:
+            mine = ((c.source >> np.uint64(32)).astype(np.int64) - 1 == k) & (c.have > 0)
+            if not mine.any():
+                continue
+            src = (c.source[mine] & np.uint64(SPAN - 1)).astype(np.int64)
+            first, last = src // self.grain, (src + c.have[mine] - 1) // self.grain
+            for j in range(int((last - first).max()) + 1):
+                busy[np.minimum(first + j, last)] = True
+        hit = np.zeros(lo.size, bool)
+        for j in range((size - 1) // self.grain + 1):
+            hit |= busy[np.minimum(lo + j, hi)]
+        if hit.any():
+            i = _first(hit)
+            raise Fault("race", threads[i], f"global store to buffer {k} '{self.names[k]}' "
+                        "at the source of a cp.async its thread has not waited for "
+                        "(cp.async.wait_group)", int(addr[i]))
+
+    def _same_word(self, k: int, rows, values, threads, addr) -> None:
+        """Lanes of one st.global that store different values into the same bytes: which
+        one lands is up to the hardware (the same value from every lane is fine)."""
+        order = np.argsort(rows, kind="stable")
+        same = rows[order][1:] == rows[order][:-1]
+        v = values.reshape(rows.size, -1)[order]
+        differ = same & (v[1:] != v[:-1]).any(1)
+        if differ.any():
+            j = _first(differ)
+            a, b = order[j], order[j + 1]
+            raise Fault("race", threads[max(a, b)], f"global store to buffer {k} "
+                        f"'{self.names[k]}': two threads of one instruction store different "
+                        "values to the same bytes", int(addr[a]), other=threads[min(a, b)])
+
+    def _ordered(self, writer: np.ndarray, at: np.ndarray, reader: np.ndarray) -> np.ndarray:
+        """Whether CTA ``reader`` has acquired what CTA ``writer`` did at clock ``at``
+        (``writer`` MANY: every CTA of the launch must have released it)."""
+        many = writer == self.MANY
+        w = np.where(many, 0, writer)
+        cover = np.where(many, self.released.min(), self.released[w])
+        order = np.where(many, self.release_at.max(), self.release_at[w])
+        return (at < cover) & (order < self.acquired[reader])
+
+    def _note_read(self, k: int, threads, size: int, addr) -> None:
+        """A load of buffer ``k``: a cell another CTA stored is a race unless ordered;
+        remember which CTA read each cell, for a later store of another CTA."""
+        cells, cta = self._cells(size, threads, addr)
         owner = self.stored.get(k)
-        if owner is None:
-            owner = self.stored[k] = np.full((self.raw[k].size + start) // g + 1, -1, np.int32)
-        n = size // g
-        first = (rows * size + (-start % size) + start) // g   # cell of the access's byte 0
-        cells = first if n == 1 else (first[:, None] + np.arange(n)).ravel()
-        cta = self.ctas[threads] if n == 1 else np.repeat(self.ctas[threads], n)
+        if owner is not None:
+            prev = owner[cells]
+            foreign = (prev >= 0) & (prev != cta)
+            if foreign.any():
+                foreign &= ~self._ordered(prev, self.stored_at[k][cells], cta)
+                if foreign.any():
+                    i = _first(foreign) // max(1, size // self.grain)
+                    self._conflict(k, i, int(prev[_first(foreign)]), threads, addr, "load of")
+        by, at = self._table(self.read_by, k, -1), self._table(self.read_at, k, 0, np.int64)
+        prev = by[cells]
+        new = np.where((prev == -1) | (prev == cta), cta, self.MANY).astype(np.int32)
+        by[cells] = new
+        clash = by[cells] != new                    # CTAs of this instruction share a cell
+        if clash.any():
+            by[cells[clash]] = self.MANY
+        at[cells] = self.clock
+
+    def _claim(self, k: int, threads: np.ndarray, size: int, addr: np.ndarray) -> None:
+        """Record which CTA stored each cell of buffer ``k``; a cell another CTA of the
+        launch stored already (now or by an earlier instruction) is a ``race``, and so is
+        one another CTA read, unless that read is ordered before this store."""
+        owner = self._table(self.stored, k, -1)
+        cells, cta = self._cells(size, threads, addr)
+        n = max(1, size // self.grain)
         prev = owner[cells]
         bad = (prev >= 0) & (prev != cta)
         if bad.any():
-            self._conflict(k, int(np.flatnonzero(bad)[0]) // n, int(prev[bad][0]), threads, addr)
+            self._conflict(k, _first(bad) // n, int(prev[bad][0]), threads, addr)
         if cells.size > 1 and not bool((cells[1:] > cells[:-1]).all()):
             order = np.argsort(cells, kind="stable")
             same = (cells[order][1:] == cells[order][:-1]) & (cta[order][1:] != cta[order][:-1])
             if same.any():
-                j = int(np.flatnonzero(same)[0])
+                j = _first(same)
                 self._conflict(k, int(order[j + 1]) // n, int(cta[order[j]]), threads, addr)
+        by = self.read_by.get(k)
+        if by is not None:
+            r = by[cells]
+            read = (r == self.MANY) | ((r >= 0) & (r != cta))
+            if read.any():
+                read &= ~self._ordered(r, self.read_at[k][cells], cta)
+                if read.any():
+                    j = _first(read)
+                    other = int(r[j]) if r[j] >= 0 else -1
+                    self._conflict(k, j // n, other, threads, addr, "store where", "read")
         owner[cells] = cta
+        self._table(self.stored_at, k, 0, np.int64)[cells] = self.clock
 
-    def _conflict(self, k: int, i: int, other: int, threads: np.ndarray, addr) -> None:
+    def _conflict(self, k: int, i: int, other: int, threads: np.ndarray, addr,
+                  what: str = "store to", did: str = "stored") -> None:
         gx, gy, _ = self.grid
-        where = f"({other % gx},{other // gx % gy},{other // (gx * gy)})"
-        raise Fault("race", threads[i], f"global store to buffer {k} '{self.names[k]}' "
-                    f"where CTA ctaid={where} stored in this launch: CTAs are not ordered "
-                    "(only atom/red may share a word across CTAs)", int(addr[i]))
+        who = (f"CTA ctaid=({other % gx},{other // gx % gy},{other // (gx * gy)})"
+               if other >= 0 else "other CTAs")
+        raise Fault("race", threads[i], f"global {what} buffer {k} '{self.names[k]}' where "
+                    f"{who} {did} in this launch: CTAs are not ordered (only atom/red may "
+                    "share a word across CTAs, or a gpu fence and an atomic order them)",
+                    int(addr[i]))
+
+    # ---- the synchronisation clock --------------------------------------------------------
+
+    def fence(self, threads: np.ndarray) -> None:
+        """A gpu- or system-scope fence by ``threads``: their CTAs' earlier stores are
+        released by their next atomic, and atomics they executed before are acquired."""
+        if self.ctas is None:
+            return
+        cta = self.ctas[threads]
+        self.clock += 1
+        self.fenced[cta] = self.clock
+        self.acquired[cta] = np.maximum(self.acquired[cta], self.atomic_at[cta] + 1)
+
+    def atomic(self, threads: np.ndarray) -> None:
+        """An atomic by ``threads`` (in thread order, the order their updates apply):
+        each gets the next place in the atomic order; a CTA's first atomic after a
+        fence releases its stores before that fence."""
+        if self.ctas is None:
+            return
+        cta = self.ctas[threads]
+        seq = self.clock + np.arange(cta.size)
+        last = np.r_[cta[1:] != cta[:-1], True]
+        first = np.r_[True, cta[1:] != cta[:-1]]
+        self.atomic_at[cta[last]] = seq[last]
+        c, s = cta[first], seq[first]
+        fresh = self.fenced[c] > self.released[c]
+        self.released[c[fresh]] = self.fenced[c[fresh]]
+        self.release_at[c[fresh]] = s[fresh]
+        self.clock += cta.size
 
 
 class SharedMemory:
@@ -216,9 +388,11 @@ class SharedMemory:
         self.copies = None          # the launch's in-flight cp.async book (async_copy.py)
         self._views: dict[tuple, np.ndarray] = {}
         self._reads: list = []      # loads since the last barrier, folded in lazily
-        self._dirty = False         # some store since the last all-CTA barrier
+        self._written = (0, 0)      # window offsets [lo, hi) stored since the last all-CTA barrier
         self._readers = False       # rmin/rmax hold reads since the last all-CTA barrier
+        self._read_span = (0, 0)    # the window offsets [lo, hi) those reads cover
         self._cache = None
+        self._window = None         # per thread: where its CTA's window starts
 
     def _view(self, name: str, elem: int, vec: int) -> np.ndarray:
         key = (name, elem, vec)
@@ -232,13 +406,17 @@ class SharedMemory:
         """bar.sync: every access before it is ordered before every access after it."""
         if ctas is None:
             self._reads.clear()                 # no later write can race with them
-            self._dirty = self._readers = False
+            self._readers = False
+            self._written = (0, 0)
+            self._read_span = (0, 0)
             self.epoch += 1
-        else:
-            self._fold()
+        else:       # the reads stay deferred: their tags keep the epoch they were made in
             self.epoch[ctas] += 1
+            if len(self._reads) > DEFERRED_READS:
+                self._fold()
         self._cache = None
         if self.epoch.max() >= (1 << (31 - _TID_BITS)) - 1:   # tag space exhausted
+            self._reads.clear()
             written = self.writer >= 0              # keep "ever written" as epoch 0
             self.rmin.fill(-1)
             self.rmax.fill(-1)
@@ -246,25 +424,29 @@ class SharedMemory:
             self.epoch[:] = 1
 
     def _who(self, threads):
-        """(cta, epoch, tag) per thread; cached for the all-threads index array."""
-        if self._cache is not None and self._cache[0] is threads:
-            return self._cache[1:]
-        cta = threads // self.tpc
-        ep = self.epoch[cta][:, None]
-        tag = ((ep << _TID_BITS) | (threads % self.tpc)[:, None]).astype(np.int32)
-        self._cache = (threads, cta, ep, tag)
-        return cta, ep, tag
+        """(cta, epoch, tag) per thread of ``threads`` (increasing), from the launch's
+        arrays of them, made again after each barrier."""
+        last = int(threads[-1]) if threads.size else 0
+        if self._cache is None or self._cache[0].size <= last:
+            every = np.arange(max(last + 1, self.epoch.size * self.tpc))
+            cta = every // self.tpc
+            ep = self.epoch[cta][:, None]
+            self._cache = (cta, ep, ((ep << _TID_BITS) | (every % self.tpc)[:, None])
+                           .astype(np.int32))
+        cta, ep, tag = self._cache
+        if threads.size == cta.size:
+            return cta, ep, tag
+        return cta[threads], ep[threads], tag[threads]
 
     def _locate(self, addr, threads, size: int):
         off = np.asarray(addr).astype(np.int64)
-        bad = off > self.size - size
-        if bad.any():
-            i = _first(bad)
-            raise Fault("out_of_bounds", threads[i], f"{size}-byte shared access, the "
-                        f"shared window is {self.size} bytes", int(off[i]))
-        mis = (off & (size - 1)) != 0
-        if mis.any():
-            i = _first(mis)
+        if ((off > self.size - size) | (off & (size - 1)).astype(bool)).any():
+            bad = off > self.size - size
+            if bad.any():
+                i = _first(bad)
+                raise Fault("out_of_bounds", threads[i], f"{size}-byte shared access, the "
+                            f"shared window is {self.size} bytes", int(off[i]))
+            i = _first((off & (size - 1)) != 0)
             raise Fault("misaligned", threads[i], f"{size}-byte shared access needs "
                         f"{size}-byte alignment", int(off[i]))
         cta, ep, tag = self._who(threads)
@@ -286,26 +468,40 @@ class SharedMemory:
                     "of the CTA since the last bar.sync", at,
                     other=int(cta[i]) * self.tpc + other)
 
-    def _fold(self) -> None:
+    def _fold(self, span: tuple[int, int] | None = None) -> None:
         """Record the deferred reads in rmin/rmax (needed once a write or a partial
-        barrier follows them; a barrier of all CTAs just drops them)."""
-        self._readers = self._readers or bool(self._reads)
-        for rows, ep, tag, size in self._reads:
-            lo, hi = self._view("rmin", size, 1), self._view("rmax", size, 1)
-            L, H = lo[rows], hi[rows]
-            stale = (H >> _TID_BITS) != ep
-            if rows.size < 2 or bool((rows[1:] > rows[:-1]).all()):
-                lo[rows] = np.where(stale, tag, np.minimum(L, tag))
-                hi[rows] = np.where(stale, tag, np.maximum(H, tag))
+        barrier follows them; a barrier of all CTAs just drops them). With ``span``
+        (window offsets [lo, hi) of a store) only the reads that overlap it: a read
+        elsewhere cannot race with that store, and stays deferred. (A ring of copy
+        stages reads one stage while it refills another, so most reads never fold.)"""
+        keep = []
+        lo, hi = self._read_span
+        for read in self._reads:
+            rows, ep, tag, size, (a, b), cta = read
+            if span is not None and (b <= span[0] or span[1] <= a):
+                keep.append(read)
                 continue
-            lo[rows] = np.where(stale, tag, L)    # open this epoch, then fold duplicates
-            hi[rows] = np.where(stale, tag, H)
+            if bool((self.epoch[cta] > ep[:, 0]).all()):
+                continue            # every reader's CTA has passed a barrier since
+            self._readers = True
+            lo, hi = (a, b) if lo == hi else (min(lo, a), max(hi, b))
+            lo_, hi_ = self._view("rmin", size, 1), self._view("rmax", size, 1)
+            L, H = lo_[rows], hi_[rows]
+            held = H >> _TID_BITS       # the epoch the grain's readers are from
+            older, newer = held < ep, held > ep     # newer: folded after a later barrier
+            if rows.size < 2 or bool((rows[1:] > rows[:-1]).all()):
+                lo_[rows] = np.where(older, tag, np.where(newer, L, np.minimum(L, tag)))
+                hi_[rows] = np.where(older, tag, np.where(newer, H, np.maximum(H, tag)))
+                continue
+            lo_[rows] = np.where(older, tag, L)    # open this epoch, then fold duplicates
+            hi_[rows] = np.where(older, tag, H)
             k = size // self.grain
             flat = (rows[:, None] * k + np.arange(k)).ravel()
-            tags = np.broadcast_to(tag, L.shape).ravel()
-            np.minimum.at(self.rmin, flat, tags)
-            np.maximum.at(self.rmax, flat, tags)
-        self._reads.clear()
+            tags = np.broadcast_to(tag, L.shape)
+            np.minimum.at(self.rmin, flat, np.where(newer, np.iinfo(np.int32).max, tags).ravel())
+            np.maximum.at(self.rmax, flat, np.where(newer, -1, tags).ravel())
+        self._read_span = (lo, hi)
+        self._reads = keep
 
     def load(self, addr, threads, elem: int, vec: int) -> np.ndarray:
         size = elem * vec
@@ -316,41 +512,60 @@ class SharedMemory:
             at = int(off[i]) + int(j) * self.grain
             raise Fault("uninitialized", threads[i], f"shared offset {at:#x} read but never "
                         "written", at)
-        if self._dirty:
+        span = (int(off.min()), int(off.max()) + size)
+        if _overlap(span, self._written):
             bad = ((W >> _TID_BITS) == ep) & (W != tag)
             if bad.any():
                 self._race(bad, W, threads, off, cta, "written")
-        self._reads.append((rows, ep, tag, size))
+        self._reads.append((rows, ep, tag, size, span, cta))
         return self._view("raw", elem, vec)[rows]
 
     def claim(self, addr, threads, elem: int, vec: int, values: np.ndarray) -> None:
         """A cp.async issues: a write now (it may land any time until the wait, so it
         races with every unsynchronised access), and its bytes stay ``pending``."""
-        self.store(addr, threads, elem, vec, values)
-        self._view("pending", elem * vec, 1)[self._rows(addr, threads, elem * vec)] = True
+        rows = self.store(addr, threads, elem, vec, values)
+        self._view("pending", elem * vec, 1)[rows] = True
 
     def settle(self, addr, threads, elem: int, vec: int) -> None:
         """The issuing thread waited for a cp.async: its bytes are written again now, so
-        another thread needs a bar.sync after the wait like after any shared store."""
-        rows = self._rows(addr, threads, elem * vec)
-        self._view("pending", elem * vec, 1)[rows] = False
-        self.store(addr, threads, elem, vec, self._view("raw", elem, vec)[rows].copy())
+        another thread needs a bar.sync after the wait like after any shared store.
+        (The checks of a store cannot fail here: the issue made them, and since then
+        every access to a pending byte was refused, so only the writer's tag moves.)"""
+        size = elem * vec
+        rows = self._rows(addr, threads, size)
+        self._view("pending", size, 1)[rows] = False
+        self._view("writer", size, 1)[rows] = self._who(threads)[2]
+        at = np.asarray(addr).astype(np.int64)
+        self._wrote((int(at.min()), int(at.max()) + size))
+
+    def _wrote(self, span: tuple[int, int]) -> None:
+        lo, hi = self._written
+        self._written = span if lo == hi else (min(lo, span[0]), max(hi, span[1]))
 
     def _rows(self, addr, threads, size: int) -> np.ndarray:
-        return ((threads // self.tpc) * self.pad + np.asarray(addr).astype(np.int64)) // size
+        """Rows of ``size`` bytes; ``threads`` increasing, as every caller passes them (so
+        as many as the first ``threads[-1] + 1`` are all of those)."""
+        last = int(threads[-1]) if threads.size else 0
+        if self._window is None or self._window.size <= last:
+            every = np.arange(max(last + 1, self.epoch.size * self.tpc))
+            self._window = every // self.tpc * self.pad
+        start = self._window if threads.size == self._window.size else self._window[threads]
+        return (start + np.asarray(addr).astype(np.int64)) // size
 
-    def store(self, addr, threads, elem: int, vec: int, values: np.ndarray) -> None:
+    def store(self, addr, threads, elem: int, vec: int, values: np.ndarray) -> np.ndarray:
+        """Returns the rows of ``_view(..., elem * vec, 1)`` it wrote."""
         size = elem * vec
         rows, cta, ep, tag, off = self._locate(addr, threads, size)
         wv = self._view("writer", size, 1)
-        if self._dirty:
+        span = (int(off.min()), int(off.max()) + size)
+        if _overlap(span, self._written):
             W = wv[rows]
             bad = ((W >> _TID_BITS) == ep) & (W != tag)
             if bad.any():
                 self._race(bad, W, threads, off, cta, "written")
         if self._reads:
-            self._fold()
-        if self._readers:
+            self._fold(span)
+        if self._readers and _overlap(span, self._read_span):
             L, H = self._view("rmin", size, 1)[rows], self._view("rmax", size, 1)[rows]
             bad = ((H >> _TID_BITS) == ep) & ((L != tag) | (H != tag))
             if bad.any():
@@ -364,5 +579,6 @@ class SharedMemory:
                             "written by two threads in one instruction", int(off[a]),
                             other=threads[min(a, b)])
         wv[rows] = tag
-        self._dirty = True
+        self._wrote(span)
         self._view("raw", elem, vec)[rows] = values
+        return rows

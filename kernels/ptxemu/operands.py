@@ -75,6 +75,14 @@ Get = Callable[[Any, Any], Any]
 Put = Callable[[Any, Any, Any], None]
 
 
+class Rows(NamedTuple):
+    """A destination value for only the executing threads ``sel`` (a load's data): the
+    register keeps its old bits elsewhere, without a full-size array in between."""
+
+    sel: np.ndarray
+    values: np.ndarray
+
+
 class State:
     """Everything one launch mutates: registers, memories, and the launch constants."""
 
@@ -85,8 +93,9 @@ class State:
         self.regs: dict[str, np.ndarray] = {}
         self.partial: dict[str, np.ndarray] = {}   # written-mask of partly written registers
         self.staged: list[tuple[str, np.dtype, Any, Any]] = []   # this instruction's writes
+        self._fragments: dict = {}     # operand layouts built from register arrays (mma)
+        self._mask, self._selected = None, None     # sel()'s last mask and answer
         self.threads = np.arange(T)
-        self.row8 = self.threads * 8        # byte offset of each thread's 8-byte row
         first = special["laneid"] == 0      # every warp starts at a lane 0 of its CTA
         self.warp_start = np.flatnonzero(first)          # first thread of each warp
         self.warp_index = np.cumsum(first) - 1           # each thread's warp
@@ -99,12 +108,18 @@ class State:
         for name, dtype, m, v in self.staged:
             old = self.regs.get(name)
             if m is None:
-                new = np.empty(self.T, dtype)
-                new[...] = v
+                if type(v) is np.ndarray and v.dtype == dtype and v.shape == (self.T,):
+                    new = v         # kept as it is: no array is ever changed in place
+                else:
+                    new = np.empty(self.T, dtype)
+                    new[...] = v
                 self.partial.pop(name, None)
             else:
                 new = np.zeros(self.T, dtype) if old is None else old.copy()
-                np.copyto(new, v, where=m, casting="unsafe")
+                if isinstance(v, Rows):
+                    new[v.sel] = v.values
+                else:
+                    np.copyto(new, v, where=m, casting="unsafe")
                 w = m if old is None else self.partial.get(name)
                 if w is not None:
                     w = w | m                       # a new mask: never alias the caller's
@@ -114,6 +129,20 @@ class State:
                         self.partial[name] = w
             self.regs[name] = new
         self.staged.clear()
+
+    def fragment(self, kind, regs: list, build: Callable):
+        """``build(regs)``, kept while the same register arrays come back: the four mma of
+        a 2x2 warp tile share each A and B fragment, and a stored register array never
+        changes (``commit`` makes a new one), so the identity of the arrays is the key."""
+        key = (kind, *map(id, regs))
+        hit = self._fragments.get(key)
+        if hit is not None and all(x is y for x, y in zip(hit[0], regs)):
+            return hit[1]
+        if len(self._fragments) >= 8:
+            self._fragments.clear()
+        value = build(regs)
+        self._fragments[key] = (regs, value)
+        return value
 
     def check(self, name: str, m) -> None:
         """Raise ``uninitialized`` if a thread of ``m`` reads ``name`` before writing it."""
@@ -125,8 +154,22 @@ class State:
                         "before any write by this thread")
 
     def sel(self, m) -> np.ndarray:
-        """Indices of the executing threads."""
-        return self.threads if m is None else np.flatnonzero(m)
+        """Indices of the executing threads (kept for the mask the last call saw: the
+        executor passes one mask object per step, and masks are never changed)."""
+        if m is None:
+            return self.threads
+        if m is not self._mask:
+            self._mask, self._selected = m, np.flatnonzero(m)
+        return self._selected
+
+
+def per_lane(v, T: int) -> np.ndarray:
+    """``v`` (an operand's value: one per thread, or one literal for all) as an array of
+    ``T`` values; a register's array is returned as it is (``np.broadcast_to`` costs
+    tens of microseconds of Python per call, as much as the arithmetic on a warp)."""
+    if type(v) is np.ndarray and v.shape == (T,):
+        return v
+    return np.broadcast_to(v, (T,))
 
 
 def imm(tok: str, ty: Ty):
@@ -278,7 +321,11 @@ class Ctx:
             value, bits = ty.dtype, ty.udtype
 
             def put_bits(st, m, v, name=tok):
-                st.staged.append((name, dtype, m, np.asarray(v, value).view(bits)))
+                if isinstance(v, Rows):
+                    v = Rows(v.sel, np.asarray(v.values, value).view(bits))
+                else:
+                    v = np.asarray(v, value).view(bits)
+                st.staged.append((name, dtype, m, v))
             return put_bits
 
         def put(st, m, v, name=tok):

@@ -16,7 +16,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from kernels.ptxemu.memory import Fault
-from kernels.ptxemu.operands import PRED, TYPES, U32, U64, Ctx, Ty
+from kernels.ptxemu.operands import PRED, TYPES, U32, U64, Ctx, Rows, Ty, per_lane
 
 
 class Exec(NamedTuple):
@@ -111,8 +111,8 @@ def _divrem(cx, op, t):
     put, ga, gb = cx.dst(d, t), cx.src(a, t), cx.src(b, t)
 
     def run(st, m):
-        x = np.broadcast_to(ga(st, m), (st.T,))
-        y = np.broadcast_to(gb(st, m), (st.T,))
+        x = per_lane(ga(st, m), st.T)
+        y = per_lane(gb(st, m), st.T)
         zero = (y == 0) if m is None else (y == 0) & m
         if zero.any():
             raise Fault("undefined", np.flatnonzero(zero)[0], f"{op} by zero")
@@ -136,8 +136,8 @@ def _dp4a(cx, ta, tb):
     da, db = (np.int8 if x[0] == "s" else np.uint8 for x in (ta, tb))
 
     def run(st, m):
-        x = np.broadcast_to(ga(st, m), (st.T,)).astype(np.uint32).view(da).reshape(-1, 4)
-        y = np.broadcast_to(gb(st, m), (st.T,)).astype(np.uint32).view(db).reshape(-1, 4)
+        x = per_lane(ga(st, m), st.T).astype(np.uint32).view(da).reshape(-1, 4)
+        y = per_lane(gb(st, m), st.T).astype(np.uint32).view(db).reshape(-1, 4)
         s = (x.astype(np.int64) * y.astype(np.int64)).sum(1)
         put(st, m, s + np.asarray(gc(st, m)).astype(np.int64))
     return run
@@ -262,23 +262,16 @@ def _prmt(cx):
     put = cx.dst(d, TYPES["b32"])
     ga, gb, gc = cx.src(a, TYPES["b32"]), cx.src(b, TYPES["b32"]), cx.src(c, TYPES["b32"])
 
+    shifts = np.arange(0, 16, 4, dtype=np.uint64)            # nibble k of c: byte k of d
+
     def run(st, m):
-        T = st.T
-        pool = np.empty((T, 2), np.uint32)
-        pool[:, 0], pool[:, 1] = ga(st, m), gb(st, m)
-        c = gc(st, m)
-        if np.ndim(c) == 0:                                         # literal selector
-            nib = np.array([(int(c) >> (4 * k)) & 15 for k in range(4)], np.uint8)
-            out = np.take(pool.view(np.uint8), nib & 7, axis=1)
-        else:                                   # nibbles 0..3 of c, gathered per thread
-            cb = np.asarray(c).view(np.uint8).reshape(T, 4)
-            nib = np.empty((T, 4), np.uint8)
-            nib[:, 0::2], nib[:, 1::2] = cb[:, :2] & 15, cb[:, :2] >> 4
-            out = pool.view(np.uint8).reshape(-1)[st.row8[:, None] + (nib & 7)]
-        sign = nib >= 8
-        if sign.any():
-            out = np.where(sign, (out.view(np.int8) >> 7).view(np.uint8), out)
-        put(st, m, out.view(np.uint32)[:, 0])
+        pool = (np.asarray(gb(st, m)).astype(np.uint64) << np.uint64(32)) | \
+            np.asarray(ga(st, m)).astype(np.uint64)
+        nib = (np.asarray(gc(st, m)).astype(np.uint64)[..., None] >> shifts) & np.uint64(15)
+        byte = (pool[..., None] >> ((nib & np.uint64(7)) << np.uint64(3))).astype(np.uint8)
+        byte = np.where(nib >= 8, (byte.view(np.int8) >> 7).view(np.uint8), byte)
+        d = np.ascontiguousarray(np.broadcast_to(byte, (st.T, 4))).view(np.uint32)[:, 0]
+        put(st, m, d)
     return run
 
 
@@ -315,7 +308,7 @@ def setp_exec(cx: Ctx, bop, t: Ty, compare: Callable) -> Callable:
     f, comb = compare, _LOGIC.get(bop)
 
     def run(st, m):
-        r = np.broadcast_to(f(ga(st, m), gb(st, m)), (st.T,))
+        r = per_lane(f(ga(st, m), gb(st, m)), st.T)
         if comb is None:
             puts[0](st, m, r)
             return
@@ -424,7 +417,7 @@ class Access(NamedTuple):
         """One address per executing thread (``sel``: their indices)."""
         if self.base is None:
             return np.full(sel.size, self.offset, np.uint64)
-        a = np.broadcast_to(np.asarray(self.base(st, m), dtype=np.uint64), (st.T,))
+        a = per_lane(np.asarray(self.base(st, m), dtype=np.uint64), st.T)
         return (a if m is None else a[sel]) + self.offset
 
     def record(self, st, addr: np.ndarray, sel: np.ndarray) -> None:
@@ -489,12 +482,8 @@ def _ld(cx, space, nc, vec, t):
         got = acc.memory(st).load(addr, sel, acc.elem, acc.vec)
         acc.record(st, addr, sel)
         for j, put in enumerate(puts):
-            v = got[:, j]
-            if m is not None:
-                full = np.zeros(st.T, v.dtype)
-                full[sel] = v
-                v = full
-            put(st, m, v.view(t.dtype))
+            v = got[:, j].view(t.dtype)
+            put(st, m, v if m is None else Rows(sel, v))
     return Exec("op", ld, shared_bytes=acc.shared_bytes)
 
 
@@ -510,7 +499,7 @@ def _st(cx, space, nc, vec, t):
         sel = st.sel(m)
         data = np.empty((sel.size, acc.vec), t.udtype)
         for j, g in enumerate(gets):
-            v = np.broadcast_to(np.asarray(g(st, m)).view(t.udtype), (st.T,))
+            v = per_lane(np.asarray(g(st, m)).view(t.udtype), st.T)
             data[:, j] = v if m is None else v[sel]
         addr = acc.addresses(st, m, sel)
         acc.memory(st).store(addr, sel, acc.elem, acc.vec, data)
@@ -568,20 +557,29 @@ def _mma(cx, k, sat, ta, tb):
     def run(st, m):
         T = st.T
         W = T // 32
-        # Rearrange whole 32-bit words (4 k-consecutive bytes), then view the bytes.
-        # A words: [warp, g, t, h (k half), rowhalf] -> [warp, rowhalf, g, h, t]
-        A = np.stack([np.broadcast_to(g(st, m), (T,)) for g in ga], -1)
-        A = A.reshape(W, 8, 4, nb, 2).transpose(0, 4, 1, 3, 2).reshape(W, 16, k // 4)
-        # B words: [warp, g (= n), t, h] -> [warp, n, h, t]
-        B = np.stack([np.broadcast_to(g(st, m), (T,)) for g in gb], -1)
-        B = B.reshape(W, 8, 4, nb).transpose(0, 1, 3, 2).reshape(W, 8, k // 4)
+        # Place whole 32-bit words (4 k-consecutive bytes) as rows, then view the bytes.
+        # A: reg r of lane (g, t) -> [warp, rowhalf = r & 1, g, h = r >> 1, t]
+        def a_rows(regs):
+            A = np.empty((W, 2, 8, nb, 4), np.uint32)
+            for r, v in enumerate(regs):
+                A[:, r & 1, :, r >> 1, :] = per_lane(v, T).reshape(W, 8, 4)
+            return A.reshape(W, 16, k // 4).view(adt).astype(np.float32)
+
+        # B: reg h of lane (g = n, t) -> [warp, n, h, t]
+        def b_columns(regs):
+            B = np.empty((W, 8, nb, 4), np.uint32)
+            for h, v in enumerate(regs):
+                B[:, :, h, :] = per_lane(v, T).reshape(W, 8, 4)
+            return B.reshape(W, 8, k // 4).view(bdt).astype(np.float32).transpose(0, 2, 1)
+
         # exact in float32: |sum| <= 32 * 255 * 255 < 2**24
-        AB = np.matmul(A.view(adt).astype(np.float32),
-                       B.view(bdt).astype(np.float32).transpose(0, 2, 1))
-        # AB: [warp, rowhalf, g, t, j] -> fragment [warp, g, t, rowhalf, j] = [lane, reg]
-        frag = AB.reshape(W, 2, 8, 4, 2).transpose(0, 2, 3, 1, 4).reshape(T, 4)
-        frag = frag.astype(np.int64 if sat else np.int32)
+        AB = np.matmul(st.fragment(("A", adt), [g(st, m) for g in ga], a_rows),
+                       st.fragment(("B", bdt), [g(st, m) for g in gb], b_columns))
+        # AB [warp, rowhalf, g, t, j]: D reg r = 2 rowhalf + j of lane (g, t)
+        AB = AB.reshape(W, 2, 8, 4, 2)
         for r, (put, g) in enumerate(zip(puts, gc)):
-            v = frag[:, r] + g(st, m)                   # int32 + int32 wraps like hardware
+            v = np.empty((W, 8, 4), np.int64 if sat else np.int32)
+            np.copyto(v, AB[:, r >> 1, :, :, r & 1], casting="unsafe")
+            v = v.reshape(T) + g(st, m)                 # int32 + int32 wraps like hardware
             put(st, m, np.clip(v, -(1 << 31), (1 << 31) - 1) if sat else v)
     return Exec("op", run, warp=True)

@@ -16,7 +16,8 @@ class EmulatorError(Exception):
 
     ``kind`` is one of: unsupported, divergence, out_of_bounds, misaligned,
     uninitialized, race, undefined, launch (a limit of the GPU, ptxas or the driver),
-    budget (a launch that ran past its instruction budget). ``line``/``text`` name the
+    budget (a launch that ran past its instruction budget), read_only (a store into a
+    read-only numpy array). ``line``/``text`` name the
     PTX statement; ``ctaid``/``tid`` the first offending thread and ``address`` the byte
     address (global) or shared-window offset (shared), when they apply.
     """

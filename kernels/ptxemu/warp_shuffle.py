@@ -23,7 +23,7 @@ import numpy as np
 
 from kernels.ptxemu.async_copy import per_thread
 from kernels.ptxemu.memory import Fault
-from kernels.ptxemu.operands import PRED, TYPES, U32
+from kernels.ptxemu.operands import PRED, TYPES, U32, per_lane
 from kernels.ptxemu.ops import form
 
 B32 = TYPES["b32"]
@@ -87,7 +87,7 @@ def _shfl(cx, mode):
             i = int(np.flatnonzero(foreign)[0])
             raise Fault("undefined", sel[i], f"shfl.sync reads lane {int(j[i])}, outside the "
                         f"membermask {int(member[i]):#010x} (its value is unpredictable)")
-        values = np.broadcast_to(np.asarray(ga(st, m)).view(np.uint32), (st.T,))
+        values = per_lane(np.asarray(ga(st, m)).view(np.uint32), st.T)
         out = np.zeros(st.T, np.uint32)
         out[sel] = values[sel - lane + j]
         put(st, m, out)
