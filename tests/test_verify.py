@@ -55,7 +55,7 @@ def fake_backend(monkeypatch, answer=None, exc: Exception | None = None):
             raise exc
         args[0][:, :answer.shape[1]] = answer  # the output's rows x width, inside its pitch
 
-    monkeypatch.setattr(backends, "load_function", lambda backend, ptx, entry: fn)
+    monkeypatch.setattr(backends, "load_ptx", lambda backend, ptx, entry: fn)
     return calls
 
 

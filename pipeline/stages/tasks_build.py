@@ -124,6 +124,7 @@ def verify_task(cells: KernelCells) -> dict:
         "targets": [str(config.verify_json(*cell)) for cell in cells.named()] + [str(config.verify_index(cells.kernel))],
         "uptodate": [config_changed({"cells": dict(zip(cells.keys(), cells.inputs))}), targets_intact()],
         "clean": [clean_targets, clean_leftovers],
+        "meta": {"units": len(cells.shapes)},  # the run's live line counts its cells (pipeline.stages.progress)
     }
 
 

@@ -176,43 +176,56 @@ def launch_stats(fn: Any) -> LaunchStats | None:
 def verify_cell(spec: KernelSpec, shape_set: str, shape: Shape, backend: str, force: bool = False) -> VerifyReport:
     """Run ``spec``'s emitted PTX on ``shape`` with ``backend`` ('gpu' or 'emulator'),
     write artifacts/verify/<kernel>/<set>/<shape>.json and return the report."""
-    from kernels.launch import launch_outputs  # with the emulator behind it: loaded when a cell runs
     check_work(spec.name, shape_set, shape, backend, force)
     emitted = read_model(emit_json(spec.name), EmitResult)
     ptx = ptx_path(spec.name)
     check_artifact(ptx, emitted.ptx_sha256)
-    dims = Dims(shape.R, shape.K, shape.N)
     expected_s = work(shape) / EMULATOR_MACS_PER_SECOND if backend == "emulator" else 0.0
     with heartbeat(f"{spec.name} {shape_set}/{shape.name}", expected_s):
-        inputs = spec.make_inputs(dims, np.random.default_rng(seed(spec.name, shape)))
-        want = spec.expected(dims, inputs)
-        device, driver = backends.device_info(backend)
-        xp = backends.array_module(backend)
-        mismatches = max_abs = rows = 0
-        first = error = stats = None
-        per_output: dict[str, int] = {}
-        start = time.perf_counter()
-        try:
-            fn = backends.load_function(backend, ptx, emitted.entry)
-            got = launch_outputs(spec, fn, dims, {k: xp.asarray(v) for k, v in inputs.items()}, xp)
-            got = {name: backends.to_host(value) for name, value in got.items()}
-            stats = launch_stats(fn) if backend == "emulator" else None
-        except Exception as exc:  # recorded, not raised: the report says what failed
-            error = one_line(exc)
-        seconds = time.perf_counter() - start
+        report = run_cell(spec.name, shape_set, shape, backend, force, ptx.read_text(), emitted)
+    write_model(verify_json(spec.name, shape_set, shape.name), report)
+    return report
+
+
+def run_cell(kernel: str, shape_set: str, shape: Shape, backend: str, force: bool, ptx: str,
+             emitted: EmitResult) -> VerifyReport:
+    """One cell, where an executor runs it (pipeline.stages.executor): the PTX comes as text
+    and the report goes back as the return value, so a worker on another machine reads
+    and writes no file of the checkout; the driver checks the PTX and writes the report."""
+    from kernels.launch import launch_outputs  # with the emulator behind it: loaded when a cell runs
+    from kernels.registry import KERNELS
+    from pipeline.stages.executor import node_name
+
+    spec = KERNELS[kernel]
+    check_work(kernel, shape_set, shape, backend, force)
+    dims = Dims(shape.R, shape.K, shape.N)
+    inputs = spec.make_inputs(dims, np.random.default_rng(seed(kernel, shape)))
+    want = spec.expected(dims, inputs)
+    device, driver = backends.device_info(backend)
+    xp = backends.array_module(backend)
+    mismatches = max_abs = rows = 0
+    first = error = stats = None
+    per_output: dict[str, int] = {}
+    start = time.perf_counter()
+    try:
+        fn = backends.load_ptx(backend, ptx, emitted.entry)
+        got = launch_outputs(spec, fn, dims, {k: xp.asarray(v) for k, v in inputs.items()}, xp)
+        got = {name: backends.to_host(value) for name, value in got.items()}
+        stats = launch_stats(fn) if backend == "emulator" else None
+    except Exception as exc:  # recorded, not raised: the report says what failed
+        error = one_line(exc)
+    seconds = time.perf_counter() - start
     if error is None:
         per_output, max_abs, first = compare_outputs(spec, got, want)
         mismatches = sum(per_output.values())
         rows = dims.R  # the whole output was compared: every problem row contributed
-    report = VerifyReport(
-        kernel=spec.name, shape_set=shape_set, shape=shape.name, R=shape.R, K=shape.K, N=shape.N,
-        backend=backend, device=device, driver=driver, mismatches=mismatches, rows_checked=rows,
+    return VerifyReport(
+        kernel=kernel, shape_set=shape_set, shape=shape.name, R=shape.R, K=shape.K, N=shape.N,
+        backend=backend, device=device, driver=driver, node=node_name(), mismatches=mismatches, rows_checked=rows,
         max_abs_diff=max_abs, first_mismatch=first, seconds=round(seconds, 4),
         output_mismatches=per_output if len(spec.output_params) > 1 else {},
         ptx_sha256=emitted.ptx_sha256, error=error, launch_stats=stats,
     )
-    write_model(verify_json(spec.name, shape_set, shape.name), report)
-    return report
 
 
 def verdict(report: VerifyReport) -> str:
