@@ -1,0 +1,99 @@
+"""The executor verify's cells go through (pipeline.stages.executor) and the live progress
+line (pipeline.stages.progress), without a cluster: tests/test_cluster.py runs Ray."""
+from __future__ import annotations
+
+import io
+import sys
+
+import pytest
+
+from pipeline.core.errors import UserError
+from pipeline.stages import executor as ex
+from pipeline.stages.executor import Job, LocalExecutor, RayExecutor, executor, parse_devices
+from pipeline.stages.progress import CLEAR, LineGuard, Progress, attach, duration
+
+
+def square(x: int) -> int:
+    if x < 0:
+        raise ValueError(f"negative {x}")
+    return x * x
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_local_executor_returns_every_result_once_with_its_index(workers):
+    jobs = [Job(square, (x,)) for x in (3, -1, 4, 5, -2)]
+    results = dict(LocalExecutor(workers).run(jobs))
+    assert sorted(results) == list(range(len(jobs)))
+    assert [results[i] for i in (0, 2, 3)] == [9, 16, 25]
+    # a job that raises is that job's result, never the run's end
+    assert [str(results[i]) for i in (1, 4)] == ["negative -1", "negative -2"]
+    assert isinstance(results[1], ValueError)
+
+
+def test_local_executor_uses_this_machines_cores():
+    assert LocalExecutor().workers == ex.cores() >= 1
+    assert executor("local") is executor("local")  # one per process: the run's kernel tasks share its pool
+
+
+def test_ray_options_ask_a_cpu_or_a_gpu_of_an_arch():
+    options = RayExecutor.options
+    assert options(None, Job(square, (1,))) == {"num_cpus": 1}
+    assert options(None, Job(square, (1,), gpu=True)) == {"num_cpus": 1, "num_gpus": 1}
+    assert options(None, Job(square, (1,), gpu=True, arch="sm_90")) == {"num_cpus": 1, "num_gpus": 1,
+                                                                       "resources": {"sm_90": 1}}
+
+
+def test_bad_executor_and_devices_are_one_line(monkeypatch):
+    with pytest.raises(UserError, match="executor=spark: expected one of local, ray"):
+        executor("spark")
+    monkeypatch.setitem(sys.modules, "ray", None)  # an import of ray fails as where it is not installed
+    with pytest.raises(UserError, match=r"the ray package is not installed; pip install -e \"\.\[cluster\]\""):
+        RayExecutor("auto")
+    assert parse_devices("sm_89, sm_90,") == ("sm_89", "sm_90") and parse_devices("sm_90a") == ("sm_90a",)
+    with pytest.raises(UserError, match="devices=h100: 'h100' is not an arch"):
+        parse_devices("h100")
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_counts_cells_and_estimates_the_time_left(monkeypatch):
+    clock = iter([0.0, 0.0, 10.0, 10.0, 10.0])
+    monkeypatch.setattr("pipeline.stages.progress.time.perf_counter", lambda: next(clock))
+    progress = Progress()
+    progress.expect(10)
+    progress.skip(4)  # up to date: done, but not part of the rate
+    assert progress.line() == "4/10 cells done"
+    progress.start()
+    progress.advance(2)  # 2 cells in 10 s: the 4 left take 20 s
+    assert progress.line() == "6/10 cells done, about 20 s left"
+    assert duration(75) == "1 min 15 s" and duration(9.6) == "10 s"
+
+
+def test_the_live_line_never_shares_a_line_with_output():
+    out, err = Terminal(), Terminal()
+    stdout = attach(3, out, err)
+    assert isinstance(stdout, LineGuard)
+    from pipeline.stages.progress import PROGRESS
+    PROGRESS.draw(force=True)
+    assert err.getvalue() == CLEAR + "0/3 cells done"
+    stdout.write("hslm_fwd_s8 smoke/tiny: 1 mismatches\n")
+    assert out.getvalue() == "hslm_fwd_s8 smoke/tiny: 1 mismatches\n"
+    # the line was taken away before the output, and drawn again after it
+    assert err.getvalue() == CLEAR + "0/3 cells done" + CLEAR + CLEAR + "0/3 cells done"
+    PROGRESS.finish()
+    assert err.getvalue().endswith(CLEAR) and not PROGRESS.shown
+
+
+def test_no_live_line_off_a_terminal():
+    out, err = io.StringIO(), io.StringIO()
+    assert attach(3, out, err) is out  # a log keeps plain lines
+    from pipeline.stages.progress import PROGRESS
+    PROGRESS.advance()  # within LOG_EVERY_S of the start: no line yet
+    assert err.getvalue() == ""
+    PROGRESS.draw(force=True)
+    assert CLEAR not in err.getvalue() and err.getvalue().startswith("1/3 cells done, about ")
+    assert err.getvalue().endswith(" left\n") and err.getvalue().count("\n") == 1
+    PROGRESS.finish()
