@@ -49,6 +49,10 @@ def test_bad_executor_and_devices_are_one_line(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # an import of ray fails as where it is not installed
     with pytest.raises(UserError, match=r"the ray package is not installed; pip install -e \"\.\[cluster\]\""):
         RayExecutor("auto")
+    monkeypatch.delitem(sys.modules, "ray")
+    with pytest.raises(UserError, match=r"address=127\.0\.0\.1:1: nothing answers there .*ray start --head"):
+        ex.check_reachable("127.0.0.1:1")
+    ex.check_reachable("auto")  # ray.init finds the cluster `ray start` left here, or says there is none
     assert parse_devices("sm_89, sm_90,") == ("sm_89", "sm_90") and parse_devices("sm_90a") == ("sm_90a",)
     with pytest.raises(UserError, match="devices=h100: 'h100' is not an arch"):
         parse_devices("h100")

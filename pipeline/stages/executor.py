@@ -84,7 +84,7 @@ class LocalExecutor:
 
                 context = multiprocessing.get_context("forkserver")
                 _single_threaded_numpy()  # before the server starts: its children inherit the environment
-                context.set_forkserver_preload(["pipeline.stages.verify"])  # imported once, in the server
+                context.set_forkserver_preload(["pipeline.stages.verify", "kernels.registry", "kernels.launch"])  # imported once, in the server
                 self._pool = ProcessPoolExecutor(self.workers, mp_context=context)
             return self._pool
 
@@ -130,6 +130,7 @@ class RayExecutor:
             raise UserError(f"executor=ray: the ray package is not installed; {RAY_HINT}") from None
         self.ray = ray
         if not ray.is_initialized():
+            check_reachable(address)
             try:
                 ray.init(address=address, log_to_driver=False, configure_logging=False)
             except (ConnectionError, RuntimeError, ValueError) as exc:
@@ -182,6 +183,18 @@ def node_name() -> str:
     if ray is not None and ray.is_initialized():
         return f"{host} ray:{ray.get_runtime_context().get_node_id()[:12]}"
     return host
+
+
+def check_reachable(address: str) -> None:
+    """Refuse a ``host:port`` nothing listens on, in seconds: ray.init would retry it for minutes."""
+    host, _, port = address.rpartition(":")
+    if address in ("auto", "local") or "://" in address or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host or "127.0.0.1", int(port)), timeout=5).close()
+    except OSError as exc:
+        raise UserError(f"executor=ray address={address}: nothing answers there ({one_line(exc)}); "
+                        "start a cluster with `ray start --head` or set address= / RAY_ADDRESS") from None
 
 
 _EXECUTORS: dict[tuple[str, str], Executor] = {}
