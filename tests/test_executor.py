@@ -101,3 +101,15 @@ def test_no_live_line_off_a_terminal():
     assert CLEAR not in err.getvalue() and err.getvalue().startswith("1/3 cells done, about ")
     assert err.getvalue().endswith(" left\n") and err.getvalue().count("\n") == 1
     PROGRESS.finish()
+
+
+def test_a_sass_cell_error_names_the_kernels_ptx_not_the_workers_copy(tmp_path):
+    from pipeline.stages import sass
+    from pipeline.stages.ptxas import PtxasError
+
+    ptx = tmp_path / "broken.ptx"
+    ptx.write_text(".version 8.0\n.target sm_80\n.address_size 64\n.visible .entry broken() { bogus.instr; }\n")
+    with pytest.raises(PtxasError) as caught:
+        sass.sass_report("broken", "broken", ptx, ("sm_80", "sm_90"))  # two archs: two cells on the pool
+    message = str(caught.value)
+    assert message.startswith(f"{ptx} (sm_80): ") and "line 4" in message and "sass-" not in message
