@@ -1,8 +1,8 @@
 """Where cells run: this machine's cores (``executor=local``) or a Ray cluster (``executor=ray``).
 
-A cell (one verify launch, one SASS count, one GPU check) is a :class:`Job`: a function
+A cell (one verify launch, one arch's SASS count) is a :class:`Job`: a function
 importable on every worker and its arguments, plain data in and one record out. The
-driver (doit, or tools/gpu_verify.py) decides what runs, hashes its inputs and writes
+driver (doit's verify and sass tasks) decides what runs, hashes its inputs and writes
 every record; an executor only runs jobs and hands each result back as it finishes, so
 the driver writes each record when it arrives and a killed driver loses only the
 cells still running.
@@ -25,6 +25,7 @@ others.
 """
 from __future__ import annotations
 
+import atexit
 import os
 import socket
 import sys
@@ -86,6 +87,7 @@ class LocalExecutor:
                 _single_threaded_numpy()  # before the server starts: its children inherit the environment
                 context.set_forkserver_preload(["pipeline.stages.verify", "kernels.registry", "kernels.launch"])  # imported once, in the server
                 self._pool = ProcessPoolExecutor(self.workers, mp_context=context)
+                atexit.register(self.close)  # shut down before the interpreter takes the pool's module apart
             return self._pool
 
     def run(self, jobs: Sequence[Job]) -> Iterator[tuple[int, Any]]:
@@ -113,9 +115,9 @@ class LocalExecutor:
                 future.cancel()
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(cancel_futures=True)
-            self._pool = None
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
 
 
 class RayExecutor:

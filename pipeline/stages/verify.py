@@ -10,8 +10,11 @@ that fails (emulator error, refused shape, driver error) is recorded in the repo
 ``error`` as one line rather than raised, so the report always says what happened.
 
 On the emulator a cell over :data:`pipeline.core.config.EMULATOR_WORK_BUDGET` multiply-adds
-is refused before it starts (with its estimated time and how to force it), and a cell
-expected to take long prints a progress line every :data:`HEARTBEAT_SECONDS`.
+is refused before it starts (with its estimated time and how to force it). A cell is
+:func:`run_cell`, which an executor runs anywhere (pipeline.stages.executor) and which
+returns its report; :func:`verify_cell` runs one here and writes it, printing a progress
+line every :data:`HEARTBEAT_SECONDS` for a cell expected to take long (``doit verify``
+has its live line instead: pipeline.stages.progress).
 """
 from __future__ import annotations
 
