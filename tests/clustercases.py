@@ -31,11 +31,11 @@ MARKS = "HSLM_TEST_MARKS"  # the folder each attempt of a cell leaves a file in
 SLOW_S = "HSLM_TEST_SLOW_S"  # how long each cell sleeps before it runs
 
 
-def cluster_environment(marks: Path) -> None:
+def cluster_environment(marks: Path, slow_s: float) -> None:
     """What the cluster's processes inherit from this one (set before they start)."""
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).parent), os.environ.get("PYTHONPATH")]))
     os.environ[MARKS] = str(marks)
-    os.environ.setdefault(SLOW_S, "0")
+    os.environ[SLOW_S] = str(slow_s)
 
 
 def attempt(kernel: str, shape_set: str, shape) -> int:
