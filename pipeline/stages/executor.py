@@ -103,7 +103,13 @@ class LocalExecutor:
             while waiting or running:
                 while waiting and len(running) < self.workers:  # no more sent than run: an interrupt waits on few
                     index, job = waiting.pop()
-                    running[pool.submit(_call, job.fn, *job.args, local=True)] = index
+                    try:
+                        running[pool.submit(_call, job.fn, *job.args, local=True)] = index
+                    except BrokenProcessPool as exc:  # a worker died since: this job's result, a fresh pool next
+                        self._pool = None
+                        yield index, exc
+                if not running:
+                    continue
                 done, _ = wait(running, return_when=FIRST_COMPLETED)
                 for future in done:
                     error = future.exception()
