@@ -3,6 +3,8 @@ line (pipeline.stages.progress), without a cluster: tests/test_cluster.py runs R
 from __future__ import annotations
 
 import io
+import os
+import signal
 import sys
 
 import pytest
@@ -28,6 +30,23 @@ def test_local_executor_returns_every_result_once_with_its_index(workers):
     # a job that raises is that job's result, never the run's end
     assert [str(results[i]) for i in (1, 4)] == ["negative -1", "negative -2"]
     assert isinstance(results[1], ValueError)
+
+
+def killed(x: int) -> int:
+    os.kill(os.getpid(), signal.SIGKILL)  # as the OOM killer would
+    return x
+
+
+def test_a_killed_local_worker_is_its_jobs_result_and_the_next_batch_gets_a_fresh_pool():
+    from concurrent.futures.process import BrokenProcessPool
+
+    pool = LocalExecutor(workers=2)
+    try:
+        results = dict(pool.run([Job(killed, (1,)), Job(killed, (2,))]))
+        assert sorted(results) == [0, 1] and all(isinstance(r, BrokenProcessPool) for r in results.values())
+        assert dict(pool.run([Job(square, (3,)), Job(square, (4,))])) == {0: 9, 1: 16}
+    finally:
+        pool.close()
 
 
 def test_local_executor_uses_this_machines_cores():
