@@ -224,8 +224,8 @@ def run_verify(cells: KernelCells) -> dict | TaskFailed:
             continue
         todo.append((key, inputs, shape_set, shapes[shape_set, name]))
     ptx, arch = ptx_path.read_text() if todo else "", gpu_arch(cells.backend)
-    jobs = [Job(run_cell, (kernel, shape_set, shape, cells.backend, cells.force, ptx, emitted), gpu=cells.backend == "gpu",
-                arch=arch) for _, _, shape_set, shape in todo]
+    jobs = [Job(run_cell, (kernel, shape_set, shape, cells.backend, cells.force, ptx, emitted, inputs),
+                gpu=cells.backend == "gpu", arch=arch) for _, inputs, shape_set, shape in todo]
     if jobs:
         PROGRESS.start()
     ran = 0

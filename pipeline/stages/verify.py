@@ -191,16 +191,24 @@ def verify_cell(spec: KernelSpec, shape_set: str, shape: Shape, backend: str, fo
 
 
 def run_cell(kernel: str, shape_set: str, shape: Shape, backend: str, force: bool, ptx: str,
-             emitted: EmitResult) -> VerifyReport:
+             emitted: EmitResult, inputs: str = "") -> VerifyReport:
     """One cell, where an executor runs it (pipeline.stages.executor): the PTX comes as text
     and the report goes back as the return value, so a worker on another machine reads
-    and writes no file of the checkout; the driver checks the PTX and writes the report."""
+    and writes no file of the checkout; the driver checks the PTX and writes the report.
+    ``inputs``: the driver's hash of what the verdict depends on besides the PTX (the
+    reference, the emulator, the launch); a worker whose own code hashes otherwise is
+    refused, so a node left on another commit cannot record under this one's hash."""
     from kernels.launch import launch_outputs  # with the emulator behind it: loaded when a cell runs
     from kernels.registry import KERNELS
     from pipeline.stages.executor import node_name
 
     spec = KERNELS[kernel]
     check_work(kernel, shape_set, shape, backend, force)
+    if inputs:
+        from pipeline.stages.build_steps import cell_inputs
+        if cell_inputs(kernel, shape, backend) != inputs:
+            raise UserError(f"verify {kernel} {shape_set}/{shape.name} on {node_name()}: this worker's reference, "
+                            "emulator or launch code differs from the driver's; install the driver's commit there")
     dims = Dims(shape.R, shape.K, shape.N)
     inputs = spec.make_inputs(dims, np.random.default_rng(seed(kernel, shape)))
     want = spec.expected(dims, inputs)
