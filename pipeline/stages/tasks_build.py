@@ -130,7 +130,7 @@ def verify_task(cells: KernelCells) -> dict:
 
 VERIFY = Stage(
     name="verify",
-    doc=f"Run every kernel on the shape sets, compare exactly: {describe('shape', 'backend', 'force')}",
+    doc=f"Run every kernel on the shape sets, compare exactly: {describe('shape', 'backend', 'force', 'executor')}",
     cells=planned_cells,
     cell_task=verify_task,
     record="VerifyReport",
