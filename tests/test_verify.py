@@ -55,7 +55,7 @@ def fake_backend(monkeypatch, answer=None, exc: Exception | None = None):
             raise exc
         args[0][:, :answer.shape[1]] = answer  # the output's rows x width, inside its pitch
 
-    monkeypatch.setattr(backends, "load_function", lambda backend, ptx, entry: fn)
+    monkeypatch.setattr(backends, "load_ptx", lambda backend, ptx, entry: fn)
     return calls
 
 
@@ -184,3 +184,17 @@ def test_heartbeat_prints_while_a_long_cell_runs(capsys):
     with heartbeat("quiet", expected_s=0.01, every=0.02):
         time.sleep(0.05)
     assert capsys.readouterr().out == ""
+
+
+def test_a_worker_whose_code_differs_from_the_drivers_is_refused(artifacts):
+    """run_cell as an executor runs it: the driver's inputs hash must be the worker's own."""
+    from pipeline.core.models import EmitResult
+    from pipeline.stages.build_steps import cell_inputs
+    from pipeline.stages.verify import run_cell
+
+    emitted = read_model(config.emit_json(SPEC.name), EmitResult)
+    ptx = config.ptx_path(SPEC.name).read_text()
+    same = cell_inputs(SPEC.name, SHAPE, "emulator")
+    assert run_cell(SPEC.name, "tails", SHAPE, "emulator", False, ptx, emitted, same).passed
+    with pytest.raises(UserError, match="this worker's reference, emulator or launch code differs from the driver's"):
+        run_cell(SPEC.name, "tails", SHAPE, "emulator", False, ptx, emitted, "0" * 64)

@@ -9,8 +9,9 @@ backend gpu: the same inputs, reference and report files as `doit verify
 backend=gpu`) and prints one line per cell. Cells run set by set in the order given
 (default smoke, tails, hslm), every kernel within a set, so a run the budget cuts short
 has still covered every kernel on the first set. ``--jobs N`` splits the kernels over N
-processes (kernel i to process i % N), each with its own CUDA context: the integer CPU
-reference, not the GPU, is most of a cell's time. ``--budget-s``: no cell starts after
+shards (kernel i to shard i % N), each one job of the local executor that `doit verify`
+uses (pipeline.stages.executor: a worker process each, with its own CUDA context): the
+integer CPU reference, not the GPU, is most of a cell's time. ``--budget-s``: no cell starts after
 that many seconds; the cells left are recorded as not run.
 
 A failing cell never stops the others: whatever it raises is that cell's error. After a
@@ -25,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -42,6 +42,7 @@ from pipeline.bench.cli import OneLineParser, run_cli  # noqa: E402
 from pipeline.bench.device import is_sticky  # noqa: E402
 from pipeline.core.config import VERIFY_SETS  # noqa: E402
 from pipeline.stages.emit import emit  # noqa: E402
+from pipeline.stages.executor import Job, LocalExecutor  # noqa: E402
 from pipeline.core.errors import UserError  # noqa: E402
 from pipeline.core.models import Record, Shape  # noqa: E402
 from pipeline.core.shapes import select_sets  # noqa: E402
@@ -180,23 +181,26 @@ def run_cells(opts: argparse.Namespace, cells: list[Cell], backend: str) -> int:
     return 1 if failed else 0
 
 
+def run_shard(sets: list[str], names: str, results: str, deadline: float | None) -> int:
+    """One shard of the kernels, as a job of the local executor: its cells in that worker
+    process (and fresh ones after a sticky error), each verdict appended to ``results``."""
+    args = [*sets, "--kernels", names, "--worker", "--results", results]
+    opts = parser().parse_args(args + (["--deadline", repr(deadline)] if deadline is not None else []))
+    cells = cells_of(select_sets(tuple(sets) or VERIFY_SETS), pick_kernels(names))
+    return run_cells(opts, cells, resolve_backend("gpu"))
+
+
 def run_jobs(opts: argparse.Namespace, kernels: list[KernelSpec], results: Path) -> None:
-    """The kernels split over ``--jobs`` worker processes; their lines go straight to stdout."""
+    """The kernels split over ``--jobs`` shards (kernel i to shard i % N), each one job of the
+    local executor (pipeline.stages.executor: one process each, its own CUDA context);
+    their lines go straight to stdout."""
     jobs = max(1, min(opts.jobs, len(kernels)))
-    threads = str(max(1, (os.cpu_count() or 1) // jobs))  # BLAS threads per worker: no oversubscription
-    env = {**os.environ, **{v: os.environ.get(v, threads) for v in
-                            ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}}
     sys.stdout.flush()
-    workers = []
-    for shard in range(jobs):
-        names = ",".join(spec.name for spec in kernels[shard::jobs])
-        cmd = [sys.executable, str(Path(__file__).resolve()), *opts.sets, "--kernels", names, "--worker",
-               "--results", f"{results}.{shard}"]
-        if opts.deadline is not None:
-            cmd += ["--deadline", repr(opts.deadline)]
-        workers.append(subprocess.Popen(cmd, env=env))
-    for w in workers:
-        w.wait()
+    shards = [Job(run_shard, (opts.sets, ",".join(spec.name for spec in kernels[shard::jobs]), f"{results}.{shard}",
+                              opts.deadline), gpu=True) for shard in range(jobs)]
+    for shard, outcome in LocalExecutor(jobs).run(shards):  # a shard's cells with no verdict count as not run
+        if isinstance(outcome, BaseException):
+            print(f"shard {shard} stopped: {one_line(outcome)}", flush=True)
 
 
 def read_verdicts(paths: list[Path]) -> list[CellVerdict]:

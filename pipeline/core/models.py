@@ -150,6 +150,7 @@ class VerifyReport(Document):
     backend: Literal["gpu", "emulator"]
     device: str  # GPU name, or "cpu-emulator"
     driver: str | None = None  # CUDA driver version when a GPU ran it
+    node: str = ""  # the machine that ran it (and its Ray node id on a cluster: pipeline.stages.executor)
     mismatches: int
     rows_checked: int
     max_abs_diff: int  # integer outputs: |got - want|; float outputs: units in the last place

@@ -24,18 +24,20 @@ from kernels.registry import KERNELS
 from kernels.spec import Dims, KernelSpec
 from pipeline.core import config
 from pipeline.stages import report
-from pipeline.core.artifacts import read_model, read_present, write_model
+from pipeline.core.artifacts import check_artifact, read_model, read_present, write_model
 from pipeline.core.files import rel, sha256_bytes, sha256_file
 from pipeline.core.cmdline import var
 from pipeline.stages.emit import emit
-from pipeline.core.errors import ArtifactError, UserError
+from pipeline.core.errors import ArtifactError, UserError, one_line
 from pipeline.core.models import EmitResult, PtxasReport, Shape, VerifiedCell, VerifyIndex, VerifyReport
 from pipeline.stages.ptxas import assemble, find_ptxas, ptxas_version
 from pipeline.core.shapes import parse_set_names, select_sets
 from pipeline.core.sources import check_hash, source_files
 from pipeline.stages.build_plan import KernelCells
 from pipeline.stages.taskkit import one_line_failure
-from pipeline.stages.verify import backend_hash, resolve_backend, seed, verdict, verify_cell
+from pipeline.stages.executor import Executor, Job, executor, parse_devices
+from pipeline.stages.progress import PROGRESS
+from pipeline.stages.verify import backend_hash, check_work, resolve_backend, run_cell, seed, verdict
 
 
 def chosen_sets() -> dict[str, tuple[Shape, ...]]:
@@ -174,32 +176,72 @@ def indexed(found: VerifyReport, inputs: str, report_sha256: str) -> VerifiedCel
                         backend=found.backend, passed=found.passed, line=verdict(found))
 
 
+def run_executor() -> Executor:
+    """The executor of ``executor=`` and ``address=`` (pipeline.stages.executor)."""
+    return executor(var("executor"), var("address"))
+
+
+def gpu_arch(backend: str) -> str | None:
+    """The arch resource a GPU cell asks a cluster for: the one of ``devices=`` (a verify
+    report is one device's evidence per cell, so more than one is refused)."""
+    devices = parse_devices(var("devices"))
+    if backend != "gpu" or not devices:
+        return None
+    if len(devices) > 1:
+        raise UserError(f"devices={var('devices')}: verify records one device per cell; "
+                        "name one arch (devices=sm_90) and run once per arch")
+    return devices[0]
+
+
 @one_line_failure
 def run_verify(cells: KernelCells) -> dict | TaskFailed:
-    """Run the kernel's cells that are not current; ``{"ran": n}`` for the reporter. A cell
-    refused (over the emulator's work budget) is left out of the index, the others run,
-    and the task fails with the refusal."""
+    """Run the kernel's cells that are not current; ``{"ran": n}`` for the reporter. The
+    cells go to the run's executor together and each report is written here, with the
+    index, as it arrives, so a run killed next keeps it. A cell refused (over the
+    emulator's work budget) is left out of the index, the others run, and the task fails
+    with the refusal; so it does with a cell whose worker could return no report."""
     kernel = cells.kernel
-    ptx_sha256 = read_model(config.emit_json(kernel), EmitResult).ptx_sha256
+    emitted = read_model(config.emit_json(kernel), EmitResult)
+    ptx_path = config.ptx_path(kernel)
+    check_artifact(ptx_path, emitted.ptx_sha256)
     index = read_index(kernel)
     entries = dict(index.cells)
     shapes = {(shape_set, shape.name): shape for shape_set, found in chosen_sets().items() for shape in found}
-    ran, refused = 0, []
+    todo, refused = [], []
     for (shape_set, name), inputs, key in zip(cells.shapes, cells.inputs, cells.keys()):
         path = config.verify_json(kernel, shape_set, name)
         entry = entries.get(key)
-        if is_current(entry, inputs, ptx_sha256) and path.is_file() and sha256_file(path) == entry.report_sha256:
+        if is_current(entry, inputs, emitted.ptx_sha256) and path.is_file() and sha256_file(path) == entry.report_sha256:
             entries[key] = indexed(read_model(path, VerifyReport), inputs, entry.report_sha256)  # the report decides
+            PROGRESS.skip()
             continue
         try:
-            found = verify_cell(KERNELS[kernel], shape_set, shapes[shape_set, name], cells.backend, cells.force)
+            check_work(kernel, shape_set, shapes[shape_set, name], cells.backend, cells.force)
         except UserError as exc:
             refused.append(str(exc))
             entries.pop(key, None)
+            PROGRESS.skip()
             continue
+        todo.append((key, inputs, shape_set, shapes[shape_set, name]))
+    ptx, arch = ptx_path.read_text() if todo else "", gpu_arch(cells.backend)
+    jobs = [Job(run_cell, (kernel, shape_set, shape, cells.backend, cells.force, ptx, emitted, inputs),
+                gpu=cells.backend == "gpu", arch=arch) for _, inputs, shape_set, shape in todo]
+    if jobs:
+        PROGRESS.start()
+    ran = 0
+    for i, found in run_executor().run(jobs):
+        key, inputs, shape_set, shape = todo[i]
+        PROGRESS.advance()
+        if isinstance(found, BaseException):
+            refused.append(f"{kernel} {key}: {one_line(found)}")
+            entries.pop(key, None)
+            continue
+        path = config.verify_json(kernel, shape_set, shape.name)
+        write_model(path, found)
         entries[key] = indexed(found, inputs, sha256_file(path))
         write_model(config.verify_index(kernel), VerifyIndex(kernel=kernel, cells=entries))
-        print(entries[key].line)  # after the index: a cell whose line was printed is kept by a run killed next
+        if not (found.passed and PROGRESS.live):  # on a terminal the live line counts the passing ones
+            print(entries[key].line)  # after the index: a cell whose line was printed is kept by a run killed next
         ran += 1
     if refused:
         more = f" (+{len(refused) - 1} more)" if len(refused) > 1 else ""

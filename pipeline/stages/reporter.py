@@ -13,10 +13,13 @@ there, and ``meta["judge"]`` on its judge), so this module names no stage.
 """
 from __future__ import annotations
 
+import sys
+
 from doit.reporter import ConsoleReporter
 from doit.task import Task
 
 from pipeline.core.errors import ArtifactError
+from pipeline.stages import progress
 from pipeline.stages.table import NOTHING_RAN, Stage, summary_lines
 
 
@@ -29,9 +32,14 @@ class StageReporter(ConsoleReporter):
         self.order: dict[str, int] = {}  # task name -> creation order (registry, then shapes.yaml)
         self.cells: dict[str, object] = {}  # task name -> its cell
         self.judges: dict[Stage, Task] = {}  # stage -> its judge, when it passed or was up to date
+        self.counted: dict[Stage, bool] = {}  # stage -> its cells were counted by a live line
 
     def initialize(self, tasks, selected_tasks) -> None:
         self.order = {name: i for i, name in enumerate(tasks)}
+        self.outstream = progress.attach(sum(units(tasks[name]) for name in closure(tasks, selected_tasks)),
+                                         self.outstream)
+        if isinstance(self.outstream, progress.LineGuard):
+            sys.stdout = self.outstream  # the tasks' own lines pass the live line too
 
     def _note(self, task: Task, ran: int) -> None:
         stage = (task.meta or {}).get("stage")
@@ -40,12 +48,15 @@ class StageReporter(ConsoleReporter):
         elif isinstance(stage, Stage):
             self.seen.setdefault(stage, {})[task.name] = ran
             self.cells[task.name] = task.meta["cell"]
+            self.counted[stage] = bool(units(task)) and progress.PROGRESS.live
 
     def execute_task(self, task: Task) -> None:
-        if not (task.meta or {}).get("quiet"):  # a task whose output is data (doit report) is not announced
+        # a task whose output is data (doit report) is not announced, nor one the live line counts
+        if not (task.meta or {}).get("quiet") and not (units(task) and progress.PROGRESS.live):
             super().execute_task(task)
 
     def skip_uptodate(self, task: Task) -> None:
+        progress.PROGRESS.skip(units(task))
         self._note(task, ran=0)
 
     def add_success(self, task: Task) -> None:
@@ -62,13 +73,38 @@ class StageReporter(ConsoleReporter):
             ordered = sorted(names, key=lambda name: self.order.get(name, len(self.order)))
             ran = sum(names.values())
             kept = (self.judges[stage].values or {}).get(NOTHING_RAN) if stage in self.judges and not ran else None
-            lines += [kept] if kept else summary_lines(stage, [self.cells[name] for name in ordered], ran)
+            cells = [self.cells[name] for name in ordered]
+            if kept:
+                lines.append(kept)
+            elif self.counted.get(stage) and stage.summary:
+                # on a terminal the live line stood for the cells: their summary; the table is `doit report`'s
+                lines += [stage.summary(cells, ran)] + ["(every cell's row: doit report)"] * bool(ran)
+            else:
+                lines += summary_lines(stage, cells, ran)
         return lines
 
     def complete_run(self) -> None:
+        progress.PROGRESS.finish()
+        if isinstance(self.outstream, progress.LineGuard):
+            sys.stdout = self.outstream = self.outstream.out
         try:
             for line in self.stage_lines():
                 self.write(line + "\n")
         except ArtifactError as exc:  # a report vanished under the run: say so, do not crash
             self.write(f"(no summary: {exc})\n")
         super().complete_run()
+
+
+def units(task: Task) -> int:
+    return int((task.meta or {}).get("units", 0))
+
+
+def closure(tasks: dict[str, Task], selected: list[str] | None) -> set[str]:
+    """The tasks a run of ``selected`` (every task when None) may execute: them and their task_dep."""
+    todo, seen = list(tasks if selected is None else selected), set()
+    while todo:
+        name = todo.pop()
+        if name in tasks and name not in seen:
+            seen.add(name)
+            todo.extend(tasks[name].task_dep)
+    return seen

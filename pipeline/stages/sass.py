@@ -440,14 +440,37 @@ def sass_report(kernel: str, entry: str, ptx: Path, archs: tuple[str, ...],
                 sass_dir: Path | None = None, bodies: bool = True) -> SassReport:
     """Assemble and disassemble ``ptx`` per arch and count; the listings are kept in
     ``sass_dir`` as ``<kernel>.<arch>.sass`` when given (for reading, not re-parsed).
-    ``bodies``: find the fast and tail loop bodies (GEMMs; see :func:`analyse`)."""
-    ptxas, nvdisasm = find_ptxas(), find_nvdisasm()
+    ``bodies``: find the fast and tail loop bodies (GEMMs; see :func:`analyse`).
+
+    Each arch is one cell of the run's local executor (pipeline.stages.executor): the
+    archs' ptxas and nvdisasm run side by side on this machine's cores."""
+    from pipeline.stages.executor import Job, executor
+
+    ptxas, nvdisasm = find_ptxas(), find_nvdisasm()  # here: a missing tool is one line before any cell
+    text = ptx.read_text()
+    jobs = [Job(sass_arch, (entry, text, arch, bodies, rel(ptx), str(ptxas), str(nvdisasm))) for arch in archs]
+    found = dict(executor("local").run(jobs))
     results = []
-    with tempfile.TemporaryDirectory(prefix="sass-") as tmp:
-        for arch in archs:
-            text = disassemble(cubin(ptx, arch, Path(tmp) / f"{arch}.cubin", ptxas), nvdisasm)
-            if sass_dir is not None:
-                write_atomic(sass_dir / f"{kernel}.{arch}.sass", text)
-            results.append(analyse(parse_listing(text, entry), arch, bodies))
+    for i, arch in enumerate(archs):
+        if isinstance(found[i], BaseException):
+            raise found[i]
+        listing, counted = found[i]
+        if sass_dir is not None:
+            write_atomic(sass_dir / f"{kernel}.{arch}.sass", listing)
+        results.append(counted)
     return SassReport(kernel=kernel, ptx_sha256=sha256_file(ptx), ptxas_version=ptxas_version(ptxas),
                       nvdisasm_version=disassembler_version(nvdisasm), archs=results)
+
+
+def sass_arch(entry: str, ptx: str, arch: str, bodies: bool, name: str, ptxas: str, nvdisasm: str
+              ) -> tuple[str, SassArch]:
+    """One arch of a kernel, where an executor runs it: the PTX comes as text, the listing
+    and its counts go back; ``name`` is the PTX file an error names."""
+    with tempfile.TemporaryDirectory(prefix="sass-") as tmp:
+        source = Path(tmp) / f"{entry}.ptx"
+        source.write_text(ptx)
+        try:
+            text = disassemble(cubin(source, arch, Path(tmp) / f"{arch}.cubin", Path(ptxas)), Path(nvdisasm))
+        except PtxasError as exc:
+            raise PtxasError(str(exc).replace(rel(source), name)) from None
+    return text, analyse(parse_listing(text, entry), arch, bodies)

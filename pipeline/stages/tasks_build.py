@@ -124,12 +124,13 @@ def verify_task(cells: KernelCells) -> dict:
         "targets": [str(config.verify_json(*cell)) for cell in cells.named()] + [str(config.verify_index(cells.kernel))],
         "uptodate": [config_changed({"cells": dict(zip(cells.keys(), cells.inputs))}), targets_intact()],
         "clean": [clean_targets, clean_leftovers],
+        "meta": {"units": len(cells.shapes)},  # the run's live line counts its cells (pipeline.stages.progress)
     }
 
 
 VERIFY = Stage(
     name="verify",
-    doc=f"Run every kernel on the shape sets, compare exactly: {describe('shape', 'backend', 'force')}",
+    doc=f"Run every kernel on the shape sets, compare exactly: {describe('shape', 'backend', 'force', 'executor')}",
     cells=planned_cells,
     cell_task=verify_task,
     record="VerifyReport",

@@ -10,8 +10,11 @@ that fails (emulator error, refused shape, driver error) is recorded in the repo
 ``error`` as one line rather than raised, so the report always says what happened.
 
 On the emulator a cell over :data:`pipeline.core.config.EMULATOR_WORK_BUDGET` multiply-adds
-is refused before it starts (with its estimated time and how to force it), and a cell
-expected to take long prints a progress line every :data:`HEARTBEAT_SECONDS`.
+is refused before it starts (with its estimated time and how to force it). A cell is
+:func:`run_cell`, which an executor runs anywhere (pipeline.stages.executor) and which
+returns its report; :func:`verify_cell` runs one here and writes it, printing a progress
+line every :data:`HEARTBEAT_SECONDS` for a cell expected to take long (``doit verify``
+has its live line instead: pipeline.stages.progress).
 """
 from __future__ import annotations
 
@@ -176,43 +179,64 @@ def launch_stats(fn: Any) -> LaunchStats | None:
 def verify_cell(spec: KernelSpec, shape_set: str, shape: Shape, backend: str, force: bool = False) -> VerifyReport:
     """Run ``spec``'s emitted PTX on ``shape`` with ``backend`` ('gpu' or 'emulator'),
     write artifacts/verify/<kernel>/<set>/<shape>.json and return the report."""
-    from kernels.launch import launch_outputs  # with the emulator behind it: loaded when a cell runs
     check_work(spec.name, shape_set, shape, backend, force)
     emitted = read_model(emit_json(spec.name), EmitResult)
     ptx = ptx_path(spec.name)
     check_artifact(ptx, emitted.ptx_sha256)
-    dims = Dims(shape.R, shape.K, shape.N)
     expected_s = work(shape) / EMULATOR_MACS_PER_SECOND if backend == "emulator" else 0.0
     with heartbeat(f"{spec.name} {shape_set}/{shape.name}", expected_s):
-        inputs = spec.make_inputs(dims, np.random.default_rng(seed(spec.name, shape)))
-        want = spec.expected(dims, inputs)
-        device, driver = backends.device_info(backend)
-        xp = backends.array_module(backend)
-        mismatches = max_abs = rows = 0
-        first = error = stats = None
-        per_output: dict[str, int] = {}
-        start = time.perf_counter()
-        try:
-            fn = backends.load_function(backend, ptx, emitted.entry)
-            got = launch_outputs(spec, fn, dims, {k: xp.asarray(v) for k, v in inputs.items()}, xp)
-            got = {name: backends.to_host(value) for name, value in got.items()}
-            stats = launch_stats(fn) if backend == "emulator" else None
-        except Exception as exc:  # recorded, not raised: the report says what failed
-            error = one_line(exc)
-        seconds = time.perf_counter() - start
+        report = run_cell(spec.name, shape_set, shape, backend, force, ptx.read_text(), emitted)
+    write_model(verify_json(spec.name, shape_set, shape.name), report)
+    return report
+
+
+def run_cell(kernel: str, shape_set: str, shape: Shape, backend: str, force: bool, ptx: str,
+             emitted: EmitResult, inputs: str = "") -> VerifyReport:
+    """One cell, where an executor runs it (pipeline.stages.executor): the PTX comes as text
+    and the report goes back as the return value, so a worker on another machine reads
+    and writes no file of the checkout; the driver checks the PTX and writes the report.
+    ``inputs``: the driver's hash of what the verdict depends on besides the PTX (the
+    reference, the emulator, the launch); a worker whose own code hashes otherwise is
+    refused, so a node left on another commit cannot record under this one's hash."""
+    from kernels.launch import launch_outputs  # with the emulator behind it: loaded when a cell runs
+    from kernels.registry import KERNELS
+    from pipeline.stages.executor import node_name
+
+    spec = KERNELS[kernel]
+    check_work(kernel, shape_set, shape, backend, force)
+    if inputs:
+        from pipeline.stages.build_steps import cell_inputs
+        if cell_inputs(kernel, shape, backend) != inputs:
+            raise UserError(f"verify {kernel} {shape_set}/{shape.name} on {node_name()}: this worker's reference, "
+                            "emulator or launch code differs from the driver's; install the driver's commit there")
+    dims = Dims(shape.R, shape.K, shape.N)
+    inputs = spec.make_inputs(dims, np.random.default_rng(seed(kernel, shape)))
+    want = spec.expected(dims, inputs)
+    device, driver = backends.device_info(backend)
+    xp = backends.array_module(backend)
+    mismatches = max_abs = rows = 0
+    first = error = stats = None
+    per_output: dict[str, int] = {}
+    start = time.perf_counter()
+    try:
+        fn = backends.load_ptx(backend, ptx, emitted.entry)
+        got = launch_outputs(spec, fn, dims, {k: xp.asarray(v) for k, v in inputs.items()}, xp)
+        got = {name: backends.to_host(value) for name, value in got.items()}
+        stats = launch_stats(fn) if backend == "emulator" else None
+    except Exception as exc:  # recorded, not raised: the report says what failed
+        error = one_line(exc)
+    seconds = time.perf_counter() - start
     if error is None:
         per_output, max_abs, first = compare_outputs(spec, got, want)
         mismatches = sum(per_output.values())
         rows = dims.R  # the whole output was compared: every problem row contributed
-    report = VerifyReport(
-        kernel=spec.name, shape_set=shape_set, shape=shape.name, R=shape.R, K=shape.K, N=shape.N,
-        backend=backend, device=device, driver=driver, mismatches=mismatches, rows_checked=rows,
+    return VerifyReport(
+        kernel=kernel, shape_set=shape_set, shape=shape.name, R=shape.R, K=shape.K, N=shape.N,
+        backend=backend, device=device, driver=driver, node=node_name(), mismatches=mismatches, rows_checked=rows,
         max_abs_diff=max_abs, first_mismatch=first, seconds=round(seconds, 4),
         output_mismatches=per_output if len(spec.output_params) > 1 else {},
         ptx_sha256=emitted.ptx_sha256, error=error, launch_stats=stats,
     )
-    write_model(verify_json(spec.name, shape_set, shape.name), report)
-    return report
 
 
 def verdict(report: VerifyReport) -> str:

@@ -1,0 +1,177 @@
+"""verify on a real Ray cluster on this machine (ray.cluster_utils.Cluster: a head and two
+one-CPU nodes, their custom resources standing in for two GPU kinds): the same records
+as the local executor, a killed worker's cells retried and each recorded once, a node
+removed mid-run, a GPU cell routed by its arch, a killed driver's next run re-running
+only the cells with no record. The cells are one small kernel's on tiny shapes."""
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from clustercases import attempts, cluster_environment, killed_first_time, ray, slowly, start_cluster
+
+from kernels.registry import KERNELS
+from pipeline.core import config
+from pipeline.core.artifacts import read_model
+from pipeline.core.models import VerifyIndex, VerifyReport
+from pipeline.core.shapes import select_sets
+from pipeline.stages import build_steps
+from pipeline.stages.build_plan import KernelCells
+from pipeline.stages.emit import emit
+from pipeline.stages.executor import Job, LocalExecutor, RayExecutor, node_name
+
+KERNEL = "hslm_fwd_s8"
+SHAPES = (("smoke", "tiny"), ("smoke", "small"), ("smoke", "k_tail"), ("tails", "r1_k17_n3"), ("tails", "k1_n1"),
+          ("tails", "unit"), ("tails", "odd"))
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    marks = tmp_path_factory.mktemp("marks")
+    cluster_environment(marks, slow_s=1.0)
+    found = start_cluster()
+    ray.init(address=found.address)
+    yield found, marks
+    ray.shutdown()
+    found.shutdown()
+
+
+@pytest.fixture
+def artifacts(tmp_path, monkeypatch):
+    monkeypatch.setattr(config, "PTX_DIR", tmp_path / "ptx")
+    monkeypatch.setattr(config, "VERIFY_DIR", tmp_path / "verify")
+    emit(KERNELS[KERNEL])
+    return tmp_path
+
+
+def cells() -> KernelCells:
+    sets = select_sets(("smoke", "tails"))
+    shapes = {(s, shape.name): shape for s, found in sets.items() for shape in found}
+    return KernelCells(KERNEL, SHAPES, tuple(build_steps.cell_inputs(KERNEL, shapes[key], "emulator") for key in SHAPES),
+                       "emulator", False)
+
+
+def verify(monkeypatch, executor, cell_fn=None) -> dict:
+    monkeypatch.setattr(build_steps, "run_executor", lambda: executor)
+    if cell_fn is not None:
+        monkeypatch.setattr(build_steps, "run_cell", cell_fn)
+    return build_steps.run_verify(cells())
+
+
+def reports() -> dict[str, VerifyReport]:
+    return {f"{s}/{n}": read_model(config.verify_json(KERNEL, s, n), VerifyReport)
+            for s, n in SHAPES if config.verify_json(KERNEL, s, n).is_file()}
+
+
+def recorded(report: VerifyReport) -> dict:
+    """A report but for what differs between runs: its time and the node that ran it."""
+    return report.model_dump(exclude={"seconds", "node"})
+
+
+def test_ray_records_are_the_local_ones(cluster, artifacts, monkeypatch):
+    assert verify(monkeypatch, LocalExecutor(workers=2)) == {"ran": len(SHAPES)}
+    local = reports()
+    for path in config.VERIFY_DIR.rglob("*.json"):
+        path.unlink()
+    assert verify(monkeypatch, RayExecutor(cluster[0].address)) == {"ran": len(SHAPES)}
+    remote = reports()
+    assert len(local) == len(remote) == len(SHAPES) and all(r.passed for r in remote.values())
+    assert {k: recorded(r) for k, r in remote.items()} == {k: recorded(r) for k, r in local.items()}
+    assert all(" ray:" in r.node for r in remote.values()) and all(" ray:" not in r.node for r in local.values())
+    # the negative: a report that differs in what it found is not "the same but for timings"
+    changed = remote["smoke/tiny"].model_copy(update={"mismatches": 1})
+    assert recorded(changed) != recorded(local["smoke/tiny"])
+
+
+def cleared(marks: Path) -> Path:
+    for mark in marks.iterdir():
+        mark.unlink()
+    return marks
+
+
+def test_a_killed_worker_is_retried_and_each_cell_recorded_once(cluster, artifacts, monkeypatch):
+    marks = cleared(cluster[1])
+    assert verify(monkeypatch, RayExecutor(cluster[0].address), killed_first_time) == {"ran": len(SHAPES)}
+    tries = attempts(marks)
+    assert {cell: n for cell, n in tries.items() if cell.startswith(f"{KERNEL}.")} == \
+        {f"{KERNEL}.{s}.{n}": 2 for s, n in SHAPES}  # every cell's first worker died, the retry ran it
+    index = read_model(config.verify_index(KERNEL), VerifyIndex)
+    assert sorted(index.cells) == sorted(f"{s}/{n}" for s, n in SHAPES) and all(e.passed for e in index.cells.values())
+    assert len(reports()) == len(SHAPES)
+
+
+def test_a_gpu_cell_runs_on_a_node_of_its_arch(cluster):
+    found, _ = cluster
+    nodes = {node["Resources"].get("sm_89") and "sm_89" or node["Resources"].get("sm_90") and "sm_90": node["NodeID"]
+             for node in ray.nodes() if node["Alive"] and node["Resources"].get("CPU")}
+    executor = RayExecutor(found.address)
+    for arch in ("sm_89", "sm_90"):
+        ran_on = {result for _, result in executor.run([Job(node_name, (), gpu=True, arch=arch)] * 4)}
+        assert ran_on == {f"{node_name().split()[0]} ray:{nodes[arch][:12]}"}, (arch, ran_on)
+    assert executor.options(Job(node_name, ())) == {"num_cpus": 1}  # a CPU cell asks for no GPU
+
+
+def test_a_node_removed_mid_run_costs_only_its_running_cells(cluster, artifacts, monkeypatch):
+    found, marks = cluster[0], cleared(cluster[1])
+    victim = next(node for node in found.worker_nodes if node.node_id)
+    removed = threading.Event()
+
+    def remove_when_busy() -> None:  # once a cell is running on the victim node and not yet recorded
+        deadline = time.time() + 60
+        while time.time() < deadline and not removed.is_set():
+            if any(mark.name.endswith(victim.node_id) for mark in marks.glob(f"{KERNEL}.*")):
+                found.remove_node(victim, allow_graceful=False)
+                removed.set()
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=remove_when_busy)
+    thread.start()
+    try:
+        assert verify(monkeypatch, RayExecutor(found.address), slowly) == {"ran": len(SHAPES)}
+    finally:
+        removed.set()
+        thread.join()
+        arch = "sm_89" if victim.node_id in {n["NodeID"] for n in ray.nodes() if n["Resources"].get("sm_89")} else "sm_90"
+        found.add_node(num_cpus=1, num_gpus=1, resources={arch: 1})  # the next test's cluster as it was
+        found.wait_for_nodes()
+    tries = attempts(marks)
+    assert len(reports()) == len(SHAPES) and sum(tries.values()) > len(SHAPES)  # a cell was lost with the node, rerun
+    assert sorted(read_model(config.verify_index(KERNEL), VerifyIndex).cells) == sorted(f"{s}/{n}" for s, n in SHAPES)
+
+
+DRIVER = """
+import sys
+from pathlib import Path
+import clustercases, ray
+from pipeline.core import config
+from pipeline.stages import build_steps
+from pipeline.stages.executor import RayExecutor
+import test_cluster
+config.PTX_DIR, config.VERIFY_DIR = Path(sys.argv[2]) / "ptx", Path(sys.argv[2]) / "verify"
+executor = RayExecutor(sys.argv[1])
+build_steps.run_executor = lambda: executor
+build_steps.run_cell = clustercases.slowly
+print(build_steps.run_verify(test_cluster.cells()), flush=True)
+"""
+
+
+def test_a_killed_driver_leaves_only_the_unrecorded_cells_to_run(cluster, artifacts, monkeypatch):
+    found = cluster[0]
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER, found.address, str(artifacts)],
+                              cwd=Path(__file__).parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not reports() and time.time() < deadline and driver.poll() is None:
+        time.sleep(0.05)
+    driver.send_signal(signal.SIGKILL)
+    out, err = driver.communicate(timeout=30)
+    first = reports()
+    assert 0 < len(first) < len(SHAPES), out + err
+    again = verify(monkeypatch, RayExecutor(found.address), slowly)
+    assert again == {"ran": len(SHAPES) - len(first)}  # only the cells with no record
+    # the recorded ones were not run again: their reports are as the killed driver wrote them, time and node too
+    assert len(reports()) == len(SHAPES) and all(reports()[key] == report for key, report in first.items())
