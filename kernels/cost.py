@@ -116,20 +116,99 @@ class CostInputError(ValueError):
     """A devices or counts file the cost model cannot use; the message is one line."""
 
 
+class NotCounted(CostInputError):
+    """A sound counts file without an entry for this kernel (a configuration not counted
+    yet): the tile rule never picks it; a file it cannot read is a :class:`CostInputError`."""
+
+
+FRACTION_FIELDS = ("mma_sync_fraction", "library_tensor_fraction", "dram_efficiency")
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a figure")
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    keys = [k for k, _ in pairs]
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"key {next(k for k in keys if keys.count(k) > 1)!r} given twice")
+    return dict(pairs)
+
+
 def read_json_file(path: Path, what: str) -> dict:
+    """A JSON object from ``path``: UTF-8, no NaN or Infinity, each key once, an object at
+    the top; anything else is one :class:`CostInputError` line naming the file."""
     try:
-        return json.loads(Path(path).read_bytes().decode("utf-8"))
+        raw = json.loads(Path(path).read_bytes().decode("utf-8"), parse_constant=_no_constant,
+                         object_pairs_hook=_unique_keys)
     except FileNotFoundError:
         raise CostInputError(f"{path}: missing; it holds {what}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CostInputError(f"{path}: not UTF-8 JSON ({str(exc).splitlines()[0]}); fix or restore it") from None
+    except OSError as exc:
+        raise CostInputError(f"{path}: not a readable file ({exc.strerror or exc}); it holds {what}") from None
+    except UnicodeDecodeError as exc:
+        raise CostInputError(f"{path}: byte 0x{exc.object[exc.start]:02x} at offset {exc.start} is not UTF-8; "
+                             "fix or restore it") from None
+    except (ValueError, RecursionError) as exc:
+        raise CostInputError(f"{path}: not strict JSON ({str(exc).splitlines()[0]}); fix or restore it") from None
+    if not isinstance(raw, dict):
+        raise CostInputError(f"{path}: field '(top level)': expected an object, found a {type(raw).__name__}; "
+                             "restore the file")
+    return raw
+
+
+def shown(value: object) -> str:
+    """``value`` as a message quotes it, cut to 40 characters (a 400-digit figure is still one line)."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def finite_positive(value: object) -> bool:
+    """A number (not a bool) that is finite and above 0 (an int too large for a float is not)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(float(value)) and value > 0
+    except OverflowError:
+        return False
+
+
+def figure(entry: object, field: str, where: str, path: Path) -> float:
+    """One ``{value, source[, range]}`` figure of a device: the value finite and above 0
+    (whole for a count, at most 1 for a fraction), the source non-empty, a range (the
+    estimate's low and high) around the value."""
+    if not (isinstance(entry, dict) and isinstance(entry.get("source"), str) and entry["source"].strip()
+            and "value" in entry):
+        raise CostInputError(f"{path}: field '{where}': expected {{value: number, source: text}}; add it with "
+                             "its source")
+    value = entry["value"]
+    if not finite_positive(value):
+        raise CostInputError(f"{path}: field '{where}.value': {shown(value)} is not a finite number above 0; give the "
+                             "figure its source states")
+    if field in INT_FIELDS and float(value) != int(value):
+        raise CostInputError(f"{path}: field '{where}.value': {value!r} is not a whole number; give the count")
+    if field in FRACTION_FIELDS and value > 1:
+        raise CostInputError(f"{path}: field '{where}.value': {value!r} is above 1; a fraction is at most 1")
+    if entry.get("range") is not None:
+        low_high = entry["range"]
+        if not (isinstance(low_high, (list, tuple)) and len(low_high) == 2 and all(map(finite_positive, low_high))
+                and low_high[0] <= value <= low_high[1] and (field not in FRACTION_FIELDS or low_high[1] <= 1)):
+            raise CostInputError(f"{path}: field '{where}.range': {shown(low_high)} is not [low, high] of finite "
+                                 "numbers above 0 around the value; give the estimate's range")
+    return float(value)
 
 
 def devices_from(raw: dict, path: Path) -> dict[str, Device]:
     """Every device of a devices.json document; a missing or unsourced figure names its field."""
+    if not isinstance(raw, dict):
+        raise CostInputError(f"{path}: field '(top level)': expected an object; restore the file")
+    entries = raw.get("devices")
+    if not isinstance(entries, dict) or not entries:
+        raise CostInputError(f"{path}: field 'devices': expected an object of devices; add one")
     out = {}
-    for name, entry in (raw.get("devices") or {}).items():
-        values = {}
+    for name, entry in entries.items():
+        if not isinstance(entry, dict):
+            raise CostInputError(f"{path}: field 'devices.{name}': expected an object of figures; restore it")
+        values: dict[str, object] = {}
         for field in Device._fields:
             item = entry.get(field)
             if field in ("name", "arch"):
@@ -137,26 +216,32 @@ def devices_from(raw: dict, path: Path) -> dict[str, Device]:
                     raise CostInputError(f"{path}: field 'devices.{name}.{field}': expected a string")
                 values[field] = item
                 continue
-            if not (isinstance(item, dict) and isinstance(item.get("value"), (int, float))
-                    and isinstance(item.get("source"), str) and item["source"].strip()):
-                raise CostInputError(f"{path}: field 'devices.{name}.{field}': expected "
-                                     "{value: number, source: text}; add it with its source")
-            values[field] = int(item["value"]) if field in INT_FIELDS else float(item["value"])
+            value = figure(item, field, f"devices.{name}.{field}", path)
+            values[field] = int(value) if field in INT_FIELDS else value
         out[name] = Device(**values)
-    if not out:
-        raise CostInputError(f"{path}: field 'devices': no device; add one")
     return out
 
 
+def device_ranges(raw: dict, name: str) -> dict[str, tuple[float, float]]:
+    """The estimates of device ``name``: field -> (low, high), for every figure whose
+    entry carries a ``range`` (a datasheet figure has none)."""
+    entry = raw["devices"][name]
+    return {field: (float(item["range"][0]), float(item["range"][1])) for field, item in entry.items()
+            if isinstance(item, dict) and item.get("range") is not None}
+
+
 @lru_cache(maxsize=4)
-def load_devices(path: Path = DEVICES_FILE) -> dict[str, Device]:
+def load_devices(path: Path | None = None) -> dict[str, Device]:
+    """kernels/devices.json (or ``path``), validated (:func:`devices_from`)."""
+    path = Path(path or DEVICES_FILE)
     return devices_from(read_json_file(path, "the cost model's device facts"), path)
 
 
-def device(name: str, path: Path = DEVICES_FILE) -> Device:
+def device(name: str, path: Path | None = None) -> Device:
     known = load_devices(path)
     if name not in known:
-        raise CostInputError(f"unknown device '{name}'; known in {path.name}: {', '.join(known)}")
+        raise CostInputError(f"unknown device '{name}'; known in {Path(path or DEVICES_FILE).name}: "
+                             f"{', '.join(known)}")
     return known[name]
 
 
@@ -218,9 +303,27 @@ def launch_path(splits: int, longest: Figure, unsplit: Figure | None) -> Figure:
     return unsplit if splits == 1 and unsplit is not None else longest
 
 
-def figures_of(entry: dict) -> LoopFigures:
-    return LoopFigures(int(entry["instructions"]), int(entry["imma"]), int(entry["issue_clocks"]),
-                       bool(entry["direct_loads"]), float(entry["global_bytes"]))
+def count_of(record: object, field: str, where: str, path: Path, optional: bool = False) -> int | None:
+    """A whole, finite, non-negative count of a loop-counts record (None where ``optional``
+    and absent); anything else names the field and the command that rewrites it."""
+    value = record.get(field) if isinstance(record, dict) else None
+    if value is None and optional:
+        return None
+    if not (finite_positive(value) or value == 0) or isinstance(value, bool) or float(value) != int(value):
+        raise CostInputError(f"{path}: field '{where}.{field}': {shown(value)} is not a whole count of 0 or more; "
+                             "run `doit model:counts`")
+    return int(value)
+
+
+def figures_of(entry: object, where: str, path: Path) -> LoopFigures:
+    if not isinstance(entry, dict) or not isinstance(entry.get("direct_loads"), bool):
+        raise CostInputError(f"{path}: field '{where}': expected a counted body; run `doit model:counts`")
+    nbytes = entry.get("global_bytes", 0.0)
+    if not (finite_positive(nbytes) or nbytes == 0) or isinstance(nbytes, bool):
+        raise CostInputError(f"{path}: field '{where}.global_bytes': {shown(nbytes)} is not a finite byte count; "
+                             "run `doit model:counts`")
+    return LoopFigures(*(count_of(entry, f, where, path) for f in ("instructions", "imma", "issue_clocks")),
+                       entry["direct_loads"], float(nbytes))
 
 
 class Occupancy(NamedTuple):
@@ -231,7 +334,9 @@ class Occupancy(NamedTuple):
 
 
 @lru_cache(maxsize=4)
-def read_counts_file(path: Path = COUNTS_FILE) -> dict:
+def read_counts_file(path: Path | None = None) -> dict:
+    """ledger/loop_counts.json (or ``path``): strict JSON with its two objects."""
+    path = Path(path or COUNTS_FILE)
     raw = read_json_file(path, "the loop counts `doit model:counts` writes")
     for field in ("kernels", "occupancy"):
         if not isinstance(raw.get(field), dict):
@@ -239,34 +344,40 @@ def read_counts_file(path: Path = COUNTS_FILE) -> dict:
     return raw
 
 
-def load_counts(path: Path = COUNTS_FILE) -> dict:
+def load_counts(path: Path | None = None) -> dict:
     return read_counts_file(path)["kernels"]
 
 
-def loop_counts(entry: str, arch: str = RULE_ARCH, path: Path = COUNTS_FILE) -> KernelCounts:
-    """The counted loop of PTX entry ``entry`` on ``arch``."""
+def loop_counts(entry: str, arch: str = RULE_ARCH, path: Path | None = None) -> KernelCounts:
+    """The counted loop of PTX entry ``entry`` on ``arch``; a count that is not a whole
+    finite number names its field."""
+    path = Path(path or COUNTS_FILE)
     kernels = load_counts(path)
-    try:
-        record = kernels[entry]["archs"][arch]
-        optional = [None if record.get(f) is None else int(record[f])
-                    for f in ("outside_unsplit_instructions", "outside_issue_clocks", "outside_unsplit_issue_clocks")]
-        return KernelCounts(figures_of(record["fast"]), figures_of(record["tail"]) if record.get("tail") else None,
-                            int(record["outside_instructions"]), *optional)
-    except (KeyError, TypeError, ValueError):
-        raise CostInputError(f"{path}: no {arch} loop counts for '{entry}'; run `doit sass` then "
-                             "`doit model:counts`") from None
+    record = (kernels.get(entry) or {}).get("archs") if isinstance(kernels.get(entry), dict) else None
+    record = record.get(arch) if isinstance(record, dict) else None
+    if not isinstance(record, dict):
+        raise NotCounted(f"{path}: no {arch} loop counts for '{entry}'; run `doit sass` then "
+                         "`doit model:counts`")
+    where = f"kernels.{entry}.archs.{arch}"
+    optional = [count_of(record, f, where, path, optional=True)
+                for f in ("outside_unsplit_instructions", "outside_issue_clocks", "outside_unsplit_issue_clocks")]
+    tail = figures_of(record["tail"], f"{where}.tail", path) if record.get("tail") else None
+    return KernelCounts(figures_of(record.get("fast"), f"{where}.fast", path), tail,
+                        count_of(record, "outside_instructions", where, path), *optional)
 
 
-def occupancy(kernel: str, arch: str = RULE_ARCH, path: Path = COUNTS_FILE) -> Occupancy:
+def occupancy(kernel: str, arch: str = RULE_ARCH, path: Path | None = None) -> Occupancy:
     """ptxas's registers and shared memory of ``kernel`` on ``arch``, as `doit model:counts`
     copied them from the ptxas records (the file's ``occupancy``), so the tile rule knows a
     configuration's residency without the artifacts."""
-    try:
-        record = read_counts_file(path)["occupancy"][kernel][arch]
-        return Occupancy(int(record["registers"]), int(record["shared_bytes"]))
-    except (KeyError, TypeError, ValueError):
-        raise CostInputError(f"{path}: no {arch} occupancy for '{kernel}'; run `doit ptxas` then "
-                             "`doit model:counts`") from None
+    path = Path(path or COUNTS_FILE)
+    record = read_counts_file(path)["occupancy"].get(kernel)
+    record = record.get(arch) if isinstance(record, dict) else None
+    if not isinstance(record, dict):
+        raise NotCounted(f"{path}: no {arch} occupancy for '{kernel}'; run `doit ptxas` then "
+                         "`doit model:counts`")
+    where = f"occupancy.{kernel}.{arch}"
+    return Occupancy(count_of(record, "registers", where, path), count_of(record, "shared_bytes", where, path))
 
 
 def resident_ctas(dev: Device, warps_per_cta: int, occ: Occupancy) -> int:
@@ -439,7 +550,7 @@ class OutsideRate(NamedTuple):
 
 
 @lru_cache(maxsize=16)
-def library_outside(arch: str, path: Path = COUNTS_FILE) -> OutsideRate:
+def library_outside(arch: str, path: Path | None = None) -> OutsideRate:
     """The reference class's instructions outside its main loop, per accumulator a lane
     holds: those of this project's int32 GEMM on ``arch`` that spends the fewest clocks
     there per accumulator (its unsplit path: the prologue's addresses and predicates, the

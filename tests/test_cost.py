@@ -105,7 +105,7 @@ def test_a_missing_entry_says_what_to_run(tmp_path):
         cost.loop_counts("nope")
     bad = tmp_path / "counts.json"
     bad.write_text("{")
-    with pytest.raises(cost.CostInputError, match="not UTF-8 JSON"):
+    with pytest.raises(cost.CostInputError, match="not strict JSON"):
         cost.load_counts(bad)
 
 

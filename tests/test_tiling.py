@@ -139,7 +139,7 @@ def test_the_rule_follows_the_device_facts(monkeypatch):
     dims = Dims(1782, 243, 729)
     assert choose("hslm_dw_s8", dims).name == "hslm_dw_s8_m64"
     slow = rule.RULE_DEVICE._replace(l2_bandwidth_gbs=rule.RULE_DEVICE.l2_bandwidth_gbs / 10)
-    monkeypatch.setattr(rule, "RULE_DEVICE", slow)
+    monkeypatch.setattr(rule, "rule_device", lambda: slow)
     assert choose("hslm_dw_s8", dims).name == "hslm_dw_s8_m64"  # the pick is kept per shape ...
     try:
         forget_scores()  # ... until the scores are forgotten
@@ -161,7 +161,7 @@ def test_an_uncounted_configuration_is_never_picked_and_runs_one_split(monkeypat
 
     def without(entry, *args, **kwargs):
         if entry == name:
-            raise cost.CostInputError(f"no loop counts for '{entry}'")
+            raise cost.NotCounted(f"no loop counts for '{entry}'")
         return counted(entry, *args, **kwargs)
 
     monkeypatch.setattr(cost, "loop_counts", without)

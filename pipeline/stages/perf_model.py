@@ -26,10 +26,10 @@ import statistics
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Literal, TypeVar
+from typing import Annotated, Any, Callable, Literal, TypeVar
 
 import numpy as np
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, model_validator
 
 from kernels import cost
 from kernels.backends import load_ptx
@@ -59,9 +59,23 @@ PHASES = ("prologue", "chunks", "outside", "epilogue", "drain")
 # ---- assumptions ---------------------------------------------------------------------
 
 
+Figure = Annotated[float, Field(gt=0, allow_inf_nan=False)]  # a device figure: finite, above 0
+
+
 class Assumption(Record):
-    value: float
+    """One device figure with its source; an estimate (no datasheet line) also carries
+    ``range``, the low and high its source or reasoning allows, which the model's
+    intervals sweep (``kernels.cost.device_ranges``)."""
+
+    value: Figure
     source: str = Field(min_length=20)
+    range: tuple[Figure, Figure] | None = None
+
+    @model_validator(mode="after")
+    def _range_holds_the_value(self) -> "Assumption":
+        if self.range is not None and not self.range[0] <= self.value <= self.range[1]:
+            raise ValueError(f"range {list(self.range)} does not hold the value {self.value}")
+        return self
 
 
 class GpuModel(Record):
@@ -127,10 +141,10 @@ def _validated(path: Path, read: Callable[[Path], Any], model: type[M], holds: s
         raise UserError(f"{rel(path)}: {first_problem(exc)}; fix the entry") from None
 
 
-def load_assumptions(path: Path = DEVICES_FILE) -> Assumptions:
+def load_assumptions(path: Path | None = None) -> Assumptions:
     """devices.json, read strictly (UTF-8, no duplicate key) and validated; a bad file is
     one :class:`UserError` line naming the field."""
-    return _validated(Path(path), read_json, Assumptions, "the cost model's device facts")
+    return _validated(Path(path or cost.DEVICES_FILE), read_json, Assumptions, "the cost model's device facts")
 
 
 def gpu(assumptions: Assumptions, name: str) -> GpuModel:
@@ -662,6 +676,10 @@ def assumptions_sha256(path: Path = DEVICES_FILE) -> str:
 # ---- calibration against published measurements --------------------------------------
 
 
+MAX_EXTENT = 2**31 - 1  # a GEMM extent a CUDA launch can index (int32)
+MAX_BYTES = 2**48  # far above any GPU's memory
+
+
 class CalibrationPoint(Record):
     """One published measurement: what was timed, on which device, at which shape, its
     source, and the figure."""
@@ -670,14 +688,14 @@ class CalibrationPoint(Record):
     device: str  # a key of kernels/devices.json
     kind: Literal["gemm", "stream"]  # a GEMM's throughput, or a streaming kernel's bandwidth
     dtype: Literal["int8", "bf16", "fp16", "fp32"]
-    M: int = Field(default=0, ge=0)
-    N: int = Field(default=0, ge=0)
-    K: int = Field(default=0, ge=0)
-    bytes: int = Field(default=0, ge=0)  # a stream's bytes moved (read + written)
+    M: int = Field(default=0, ge=0, le=MAX_EXTENT)
+    N: int = Field(default=0, ge=0, le=MAX_EXTENT)
+    K: int = Field(default=0, ge=0, le=MAX_EXTENT)
+    bytes: int = Field(default=0, ge=0, le=MAX_BYTES)  # a stream's bytes moved (read + written)
     resident: Literal["dram", "l2"] = "dram"  # where a stream's data lives between launches
     timed: Literal["kernel", "host_loop"]  # device time, or a host loop of back-to-back launches
     metric: Literal["TFLOPS", "GB/s", "us"]
-    published: float = Field(gt=0)
+    published: float = Field(gt=0, allow_inf_nan=False)
     library: str
     source: str = Field(min_length=20)  # URL + table / figure + the exact line
     fit: bool = False  # used to set a device figure: shown, not counted in the error
@@ -704,8 +722,8 @@ class CalibrationRow(Record):
     note: str
 
 
-def load_calibration(path: Path = CALIBRATION_FILE) -> Calibration:
-    return _validated(Path(path), read_yaml, Calibration, "the published points the model is calibrated against")
+def load_calibration(path: Path | None = None) -> Calibration:
+    return _validated(Path(path or CALIBRATION_FILE), read_yaml, Calibration, "the published points the model is calibrated against")
 
 
 def predict_point(point: CalibrationPoint, dev: cost.Device) -> tuple[float, str, str]:

@@ -43,7 +43,7 @@ from pipeline.stages.report import table
 from pipeline.stages.sass import SassArch, SassReport, disassembler_version, find_nvdisasm, sass_report
 from pipeline.core.shapes import select_sets
 from pipeline.core.sources import source_files
-from pipeline.stages.taskkit import fails_on_user_error, one_line_failure
+from pipeline.stages.taskkit import failing_task, fails_on_user_error, one_line_failure
 from pipeline.stages.tasks_build import verify_task_name
 from pipeline.stages.verify import work
 
@@ -350,13 +350,21 @@ def _calibrate() -> None:
     print(perf_model.calibration_summary(rows))
 
 
+MODEL_SUBTASKS = ("counts", "run", "docs", "calibrate")
+
+
 @fails_on_user_error
 def task_model() -> Iterator[dict]:
     """Cost-model MODEL of each GEMM kernel x shape (shape=<set>, default hslm; gpu=h200|h100|rtx4090|a100|a800_pcie);
     model:counts writes ledger/loop_counts.json, model:calibrate the calibration table."""
     shape_set, gpu_name = var("shape", DEFAULT_MODEL_SET), var("gpu")
-    perf_model.gpu(perf_model.load_assumptions(), gpu_name)  # an unknown gpu stops here, one line
-    shapes = select_sets((shape_set,))[shape_set]
+    try:  # a bad devices.json or an unknown gpu: every subtask fails with its one line (each name exists)
+        perf_model.gpu(perf_model.load_assumptions(), gpu_name)
+        shapes = select_sets((shape_set,))[shape_set]
+    except (UserError, cost.CostInputError) as exc:
+        for name in MODEL_SUBTASKS:
+            yield failing_task(str(exc), name=name)
+        return
     gemms = gemm_kernels()
     reports = [config.verify_json(k, shape_set, s.name) for k in gemms for s in shapes]
     yield {
