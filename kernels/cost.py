@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 from functools import lru_cache
 from pathlib import Path
 from typing import NamedTuple, TypeVar
@@ -243,6 +244,53 @@ def device(name: str, path: Path | None = None) -> Device:
         raise CostInputError(f"unknown device '{name}'; known in {Path(path or DEVICES_FILE).name}: "
                              f"{', '.join(known)}")
     return known[name]
+
+
+@lru_cache(maxsize=4)
+def load_ranges(path: Path | None = None) -> dict[str, dict[str, tuple[float, float]]]:
+    """Per device, the (low, high) of every figure that is not a datasheet figure."""
+    path = Path(path or DEVICES_FILE)
+    raw = read_json_file(path, "the cost model's device facts")
+    devices_from(raw, path)
+    return {name: device_ranges(raw, name) for name in raw["devices"]}
+
+
+SWEEP_DRAWS = 24  # joint draws of every ranged figure, besides each at its low and high alone
+SWEEP_SEED = 41
+
+
+def device_sweep(dev: Device, ranges: dict[str, tuple[float, float]]) -> list[Device]:
+    """The devices an interval is taken over: ``dev`` itself, each ranged figure at its
+    low and at its high with the others nominal, and :data:`SWEEP_DRAWS` draws of all of
+    them at once, uniform in their ranges (seeded: the same list every run). A prediction's
+    interval is its lowest and highest over these."""
+    out = [dev]
+    for field, (low, high) in sorted(ranges.items()):
+        out += [dev._replace(**{field: low}), dev._replace(**{field: high})]
+    draw = random.Random(SWEEP_SEED)
+    for _ in range(SWEEP_DRAWS):
+        out.append(dev._replace(**{f: draw.uniform(lo, hi) for f, (lo, hi) in sorted(ranges.items())}))
+    return out
+
+
+class Interval(NamedTuple):
+    """A prediction as the lowest, nominal and highest value over :func:`device_sweep`."""
+
+    low: float
+    nominal: float
+    high: float
+
+    @classmethod
+    def of(cls, values: list[float]) -> "Interval":
+        return cls(min(values), values[0], max(values))
+
+    def verdict(self, bound: float = 1.0) -> str:
+        """'ahead' when the whole interval is at or below ``bound``, 'behind' when all of it
+        is above, else 'level'."""
+        return "ahead" if self.high <= bound else "behind" if self.low > bound else "level"
+
+    def __str__(self) -> str:
+        return f"{self.nominal:.3f} [{self.low:.3f}-{self.high:.3f}]"
 
 
 # ---- loop counts ---------------------------------------------------------------------
@@ -456,8 +504,19 @@ def trip_cycles(dev: Device, body: LoopFigures, w: StagedWork, active: int) -> f
     tensor = active * w.warps_per_cta * body.imma * IMMA_OPS / (dev.peak_ops_per_sm_clock("int8")
                                                                  * dev.mma_sync_fraction)
     w_latency = dev.l2_latency_cycles if body.direct_loads else 0.0
-    ring = (dev.l2_latency_cycles + dev.shared_latency_cycles) / max(1, w.stages - 1)
+    ring = (copy_latency(dev, w.dram_bytes, w.l2_bytes) + dev.shared_latency_cycles) / max(1, w.stages - 1)
     return max(body.issue_clocks, issue, tensor, w_latency, ring)
+
+
+def copy_latency(dev: Device, compulsory_bytes: float, copied_bytes: float) -> float:
+    """The round trip of a main-loop copy: an L2 hit, but a copy of a byte no other CTA
+    read before misses to DRAM. Of the bytes a launch copies, ``compulsory_bytes`` (each
+    operand once) are first touches, so the copies wait the L2 latency plus that share of
+    DRAM's extra latency. A short batch (M within one tile row) reads every weight byte
+    once: its loop waits on DRAM, not L2 (operands left in L2 by an earlier launch make it
+    shorter: the range of ``dram_latency_cycles`` covers that)."""
+    first = min(1.0, compulsory_bytes / copied_bytes) if copied_bytes > 0 else 0.0
+    return dev.l2_latency_cycles + first * max(0.0, dev.dram_latency_cycles - dev.l2_latency_cycles)
 
 
 def staged_phases(dev: Device, w: StagedWork) -> Phases:
@@ -516,9 +575,19 @@ class DenseConfig(NamedTuple):
     multicast: int = 1  # CTAs of a cluster along M that share one load of the B tile
 
 
-# resident CTAs per SM, estimates from the shared memory each needs (stages x (tile_m +
-# tile_n) x 64 B: 32 / 48 / 48 / 72 KB of the 100-228 KB) and about 128-230 registers a thread
-TILES = (("64x64", 64, 64, 4, 4, 3, 1), ("128x64", 128, 64, 4, 4, 2, 1), ("128x128", 128, 128, 8, 3, 1, 1))
+# The int8 mma.sync tiles libraries ship (label, tile_m, tile_n, warps, stages of 64 B of k,
+# resident CTAs an SM, multicast):
+# - sgl-kernel's sm80/sm89 dispatch for short batches (csrc/gemm/int8_gemm_kernel.cu,
+#   sm80_dispatch_shape: GemmShape<16, 64, 128> and <32, 64, 128>, warps <16, 64, 64> and
+#   <32, 64, 64> (2 warps), 6 stages of 128 B of k = 12 of 64 B) for M <= 16 and M <= 32;
+# - CUTLASS's generator, SM80 int8 16832 TN (python/cutlass_library/generator.py):
+#   TileDescription([64, 64, 64], 10, [2, 2, 1]), ([128, 64, 64], 6), ([64, 128, 64], 6),
+#   ([128, 128, 64], 5, [2, 2, 1]), ([128, 256, 64], 3, [2, 4, 1]), ([256, 128, 64], 3, [4, 2, 1]).
+# Resident CTAs: the shared memory each needs (stages x (tile_m + tile_n) x 64 B: 61-80 KB,
+# two in 164-228 KB; 72 KB and about 230 registers a thread for the 8-warp tiles: one).
+TILES = (("16x64", 16, 64, 2, 12, 2, 1), ("32x64", 32, 64, 2, 12, 2, 1), ("64x64", 64, 64, 4, 10, 2, 1),
+         ("128x64", 128, 64, 4, 6, 2, 1), ("64x128", 64, 128, 4, 6, 2, 1), ("128x128", 128, 128, 4, 5, 2, 1),
+         ("128x256", 128, 256, 8, 3, 1, 1), ("256x128", 256, 128, 8, 3, 1, 1))
 # Hopper's libraries add wide tiles whose B tile one TMA multicast serves to a 2-CTA
 # cluster (CUTLASS 3.x sm90 kernels, ClusterShape 2x1x1; PTX ISA 9.7.9.25
 # cp.async.bulk.tensor .multicast::cluster)
@@ -608,7 +677,9 @@ def dense_phases(dev: Device, rows: int, cols: int, contraction: int, dtype: str
     active = min(cfg.resident, math.ceil(ctas / dev.sms))
     ops_per_tile = 2 * cfg.tile_m * cfg.tile_n * K_TILE_BYTES / eb
     tensor = active * ops_per_tile / (dev.peak_ops_per_sm_clock(dtype) * dev.library_tensor_fraction)
-    ring = (dev.l2_latency_cycles + dev.shared_latency_cycles) / max(1, cfg.stages - 1)
+    compulsory = (rows * contraction + contraction * cols) * eb + rows * cols * ob
+    copied = ctas * (cfg.tile_m + cfg.tile_n / cfg.multicast) * per_cta * K_TILE_BYTES
+    ring = (copy_latency(dev, compulsory - rows * cols * ob, copied) + dev.shared_latency_cycles) / max(1, cfg.stages - 1)
     prologue = dev.dram_latency_cycles + dev.shared_latency_cycles
     chunks = per_cta * max(tensor, ring)
     accumulators = cfg.tile_m * cfg.tile_n / (32 * cfg.warps)
@@ -620,8 +691,7 @@ def dense_phases(dev: Device, rows: int, cols: int, contraction: int, dtype: str
     drain = dev.l2_latency_cycles
     fixup = (2 * dev.l2_latency_cycles) if cfg.stream_k else 0.0  # wait for and read a neighbour's partial
     serial = waves * dev.us(prologue + chunks + outside + epilogue + drain + fixup)
-    compulsory = (rows * contraction + contraction * cols) * eb + rows * cols * ob
-    l2_bytes = ctas * (cfg.tile_m + cfg.tile_n / cfg.multicast) * per_cta * K_TILE_BYTES + rows * cols * ob
+    l2_bytes = copied + rows * cols * ob
     extra, launches = 0.0, 1
     if cfg.split > 1 and not cfg.stream_k:  # the partials out, then a reduction kernel reads them
         workspace = splits * rows * cols * 4
@@ -636,11 +706,13 @@ def dense_phases(dev: Device, rows: int, cols: int, contraction: int, dtype: str
 
 
 def best_dense(dev: Device, rows: int, cols: int, contraction: int, dtype: str = "int8",
-               per_call: bool = True) -> tuple[DenseConfig, Phases]:
+               per_call: bool = True, data_parallel: bool = False) -> tuple[DenseConfig, Phases]:
     """The configuration a library's heuristic would pick with perfect knowledge: the
     lowest per-call time (device + launches) of :func:`dense_configs`, or the lowest
-    device time with ``per_call=False``."""
-    scored = [(cfg, dense_phases(dev, rows, cols, contraction, dtype, cfg)) for cfg in dense_configs(dev.arch)]
+    device time with ``per_call=False``; ``data_parallel``: of those that run one CTA an
+    output tile (a library without split-K or stream-K for the type)."""
+    scored = [(cfg, dense_phases(dev, rows, cols, contraction, dtype, cfg)) for cfg in dense_configs(dev.arch)
+              if not data_parallel or (cfg.split == 1 and not cfg.stream_k)]
     return min(scored, key=lambda cp: cp[1].per_call_us if per_call else cp[1].device_us)
 
 

@@ -128,6 +128,16 @@ def test_the_chunk_chain_is_the_largest_of_its_limits():
     assert cost.trip_cycles(H200, BODY, WORK._replace(stages=2), active=1) == 330
 
 
+def test_first_touches_wait_on_dram():
+    """Copies of bytes no other CTA read before miss to DRAM: a launch that copies each
+    operand byte once waits DRAM's round trip (600 + 30), one that copies each twice half
+    DRAM's extra latency (300 + 150 + 30). Negative: with every byte reused, L2's."""
+    once = WORK._replace(stages=2, l2_bytes=1000, dram_bytes=1000)
+    assert cost.trip_cycles(H200, BODY, once, active=1) == 630
+    assert cost.trip_cycles(H200, BODY, once._replace(l2_bytes=2000), active=1) == 480
+    assert cost.trip_cycles(H200, BODY, once._replace(dram_bytes=0), active=1) == 330
+
+
 def test_staged_phases_by_hand():
     p = cost.staged_phases(H200, WORK)
     clocks = 600 + 30 + 3 * 250 + 40 * 2.5 + 256 + 300  # DRAM + shared, chunks, outside at 2.5 clk, epilogue, drain

@@ -205,12 +205,13 @@ def test_dw_at_r27_takes_the_16_row_tile():
     """dW at R = 27 is one chunk of k into the weight's N x K output: the epilogue is the
     largest phase a CTA runs after the prologue. The 16 x 128 tile writes half the
     32 x 128 one's output a CTA on twice the CTAs (still under one an SM), so its
-    epilogue takes half as long; its chunk costs the same (the ring's round trip bounds
-    both), and it is the cheapest tile at every HSLM dW shape."""
+    epilogue takes half as long; its chunk costs no more (the ring's round trip bounds
+    both, and its copies are no more often first touches), and it is the cheapest tile at
+    every HSLM dW shape."""
     short, narrow = KERNELS["hslm_dw_s8_m16n16"], KERNELS["hslm_dw_s8_m32n16"]
     for dims in HSLM:
         assert choose("hslm_dw_s8", dims).name == short.name
         ours, theirs = (cost.staged_phases(rule.RULE_DEVICE, launch_work(s, dims)) for s in (short, narrow))
-        assert ours.epilogue == pytest.approx(theirs.epilogue / 2, rel=0.01) and ours.chunks == theirs.chunks
+        assert ours.epilogue == pytest.approx(theirs.epilogue / 2, rel=0.01) and ours.chunks <= theirs.chunks
         assert short.geometry(dims).grid[1] == 2 * narrow.geometry(dims).grid[1] <= 2 * rule.RULE_DEVICE.sms
         assert short.cost(dims) < narrow.cost(dims)

@@ -115,7 +115,6 @@ class GpuModel(Record):
 class Assumptions(Record):
     note: str
     devices: dict[str, GpuModel]
-    reference: dict[str, object]  # the former single-configuration reference, kept for its sources
 
     @property
     def gpus(self) -> dict[str, GpuModel]:
@@ -482,6 +481,11 @@ class ModelRow(Record):
     l1_source: str
     ours: ConfigPrediction
     reference: ConfigPrediction
+    # ours / the best reference (each chosen on that time), over the device's ranges
+    # (``cost.device_sweep``): (low, nominal, high); the verdict of the device-time interval
+    device_ratio: tuple[float, float, float] | None = None
+    per_call_ratio: tuple[float, float, float] | None = None
+    verdict: Literal["ahead", "level", "behind", ""] = ""
 
 
 class LayerLaunchRow(Record):
@@ -563,6 +567,25 @@ def staged_work(spec: KernelSpec, dims: Dims, g: GpuModel, sass: SassArch, count
     return w, staged._replace(l2_bytes=l2_bytes(memory)) if memory else staged, l1_source
 
 
+def sweep(dev: cost.Device) -> list[cost.Device]:
+    """``dev`` over the ranges devices.json gives its estimates (``cost.device_sweep``)."""
+    name = next((n for n, d in cost.load_devices().items() if d == dev), None)
+    return cost.device_sweep(dev, cost.load_ranges().get(name, {}) if name else {})
+
+
+def ratio_intervals(dev: cost.Device, staged: cost.StagedWork, rows: int, cols: int,
+                    contraction: int) -> tuple[cost.Interval, cost.Interval]:
+    """Ours over the best reference, on device time and per call, each reference chosen on
+    that time, as intervals over :func:`sweep` (the launch itself is fixed: what the rule
+    runs)."""
+    device, per_call = [], []
+    for d in sweep(dev):
+        ours = cost.staged_phases(d, staged)
+        device.append(ours.device_us / cost.best_dense(d, rows, cols, contraction, per_call=False)[1].device_us)
+        per_call.append(ours.per_call_us / cost.best_dense(d, rows, cols, contraction)[1].per_call_us)
+    return cost.Interval.of(device), cost.Interval.of(per_call)
+
+
 def model_row(spec: KernelSpec, shape: Shape, g: GpuModel, sass: SassArch, counts: cost.KernelCounts,
               ptxas: PtxasArch, memory: list[MemoryAccess] | None, memory_source: str) -> ModelRow:
     dev = as_device(g)
@@ -573,8 +596,16 @@ def model_row(spec: KernelSpec, shape: Shape, g: GpuModel, sass: SassArch, count
     rows, cols = spec.output.layout.logical(dims)
     ref_cfg, ref = cost.best_dense(dev, rows, cols, w.contraction, "int8")
     useful = 2.0 * dims.R * dims.K * dims.N
+    pick = choose(spec.family_name, dims).name == spec.name
+    device_ratio = per_call_ratio = None
+    if pick:  # the interval of what the rule runs
+        device_ratio, per_call_ratio = ratio_intervals(dev, staged, rows, cols, w.contraction)
     return ModelRow(kernel=spec.name, shape=shape.name, R=shape.R, K=shape.K, N=shape.N,
-                    rule_pick=choose(spec.family_name, dims).name == spec.name, ctas=w.ctas,
+                    device_ratio=device_ratio and tuple(round(x, 4) for x in device_ratio),
+                    per_call_ratio=per_call_ratio and tuple(round(x, 4) for x in per_call_ratio),
+                    verdict=cost.Interval(device_ratio[0], device_ratio[1], device_ratio[2]).verdict()
+                    if device_ratio else "",
+                    rule_pick=pick, ctas=w.ctas,
                     ctas_per_sm=resident, waves=math.ceil(w.ctas / (dev.sms * max(1, resident))),
                     fast_chunks=w.fast_chunks, tail_chunks=w.tail_chunks,
                     clocks_per_instruction=round(counts.clocks_per_instruction, 3), l1_source=l1_source,
@@ -694,11 +725,17 @@ class CalibrationPoint(Record):
     bytes: int = Field(default=0, ge=0, le=MAX_BYTES)  # a stream's bytes moved (read + written)
     resident: Literal["dram", "l2"] = "dram"  # where a stream's data lives between launches
     timed: Literal["kernel", "host_loop"]  # device time, or a host loop of back-to-back launches
-    metric: Literal["TFLOPS", "GB/s", "us"]
+    # TFLOPS, GB/s (a stream's), us, or the figure sgl-kernel's bench_int8_gemm.py prints
+    # (:data:`BENCH_INT8_GEMM`)
+    metric: Literal["TFLOPS", "GB/s", "us", "bench_int8_gemm GB/s"]
     published: float = Field(gt=0, allow_inf_nan=False)
     library: str
+    # the configurations the library runs: any of the reference class, or one CTA an output
+    # tile (no split-K, no stream-K)
+    configs: Literal["any", "data-parallel"] = "any"
     source: str = Field(min_length=20)  # URL + table / figure + the exact line
-    fit: bool = False  # used to set a device figure: shown, not counted in the error
+    fit: bool  # true: the model was built against it (its error seen); false: held out
+    why: str = Field(min_length=10)  # why it is fit or held out
     note: str = ""  # why a point misses, or how it was read
 
 
@@ -718,6 +755,7 @@ class CalibrationRow(Record):
     config: str
     limiter: str
     fit: bool
+    int8_small_m: bool  # an int8 GEMM with M <= 512, the regime the HSLM shapes live in
     source: str
     note: str
 
@@ -726,13 +764,31 @@ def load_calibration(path: Path | None = None) -> Calibration:
     return _validated(Path(path or CALIBRATION_FILE), read_yaml, Calibration, "the published points the model is calibrated against")
 
 
+NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+
+
+def figure_quoted(point: CalibrationPoint) -> bool:
+    """Whether the point's published figure is one of the numbers of its quoted source
+    line (the text between the last pair of single quotes), to the digits printed there."""
+    quoted = point.source.rsplit("'", 2)[-2] if point.source.count("'") >= 2 else ""
+    return any(math.isclose(float(n), point.published, rel_tol=1e-9) for n in NUMBER.findall(quoted))
+
+
+def bench_int8_gemm_bytes(m: int, n: int, k: int) -> float:
+    """What sgl-kernel's benchmark/bench_int8_gemm.py divides by the time for its column
+    headed GB/s: (2MNK - MN) x 1 B + 3MN x 4 B (its ops counted as bytes, plus the scales
+    and output), so its figure is ``this / seconds / 1e9``."""
+    return (2 * m * n * k - m * n) + 3 * m * n * 4
+
+
 def predict_point(point: CalibrationPoint, dev: cost.Device) -> tuple[float, str, str]:
     """(the model's figure in the point's metric, the configuration, the limiter)."""
     if point.kind == "gemm":
         if not (point.M and point.N and point.K):
             raise UserError(f"{rel(CALIBRATION_FILE)}: point '{point.name}': a gemm needs M, N and K")
         dtype = "int8" if point.dtype == "int8" else "bf16"
-        cfg, p = cost.best_dense(dev, point.M, point.N, point.K, dtype, per_call=False)
+        cfg, p = cost.best_dense(dev, point.M, point.N, point.K, dtype, per_call=False,
+                                 data_parallel=point.configs == "data-parallel")
         seconds = (cost.host_loop_us(p) if point.timed == "host_loop" else p.device_us) * 1e-6
         ops = 2.0 * point.M * point.N * point.K
         label, limiter = cfg.label, p.limiter
@@ -746,6 +802,8 @@ def predict_point(point: CalibrationPoint, dev: cost.Device) -> tuple[float, str
         return ops / seconds / 1e12, label, limiter
     if point.metric == "GB/s":
         return point.bytes / seconds / 1e9, label, limiter
+    if point.metric == "bench_int8_gemm GB/s":
+        return bench_int8_gemm_bytes(point.M, point.N, point.K) / seconds / 1e9, label, limiter
     return seconds * 1e6, label, limiter
 
 
@@ -761,13 +819,22 @@ def calibration_rows(calibration: Calibration, devices: dict[str, GpuModel]) -> 
             name=point.name, device=point.device, what=f"{point.library} {point.dtype} {point.kind} {shape} "
             f"({point.timed})", metric=point.metric, published=point.published, predicted=round(predicted, 3),
             error_pct=round(100 * (predicted / point.published - 1), 1), config=config, limiter=limiter,
-            fit=point.fit, source=point.source, note=point.note))
+            fit=point.fit, int8_small_m=point.kind == "gemm" and point.dtype == "int8" and point.M <= 512,
+            source=point.source, note=point.note))
     return rows
 
 
-def calibration_summary(rows: list[CalibrationRow]) -> str:
-    """The one closing line: points counted (fit points left out), median and max |error|."""
-    errors = [abs(r.error_pct) for r in rows if not r.fit]
+def error_line(label: str, rows: list[CalibrationRow]) -> str:
+    """``<label>: <n> points, median |error| <x>%, max <y>%`` over ``rows``."""
+    errors = [abs(r.error_pct) for r in rows]
     if not errors:
-        return "calibration: 0 points"
-    return f"calibration: {len(errors)} points, median |error| {statistics.median(errors):.1f}%, max {max(errors):.1f}%"
+        return f"{label}: 0 points"
+    return f"{label}: {len(errors)} points, median |error| {statistics.median(errors):.1f}%, max {max(errors):.1f}%"
+
+
+def calibration_summary(rows: list[CalibrationRow]) -> list[str]:
+    """The closing lines, held-out first: the held-out points, those of them that are int8
+    GEMMs with M <= 512, and the fit points (which the model was built against)."""
+    held = [r for r in rows if not r.fit]
+    return [error_line("held-out", held), error_line("held-out int8 M <= 512", [r for r in held if r.int8_small_m]),
+            error_line("fit", [r for r in rows if r.fit])]
