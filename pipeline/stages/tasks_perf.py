@@ -254,13 +254,14 @@ def build_model(shape_set: str, gpu_name: str) -> perf_model.ModelReport:
 
 
 LAYER_COLUMNS = ("", "layer step", "R", "K", "N", "launches", "GEMMs device us", "others device us", "eager us",
-                 "torch bf16 eager us", "eager ours/torch", "graph us", "torch bf16 graph us", "graph ours/torch")
+                 "torch bf16 eager us", "eager ours/torch [interval]", "graph us", "torch bf16 graph us",
+                 "graph ours/torch [interval]")
 
 
 def layer_table(steps: list[perf_model.LayerStepRow]) -> list[str]:
     """The layer-step rows, how they were timed, and the targets' lines."""
     rows = [["MODEL", s.shape, s.R, s.K, s.N, len(s.launches), s.gemm_device_us, s.other_device_us, s.eager_us,
-             s.torch_eager_us, round(s.eager_ratio, 3), s.graph_us, s.torch_graph_us, round(s.graph_ratio, 3)]
+             s.torch_eager_us, interval(s.eager_interval), s.graph_us, s.torch_graph_us, interval(s.graph_interval)]
             for s in steps]
     return [table(LAYER_COLUMNS, rows),
             "MODEL layer step = every launch `doit layer` records (X's quantization with W's |W| sums, W's "
