@@ -40,7 +40,7 @@ kept apart (``per_call_us``).
 The reference class (:func:`best_dense`) is what a user would get from a library: the
 best of several CUTLASS/cuBLAS-like configurations on the same phase model (64x64,
 128x64 and 128x128 tiles, split-K with a reduction kernel, a stream-K-like even split),
-each charged outside its loop what ours pays per accumulator (:func:`library_outside`),
+each charged outside its loop what its own structure runs (:func:`library_outside_instructions`),
 and :func:`torch_linear_step` is bf16 ``nn.Linear``'s layer step: its three GEMMs and,
 with a bias, the bias gradient's reduction.
 A kernel that is not a GEMM is timed as a memory-bound pass (:func:`stream_phases`); a
@@ -95,6 +95,10 @@ class Device(NamedTuple):
     max_warps_per_sm: int
     registers_per_sm: int
     shared_per_sm_bytes: int
+    # the reference's instructions outside its main loop, from a library kernel's structure
+    library_prologue_instructions: float
+    library_epilogue_instructions: float  # per accumulator a lane holds
+    library_clocks_per_instruction: float
 
     @property
     def clock_hz(self) -> float:
@@ -607,37 +611,12 @@ def dense_configs(arch: str = "sm_80") -> list[DenseConfig]:
     return out
 
 
-class OutsideRate(NamedTuple):
-    """What a warp runs outside its main loop per accumulator a lane holds."""
-
-    instructions: float  # per accumulator
-    clocks_per_instruction: float  # ptxas's stall clocks, one warp alone on its scheduler
-
-    @property
-    def cycles(self) -> float:
-        return self.instructions * self.clocks_per_instruction
-
-
-@lru_cache(maxsize=16)
-def library_outside(arch: str, path: Path | None = None) -> OutsideRate:
-    """The reference class's instructions outside its main loop, per accumulator a lane
-    holds: those of this project's int32 GEMM on ``arch`` that spends the fewest clocks
-    there per accumulator (its unsplit path: the prologue's addresses and predicates, the
-    ring's first copies, the epilogue's stores from registers; ``KernelCounts.outside``),
-    at ptxas's stall clocks per instruction on that path. A library kernel does at least that much:
-    CUTLASS's tensor-op epilogue stages the accumulators through shared memory (a store, a
-    barrier and a load per fragment) before its global stores, which ours does only for
-    split-K. Charging the reference what ours pays per accumulator keeps both sides of a
-    ratio on one rule (an estimate, from measured SASS)."""
-    rates = []
-    for entry in load_counts(path):
-        counts = loop_counts(entry, arch, path)
-        rates.append(OutsideRate(counts.outside(1) / counts.accumulators_per_lane,
-                                 counts.outside_clocks_per_instruction(1)))
-    if not rates:
-        raise CostInputError(f"{path}: no loop counts to charge the reference's outside instructions by; run "
-                             "`doit sass` then `doit model:counts`")
-    return min(rates, key=lambda rate: rate.cycles)
+def library_outside_instructions(dev: Device, accumulators: float) -> float:
+    """A library kernel's instructions outside its main loop, a warp, from its own
+    structure (devices.json's estimates, with their ranges): the prologue's (tile
+    iterators, predicates, the first stages' copies) and, per accumulator a lane holds,
+    the epilogue's (through shared memory, the output operator, the stores)."""
+    return dev.library_prologue_instructions + dev.library_epilogue_instructions * accumulators
 
 
 def issue_cycles(instructions: float, clocks_per_instruction: float, sharing: float) -> float:
@@ -659,8 +638,8 @@ def output_bytes(dtype: str) -> int:
 def dense_phases(dev: Device, rows: int, cols: int, contraction: int, dtype: str, cfg: DenseConfig) -> Phases:
     """One configuration on an M x N x K GEMM: per CTA, the DRAM round trip of the first
     k-tile, k-tiles x the larger of the SM's tensor work and the ring's round trip over
-    stages - 1 tiles, the instructions outside the loop (:func:`library_outside` per
-    accumulator a lane holds, at :func:`issue_cycles`), the epilogue's output through shared memory (three
+    stages - 1 tiles, the instructions outside the loop (:func:`library_outside_instructions`,
+    at :func:`issue_cycles`), the epilogue's output through shared memory (three
     passes) and the drain; split-K adds the reduction kernel (its own fixed cost and
     launch), stream-K one fix-up of a partial tile per CTA through L2."""
     eb, ob = element_bytes(dtype), output_bytes(dtype)
@@ -683,8 +662,7 @@ def dense_phases(dev: Device, rows: int, cols: int, contraction: int, dtype: str
     prologue = dev.dram_latency_cycles + dev.shared_latency_cycles
     chunks = per_cta * max(tensor, ring)
     accumulators = cfg.tile_m * cfg.tile_n / (32 * cfg.warps)
-    rate = library_outside(dev.arch)
-    outside = issue_cycles(rate.instructions * accumulators, rate.clocks_per_instruction,
+    outside = issue_cycles(library_outside_instructions(dev, accumulators), dev.library_clocks_per_instruction,
                            warps_per_scheduler(dev, active, cfg.warps))
     partial = 4 if (cfg.split > 1 or cfg.stream_k) else ob  # partial sums stay 32-bit
     epilogue = active * 3 * cfg.tile_m * cfg.tile_n * partial / L1_BYTES_PER_WAVEFRONT / dev.l1_wavefronts_per_clock

@@ -33,7 +33,7 @@ def forget(monkeypatch, devices=None, counts=None) -> None:
         monkeypatch.setattr(cost, "DEVICES_FILE", devices)
     if counts is not None:
         monkeypatch.setattr(cost, "COUNTS_FILE", counts)
-    for cached in (cost.load_devices, cost.read_counts_file, cost.library_outside, rule.rule_device):
+    for cached in (cost.load_devices, cost.read_counts_file, cost.load_ranges, rule.rule_device):
         cached.cache_clear()
     registry.forget_scores()
 
@@ -41,7 +41,7 @@ def forget(monkeypatch, devices=None, counts=None) -> None:
 @pytest.fixture(autouse=True)
 def restore():
     yield
-    for cached in (cost.load_devices, cost.read_counts_file, cost.library_outside, rule.rule_device):
+    for cached in (cost.load_devices, cost.read_counts_file, cost.load_ranges, rule.rule_device):
         cached.cache_clear()
     registry.forget_scores()
 

@@ -102,6 +102,9 @@ class GpuModel(Record):
     max_warps_per_sm: Assumption
     registers_per_sm: Assumption
     shared_per_sm_bytes: Assumption
+    library_prologue_instructions: Assumption
+    library_epilogue_instructions: Assumption
+    library_clocks_per_instruction: Assumption
 
     @property
     def clock_hz(self) -> float:
