@@ -465,6 +465,7 @@ class StagedWork(NamedTuple):
     # L2 round trips a split's last CTA waits for after its reds before it writes: the arrival
     # ticket's atomic and the read-back of the summed tile (a split-K rescaled output)
     settle_round_trips: int = 0
+    first_touch: float = 0.0  # the share of the copied bytes no other CTA read before (:func:`first_touch_share`)
 
 
 class Phases(NamedTuple):
@@ -508,19 +509,26 @@ def trip_cycles(dev: Device, body: LoopFigures, w: StagedWork, active: int) -> f
     tensor = active * w.warps_per_cta * body.imma * IMMA_OPS / (dev.peak_ops_per_sm_clock("int8")
                                                                  * dev.mma_sync_fraction)
     w_latency = dev.l2_latency_cycles if body.direct_loads else 0.0
-    ring = (copy_latency(dev, w.dram_bytes, w.l2_bytes) + dev.shared_latency_cycles) / max(1, w.stages - 1)
+    ring = (copy_latency(dev, w.first_touch) + dev.shared_latency_cycles) / max(1, w.stages - 1)
     return max(body.issue_clocks, issue, tensor, w_latency, ring)
 
 
-def copy_latency(dev: Device, compulsory_bytes: float, copied_bytes: float) -> float:
+def copy_latency(dev: Device, first_touch: float) -> float:
     """The round trip of a main-loop copy: an L2 hit, but a copy of a byte no other CTA
-    read before misses to DRAM. Of the bytes a launch copies, ``compulsory_bytes`` (each
-    operand once) are first touches, so the copies wait the L2 latency plus that share of
-    DRAM's extra latency. A short batch (M within one tile row) reads every weight byte
-    once: its loop waits on DRAM, not L2 (operands left in L2 by an earlier launch make it
-    shorter: the range of ``dram_latency_cycles`` covers that)."""
-    first = min(1.0, compulsory_bytes / copied_bytes) if copied_bytes > 0 else 0.0
-    return dev.l2_latency_cycles + first * max(0.0, dev.dram_latency_cycles - dev.l2_latency_cycles)
+    read before misses to DRAM, so with ``first_touch`` of the copied bytes first touches
+    the copies wait the L2 latency plus that share of DRAM's extra latency. A short batch
+    (M within one tile row) reads every weight byte once: its loop waits mostly on DRAM,
+    not L2 (operands left in L2 by an earlier launch make it shorter: the range of
+    ``dram_latency_cycles`` covers that)."""
+    return dev.l2_latency_cycles + min(1.0, first_touch) * max(0.0, dev.dram_latency_cycles - dev.l2_latency_cycles)
+
+
+def first_touch_share(tiles_m: int, tiles_n: int) -> float:
+    """The share of a staged launch's copied bytes that are first touches: a chunk's A rows
+    are copied by each of the ``tiles_n`` CTAs along its output row, B's share by each of
+    the ``tiles_m`` along its column, taken as half A and half B (the ring's stage holds
+    both; their split differs by tile and operand packing, within this first order)."""
+    return (1 / max(1, tiles_n) + 1 / max(1, tiles_m)) / 2
 
 
 def staged_phases(dev: Device, w: StagedWork) -> Phases:
@@ -658,7 +666,8 @@ def dense_phases(dev: Device, rows: int, cols: int, contraction: int, dtype: str
     tensor = active * ops_per_tile / (dev.peak_ops_per_sm_clock(dtype) * dev.library_tensor_fraction)
     compulsory = (rows * contraction + contraction * cols) * eb + rows * cols * ob
     copied = ctas * (cfg.tile_m + cfg.tile_n / cfg.multicast) * per_cta * K_TILE_BYTES
-    ring = (copy_latency(dev, compulsory - rows * cols * ob, copied) + dev.shared_latency_cycles) / max(1, cfg.stages - 1)
+    first = (compulsory - rows * cols * ob) / copied  # each operand byte once of what the CTAs copy
+    ring = (copy_latency(dev, first) + dev.shared_latency_cycles) / max(1, cfg.stages - 1)
     prologue = dev.dram_latency_cycles + dev.shared_latency_cycles
     chunks = per_cta * max(tensor, ring)
     accumulators = cfg.tile_m * cfg.tile_n / (32 * cfg.warps)

@@ -129,13 +129,16 @@ def test_the_chunk_chain_is_the_largest_of_its_limits():
 
 
 def test_first_touches_wait_on_dram():
-    """Copies of bytes no other CTA read before miss to DRAM: a launch that copies each
-    operand byte once waits DRAM's round trip (600 + 30), one that copies each twice half
-    DRAM's extra latency (300 + 150 + 30). Negative: with every byte reused, L2's."""
-    once = WORK._replace(stages=2, l2_bytes=1000, dram_bytes=1000)
+    """Copies of bytes no other CTA read before miss to DRAM: a launch whose copies are all
+    first touches waits DRAM's round trip (600 + 30), half of them half DRAM's extra
+    latency (300 + 150 + 30). Negative: with every byte read before, L2's."""
+    once = WORK._replace(stages=2, first_touch=1.0)
     assert cost.trip_cycles(H200, BODY, once, active=1) == 630
-    assert cost.trip_cycles(H200, BODY, once._replace(l2_bytes=2000), active=1) == 480
-    assert cost.trip_cycles(H200, BODY, once._replace(dram_bytes=0), active=1) == 330
+    assert cost.trip_cycles(H200, BODY, once._replace(first_touch=0.5), active=1) == 480
+    assert cost.trip_cycles(H200, BODY, once._replace(first_touch=0.0), active=1) == 330
+    # one row of tiles (a short batch): B's share is copied once, A's rows by every column
+    assert cost.first_touch_share(1, 6) == pytest.approx((1 / 6 + 1) / 2)
+    assert cost.first_touch_share(1, 1) == 1.0 and cost.first_touch_share(100, 100) == pytest.approx(0.01)
 
 
 def test_staged_phases_by_hand():

@@ -106,7 +106,8 @@ def staged_work(launch: Launch, rows: int, cols: int, contraction: int, stages: 
         ctas=tiles * splits, warps_per_cta=warps, resident=resident, fast_chunks=fast, tail_chunks=tail,
         stages=stages, counts=counts, epilogue_wavefronts=output_wavefronts(output, splits),
         output_bytes_per_cta=output, splits=splits, l2_bytes=tiles * splits * ((fast + tail) * chunk_bytes + output),
-        dram_bytes=dram_bytes, settle_round_trips=2 if split_rescale and splits > 1 else 0)
+        dram_bytes=dram_bytes, settle_round_trips=2 if split_rescale and splits > 1 else 0,
+        first_touch=cost.first_touch_share(launch.grid[0], launch.grid[1]))
 
 
 def phase_cost(rows: int, cols: int, contraction: int, tile: Tile, plan: Plan, chunk_bytes: int,
