@@ -363,17 +363,17 @@ def count_of(record: object, field: str, where: str, path: Path, optional: bool 
         return None
     if not (finite_positive(value) or value == 0) or isinstance(value, bool) or float(value) != int(value):
         raise CostInputError(f"{path}: field '{where}.{field}': {shown(value)} is not a whole count of 0 or more; "
-                             "run `doit model:counts`")
+                             "restore the file (git checkout) or run `doit -a model:counts`")
     return int(value)
 
 
 def figures_of(entry: object, where: str, path: Path) -> LoopFigures:
     if not isinstance(entry, dict) or not isinstance(entry.get("direct_loads"), bool):
-        raise CostInputError(f"{path}: field '{where}': expected a counted body; run `doit model:counts`")
+        raise CostInputError(f"{path}: field '{where}': expected a counted body; restore the file (git checkout) or run `doit -a model:counts`")
     nbytes = entry.get("global_bytes", 0.0)
     if not (finite_positive(nbytes) or nbytes == 0) or isinstance(nbytes, bool):
         raise CostInputError(f"{path}: field '{where}.global_bytes': {shown(nbytes)} is not a finite byte count; "
-                             "run `doit model:counts`")
+                             "restore the file (git checkout) or run `doit -a model:counts`")
     return LoopFigures(*(count_of(entry, f, where, path) for f in ("instructions", "imma", "issue_clocks")),
                        entry["direct_loads"], float(nbytes))
 
@@ -393,6 +393,12 @@ def read_counts_file(path: Path | None = None) -> dict:
     for field in ("kernels", "occupancy"):
         if not isinstance(raw.get(field), dict):
             raise CostInputError(f"{path}: field '{field}': expected an object; run `doit model:counts`")
+    for entry, record in raw["kernels"].items():  # every figure, not only those a command reads
+        for arch in (record.get("archs") or {}) if isinstance(record, dict) else ():
+            counts_of(raw["kernels"], entry, arch, path)
+    for kernel, archs in raw["occupancy"].items():
+        for arch in archs if isinstance(archs, dict) else ():
+            occupancy_of(raw["occupancy"], kernel, arch, path)
     return raw
 
 
@@ -404,7 +410,11 @@ def loop_counts(entry: str, arch: str = RULE_ARCH, path: Path | None = None) -> 
     """The counted loop of PTX entry ``entry`` on ``arch``; a count that is not a whole
     finite number names its field."""
     path = Path(path or COUNTS_FILE)
-    kernels = load_counts(path)
+    return counts_of(load_counts(path), entry, arch, path)
+
+
+def counts_of(kernels: dict, entry: str, arch: str, path: Path) -> KernelCounts:
+    """:func:`loop_counts` of the file's ``kernels`` object, read from ``path``."""
     record = (kernels.get(entry) or {}).get("archs") if isinstance(kernels.get(entry), dict) else None
     record = record.get(arch) if isinstance(record, dict) else None
     if not isinstance(record, dict):
@@ -423,7 +433,12 @@ def occupancy(kernel: str, arch: str = RULE_ARCH, path: Path | None = None) -> O
     copied them from the ptxas records (the file's ``occupancy``), so the tile rule knows a
     configuration's residency without the artifacts."""
     path = Path(path or COUNTS_FILE)
-    record = read_counts_file(path)["occupancy"].get(kernel)
+    return occupancy_of(read_counts_file(path)["occupancy"], kernel, arch, path)
+
+
+def occupancy_of(held: dict, kernel: str, arch: str, path: Path) -> Occupancy:
+    """:func:`occupancy` of the file's ``occupancy`` object, read from ``path``."""
+    record = held.get(kernel)
     record = record.get(arch) if isinstance(record, dict) else None
     if not isinstance(record, dict):
         raise NotCounted(f"{path}: no {arch} occupancy for '{kernel}'; run `doit ptxas` then "

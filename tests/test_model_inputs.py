@@ -128,6 +128,16 @@ def test_bad_loop_counts_are_one_line(value, says, tmp_path, monkeypatch):
     assert one_line(str(info.value)).startswith(f"{bad}: ") and says in str(info.value)
 
 
+def test_a_bad_count_of_an_arch_no_command_reads_is_still_refused(tmp_path, monkeypatch):
+    """Negative: the sm_80 record of a kernel the H200 rule never reads; the file is
+    checked whole when it is read."""
+    raw = json.loads(json.dumps(COUNTS))
+    raw["kernels"][A_KERNEL]["archs"]["sm_80"]["fast"]["issue_clocks"] = -1
+    forget(monkeypatch, counts=planted_counts(tmp_path, json.dumps(raw)))
+    with pytest.raises(cost.CostInputError, match=r"archs\.sm_80\.fast\.issue_clocks': -1 is not a whole count"):
+        cost.loop_counts(A_KERNEL, "sm_90")
+
+
 @pytest.mark.parametrize("value", ["1e400", "NaN"])
 def test_bad_loop_counts_are_one_line_where_the_tile_rule_reads_them(value, tmp_path, monkeypatch):
     """`doit layer` and `doit verify` create their tasks from the kernels' launches, which
@@ -139,6 +149,20 @@ def test_bad_loop_counts_are_one_line_where_the_tile_rule_reads_them(value, tmp_
     assert "loop_counts.json: " in one_line(str(info.value))
     plan = build_steps.compute_plan()
     assert isinstance(plan["verify"], str) and "loop_counts.json: " in one_line(plan["verify"])
+
+
+def test_unreadable_loop_counts_fail_model_run_and_docs_but_not_counts_or_calibrate(tmp_path, monkeypatch):
+    every = cost.COUNTS_FILE.read_text().replace('"issue_clocks": ', '"issue_clocks": 1e400, "was": ')
+    forget(monkeypatch, counts=planted_counts(tmp_path, every))
+    tasks = {t["name"]: t for t in tasks_perf.task_model()}
+    assert set(tasks) == set(tasks_perf.MODEL_SUBTASKS)
+    for name in ("run", "docs"):
+        action, args = tasks[name]["actions"][0]
+        failed = action(*args)
+        assert isinstance(failed, TaskFailed) and "issue_clocks': inf" in one_line(failed.message)
+    # model:counts rewrites the file; model:calibrate does not read it
+    assert tasks["counts"]["targets"] == [str(perf_model.COUNTS_FILE)] and "task_dep" not in tasks["docs"]
+    assert tasks["calibrate"] == tasks_perf.calibrate_task()
 
 
 def test_the_committed_inputs_pass():
