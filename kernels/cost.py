@@ -40,7 +40,7 @@ kept apart (``per_call_us``).
 The reference class (:func:`best_dense`) is what a user would get from a library: the
 best of several CUTLASS/cuBLAS-like configurations on the same phase model (64x64,
 128x64 and 128x128 tiles, split-K with a reduction kernel, a stream-K-like even split),
-each charged outside its loop what ours pays per accumulator (:func:`library_outside`),
+each charged outside its loop what its own structure runs (:func:`library_outside_instructions`),
 and :func:`torch_linear_step` is bf16 ``nn.Linear``'s layer step: its three GEMMs and,
 with a bias, the bias gradient's reduction.
 A kernel that is not a GEMM is timed as a memory-bound pass (:func:`stream_phases`); a
@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 from functools import lru_cache
 from pathlib import Path
 from typing import NamedTuple, TypeVar
@@ -94,6 +95,10 @@ class Device(NamedTuple):
     max_warps_per_sm: int
     registers_per_sm: int
     shared_per_sm_bytes: int
+    # the reference's instructions outside its main loop, from a library kernel's structure
+    library_prologue_instructions: float
+    library_epilogue_instructions: float  # per accumulator a lane holds
+    library_clocks_per_instruction: float
 
     @property
     def clock_hz(self) -> float:
@@ -116,20 +121,99 @@ class CostInputError(ValueError):
     """A devices or counts file the cost model cannot use; the message is one line."""
 
 
+class NotCounted(CostInputError):
+    """A sound counts file without an entry for this kernel (a configuration not counted
+    yet): the tile rule never picks it; a file it cannot read is a :class:`CostInputError`."""
+
+
+FRACTION_FIELDS = ("mma_sync_fraction", "library_tensor_fraction", "dram_efficiency")
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a figure")
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    keys = [k for k, _ in pairs]
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"key {next(k for k in keys if keys.count(k) > 1)!r} given twice")
+    return dict(pairs)
+
+
 def read_json_file(path: Path, what: str) -> dict:
+    """A JSON object from ``path``: UTF-8, no NaN or Infinity, each key once, an object at
+    the top; anything else is one :class:`CostInputError` line naming the file."""
     try:
-        return json.loads(Path(path).read_bytes().decode("utf-8"))
+        raw = json.loads(Path(path).read_bytes().decode("utf-8"), parse_constant=_no_constant,
+                         object_pairs_hook=_unique_keys)
     except FileNotFoundError:
         raise CostInputError(f"{path}: missing; it holds {what}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CostInputError(f"{path}: not UTF-8 JSON ({str(exc).splitlines()[0]}); fix or restore it") from None
+    except OSError as exc:
+        raise CostInputError(f"{path}: not a readable file ({exc.strerror or exc}); it holds {what}") from None
+    except UnicodeDecodeError as exc:
+        raise CostInputError(f"{path}: byte 0x{exc.object[exc.start]:02x} at offset {exc.start} is not UTF-8; "
+                             "fix or restore it") from None
+    except (ValueError, RecursionError) as exc:
+        raise CostInputError(f"{path}: not strict JSON ({str(exc).splitlines()[0]}); fix or restore it") from None
+    if not isinstance(raw, dict):
+        raise CostInputError(f"{path}: field '(top level)': expected an object, found a {type(raw).__name__}; "
+                             "restore the file")
+    return raw
+
+
+def shown(value: object) -> str:
+    """``value`` as a message quotes it, cut to 40 characters (a 400-digit figure is still one line)."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def finite_positive(value: object) -> bool:
+    """A number (not a bool) that is finite and above 0 (an int too large for a float is not)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(float(value)) and value > 0
+    except OverflowError:
+        return False
+
+
+def figure(entry: object, field: str, where: str, path: Path) -> float:
+    """One ``{value, source[, range]}`` figure of a device: the value finite and above 0
+    (whole for a count, at most 1 for a fraction), the source non-empty, a range (the
+    estimate's low and high) around the value."""
+    if not (isinstance(entry, dict) and isinstance(entry.get("source"), str) and entry["source"].strip()
+            and "value" in entry):
+        raise CostInputError(f"{path}: field '{where}': expected {{value: number, source: text}}; add it with "
+                             "its source")
+    value = entry["value"]
+    if not finite_positive(value):
+        raise CostInputError(f"{path}: field '{where}.value': {shown(value)} is not a finite number above 0; give the "
+                             "figure its source states")
+    if field in INT_FIELDS and float(value) != int(value):
+        raise CostInputError(f"{path}: field '{where}.value': {value!r} is not a whole number; give the count")
+    if field in FRACTION_FIELDS and value > 1:
+        raise CostInputError(f"{path}: field '{where}.value': {value!r} is above 1; a fraction is at most 1")
+    if entry.get("range") is not None:
+        low_high = entry["range"]
+        if not (isinstance(low_high, (list, tuple)) and len(low_high) == 2 and all(map(finite_positive, low_high))
+                and low_high[0] <= value <= low_high[1] and (field not in FRACTION_FIELDS or low_high[1] <= 1)):
+            raise CostInputError(f"{path}: field '{where}.range': {shown(low_high)} is not [low, high] of finite "
+                                 "numbers above 0 around the value; give the estimate's range")
+    return float(value)
 
 
 def devices_from(raw: dict, path: Path) -> dict[str, Device]:
     """Every device of a devices.json document; a missing or unsourced figure names its field."""
+    if not isinstance(raw, dict):
+        raise CostInputError(f"{path}: field '(top level)': expected an object; restore the file")
+    entries = raw.get("devices")
+    if not isinstance(entries, dict) or not entries:
+        raise CostInputError(f"{path}: field 'devices': expected an object of devices; add one")
     out = {}
-    for name, entry in (raw.get("devices") or {}).items():
-        values = {}
+    for name, entry in entries.items():
+        if not isinstance(entry, dict):
+            raise CostInputError(f"{path}: field 'devices.{name}': expected an object of figures; restore it")
+        values: dict[str, object] = {}
         for field in Device._fields:
             item = entry.get(field)
             if field in ("name", "arch"):
@@ -137,27 +221,80 @@ def devices_from(raw: dict, path: Path) -> dict[str, Device]:
                     raise CostInputError(f"{path}: field 'devices.{name}.{field}': expected a string")
                 values[field] = item
                 continue
-            if not (isinstance(item, dict) and isinstance(item.get("value"), (int, float))
-                    and isinstance(item.get("source"), str) and item["source"].strip()):
-                raise CostInputError(f"{path}: field 'devices.{name}.{field}': expected "
-                                     "{value: number, source: text}; add it with its source")
-            values[field] = int(item["value"]) if field in INT_FIELDS else float(item["value"])
+            value = figure(item, field, f"devices.{name}.{field}", path)
+            values[field] = int(value) if field in INT_FIELDS else value
         out[name] = Device(**values)
-    if not out:
-        raise CostInputError(f"{path}: field 'devices': no device; add one")
     return out
 
 
+def device_ranges(raw: dict, name: str) -> dict[str, tuple[float, float]]:
+    """The estimates of device ``name``: field -> (low, high), for every figure whose
+    entry carries a ``range`` (a datasheet figure has none)."""
+    entry = raw["devices"][name]
+    return {field: (float(item["range"][0]), float(item["range"][1])) for field, item in entry.items()
+            if isinstance(item, dict) and item.get("range") is not None}
+
+
 @lru_cache(maxsize=4)
-def load_devices(path: Path = DEVICES_FILE) -> dict[str, Device]:
+def load_devices(path: Path | None = None) -> dict[str, Device]:
+    """kernels/devices.json (or ``path``), validated (:func:`devices_from`)."""
+    path = Path(path or DEVICES_FILE)
     return devices_from(read_json_file(path, "the cost model's device facts"), path)
 
 
-def device(name: str, path: Path = DEVICES_FILE) -> Device:
+def device(name: str, path: Path | None = None) -> Device:
     known = load_devices(path)
     if name not in known:
-        raise CostInputError(f"unknown device '{name}'; known in {path.name}: {', '.join(known)}")
+        raise CostInputError(f"unknown device '{name}'; known in {Path(path or DEVICES_FILE).name}: "
+                             f"{', '.join(known)}")
     return known[name]
+
+
+@lru_cache(maxsize=4)
+def load_ranges(path: Path | None = None) -> dict[str, dict[str, tuple[float, float]]]:
+    """Per device, the (low, high) of every figure that is not a datasheet figure."""
+    path = Path(path or DEVICES_FILE)
+    raw = read_json_file(path, "the cost model's device facts")
+    devices_from(raw, path)
+    return {name: device_ranges(raw, name) for name in raw["devices"]}
+
+
+SWEEP_DRAWS = 24  # joint draws of every ranged figure, besides each at its low and high alone
+SWEEP_SEED = 41
+
+
+def device_sweep(dev: Device, ranges: dict[str, tuple[float, float]]) -> list[Device]:
+    """The devices an interval is taken over: ``dev`` itself, each ranged figure at its
+    low and at its high with the others nominal, and :data:`SWEEP_DRAWS` draws of all of
+    them at once, uniform in their ranges (seeded: the same list every run). A prediction's
+    interval is its lowest and highest over these."""
+    out = [dev]
+    for field, (low, high) in sorted(ranges.items()):
+        out += [dev._replace(**{field: low}), dev._replace(**{field: high})]
+    draw = random.Random(SWEEP_SEED)
+    for _ in range(SWEEP_DRAWS):
+        out.append(dev._replace(**{f: draw.uniform(lo, hi) for f, (lo, hi) in sorted(ranges.items())}))
+    return out
+
+
+class Interval(NamedTuple):
+    """A prediction as the lowest, nominal and highest value over :func:`device_sweep`."""
+
+    low: float
+    nominal: float
+    high: float
+
+    @classmethod
+    def of(cls, values: list[float]) -> "Interval":
+        return cls(min(values), values[0], max(values))
+
+    def verdict(self, bound: float = 1.0) -> str:
+        """'ahead' when the whole interval is at or below ``bound``, 'behind' when all of it
+        is above, else 'level'."""
+        return "ahead" if self.high <= bound else "behind" if self.low > bound else "level"
+
+    def __str__(self) -> str:
+        return f"{self.nominal:.3f} [{self.low:.3f}-{self.high:.3f}]"
 
 
 # ---- loop counts ---------------------------------------------------------------------
@@ -218,9 +355,27 @@ def launch_path(splits: int, longest: Figure, unsplit: Figure | None) -> Figure:
     return unsplit if splits == 1 and unsplit is not None else longest
 
 
-def figures_of(entry: dict) -> LoopFigures:
-    return LoopFigures(int(entry["instructions"]), int(entry["imma"]), int(entry["issue_clocks"]),
-                       bool(entry["direct_loads"]), float(entry["global_bytes"]))
+def count_of(record: object, field: str, where: str, path: Path, optional: bool = False) -> int | None:
+    """A whole, finite, non-negative count of a loop-counts record (None where ``optional``
+    and absent); anything else names the field and the command that rewrites it."""
+    value = record.get(field) if isinstance(record, dict) else None
+    if value is None and optional:
+        return None
+    if not (finite_positive(value) or value == 0) or isinstance(value, bool) or float(value) != int(value):
+        raise CostInputError(f"{path}: field '{where}.{field}': {shown(value)} is not a whole count of 0 or more; "
+                             "restore the file (git checkout) or run `doit -a model:counts`")
+    return int(value)
+
+
+def figures_of(entry: object, where: str, path: Path) -> LoopFigures:
+    if not isinstance(entry, dict) or not isinstance(entry.get("direct_loads"), bool):
+        raise CostInputError(f"{path}: field '{where}': expected a counted body; restore the file (git checkout) or run `doit -a model:counts`")
+    nbytes = entry.get("global_bytes", 0.0)
+    if not (finite_positive(nbytes) or nbytes == 0) or isinstance(nbytes, bool):
+        raise CostInputError(f"{path}: field '{where}.global_bytes': {shown(nbytes)} is not a finite byte count; "
+                             "restore the file (git checkout) or run `doit -a model:counts`")
+    return LoopFigures(*(count_of(entry, f, where, path) for f in ("instructions", "imma", "issue_clocks")),
+                       entry["direct_loads"], float(nbytes))
 
 
 class Occupancy(NamedTuple):
@@ -231,42 +386,65 @@ class Occupancy(NamedTuple):
 
 
 @lru_cache(maxsize=4)
-def read_counts_file(path: Path = COUNTS_FILE) -> dict:
+def read_counts_file(path: Path | None = None) -> dict:
+    """ledger/loop_counts.json (or ``path``): strict JSON with its two objects."""
+    path = Path(path or COUNTS_FILE)
     raw = read_json_file(path, "the loop counts `doit model:counts` writes")
     for field in ("kernels", "occupancy"):
         if not isinstance(raw.get(field), dict):
             raise CostInputError(f"{path}: field '{field}': expected an object; run `doit model:counts`")
+    for entry, record in raw["kernels"].items():  # every figure, not only those a command reads
+        for arch in (record.get("archs") or {}) if isinstance(record, dict) else ():
+            counts_of(raw["kernels"], entry, arch, path)
+    for kernel, archs in raw["occupancy"].items():
+        for arch in archs if isinstance(archs, dict) else ():
+            occupancy_of(raw["occupancy"], kernel, arch, path)
     return raw
 
 
-def load_counts(path: Path = COUNTS_FILE) -> dict:
+def load_counts(path: Path | None = None) -> dict:
     return read_counts_file(path)["kernels"]
 
 
-def loop_counts(entry: str, arch: str = RULE_ARCH, path: Path = COUNTS_FILE) -> KernelCounts:
-    """The counted loop of PTX entry ``entry`` on ``arch``."""
-    kernels = load_counts(path)
-    try:
-        record = kernels[entry]["archs"][arch]
-        optional = [None if record.get(f) is None else int(record[f])
-                    for f in ("outside_unsplit_instructions", "outside_issue_clocks", "outside_unsplit_issue_clocks")]
-        return KernelCounts(figures_of(record["fast"]), figures_of(record["tail"]) if record.get("tail") else None,
-                            int(record["outside_instructions"]), *optional)
-    except (KeyError, TypeError, ValueError):
-        raise CostInputError(f"{path}: no {arch} loop counts for '{entry}'; run `doit sass` then "
-                             "`doit model:counts`") from None
+def loop_counts(entry: str, arch: str = RULE_ARCH, path: Path | None = None) -> KernelCounts:
+    """The counted loop of PTX entry ``entry`` on ``arch``; a count that is not a whole
+    finite number names its field."""
+    path = Path(path or COUNTS_FILE)
+    return counts_of(load_counts(path), entry, arch, path)
 
 
-def occupancy(kernel: str, arch: str = RULE_ARCH, path: Path = COUNTS_FILE) -> Occupancy:
+def counts_of(kernels: dict, entry: str, arch: str, path: Path) -> KernelCounts:
+    """:func:`loop_counts` of the file's ``kernels`` object, read from ``path``."""
+    record = (kernels.get(entry) or {}).get("archs") if isinstance(kernels.get(entry), dict) else None
+    record = record.get(arch) if isinstance(record, dict) else None
+    if not isinstance(record, dict):
+        raise NotCounted(f"{path}: no {arch} loop counts for '{entry}'; run `doit sass` then "
+                         "`doit model:counts`")
+    where = f"kernels.{entry}.archs.{arch}"
+    optional = [count_of(record, f, where, path, optional=True)
+                for f in ("outside_unsplit_instructions", "outside_issue_clocks", "outside_unsplit_issue_clocks")]
+    tail = figures_of(record["tail"], f"{where}.tail", path) if record.get("tail") else None
+    return KernelCounts(figures_of(record.get("fast"), f"{where}.fast", path), tail,
+                        count_of(record, "outside_instructions", where, path), *optional)
+
+
+def occupancy(kernel: str, arch: str = RULE_ARCH, path: Path | None = None) -> Occupancy:
     """ptxas's registers and shared memory of ``kernel`` on ``arch``, as `doit model:counts`
     copied them from the ptxas records (the file's ``occupancy``), so the tile rule knows a
     configuration's residency without the artifacts."""
-    try:
-        record = read_counts_file(path)["occupancy"][kernel][arch]
-        return Occupancy(int(record["registers"]), int(record["shared_bytes"]))
-    except (KeyError, TypeError, ValueError):
-        raise CostInputError(f"{path}: no {arch} occupancy for '{kernel}'; run `doit ptxas` then "
-                             "`doit model:counts`") from None
+    path = Path(path or COUNTS_FILE)
+    return occupancy_of(read_counts_file(path)["occupancy"], kernel, arch, path)
+
+
+def occupancy_of(held: dict, kernel: str, arch: str, path: Path) -> Occupancy:
+    """:func:`occupancy` of the file's ``occupancy`` object, read from ``path``."""
+    record = held.get(kernel)
+    record = record.get(arch) if isinstance(record, dict) else None
+    if not isinstance(record, dict):
+        raise NotCounted(f"{path}: no {arch} occupancy for '{kernel}'; run `doit ptxas` then "
+                         "`doit model:counts`")
+    where = f"occupancy.{kernel}.{arch}"
+    return Occupancy(count_of(record, "registers", where, path), count_of(record, "shared_bytes", where, path))
 
 
 def resident_ctas(dev: Device, warps_per_cta: int, occ: Occupancy) -> int:
@@ -302,6 +480,7 @@ class StagedWork(NamedTuple):
     # L2 round trips a split's last CTA waits for after its reds before it writes: the arrival
     # ticket's atomic and the read-back of the summed tile (a split-K rescaled output)
     settle_round_trips: int = 0
+    first_touch: float = 0.0  # the share of the copied bytes no other CTA read before (:func:`first_touch_share`)
 
 
 class Phases(NamedTuple):
@@ -345,8 +524,26 @@ def trip_cycles(dev: Device, body: LoopFigures, w: StagedWork, active: int) -> f
     tensor = active * w.warps_per_cta * body.imma * IMMA_OPS / (dev.peak_ops_per_sm_clock("int8")
                                                                  * dev.mma_sync_fraction)
     w_latency = dev.l2_latency_cycles if body.direct_loads else 0.0
-    ring = (dev.l2_latency_cycles + dev.shared_latency_cycles) / max(1, w.stages - 1)
+    ring = (copy_latency(dev, w.first_touch) + dev.shared_latency_cycles) / max(1, w.stages - 1)
     return max(body.issue_clocks, issue, tensor, w_latency, ring)
+
+
+def copy_latency(dev: Device, first_touch: float) -> float:
+    """The round trip of a main-loop copy: an L2 hit, but a copy of a byte no other CTA
+    read before misses to DRAM, so with ``first_touch`` of the copied bytes first touches
+    the copies wait the L2 latency plus that share of DRAM's extra latency. A short batch
+    (M within one tile row) reads every weight byte once: its loop waits mostly on DRAM,
+    not L2 (operands left in L2 by an earlier launch make it shorter: the range of
+    ``dram_latency_cycles`` covers that)."""
+    return dev.l2_latency_cycles + min(1.0, first_touch) * max(0.0, dev.dram_latency_cycles - dev.l2_latency_cycles)
+
+
+def first_touch_share(tiles_m: int, tiles_n: int) -> float:
+    """The share of a staged launch's copied bytes that are first touches: a chunk's A rows
+    are copied by each of the ``tiles_n`` CTAs along its output row, B's share by each of
+    the ``tiles_m`` along its column, taken as half A and half B (the ring's stage holds
+    both; their split differs by tile and operand packing, within this first order)."""
+    return (1 / max(1, tiles_n) + 1 / max(1, tiles_m)) / 2
 
 
 def staged_phases(dev: Device, w: StagedWork) -> Phases:
@@ -405,9 +602,19 @@ class DenseConfig(NamedTuple):
     multicast: int = 1  # CTAs of a cluster along M that share one load of the B tile
 
 
-# resident CTAs per SM, estimates from the shared memory each needs (stages x (tile_m +
-# tile_n) x 64 B: 32 / 48 / 48 / 72 KB of the 100-228 KB) and about 128-230 registers a thread
-TILES = (("64x64", 64, 64, 4, 4, 3, 1), ("128x64", 128, 64, 4, 4, 2, 1), ("128x128", 128, 128, 8, 3, 1, 1))
+# The int8 mma.sync tiles libraries ship (label, tile_m, tile_n, warps, stages of 64 B of k,
+# resident CTAs an SM, multicast):
+# - sgl-kernel's sm80/sm89 dispatch for short batches (csrc/gemm/int8_gemm_kernel.cu,
+#   sm80_dispatch_shape: GemmShape<16, 64, 128> and <32, 64, 128>, warps <16, 64, 64> and
+#   <32, 64, 64> (2 warps), 6 stages of 128 B of k = 12 of 64 B) for M <= 16 and M <= 32;
+# - CUTLASS's generator, SM80 int8 16832 TN (python/cutlass_library/generator.py):
+#   TileDescription([64, 64, 64], 10, [2, 2, 1]), ([128, 64, 64], 6), ([64, 128, 64], 6),
+#   ([128, 128, 64], 5, [2, 2, 1]), ([128, 256, 64], 3, [2, 4, 1]), ([256, 128, 64], 3, [4, 2, 1]).
+# Resident CTAs: the shared memory each needs (stages x (tile_m + tile_n) x 64 B: 61-80 KB,
+# two in 164-228 KB; 72 KB and about 230 registers a thread for the 8-warp tiles: one).
+TILES = (("16x64", 16, 64, 2, 12, 2, 1), ("32x64", 32, 64, 2, 12, 2, 1), ("64x64", 64, 64, 4, 10, 2, 1),
+         ("128x64", 128, 64, 4, 6, 2, 1), ("64x128", 64, 128, 4, 6, 2, 1), ("128x128", 128, 128, 4, 5, 2, 1),
+         ("128x256", 128, 256, 8, 3, 1, 1), ("256x128", 256, 128, 8, 3, 1, 1))
 # Hopper's libraries add wide tiles whose B tile one TMA multicast serves to a 2-CTA
 # cluster (CUTLASS 3.x sm90 kernels, ClusterShape 2x1x1; PTX ISA 9.7.9.25
 # cp.async.bulk.tensor .multicast::cluster)
@@ -427,37 +634,12 @@ def dense_configs(arch: str = "sm_80") -> list[DenseConfig]:
     return out
 
 
-class OutsideRate(NamedTuple):
-    """What a warp runs outside its main loop per accumulator a lane holds."""
-
-    instructions: float  # per accumulator
-    clocks_per_instruction: float  # ptxas's stall clocks, one warp alone on its scheduler
-
-    @property
-    def cycles(self) -> float:
-        return self.instructions * self.clocks_per_instruction
-
-
-@lru_cache(maxsize=16)
-def library_outside(arch: str, path: Path = COUNTS_FILE) -> OutsideRate:
-    """The reference class's instructions outside its main loop, per accumulator a lane
-    holds: those of this project's int32 GEMM on ``arch`` that spends the fewest clocks
-    there per accumulator (its unsplit path: the prologue's addresses and predicates, the
-    ring's first copies, the epilogue's stores from registers; ``KernelCounts.outside``),
-    at ptxas's stall clocks per instruction on that path. A library kernel does at least that much:
-    CUTLASS's tensor-op epilogue stages the accumulators through shared memory (a store, a
-    barrier and a load per fragment) before its global stores, which ours does only for
-    split-K. Charging the reference what ours pays per accumulator keeps both sides of a
-    ratio on one rule (an estimate, from measured SASS)."""
-    rates = []
-    for entry in load_counts(path):
-        counts = loop_counts(entry, arch, path)
-        rates.append(OutsideRate(counts.outside(1) / counts.accumulators_per_lane,
-                                 counts.outside_clocks_per_instruction(1)))
-    if not rates:
-        raise CostInputError(f"{path}: no loop counts to charge the reference's outside instructions by; run "
-                             "`doit sass` then `doit model:counts`")
-    return min(rates, key=lambda rate: rate.cycles)
+def library_outside_instructions(dev: Device, accumulators: float) -> float:
+    """A library kernel's instructions outside its main loop, a warp, from its own
+    structure (devices.json's estimates, with their ranges): the prologue's (tile
+    iterators, predicates, the first stages' copies) and, per accumulator a lane holds,
+    the epilogue's (through shared memory, the output operator, the stores)."""
+    return dev.library_prologue_instructions + dev.library_epilogue_instructions * accumulators
 
 
 def issue_cycles(instructions: float, clocks_per_instruction: float, sharing: float) -> float:
@@ -479,8 +661,8 @@ def output_bytes(dtype: str) -> int:
 def dense_phases(dev: Device, rows: int, cols: int, contraction: int, dtype: str, cfg: DenseConfig) -> Phases:
     """One configuration on an M x N x K GEMM: per CTA, the DRAM round trip of the first
     k-tile, k-tiles x the larger of the SM's tensor work and the ring's round trip over
-    stages - 1 tiles, the instructions outside the loop (:func:`library_outside` per
-    accumulator a lane holds, at :func:`issue_cycles`), the epilogue's output through shared memory (three
+    stages - 1 tiles, the instructions outside the loop (:func:`library_outside_instructions`,
+    at :func:`issue_cycles`), the epilogue's output through shared memory (three
     passes) and the drain; split-K adds the reduction kernel (its own fixed cost and
     launch), stream-K one fix-up of a partial tile per CTA through L2."""
     eb, ob = element_bytes(dtype), output_bytes(dtype)
@@ -497,20 +679,21 @@ def dense_phases(dev: Device, rows: int, cols: int, contraction: int, dtype: str
     active = min(cfg.resident, math.ceil(ctas / dev.sms))
     ops_per_tile = 2 * cfg.tile_m * cfg.tile_n * K_TILE_BYTES / eb
     tensor = active * ops_per_tile / (dev.peak_ops_per_sm_clock(dtype) * dev.library_tensor_fraction)
-    ring = (dev.l2_latency_cycles + dev.shared_latency_cycles) / max(1, cfg.stages - 1)
+    compulsory = (rows * contraction + contraction * cols) * eb + rows * cols * ob
+    copied = ctas * (cfg.tile_m + cfg.tile_n / cfg.multicast) * per_cta * K_TILE_BYTES
+    first = (compulsory - rows * cols * ob) / copied  # each operand byte once of what the CTAs copy
+    ring = (copy_latency(dev, first) + dev.shared_latency_cycles) / max(1, cfg.stages - 1)
     prologue = dev.dram_latency_cycles + dev.shared_latency_cycles
     chunks = per_cta * max(tensor, ring)
     accumulators = cfg.tile_m * cfg.tile_n / (32 * cfg.warps)
-    rate = library_outside(dev.arch)
-    outside = issue_cycles(rate.instructions * accumulators, rate.clocks_per_instruction,
+    outside = issue_cycles(library_outside_instructions(dev, accumulators), dev.library_clocks_per_instruction,
                            warps_per_scheduler(dev, active, cfg.warps))
     partial = 4 if (cfg.split > 1 or cfg.stream_k) else ob  # partial sums stay 32-bit
     epilogue = active * 3 * cfg.tile_m * cfg.tile_n * partial / L1_BYTES_PER_WAVEFRONT / dev.l1_wavefronts_per_clock
     drain = dev.l2_latency_cycles
     fixup = (2 * dev.l2_latency_cycles) if cfg.stream_k else 0.0  # wait for and read a neighbour's partial
     serial = waves * dev.us(prologue + chunks + outside + epilogue + drain + fixup)
-    compulsory = (rows * contraction + contraction * cols) * eb + rows * cols * ob
-    l2_bytes = ctas * (cfg.tile_m + cfg.tile_n / cfg.multicast) * per_cta * K_TILE_BYTES + rows * cols * ob
+    l2_bytes = copied + rows * cols * ob
     extra, launches = 0.0, 1
     if cfg.split > 1 and not cfg.stream_k:  # the partials out, then a reduction kernel reads them
         workspace = splits * rows * cols * 4
@@ -525,11 +708,13 @@ def dense_phases(dev: Device, rows: int, cols: int, contraction: int, dtype: str
 
 
 def best_dense(dev: Device, rows: int, cols: int, contraction: int, dtype: str = "int8",
-               per_call: bool = True) -> tuple[DenseConfig, Phases]:
+               per_call: bool = True, data_parallel: bool = False) -> tuple[DenseConfig, Phases]:
     """The configuration a library's heuristic would pick with perfect knowledge: the
     lowest per-call time (device + launches) of :func:`dense_configs`, or the lowest
-    device time with ``per_call=False``."""
-    scored = [(cfg, dense_phases(dev, rows, cols, contraction, dtype, cfg)) for cfg in dense_configs(dev.arch)]
+    device time with ``per_call=False``; ``data_parallel``: of those that run one CTA an
+    output tile (a library without split-K or stream-K for the type)."""
+    scored = [(cfg, dense_phases(dev, rows, cols, contraction, dtype, cfg)) for cfg in dense_configs(dev.arch)
+              if not data_parallel or (cfg.split == 1 and not cfg.stream_k)]
     return min(scored, key=lambda cp: cp[1].per_call_us if per_call else cp[1].device_us)
 
 

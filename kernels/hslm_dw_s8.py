@@ -32,7 +32,7 @@ FAMILY = "hslm_dw_s8"
 MAX_ROWS = 131071  # 127 * 127 * 131071 < 2^31 <= 127 * 127 * 131072 + ...
 STAGES = 3  # the 128 x 128 tile's 3 stages of 256 rows: the 48 KiB of static shared memory
 TILES = (*(tile._replace(stages=STAGES)
-           for tile in (geometry.LARGE, geometry.SMALL, geometry.NARROW, geometry.MID, geometry.SHORT)),
+           for tile in (geometry.LARGE, geometry.NARROW, geometry.MID, geometry.SHORT)),
          geometry.TALL)
 
 

@@ -39,34 +39,34 @@ alike) at the HSLM shapes and the large ones of shapes.yaml, int32 kernel (with 
 splits) against each:
 
     product shape            int32 us  tile     splits   unsplit tile     splits    splitk tile     splits
-    fwd     attn_r27           3.03  32x128n16   1       3.03  32x128n16   1       3.03  32x128n16   1
-    fwd     ffn_up_r27         3.03  32x128n16   1       3.03  32x128n16   1       3.03  32x128n16   1
-    fwd     ffn_down_r27       3.17  32x128n16   6       3.55  32x128n16   1       3.50  32x128n16   6
-    fwd     attn_r1782         3.05  32x128n16   1       3.05  32x128n16   1       3.05  32x128n16   1
-    fwd     ffn_up_r1782       3.79  32x128      1       3.79  32x128      1       3.79  32x128      1
-    fwd     ffn_down_r1782     3.57  32x128n16   1       3.57  32x128n16   1       3.57  32x128n16   1
-    fwd     r8192            229.14  128x128     1     229.14  128x128     1     229.14  128x128     1
-    dx      attn_r27           3.03  32x128n16   1       3.03  32x128n16   1       3.03  32x128n16   1
-    dx      ffn_up_r27         3.17  32x128n16   6       3.54  32x128n16   1       3.50  32x128n16   6
-    dx      ffn_down_r27       3.03  32x128n16   1       3.03  32x128n16   1       3.03  32x128n16   1
-    dx      attn_r1782         3.05  32x128n16   1       3.05  32x128n16   1       3.05  32x128n16   1
-    dx      ffn_up_r1782       3.56  32x128n16   1       3.56  32x128n16   1       3.56  32x128n16   1
-    dx      ffn_down_r1782     3.79  32x128      1       3.79  32x128      1       3.79  32x128      1
-    dx      r8192            229.14  128x128     1     229.14  128x128     1     229.14  128x128     1
-    dw      attn_r27           2.82  16x128n16   1       2.82  16x128n16   1       2.82  16x128n16   1
-    dw      ffn_up_r27         2.82  16x128n16   1       2.82  16x128n16   1       2.82  16x128n16   1
-    dw      ffn_down_r27       2.82  16x128n16   1       2.82  16x128n16   1       2.82  16x128n16   1
-    dw      attn_r1782         3.42  32x128n16   7       5.25  16x128n16   1       3.75  32x128n16   7
-    dw      ffn_up_r1782       4.18  64x128      5       5.34  32x128n16   1       4.45  64x128      5
-    dw      ffn_down_r1782     4.18  64x128      5       5.33  32x128n16   1       4.45  64x128      5
-    dw      r8192            260.11  256x128     1     260.11  256x128     1     260.11  256x128     1
-    dw      hslm_big          27.86  256x128    22      95.14  32x128n16   1      27.86  256x128    22
+    fwd     attn_r27           3.18  32x128n16   1         3.18  32x128n16   1         3.18  32x128n16   1
+    fwd     ffn_up_r27         3.14  32x128n16   1         3.14  32x128n16   1         3.14  32x128n16   1
+    fwd     ffn_down_r27       3.24  32x128n16   6         3.99  32x128n16   1         3.57  32x128n16   6
+    fwd     attn_r1782         3.09  32x128n16   1         3.09  32x128n16   1         3.09  32x128n16   1
+    fwd     ffn_up_r1782       3.79  32x128      1         3.79  32x128      1         3.79  32x128      1
+    fwd     ffn_down_r1782     3.68  32x128n16   1         3.68  32x128n16   1         3.68  32x128n16   1
+    fwd     r8192            229.14  128x128     1       229.14  128x128     1       229.14  128x128     1
+    dx      attn_r27           3.18  32x128n16   1         3.18  32x128n16   1         3.18  32x128n16   1
+    dx      ffn_up_r27         3.24  32x128n16   6         3.98  32x128n16   1         3.57  32x128n16   6
+    dx      ffn_down_r27       3.14  32x128n16   1         3.14  32x128n16   1         3.14  32x128n16   1
+    dx      attn_r1782         3.09  32x128n16   1         3.09  32x128n16   1         3.09  32x128n16   1
+    dx      ffn_up_r1782       3.68  32x128n16   1         3.68  32x128n16   1         3.68  32x128n16   1
+    dx      ffn_down_r1782     3.79  32x128      1         3.79  32x128      1         3.79  32x128      1
+    dx      r8192            229.14  128x128     1       229.14  128x128     1       229.14  128x128     1
+    dw      attn_r27           2.84  16x128n16   1         2.84  16x128n16   1         2.84  16x128n16   1
+    dw      ffn_up_r27         2.84  16x128n16   1         2.84  16x128n16   1         2.84  16x128n16   1
+    dw      ffn_down_r27       2.83  16x128n16   1         2.83  16x128n16   1         2.83  16x128n16   1
+    dw      attn_r1782         3.52  32x128n16   7         5.90  16x128n16   1         3.85  32x128n16   7
+    dw      ffn_up_r1782       4.21  64x128      5         5.85  16x128n16   1         4.53  64x128      5
+    dw      ffn_down_r1782     4.18  64x128      5         5.67  32x128n16   1         4.49  64x128      5
+    dw      r8192            260.11  256x128     1       260.11  256x128     1       260.11  256x128     1
+    dw      hslm_big          27.86  256x128     22      107.38  32x128n16   1        27.86  256x128     22
 
 (``tests/test_fused_epilogue.py`` recomputes every row.) So: forward and dX lose little
-without a split (0.37-0.38 us at the one shape of each that splits 6 ways: the split
+without a split (0.74-0.75 us at the one shape of each that splits 6 ways: the split
 family gets that back to 0.33 us); dW at R >= 1782 needs the split: unsplit it is
-1.3-1.5x the int32 kernel at R = 1782 (1.2-1.8 us more) and 3.4x at R = 65536; split, it
-is 0.27-0.33 us over it at R = 1782 (the last CTA's two L2 round trips, where the splits are
+1.4-1.7x the int32 kernel at R = 1782 (1.5-2.4 us more) and 3.9x at R = 65536; split, it
+is 0.31-0.33 us over it at R = 1782 (the last CTA's two L2 round trips, where the splits are
 not also the reds' bound) and level at R = 65536. Against
 the int32 kernel plus a separate rescale pass, the fused launches save that pass's
 launch (public measurements put any kernel's launch and teardown at about 2 us of

@@ -17,26 +17,51 @@ ROWS = perf_model.calibration_rows(CALIBRATION, DEVICES)
 COUNTED = [r for r in ROWS if not r.fit]
 
 
-def test_at_least_twelve_points_each_with_an_attributable_source():
-    assert len(COUNTED) >= 12
-    assert {p.device for p in CALIBRATION.points} >= {"h100", "rtx4090", "a800_pcie"}
+def test_every_point_has_an_attributable_source_and_says_why_it_is_fit_or_held_out():
+    assert {p.device for p in CALIBRATION.points} >= {"h100", "a100", "rtx4090", "a800_pcie"}
     for point in CALIBRATION.points:
         assert "github.com/" in point.source or "arxiv" in point.source.lower(), point.name
         assert "fate-oracle" not in point.source and "'" in point.source  # the exact line is quoted
+        assert point.why.startswith("held out" if not point.fit else ("in the calibration", "sets "))
 
 
-def test_the_targets_hold_and_every_miss_says_why():
-    errors = [abs(r.error_pct) for r in COUNTED]
+def test_the_held_out_set_is_large_and_in_the_hslm_regime():
+    held = [r for r in ROWS if not r.fit]
+    assert len(held) >= 30 and sum(r.int8_small_m for r in held) >= 15
+
+
+def test_every_held_out_figure_is_in_its_quoted_line():
+    held = [p for p in CALIBRATION.points if not p.fit]
+    assert held and all(perf_model.figure_quoted(p) for p in held)
+    # negative: a figure changed while its line still says the old one
+    changed = held[0].model_copy(update={"published": held[0].published * 1.01})
+    assert not perf_model.figure_quoted(changed)
+
+
+def test_the_fit_set_holds_its_targets_and_every_fit_miss_says_why():
+    errors = [abs(r.error_pct) for r in ROWS if r.fit]
     assert statistics.median(errors) <= 25 and max(errors) <= 60
-    assert all(r.note for r in COUNTED if abs(r.error_pct) > 25)
+    assert all(r.note for r in ROWS if r.fit and abs(r.error_pct) > 25)
 
 
-def test_the_closing_line():
-    errors = sorted(abs(r.error_pct) for r in COUNTED)
-    assert perf_model.calibration_summary(ROWS) == (
-        f"calibration: {len(errors)} points, median |error| {statistics.median(errors):.1f}%, max {errors[-1]:.1f}%")
-    # fit points are shown but not counted
-    assert perf_model.calibration_summary([r.model_copy(update={"fit": True}) for r in ROWS]) == "calibration: 0 points"
+def test_the_closing_lines_held_out_first():
+    held = sorted(abs(r.error_pct) for r in ROWS if not r.fit)
+    lines = perf_model.calibration_summary(ROWS)
+    assert lines[0] == (f"held-out: {len(held)} points, median |error| {statistics.median(held):.1f}%, "
+                        f"max {held[-1]:.1f}%")
+    assert lines[1].startswith("held-out int8 M <= 512: ") and lines[2].startswith("fit: ")
+    # negative: marking every point fit leaves no held-out point
+    assert perf_model.calibration_summary([r.model_copy(update={"fit": True}) for r in ROWS])[0] == \
+        "held-out: 0 points"
+
+
+def test_a_data_parallel_library_point_is_scored_without_split_k():
+    point = next(p for p in CALIBRATION.points if p.configs == "data-parallel" and p.M == 1)
+    row, = perf_model.calibration_rows(perf_model.Calibration(points=[point]), DEVICES)
+    free, = perf_model.calibration_rows(perf_model.Calibration(points=[point.model_copy(update={"configs": "any"})]),
+                                        DEVICES)
+    assert "split-K" not in row.config and "stream-K" not in row.config
+    assert free.predicted >= row.predicted  # the whole class can only be as fast or faster
 
 
 def test_a_wrong_published_figure_shows_as_an_error():

@@ -103,7 +103,7 @@ def test_a_split_launch_reduces_in_int32_and_leaves_the_workspace_zeroed(spec):
 def test_a_dirty_ticket_is_seen():
     """Negative: a ticket not left at 0 makes the wrong CTA rescale (some tile is never
     written), so the zeroed workspace the test above checks is what makes the result."""
-    spec = KERNELS["hslm_dw_splitk_f32_m32"]
+    spec = KERNELS["hslm_dw_splitk_f32_m32n16"]
     dims = SPLIT_SHAPES["dw"]
     inputs = spec.make_inputs(dims, np.random.default_rng(8))
     inputs["tickets"][:] = 1000  # no CTA sees the count reach splits - 1
@@ -163,7 +163,7 @@ def test_without_a_bias_nothing_is_added_not_even_a_zero(suffix):
     assert same_values(with_zero, want, dtype)[np.arange(dims.R) != 3].all()
 
 
-@pytest.mark.parametrize("name", ["hslm_fwd_bf16_m32", "hslm_dx_f16", "hslm_dw_f32_m32"])
+@pytest.mark.parametrize("name", ["hslm_fwd_bf16_m32", "hslm_dx_f16", "hslm_dw_f32_m32n16"])
 def test_a_nan_scale_makes_its_row_nan(name):
     spec, dims = KERNELS[name], Dims(12, 48, 36)
     inputs = spec.make_inputs(dims, np.random.default_rng(5))
@@ -198,7 +198,7 @@ def test_choose_works_for_every_rescaled_family():
     assert len(families) == 18
     for family in families:
         int32 = FAMILIES[f"hslm_{family.split('_')[1]}_s8"]  # the int32 family whose loop it shares
-        assert {s.tile for s in FAMILIES[family]} == {s.tile for s in int32} >= {"128x128", "32x128", "32x128n16"}
+        assert {s.tile for s in FAMILIES[family]} == {s.tile for s in int32} >= {"128x128", "32x128n16"}
         # dW's output is the weight's (N x K): at R = 27 its one chunk leaves the epilogue the
         # largest phase, so the 16-row tile (half the output a CTA, twice the CTAs) wins
         assert choose(family, Dims(27, 243, 729)).tile == ("16x128n16" if "_dw_" in family else "32x128n16")

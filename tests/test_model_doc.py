@@ -17,13 +17,15 @@ def report(gpu: str, ours_us: float = 3.0) -> ModelReport:
     row = {"kernel": "hslm_fwd_s8_m32", "shape": "attn_r27", "R": 27, "K": 243, "N": 243, "rule_pick": True,
            "ctas": 4, "ctas_per_sm": 2, "waves": 1, "fast_chunks": 3, "tail_chunks": 1,
            "clocks_per_instruction": 2.5, "l1_source": "emulator", "ours": prediction("32x128", ours_us),
-           "reference": prediction("64x64", 4.0)}
+           "reference": prediction("64x64", 4.0), "device_ratio": (0.6, ours_us / 4.0, 1.1),
+           "per_call_ratio": (0.7, (ours_us + 5) / 9.0, 0.95), "verdict": "level"}
     unpicked = dict(row, kernel="hslm_fwd_s8", rule_pick=False, ours=prediction("128x128", 9.0))
     launch = {"kernel": "hslm_fwd_bf16_m32", "model": "gemm", "loop": "hslm_fwd_s8_m32", "bytes": 100,
               "device_us": ours_us, "limiter": "serial"}
     step = {"target": "hslm", "shape": "attn_r27", "R": 27, "K": 243, "N": 243, "launches": [launch],
             "gemm_device_us": ours_us, "other_device_us": 0.0, "eager_us": ours_us + 5, "graph_us": ours_us + 5,
-            "torch_eager_us": 10.0, "torch_graph_us": 7.0}
+            "torch_eager_us": 10.0, "torch_graph_us": 7.0, "eager_interval": (0.7, 0.8, 0.9),
+            "graph_interval": (1.0, 8 / 7, 1.3)}
     return ModelReport(shape_set="hslm", gpu=gpu, gpu_name=f"GPU {gpu}", arch="sm_90", assumptions_sha256="0",
                        counts_sha256="0", sass_tools={}, rows=[ModelRow(**row), ModelRow(**unpicked)],
                        layer_steps=[LayerStepRow(**step)])
@@ -36,10 +38,13 @@ def build(ours_us: float = 3.0):
 def test_the_render_lists_the_picks_their_ratio_and_the_steps():
     text = model_doc.markdown(model_doc.build_reports(build()))
     assert text.count("## GPU ") == len(model_doc.DOC_MODELS)
-    assert "| hslm_fwd_s8_m32 | attn_r27 | 4 | 2.500 | 0.25 | 0.25 | 3.00 | 8.00 | serial | 1.5 | 64x64 | 9.00 | 0.89 |" in text
+    assert ("| hslm_fwd_s8_m32 | attn_r27 | 4 | 2.500 | 0.25 | 0.25 | 3.00 | 8.00 | serial | 1.5 | 64x64 | 4.00 | "
+            "9.00 | 0.750 [0.600-1.100] | 0.889 [0.700-0.950] | level |") in text
     assert "| hslm_fwd_s8 |" not in text  # only the rule's picks
-    assert "MODEL: 1 of 1 picked cells at or below the best reference per call; ratios 0.89-0.89." in text
-    assert "| attn_r27 (R=27, K=243, N=243) | 1 | 3.00 | 0.00 | 8.00 | 10.00 | 0.80 | 8.00 | 7.00 | 1.14 |" in text
+    assert ("0 of 1 picked cells at or below the best reference over the whole interval (ahead), 1 level (the "
+            "interval holds 1), 0 behind; per call: 1 ahead, 0 level, 0 behind.") in text
+    assert ("| attn_r27 (R=27, K=243, N=243) | 1 | 3.00 | 0.00 | 8.00 | 10.00 | 0.800 [0.700-0.900] | 8.00 | 7.00 "
+            "| 1.143 [1.000-1.300] |") in text
     assert "MODEL target: HSLM step, graph-replayed, within 1.5x" in text
 
 

@@ -303,25 +303,47 @@ def test_a_step_the_model_cannot_time_is_one_line(counted_step):
         perf_model.layer_step_row(moved, H200, stub_records, "hslm")
 
 
-def step(target: str, eager: float, graph: float) -> perf_model.LayerStepRow:
+def step(target: str, eager: float, graph: float, spread: float = 0.0) -> perf_model.LayerStepRow:
+    """A step whose ratios to torch (10 us eager, 5 us graph) spread by +-``spread`` over the ranges."""
+    e, g = eager / 10.0, graph / 5.0
     return perf_model.LayerStepRow(target=target, shape=f"{target}_{eager}", R=1, K=1, N=1, launches=[],
                                    gemm_device_us=0, other_device_us=0, eager_us=eager, graph_us=graph,
-                                   torch_eager_us=10.0, torch_graph_us=5.0)
+                                   torch_eager_us=10.0, torch_graph_us=5.0,
+                                   eager_interval=(e - spread, e, e + spread), graph_interval=(g - spread, g, g + spread))
 
 
-def test_the_target_lines_say_met_only_when_every_figure_is():
+def test_the_target_lines_say_met_only_when_every_interval_is():
     assert perf_model.layer_targets([step("hslm", 14.0, 7.0), step("hslm", 12.0, 6.0)]) == [
-        "MODEL target: HSLM step, graph-replayed, within 1.5x of torch bf16 nn.Linear: graph 2 of 2 shapes "
-        "(ours/torch 1.20-1.40) (eager, not the target: eager 2 of 2 shapes (ours/torch 1.20-1.40)): met"]
-    assert perf_model.layer_targets([step("hslm", 14.0, 8.0)])[0].endswith(
-        "graph 0 of 1 shapes (ours/torch 1.60-1.60) (eager, not the target: eager 1 of 1 shapes "
-        "(ours/torch 1.40-1.40)): NOT met")
-    # the target is the graph-replayed step: a slow eager step alone does not miss it, one slow graph step does
+        "MODEL target: HSLM step, graph-replayed, within 1.5x of torch bf16 nn.Linear: graph 2 of 2 shapes over "
+        "the whole interval (ours/torch 1.20-1.40) (eager, not the target: eager 2 of 2 shapes over the whole "
+        "interval (ours/torch 1.20-1.40)): met"]
+    assert perf_model.layer_targets([step("hslm", 14.0, 8.0)])[0].endswith(": NOT met")
+    # the target is the graph-replayed step: a slow eager step alone does not miss it
     assert perf_model.layer_targets([step("hslm", 17.0, 7.0)])[0].endswith("): met")
-    assert perf_model.layer_targets([step("hslm", 12.0, 7.0), step("hslm", 12.0, 7.6)])[0].endswith(": NOT met")
-    big = perf_model.layer_targets([step("large", 7.0, 3.0), step("large", 7.0, 4.0)])
-    assert [line.rsplit(": ", 1)[1] for line in big] == ["met", "NOT met"]
-    assert "torch/ours eager 1.43, graph 1.67" in big[0]
+    # negative: a nominal figure inside the target whose interval crosses it is level, not met
+    assert perf_model.layer_targets([step("hslm", 12.0, 7.0, spread=0.2)])[0].endswith(": level")
+    big = perf_model.layer_targets([step("large", 7.0, 3.0), step("large", 7.0, 4.0), step("large", 7.0, 3.0, 0.3)])
+    assert [line.rsplit(": ", 1)[1] for line in big] == ["met", "NOT met", "level"]
+    assert "torch/ours eager 1.429 [1.429-1.429], graph 1.667 [1.667-1.667]" in big[0]
+
+
+def test_an_interval_is_ahead_only_when_all_of_it_is():
+    assert cost.Interval(0.8, 0.9, 0.99).verdict() == "ahead"
+    assert cost.Interval(0.8, 0.9, 1.01).verdict() == "level"  # negative: the nominal alone is ahead
+    assert cost.Interval(1.01, 1.1, 1.2).verdict() == "behind"
+    assert cost.Interval.of([0.9, 0.7, 1.2]) == (0.7, 0.9, 1.2)
+
+
+def test_the_sweep_moves_every_ranged_figure_and_only_those():
+    ranges = cost.load_ranges()["h200"]
+    h200 = perf_model.as_device(H200)
+    devices = cost.device_sweep(h200, ranges)
+    assert devices[0] == h200 and len(devices) == 1 + 2 * len(ranges) + cost.SWEEP_DRAWS
+    for field, (low, high) in ranges.items():
+        values = {getattr(d, field) for d in devices}
+        assert min(values) == low and max(values) == high
+    assert {d.sms for d in devices} == {h200.sms}  # a datasheet figure has no range
+    assert "sms" not in ranges and {"l2_latency_cycles", "mma_sync_fraction", "launch_us"} <= set(ranges)
 
 
 def test_the_large_layer_is_modelled_once_and_judged_by_its_own_target():

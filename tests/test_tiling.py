@@ -19,7 +19,7 @@ LARGE = [Dims(4096, 4096, 4096), Dims(8192, 4096, 4096)]
 
 
 # the families with a choice of tile: the staged ones built on both
-TILED = [f for f, configs in FAMILIES.items() if {s.tile for s in configs} >= {"32x128", "128x128"}]
+TILED = [f for f, configs in FAMILIES.items() if {s.tile for s in configs} >= {"32x128n16", "128x128"}]
 
 
 def test_every_configuration_belongs_to_one_family_and_has_its_own_entry():
@@ -102,21 +102,20 @@ def test_a_short_batch_takes_the_small_tile_and_a_large_problem_the_large_one_by
 
 def test_dw_at_r1782_takes_the_64_row_tile_split_five_ways():
     """The FFN dW at R = 1782 (28 chunks of k; a 243 x 729 output): 128 x 128 is 50% slower
-    by the model. The 32-row tiles want two warps on each scheduler, issuing in each
-    other's stalls: the 4-warp one gets there at two CTAs an SM (five splits of 6 chunks
-    beat two of 14 for it), the 8-warp one in one CTA (two splits of 14). The 64 x 128
-    tile (8 warps of 32 x 32) has them too, and reads half the B bytes per output row of
-    the 32-row tiles: five splits of 6 chunks on it (120 CTAs) are the cheapest of all.
-    Ten splits cost more than any of those."""
+    by the model. The 8-warp 32-row tile has two warps on each scheduler, issuing in each
+    other's stalls, in one CTA (two splits of 14). The 64 x 128 tile (8 warps of 32 x 32)
+    has them too, and reads half the B bytes per output row of the 32-row tile: five
+    splits of 6 chunks on it (120 CTAs) are the cheapest of all. The deepest split the
+    rule offers the 32-row tile costs more than any of those."""
     for dims in (Dims(1782, 243, 729), Dims(1782, 729, 243)):
         picked = choose("hslm_dw_s8", dims)
         assert picked.name == "hslm_dw_s8_m64" and picked.geometry(dims).grid[2] == 5
         assert KERNELS["hslm_dw_s8"].cost(dims) > 1.5 * picked.cost(dims)
-        four_warps, eight_warps = (plans_scored(n, dims) for n in ("hslm_dw_s8_m32", "hslm_dw_s8_m32n16"))
-        assert min(four_warps, key=four_warps.get).splits == 5 and min(eight_warps, key=eight_warps.get).splits == 2
-        assert min(min(four_warps.values()), min(eight_warps.values())) > 1.03 * picked.cost(dims)
-        deepest = max(four_warps, key=lambda plan: plan.splits)
-        assert deepest.splits == 10 and four_warps[deepest] > 1.25 * picked.cost(dims)
+        eight_warps = plans_scored("hslm_dw_s8_m32n16", dims)
+        assert min(eight_warps, key=eight_warps.get).splits == 2
+        assert min(eight_warps.values()) > 1.03 * picked.cost(dims)
+        deepest = max(eight_warps, key=lambda plan: plan.splits)
+        assert deepest.splits > 2 and eight_warps[deepest] > picked.cost(dims)
 
 
 def test_an_int32_launch_splits_only_where_the_rule_says_it_pays():
@@ -139,7 +138,7 @@ def test_the_rule_follows_the_device_facts(monkeypatch):
     dims = Dims(1782, 243, 729)
     assert choose("hslm_dw_s8", dims).name == "hslm_dw_s8_m64"
     slow = rule.RULE_DEVICE._replace(l2_bandwidth_gbs=rule.RULE_DEVICE.l2_bandwidth_gbs / 10)
-    monkeypatch.setattr(rule, "RULE_DEVICE", slow)
+    monkeypatch.setattr(rule, "rule_device", lambda: slow)
     assert choose("hslm_dw_s8", dims).name == "hslm_dw_s8_m64"  # the pick is kept per shape ...
     try:
         forget_scores()  # ... until the scores are forgotten
@@ -161,7 +160,7 @@ def test_an_uncounted_configuration_is_never_picked_and_runs_one_split(monkeypat
 
     def without(entry, *args, **kwargs):
         if entry == name:
-            raise cost.CostInputError(f"no loop counts for '{entry}'")
+            raise cost.NotCounted(f"no loop counts for '{entry}'")
         return counted(entry, *args, **kwargs)
 
     monkeypatch.setattr(cost, "loop_counts", without)
@@ -205,12 +204,13 @@ def test_dw_at_r27_takes_the_16_row_tile():
     """dW at R = 27 is one chunk of k into the weight's N x K output: the epilogue is the
     largest phase a CTA runs after the prologue. The 16 x 128 tile writes half the
     32 x 128 one's output a CTA on twice the CTAs (still under one an SM), so its
-    epilogue takes half as long; its chunk costs the same (the ring's round trip bounds
-    both), and it is the cheapest tile at every HSLM dW shape."""
+    epilogue takes half as long; its chunk costs no more (the ring's round trip bounds
+    both, and its copies are no more often first touches), and it is the cheapest tile at
+    every HSLM dW shape."""
     short, narrow = KERNELS["hslm_dw_s8_m16n16"], KERNELS["hslm_dw_s8_m32n16"]
     for dims in HSLM:
         assert choose("hslm_dw_s8", dims).name == short.name
         ours, theirs = (cost.staged_phases(rule.RULE_DEVICE, launch_work(s, dims)) for s in (short, narrow))
-        assert ours.epilogue == pytest.approx(theirs.epilogue / 2, rel=0.01) and ours.chunks == theirs.chunks
+        assert ours.epilogue == pytest.approx(theirs.epilogue / 2, rel=0.01) and ours.chunks <= theirs.chunks
         assert short.geometry(dims).grid[1] == 2 * narrow.geometry(dims).grid[1] <= 2 * rule.RULE_DEVICE.sms
         assert short.cost(dims) < narrow.cost(dims)

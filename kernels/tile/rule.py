@@ -11,14 +11,33 @@ counts where it has them).
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 from kernels import cost
 from kernels.spec import Launch
 from kernels.tile.geometry import CHUNK_K, Plan, Tile, geometry, output_tiles
 
 MIN_SPLIT_CHUNKS = 2  # a split runs at least this many chunks (its copy-ahead prologue amortised)
-RULE_DEVICE = cost.device(cost.RULE_DEVICE)  # the GPU the rule scores for: H200 SXM, 132 SMs
-TARGET_CTAS = RULE_DEVICE.sms  # one CTA an SM: split_k fills up to `fill` times this
+
+
+@lru_cache(maxsize=1)
+def rule_device() -> cost.Device:
+    """The GPU the rule scores for (H200 SXM, 132 SMs), read when the rule is first asked,
+    so a bad kernels/devices.json is one line from the command that needs it, not an
+    import error of every command."""
+    return cost.device(cost.RULE_DEVICE)
+
+
+def __getattr__(name: str) -> object:
+    """``RULE_DEVICE`` (:func:`rule_device`) and ``TARGET_CTAS`` (one CTA an SM of it:
+    split_k fills up to ``fill`` times this), read on first use."""
+    if name == "RULE_DEVICE":
+        return rule_device()
+    if name == "TARGET_CTAS":
+        return rule_device().sms
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 FAST_SLACK_BYTES = 4  # a chunk runs the fast body while it and one word more lie inside every row
 
 
@@ -37,7 +56,7 @@ def split_k(rows: int, cols: int, contraction: int, tile: Tile, split: bool = Tr
     total = -(-contraction // CHUNK_K)
     if not split:
         return Plan(splits=1, span=total * CHUNK_K)
-    wanted = min(fill * TARGET_CTAS // tiles, total // MIN_SPLIT_CHUNKS)
+    wanted = min(fill * rule_device().sms // tiles, total // MIN_SPLIT_CHUNKS)
     per_split = -(-total // max(1, wanted))
     return Plan(splits=-(-total // per_split), span=per_split * CHUNK_K)
 
@@ -87,7 +106,8 @@ def staged_work(launch: Launch, rows: int, cols: int, contraction: int, stages: 
         ctas=tiles * splits, warps_per_cta=warps, resident=resident, fast_chunks=fast, tail_chunks=tail,
         stages=stages, counts=counts, epilogue_wavefronts=output_wavefronts(output, splits),
         output_bytes_per_cta=output, splits=splits, l2_bytes=tiles * splits * ((fast + tail) * chunk_bytes + output),
-        dram_bytes=dram_bytes, settle_round_trips=2 if split_rescale and splits > 1 else 0)
+        dram_bytes=dram_bytes, settle_round_trips=2 if split_rescale and splits > 1 else 0,
+        first_touch=cost.first_touch_share(launch.grid[0], launch.grid[1]))
 
 
 def phase_cost(rows: int, cols: int, contraction: int, tile: Tile, plan: Plan, chunk_bytes: int,
@@ -102,10 +122,10 @@ def phase_cost(rows: int, cols: int, contraction: int, tile: Tile, plan: Plan, c
     serial phases win there; a large problem fills every SM with either, and the large
     tile's fewer L2 bytes per multiply-add win."""
     launch = geometry(rows, cols, plan, tile)
-    resident = cost.resident_ctas(RULE_DEVICE, tile.warps, occupancy)
+    resident = cost.resident_ctas(rule_device(), tile.warps, occupancy)
     work = staged_work(launch, rows, cols, contraction, tile.stages, chunk_bytes, counts, resident, dram_bytes,
                        split_rescale)
-    return cost.staged_phases(RULE_DEVICE, work).device_us
+    return cost.staged_phases(rule_device(), work).device_us
 
 
 def output_wavefronts(output_bytes: float, splits: int) -> float:

@@ -104,7 +104,7 @@ def staged_spec(family: str, tile: Tile, gemm: tuple[str, str, str], buffers: tu
     def rule(d: Dims, plan: Plan) -> float:
         try:
             counts, occupancy = cost.loop_counts(entry_name(loop_family or family, tile)), cost.occupancy(name)
-        except cost.CostInputError:  # a configuration not counted yet: never picked, and runs one split,
+        except cost.NotCounted:  # a configuration not counted yet: never picked, and runs one split,
             return math.inf  # until `doit sass && doit model:counts` count it (the gate checks they did)
         return phase_cost(*extents(d), tile, plan, chunk_bytes, counts, occupancy,
                           buffer_bytes(params, d, () if plan.splits > 1 else workspace), split_rescale)

@@ -292,9 +292,11 @@ def compute_plan() -> dict:
     """pipeline.stages.build_plan.BuildPlan as JSON: what creating the build's tasks reads."""
     from pipeline.stages.build_plan import ptxas_stamp
 
+    from kernels.cost import CostInputError  # the tile rule reads kernels/devices.json and the loop counts
+
     try:
         verify: list[dict] | str = [cells._asdict() for cells in kernel_cells()]
-    except UserError as exc:
+    except (UserError, CostInputError) as exc:
         verify = str(exc)
     ptxas = _found_ptxas()
     return {"kernels": [{"name": spec.name, "sources": [str(p) for p in source_files(spec)]} for spec in KERNELS.values()],

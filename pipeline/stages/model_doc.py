@@ -8,8 +8,9 @@ artifacts it has just brought up to date and compares (:func:`doc_findings`): a 
 differs is one STALE line with the command that rewrites it.
 
 What it holds, per (shape set, GPU) of :data:`DOC_MODELS`: the tile rule's pick per family
-x shape with its phases, the best library-like reference and the ratio per call; the
-count of picks at or below the reference; and, where the report has them, the layer
+x shape with its phases, the best library-like reference and the ratios on device time and
+per call, each an interval over the device's ranges, with the verdict (ahead only where
+the whole device-time interval is at or below 1); the verdicts' counts; and, where the report has them, the layer
 steps (every launch `doit layer` records, eager and graph-replayed, beside torch bf16
 ``nn.Linear``) with the targets' lines.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, NamedTuple
 
+from kernels.cost import Interval
 from pipeline.core import config
 from pipeline.core.files import rel
 from pipeline.stages.perf_model import LayerStepRow, ModelReport, ModelRow, layer_targets
@@ -28,9 +30,10 @@ DOC_MODELS: tuple[tuple[str, str], ...] = (("hslm", "h200"), ("large", "h200"), 
 FIX = "doit model:docs"
 
 KERNEL_HEAD = ("| kernel | shape | CTAs | clk/instr | chunks us | outside us | device us | per call us | limiter "
-               "| % int8 peak | best reference | ref per call us | ours / ref per call |")
-STEP_HEAD = ("| step | launches | GEMMs device | others device | eager | torch eager | eager ours/torch | graph "
-             "| torch graph | graph ours/torch |")
+               "| % int8 peak | best reference | ref device us | ref per call us | ours / ref device [interval] "
+               "| ours / ref per call [interval] | verdict |")
+STEP_HEAD = ("| step | launches | GEMMs device | others device | eager | torch eager | eager ours/torch [interval] "
+             "| graph | torch graph | graph ours/torch [interval] |")
 
 
 def _rule(head: str) -> str:
@@ -41,27 +44,30 @@ def kernel_line(r: ModelRow) -> str:
     o, ref = r.ours, r.reference
     return (f"| {r.kernel} | {r.shape} | {r.ctas} | {r.clocks_per_instruction:.3f} | {o.phases['chunks']:.2f} "
             f"| {o.phases['outside']:.2f} | {o.device_us:.2f} | {o.per_call_us:.2f} | {o.limiter} "
-            f"| {o.pct_int8_peak:.1f} | {ref.config} | {ref.per_call_us:.2f} "
-            f"| {o.per_call_us / ref.per_call_us:.2f} |")
+            f"| {o.pct_int8_peak:.1f} | {ref.config} | {ref.device_us:.2f} | {ref.per_call_us:.2f} "
+            f"| {Interval(*r.device_ratio)} | {Interval(*r.per_call_ratio)} | {r.verdict} |")
 
 
 def step_line(s: LayerStepRow) -> str:
     return (f"| {s.shape} (R={s.R}, K={s.K}, N={s.N}) | {len(s.launches)} | {s.gemm_device_us:.2f} "
-            f"| {s.other_device_us:.2f} | {s.eager_us:.2f} | {s.torch_eager_us:.2f} | {s.eager_ratio:.2f} "
-            f"| {s.graph_us:.2f} | {s.torch_graph_us:.2f} | {s.graph_ratio:.2f} |")
+            f"| {s.other_device_us:.2f} | {s.eager_us:.2f} | {s.torch_eager_us:.2f} | {Interval(*s.eager_interval)} "
+            f"| {s.graph_us:.2f} | {s.torch_graph_us:.2f} | {Interval(*s.graph_interval)} |")
 
 
 def section(report: ModelReport) -> list[str]:
     """One (shape set, GPU): the picks' table and, when the report has them, the layer steps."""
     picks = [r for r in report.rows if r.rule_pick]
-    ratios = [r.ours.per_call_us / r.reference.per_call_us for r in picks]
+    count = {v: sum(r.verdict == v for r in picks) for v in ("ahead", "level", "behind")}
+    per_call = [Interval(*r.per_call_ratio).verdict() for r in picks]
     lines = [f"## {report.gpu_name}, shape set `{report.shape_set}`", "",
              f"`doit model shape={report.shape_set} gpu={report.gpu}`: the tile rule's pick per family x shape "
              "(`kernels.registry.choose`), us.", "", KERNEL_HEAD, _rule(KERNEL_HEAD),
              *(kernel_line(r) for r in picks), ""]
     if picks:
-        lines += [f"MODEL: {sum(x <= 1 for x in ratios)} of {len(picks)} picked cells at or below the best "
-                  f"reference per call; ratios {min(ratios):.2f}-{max(ratios):.2f}.", ""]
+        lines += [f"MODEL, device time over the ranges of `kernels/devices.json`: {count['ahead']} of {len(picks)} "
+                  f"picked cells at or below the best reference over the whole interval (ahead), {count['level']} "
+                  f"level (the interval holds 1), {count['behind']} behind; per call: {per_call.count('ahead')} "
+                  f"ahead, {per_call.count('level')} level, {per_call.count('behind')} behind.", ""]
     if report.layer_steps:
         lines += ["The layer step, us (every launch `doit layer` records; torch = bf16 `nn.Linear` with its bias):",
                   "", STEP_HEAD, _rule(STEP_HEAD), *(step_line(s) for s in report.layer_steps), ""]

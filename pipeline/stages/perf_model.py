@@ -26,10 +26,10 @@ import statistics
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Literal, TypeVar
+from typing import Annotated, Any, Callable, Literal, TypeVar
 
 import numpy as np
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, model_validator
 
 from kernels import cost
 from kernels.backends import load_ptx
@@ -59,9 +59,23 @@ PHASES = ("prologue", "chunks", "outside", "epilogue", "drain")
 # ---- assumptions ---------------------------------------------------------------------
 
 
+Figure = Annotated[float, Field(gt=0, allow_inf_nan=False)]  # a device figure: finite, above 0
+
+
 class Assumption(Record):
-    value: float
+    """One device figure with its source; an estimate (no datasheet line) also carries
+    ``range``, the low and high its source or reasoning allows, which the model's
+    intervals sweep (``kernels.cost.device_ranges``)."""
+
+    value: Figure
     source: str = Field(min_length=20)
+    range: tuple[Figure, Figure] | None = None
+
+    @model_validator(mode="after")
+    def _range_holds_the_value(self) -> "Assumption":
+        if self.range is not None and not self.range[0] <= self.value <= self.range[1]:
+            raise ValueError(f"range {list(self.range)} does not hold the value {self.value}")
+        return self
 
 
 class GpuModel(Record):
@@ -88,6 +102,9 @@ class GpuModel(Record):
     max_warps_per_sm: Assumption
     registers_per_sm: Assumption
     shared_per_sm_bytes: Assumption
+    library_prologue_instructions: Assumption
+    library_epilogue_instructions: Assumption
+    library_clocks_per_instruction: Assumption
 
     @property
     def clock_hz(self) -> float:
@@ -101,7 +118,6 @@ class GpuModel(Record):
 class Assumptions(Record):
     note: str
     devices: dict[str, GpuModel]
-    reference: dict[str, object]  # the former single-configuration reference, kept for its sources
 
     @property
     def gpus(self) -> dict[str, GpuModel]:
@@ -127,10 +143,10 @@ def _validated(path: Path, read: Callable[[Path], Any], model: type[M], holds: s
         raise UserError(f"{rel(path)}: {first_problem(exc)}; fix the entry") from None
 
 
-def load_assumptions(path: Path = DEVICES_FILE) -> Assumptions:
+def load_assumptions(path: Path | None = None) -> Assumptions:
     """devices.json, read strictly (UTF-8, no duplicate key) and validated; a bad file is
     one :class:`UserError` line naming the field."""
-    return _validated(Path(path), read_json, Assumptions, "the cost model's device facts")
+    return _validated(Path(path or cost.DEVICES_FILE), read_json, Assumptions, "the cost model's device facts")
 
 
 def gpu(assumptions: Assumptions, name: str) -> GpuModel:
@@ -468,6 +484,11 @@ class ModelRow(Record):
     l1_source: str
     ours: ConfigPrediction
     reference: ConfigPrediction
+    # ours / the best reference (each chosen on that time), over the device's ranges
+    # (``cost.device_sweep``): (low, nominal, high); the verdict of the device-time interval
+    device_ratio: tuple[float, float, float] | None = None
+    per_call_ratio: tuple[float, float, float] | None = None
+    verdict: Literal["ahead", "level", "behind", ""] = ""
 
 
 class LayerLaunchRow(Record):
@@ -501,6 +522,9 @@ class LayerStepRow(Record):
     graph_us: float
     torch_eager_us: float
     torch_graph_us: float
+    # ours / torch over the device's ranges (``cost.device_sweep``): (low, nominal, high)
+    eager_interval: tuple[float, float, float]
+    graph_interval: tuple[float, float, float]
 
     @property
     def eager_ratio(self) -> float:
@@ -549,6 +573,25 @@ def staged_work(spec: KernelSpec, dims: Dims, g: GpuModel, sass: SassArch, count
     return w, staged._replace(l2_bytes=l2_bytes(memory)) if memory else staged, l1_source
 
 
+def sweep(dev: cost.Device) -> list[cost.Device]:
+    """``dev`` over the ranges devices.json gives its estimates (``cost.device_sweep``)."""
+    name = next((n for n, d in cost.load_devices().items() if d == dev), None)
+    return cost.device_sweep(dev, cost.load_ranges().get(name, {}) if name else {})
+
+
+def ratio_intervals(dev: cost.Device, staged: cost.StagedWork, rows: int, cols: int,
+                    contraction: int) -> tuple[cost.Interval, cost.Interval]:
+    """Ours over the best reference, on device time and per call, each reference chosen on
+    that time, as intervals over :func:`sweep` (the launch itself is fixed: what the rule
+    runs)."""
+    device, per_call = [], []
+    for d in sweep(dev):
+        ours = cost.staged_phases(d, staged)
+        device.append(ours.device_us / cost.best_dense(d, rows, cols, contraction, per_call=False)[1].device_us)
+        per_call.append(ours.per_call_us / cost.best_dense(d, rows, cols, contraction)[1].per_call_us)
+    return cost.Interval.of(device), cost.Interval.of(per_call)
+
+
 def model_row(spec: KernelSpec, shape: Shape, g: GpuModel, sass: SassArch, counts: cost.KernelCounts,
               ptxas: PtxasArch, memory: list[MemoryAccess] | None, memory_source: str) -> ModelRow:
     dev = as_device(g)
@@ -559,8 +602,16 @@ def model_row(spec: KernelSpec, shape: Shape, g: GpuModel, sass: SassArch, count
     rows, cols = spec.output.layout.logical(dims)
     ref_cfg, ref = cost.best_dense(dev, rows, cols, w.contraction, "int8")
     useful = 2.0 * dims.R * dims.K * dims.N
+    pick = choose(spec.family_name, dims).name == spec.name
+    device_ratio = per_call_ratio = None
+    if pick:  # the interval of what the rule runs
+        device_ratio, per_call_ratio = ratio_intervals(dev, staged, rows, cols, w.contraction)
     return ModelRow(kernel=spec.name, shape=shape.name, R=shape.R, K=shape.K, N=shape.N,
-                    rule_pick=choose(spec.family_name, dims).name == spec.name, ctas=w.ctas,
+                    device_ratio=device_ratio and tuple(round(x, 4) for x in device_ratio),
+                    per_call_ratio=per_call_ratio and tuple(round(x, 4) for x in per_call_ratio),
+                    verdict=cost.Interval(device_ratio[0], device_ratio[1], device_ratio[2]).verdict()
+                    if device_ratio else "",
+                    rule_pick=pick, ctas=w.ctas,
                     ctas_per_sm=resident, waves=math.ceil(w.ctas / (dev.sms * max(1, resident))),
                     fast_chunks=w.fast_chunks, tail_chunks=w.tail_chunks,
                     clocks_per_instruction=round(counts.clocks_per_instruction, 3), l1_source=l1_source,
@@ -592,9 +643,10 @@ def loop_entry(spec: KernelSpec) -> str | None:
 
 
 def launch_phases(layer: LayerShape, recorded: LayerLaunch, g: GpuModel,
-                  records: GemmRecords) -> tuple[str, cost.Phases]:
-    """(the counted loop entry or "", the phases) of one recorded launch of the step."""
-    dev = as_device(g)
+                  records: GemmRecords, dev: cost.Device | None = None) -> tuple[str, cost.Phases]:
+    """(the counted loop entry or "", the phases) of one recorded launch of the step, on
+    ``dev`` (default: the entry's own figures)."""
+    dev = dev or as_device(g)
     spec = KERNELS.get(recorded.kernel)
     if spec is None:
         raise UserError(f"layer step {layer.name}: it launches '{recorded.kernel}', which kernels/registry.py does "
@@ -611,6 +663,17 @@ def launch_phases(layer: LayerShape, recorded: LayerLaunch, g: GpuModel,
     return entry, cost.staged_phases(dev, staged_work(spec, dims, g, sass, counts, ptxas)[1])
 
 
+def step_intervals(layer: LayerShape, g: GpuModel, records: GemmRecords) -> tuple[cost.Interval, cost.Interval]:
+    """Ours over torch's step, eager and graph-replayed, as intervals over :func:`sweep`."""
+    eager, graph = [], []
+    for d in sweep(as_device(g)):
+        ours = [launch_phases(layer, recorded, g, records, d)[1] for recorded in layer.launch_list]
+        torch = cost.torch_linear_launches(d, layer.R, layer.K, layer.N, layer.bias)
+        eager.append(cost.eager_us(ours) / cost.eager_us(torch))
+        graph.append(cost.graph_us(d, ours) / cost.graph_us(d, torch))
+    return cost.Interval.of(eager), cost.Interval.of(graph)
+
+
 def layer_step_row(layer: LayerShape, g: GpuModel, records: GemmRecords, target: str) -> LayerStepRow:
     """Every recorded launch of ``layer``'s step timed (:func:`launch_phases`), eager and
     graph-replayed, beside torch bf16 nn.Linear's step (three GEMMs and, with a bias, the
@@ -623,7 +686,9 @@ def layer_step_row(layer: LayerShape, g: GpuModel, records: GemmRecords, target:
         launches.append(LayerLaunchRow(kernel=recorded.kernel, model="gemm" if entry else "memory", loop=entry,
                                        bytes=recorded.bytes, device_us=round(p.device_us, 4), limiter=p.limiter))
     torch = cost.torch_linear_launches(dev, layer.R, layer.K, layer.N, layer.bias)
-    return LayerStepRow(
+    eager, graph = step_intervals(layer, g, records)
+    return LayerStepRow(eager_interval=tuple(round(x, 4) for x in eager),
+                        graph_interval=tuple(round(x, 4) for x in graph),
         target=target, shape=layer.name, R=layer.R, K=layer.K, N=layer.N, launches=launches,
         gemm_device_us=round(sum(p.device_us for p, x in zip(phases, launches) if x.model == "gemm"), 3),
         other_device_us=round(sum(p.device_us for p, x in zip(phases, launches) if x.model == "memory"), 3),
@@ -634,24 +699,30 @@ def layer_step_row(layer: LayerShape, g: GpuModel, records: GemmRecords, target:
 def layer_targets(steps: list[LayerStepRow]) -> list[str]:
     """One line per target: the HSLM steps, graph-replayed, within :data:`HSLM_STEP_MAX_RATIO`
     of torch (as the target is stated; the eager figures are printed beside them), the
-    large layer at least :data:`LARGE_STEP_MIN_SPEEDUP` x faster both ways."""
+    large layer at least :data:`LARGE_STEP_MIN_SPEEDUP` x faster both ways. A target is met
+    only where the whole interval over the device's ranges meets it; 'level' where the
+    interval straddles it."""
     lines = []
     hslm = [s for s in steps if s.target == "hslm"]
     if hslm:
         parts = []
         for how in ("graph", "eager"):
-            ratios = [getattr(s, f"{how}_ratio") for s in hslm]
-            parts.append(f"{how} {sum(r <= HSLM_STEP_MAX_RATIO for r in ratios)} of {len(ratios)} shapes "
-                         f"(ours/torch {min(ratios):.2f}-{max(ratios):.2f})")
-        met = all(s.graph_ratio <= HSLM_STEP_MAX_RATIO for s in hslm)
+            spans = [getattr(s, f"{how}_interval") for s in hslm]
+            parts.append(f"{how} {sum(high <= HSLM_STEP_MAX_RATIO for _, _, high in spans)} of {len(spans)} shapes "
+                         f"over the whole interval (ours/torch {min(lo for lo, _, _ in spans):.2f}-"
+                         f"{max(hi for _, _, hi in spans):.2f})")
+        met = "met" if max(s.graph_interval[2] for s in hslm) <= HSLM_STEP_MAX_RATIO else (
+            "NOT met" if max(s.graph_interval[0] for s in hslm) > HSLM_STEP_MAX_RATIO else "level")
         lines.append(f"MODEL target: HSLM step, graph-replayed, within {HSLM_STEP_MAX_RATIO}x of torch bf16 "
-                     f"nn.Linear: {parts[0]} (eager, not the target: {parts[1]}): {'met' if met else 'NOT met'}")
+                     f"nn.Linear: {parts[0]} (eager, not the target: {parts[1]}): {met}")
     for s in (s for s in steps if s.target == "large"):
-        eager, graph = 1 / s.eager_ratio, 1 / s.graph_ratio
-        met = min(eager, graph) >= LARGE_STEP_MIN_SPEEDUP
+        eager = cost.Interval(*(1 / x for x in reversed(s.eager_interval)))
+        graph = cost.Interval(*(1 / x for x in reversed(s.graph_interval)))
+        met = "met" if min(eager.low, graph.low) >= LARGE_STEP_MIN_SPEEDUP else (
+            "NOT met" if min(eager.high, graph.high) < LARGE_STEP_MIN_SPEEDUP else "level")
         lines.append(f"MODEL target: large step {s.shape} (R={s.R}, K={s.K}, N={s.N}) at least "
-                     f"{LARGE_STEP_MIN_SPEEDUP}x faster than torch bf16 nn.Linear: torch/ours eager {eager:.2f}, "
-                     f"graph {graph:.2f}: {'met' if met else 'NOT met'}")
+                     f"{LARGE_STEP_MIN_SPEEDUP}x faster than torch bf16 nn.Linear: torch/ours eager {eager}, "
+                     f"graph {graph}: {met}")
     return lines
 
 
@@ -662,6 +733,10 @@ def assumptions_sha256(path: Path = DEVICES_FILE) -> str:
 # ---- calibration against published measurements --------------------------------------
 
 
+MAX_EXTENT = 2**31 - 1  # a GEMM extent a CUDA launch can index (int32)
+MAX_BYTES = 2**48  # far above any GPU's memory
+
+
 class CalibrationPoint(Record):
     """One published measurement: what was timed, on which device, at which shape, its
     source, and the figure."""
@@ -670,17 +745,23 @@ class CalibrationPoint(Record):
     device: str  # a key of kernels/devices.json
     kind: Literal["gemm", "stream"]  # a GEMM's throughput, or a streaming kernel's bandwidth
     dtype: Literal["int8", "bf16", "fp16", "fp32"]
-    M: int = Field(default=0, ge=0)
-    N: int = Field(default=0, ge=0)
-    K: int = Field(default=0, ge=0)
-    bytes: int = Field(default=0, ge=0)  # a stream's bytes moved (read + written)
+    M: int = Field(default=0, ge=0, le=MAX_EXTENT)
+    N: int = Field(default=0, ge=0, le=MAX_EXTENT)
+    K: int = Field(default=0, ge=0, le=MAX_EXTENT)
+    bytes: int = Field(default=0, ge=0, le=MAX_BYTES)  # a stream's bytes moved (read + written)
     resident: Literal["dram", "l2"] = "dram"  # where a stream's data lives between launches
     timed: Literal["kernel", "host_loop"]  # device time, or a host loop of back-to-back launches
-    metric: Literal["TFLOPS", "GB/s", "us"]
-    published: float = Field(gt=0)
+    # TFLOPS, GB/s (a stream's), us, or the figure sgl-kernel's bench_int8_gemm.py prints
+    # (:data:`BENCH_INT8_GEMM`)
+    metric: Literal["TFLOPS", "GB/s", "us", "bench_int8_gemm GB/s"]
+    published: float = Field(gt=0, allow_inf_nan=False)
     library: str
+    # the configurations the library runs: any of the reference class, or one CTA an output
+    # tile (no split-K, no stream-K)
+    configs: Literal["any", "data-parallel"] = "any"
     source: str = Field(min_length=20)  # URL + table / figure + the exact line
-    fit: bool = False  # used to set a device figure: shown, not counted in the error
+    fit: bool  # true: the model was built against it (its error seen); false: held out
+    why: str = Field(min_length=10)  # why it is fit or held out
     note: str = ""  # why a point misses, or how it was read
 
 
@@ -700,12 +781,30 @@ class CalibrationRow(Record):
     config: str
     limiter: str
     fit: bool
+    int8_small_m: bool  # an int8 GEMM with M <= 512, the regime the HSLM shapes live in
     source: str
     note: str
 
 
-def load_calibration(path: Path = CALIBRATION_FILE) -> Calibration:
-    return _validated(Path(path), read_yaml, Calibration, "the published points the model is calibrated against")
+def load_calibration(path: Path | None = None) -> Calibration:
+    return _validated(Path(path or CALIBRATION_FILE), read_yaml, Calibration, "the published points the model is calibrated against")
+
+
+NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+
+
+def figure_quoted(point: CalibrationPoint) -> bool:
+    """Whether the point's published figure is one of the numbers of its quoted source
+    line (the text between the last pair of single quotes), to the digits printed there."""
+    quoted = point.source.rsplit("'", 2)[-2] if point.source.count("'") >= 2 else ""
+    return any(math.isclose(float(n), point.published, rel_tol=1e-9) for n in NUMBER.findall(quoted))
+
+
+def bench_int8_gemm_bytes(m: int, n: int, k: int) -> float:
+    """What sgl-kernel's benchmark/bench_int8_gemm.py divides by the time for its column
+    headed GB/s: (2MNK - MN) x 1 B + 3MN x 4 B (its ops counted as bytes, plus the scales
+    and output), so its figure is ``this / seconds / 1e9``."""
+    return (2 * m * n * k - m * n) + 3 * m * n * 4
 
 
 def predict_point(point: CalibrationPoint, dev: cost.Device) -> tuple[float, str, str]:
@@ -714,7 +813,8 @@ def predict_point(point: CalibrationPoint, dev: cost.Device) -> tuple[float, str
         if not (point.M and point.N and point.K):
             raise UserError(f"{rel(CALIBRATION_FILE)}: point '{point.name}': a gemm needs M, N and K")
         dtype = "int8" if point.dtype == "int8" else "bf16"
-        cfg, p = cost.best_dense(dev, point.M, point.N, point.K, dtype, per_call=False)
+        cfg, p = cost.best_dense(dev, point.M, point.N, point.K, dtype, per_call=False,
+                                 data_parallel=point.configs == "data-parallel")
         seconds = (cost.host_loop_us(p) if point.timed == "host_loop" else p.device_us) * 1e-6
         ops = 2.0 * point.M * point.N * point.K
         label, limiter = cfg.label, p.limiter
@@ -728,6 +828,8 @@ def predict_point(point: CalibrationPoint, dev: cost.Device) -> tuple[float, str
         return ops / seconds / 1e12, label, limiter
     if point.metric == "GB/s":
         return point.bytes / seconds / 1e9, label, limiter
+    if point.metric == "bench_int8_gemm GB/s":
+        return bench_int8_gemm_bytes(point.M, point.N, point.K) / seconds / 1e9, label, limiter
     return seconds * 1e6, label, limiter
 
 
@@ -743,13 +845,22 @@ def calibration_rows(calibration: Calibration, devices: dict[str, GpuModel]) -> 
             name=point.name, device=point.device, what=f"{point.library} {point.dtype} {point.kind} {shape} "
             f"({point.timed})", metric=point.metric, published=point.published, predicted=round(predicted, 3),
             error_pct=round(100 * (predicted / point.published - 1), 1), config=config, limiter=limiter,
-            fit=point.fit, source=point.source, note=point.note))
+            fit=point.fit, int8_small_m=point.kind == "gemm" and point.dtype == "int8" and point.M <= 512,
+            source=point.source, note=point.note))
     return rows
 
 
-def calibration_summary(rows: list[CalibrationRow]) -> str:
-    """The one closing line: points counted (fit points left out), median and max |error|."""
-    errors = [abs(r.error_pct) for r in rows if not r.fit]
+def error_line(label: str, rows: list[CalibrationRow]) -> str:
+    """``<label>: <n> points, median |error| <x>%, max <y>%`` over ``rows``."""
+    errors = [abs(r.error_pct) for r in rows]
     if not errors:
-        return "calibration: 0 points"
-    return f"calibration: {len(errors)} points, median |error| {statistics.median(errors):.1f}%, max {max(errors):.1f}%"
+        return f"{label}: 0 points"
+    return f"{label}: {len(errors)} points, median |error| {statistics.median(errors):.1f}%, max {max(errors):.1f}%"
+
+
+def calibration_summary(rows: list[CalibrationRow]) -> list[str]:
+    """The closing lines, held-out first: the held-out points, those of them that are int8
+    GEMMs with M <= 512, and the fit points (which the model was built against)."""
+    held = [r for r in rows if not r.fit]
+    return [error_line("held-out", held), error_line("held-out int8 M <= 512", [r for r in held if r.int8_small_m]),
+            error_line("fit", [r for r in rows if r.fit])]

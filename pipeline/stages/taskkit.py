@@ -19,6 +19,7 @@ from doit.exceptions import TaskFailed
 from pipeline.core import config
 from pipeline.core.checker import drop_kept_hashes
 from pipeline.core.cmdline import DATABASE
+from kernels.cost import CostInputError  # a bad devices.json or loop_counts.json (kernels/ reads them alone)
 from pipeline.core.errors import ArtifactError, PtxasError, UserError
 
 
@@ -29,7 +30,7 @@ def one_line_failure(action: Callable[..., Any]) -> Callable[..., Any]:
     def run(*args: Any) -> Any:
         try:
             return action(*args)
-        except (UserError, ArtifactError, PtxasError) as exc:
+        except (UserError, ArtifactError, PtxasError, CostInputError) as exc:
             return TaskFailed(str(exc))
 
     return run
@@ -53,7 +54,7 @@ def fails_on_user_error(creator: Callable[[], Iterator[dict]]) -> Callable[[], I
     def create() -> Iterator[dict]:
         try:
             yield from creator()
-        except UserError as exc:
+        except (UserError, CostInputError) as exc:
             yield failing_task(str(exc), name="error")
 
     return create

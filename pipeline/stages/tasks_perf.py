@@ -43,7 +43,7 @@ from pipeline.stages.report import table
 from pipeline.stages.sass import SassArch, SassReport, disassembler_version, find_nvdisasm, sass_report
 from pipeline.core.shapes import select_sets
 from pipeline.core.sources import source_files
-from pipeline.stages.taskkit import fails_on_user_error, one_line_failure
+from pipeline.stages.taskkit import failing_task, fails_on_user_error, one_line_failure
 from pipeline.stages.tasks_build import verify_task_name
 from pipeline.stages.verify import work
 
@@ -142,7 +142,8 @@ def task_sass() -> Iterator[dict]:
 DEFAULT_MODEL_SET = "hslm"
 MODEL_COLUMNS = ("", "kernel", "pick", "shape", "CTAs", "waves", "clk/instr", "prologue", "chunks", "outside",
                  "epilogue", "drain", "serial", "L2", "DRAM", "reds", "device us", "per call us", "limiter",
-                 "ref config", "ref device us", "ref per call us", "ours/ref per call")
+                 "ref config", "ref device us", "ref per call us", "ours/ref per call", "ours/ref device [interval]",
+                 "ours/ref per call [interval]", "verdict")
 CALIBRATION_COLUMNS = ("point", "device", "what", "metric", "published", "MODEL", "error %", "config", "limiter",
                        "fit")
 CALIBRATION_DOC = config.ROOT / "docs" / "calibration.md"
@@ -253,13 +254,14 @@ def build_model(shape_set: str, gpu_name: str) -> perf_model.ModelReport:
 
 
 LAYER_COLUMNS = ("", "layer step", "R", "K", "N", "launches", "GEMMs device us", "others device us", "eager us",
-                 "torch bf16 eager us", "eager ours/torch", "graph us", "torch bf16 graph us", "graph ours/torch")
+                 "torch bf16 eager us", "eager ours/torch [interval]", "graph us", "torch bf16 graph us",
+                 "graph ours/torch [interval]")
 
 
 def layer_table(steps: list[perf_model.LayerStepRow]) -> list[str]:
     """The layer-step rows, how they were timed, and the targets' lines."""
     rows = [["MODEL", s.shape, s.R, s.K, s.N, len(s.launches), s.gemm_device_us, s.other_device_us, s.eager_us,
-             s.torch_eager_us, round(s.eager_ratio, 3), s.graph_us, s.torch_graph_us, round(s.graph_ratio, 3)]
+             s.torch_eager_us, interval(s.eager_interval), s.graph_us, s.torch_graph_us, interval(s.graph_interval)]
             for s in steps]
     return [table(LAYER_COLUMNS, rows),
             "MODEL layer step = every launch `doit layer` records (X's quantization with W's |W| sums, W's "
@@ -273,16 +275,23 @@ def layer_table(steps: list[perf_model.LayerStepRow]) -> list[str]:
             *perf_model.layer_targets(steps)]
 
 
+def interval(ratio: tuple[float, float, float] | None) -> str:
+    """A ratio's interval as the tables print it: nominal [low-high]; '-' for a row without one."""
+    return "-" if ratio is None else str(cost.Interval(*ratio))
+
+
 def model_table(report: perf_model.ModelReport) -> str:
     rows = [["MODEL", r.kernel, "*" if r.rule_pick else "", r.shape, r.ctas, r.waves, r.clocks_per_instruction,
              *(r.ours.phases[p] for p in perf_model.PHASES), r.ours.bounds["serial"], r.ours.bounds["l2"],
              r.ours.bounds["dram"], r.ours.bounds["reds"], r.ours.device_us, r.ours.per_call_us, r.ours.limiter,
              r.reference.config, r.reference.device_us, r.reference.per_call_us,
-             round(r.ours.per_call_us / r.reference.per_call_us, 3)]
+             round(r.ours.per_call_us / r.reference.per_call_us, 3), interval(r.device_ratio),
+             interval(r.per_call_ratio), r.verdict or "-"]
             for r in report.rows]
     sources = sorted({r.l1_source for r in report.rows})
     picks = [r for r in report.rows if r.rule_pick]
-    at_or_below = sum(r.ours.per_call_us <= r.reference.per_call_us for r in picks)
+    verdicts = {v: sum(r.verdict == v for r in picks) for v in ("ahead", "level", "behind")}
+    per_call = [cost.Interval(*r.per_call_ratio).verdict() for r in picks if r.per_call_ratio]
     lines = [
         f"MODEL (predictions, not measurements): {report.gpu_name}, {report.arch}, shape set {report.shape_set}; "
         "phases and bounds in us; device us = fixed cost + the largest bound; per call adds the host's launch",
@@ -291,8 +300,11 @@ def model_table(report: perf_model.ModelReport) -> str:
         "MODEL ref = the best per call of the library-like configurations (kernels.cost.dense_configs: 64x64, "
         "128x64, 128x128 (+128x256 cluster on sm_90), each alone, split-K 2/4/8 with a reduction kernel, "
         "stream-K) on the same phase model",
-        f"MODEL pick (*) = the configuration the tile rule runs (kernels.registry.choose); {at_or_below} of "
-        f"{len(picks)} picked cells at or below the best reference per call",
+        f"MODEL pick (*) = the configuration the tile rule runs (kernels.registry.choose); device time, over the "
+        f"ranges of kernels/devices.json: {verdicts['ahead']} of {len(picks)} picked cells at or below the best "
+        f"reference over the whole interval, {verdicts['level']} level (the interval holds 1), {verdicts['behind']} "
+        f"behind; per call: {per_call.count('ahead')} at or below, {per_call.count('level')} level, "
+        f"{per_call.count('behind')} behind",
     ]
     if report.layer_steps:
         lines += layer_table(report.layer_steps)
@@ -312,7 +324,7 @@ def _model(shape_set: str, gpu_name: str) -> None:
 
 def calibration_table(rows: list[perf_model.CalibrationRow]) -> str:
     return table(CALIBRATION_COLUMNS, [[r.name, r.device, r.what, r.metric, r.published, r.predicted, r.error_pct,
-                                        r.config, r.limiter, "fit" if r.fit else ""] for r in rows])
+                                        r.config, r.limiter, "fit" if r.fit else "held-out"] for r in rows])
 
 
 def calibration_markdown(rows: list[perf_model.CalibrationRow]) -> str:
@@ -324,13 +336,15 @@ def calibration_markdown(rows: list[perf_model.CalibrationRow]) -> str:
             f"Generated by `doit model:calibrate` from `{rel(perf_model.CALIBRATION_FILE)}` and "
             f"`{rel(perf_model.DEVICES_FILE)}`; do not edit by hand. MODEL = the prediction of `kernels/cost.py` "
             "(the best library-like configuration on the phase model); error = MODEL / published - 1. "
-            "Points marked fit set a device figure and are not counted.", "",
+            "fit = the model was built against the point (its error was seen while its structure or a constant "
+            "was chosen); held-out = scored only after the model was set (each point's `why` in the yaml). "
+            "The closing lines give the held-out error first.", "",
             "| point | device | what was timed | metric | published | MODEL | error % | config | limiter | fit "
             "| source | note |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     body = [f"| {cell(r.name)} | {r.device} | {cell(r.what)} | {r.metric} | {r.published} | {r.predicted} | "
-            f"{r.error_pct} | {cell(r.config)} | {r.limiter} | {'fit' if r.fit else ''} | {cell(r.source)} | "
+            f"{r.error_pct} | {cell(r.config)} | {r.limiter} | {'fit' if r.fit else 'held-out'} | {cell(r.source)} | "
             f"{cell(r.note)} |" for r in rows]
-    return "\n".join(head + body + ["", perf_model.calibration_summary(rows), ""])
+    return "\n".join(head + body + ["", *(f"{line}  " for line in perf_model.calibration_summary(rows)), ""])
 
 
 @one_line_failure
@@ -345,9 +359,13 @@ def _model_docs() -> None:
 def _calibrate() -> None:
     rows = perf_model.calibration_rows(perf_model.load_calibration(), perf_model.load_assumptions().devices)
     write_atomic(CALIBRATION_DOC, calibration_markdown(rows))
+    print("\n".join(perf_model.calibration_summary(rows)))  # the verdict first, then the table it comes from
     print("MODEL beside published measurements (kernels/calibration.yaml; sources in docs/calibration.md)")
     print(calibration_table(rows))
-    print(perf_model.calibration_summary(rows))
+    print("\n".join(perf_model.calibration_summary(rows)))
+
+
+MODEL_SUBTASKS = ("counts", "run", "docs", "calibrate")
 
 
 @fails_on_user_error
@@ -355,8 +373,18 @@ def task_model() -> Iterator[dict]:
     """Cost-model MODEL of each GEMM kernel x shape (shape=<set>, default hslm; gpu=h200|h100|rtx4090|a100|a800_pcie);
     model:counts writes ledger/loop_counts.json, model:calibrate the calibration table."""
     shape_set, gpu_name = var("shape", DEFAULT_MODEL_SET), var("gpu")
-    perf_model.gpu(perf_model.load_assumptions(), gpu_name)  # an unknown gpu stops here, one line
-    shapes = select_sets((shape_set,))[shape_set]
+    try:  # a bad devices.json or an unknown gpu: every subtask fails with its one line (each name exists)
+        perf_model.gpu(perf_model.load_assumptions(), gpu_name)
+        shapes = select_sets((shape_set,))[shape_set]
+    except (UserError, cost.CostInputError) as exc:
+        for name in MODEL_SUBTASKS:
+            yield failing_task(str(exc), name=name)
+        return
+    try:  # unreadable loop counts: model:counts still rewrites them; what reads them fails in one line
+        cost.read_counts_file()
+        unreadable = ""
+    except cost.CostInputError as exc:
+        unreadable = str(exc)
     gemms = gemm_kernels()
     reports = [config.verify_json(k, shape_set, s.name) for k in gemms for s in shapes]
     yield {
@@ -368,6 +396,11 @@ def task_model() -> Iterator[dict]:
         "targets": [str(perf_model.COUNTS_FILE)],
         "verbosity": 2,
     }
+    if unreadable:
+        yield failing_task(unreadable, name="run")
+        yield failing_task(unreadable, name="docs")
+        yield calibrate_task()
+        return
     yield {
         "name": "run",
         "doc": task_model.__doc__,
@@ -396,9 +429,15 @@ def task_model() -> Iterator[dict]:
         "uptodate": [False],  # cheap, and its inputs are every input of the model
         "verbosity": 2,
     }
-    yield {
+    yield calibrate_task()
+
+
+def calibrate_task() -> dict:
+    """``model:calibrate``: reads kernels/calibration.yaml and kernels/devices.json only."""
+    return {
         "name": "calibrate",
-        "doc": "the cost model beside published measurements; ends with 'calibration: <n> points, median ..., max ...'",
+        "doc": "the cost model beside published measurements: 'held-out: <n> points, median |error| <x>%, max <y>%' "
+               "(and the int8 M <= 512 and fit lines), then the table",
         "actions": [(_calibrate, [])],
         "file_dep": [str(perf_model.CALIBRATION_FILE), str(perf_model.DEVICES_FILE), cost.__file__,
                      perf_model.__file__],
