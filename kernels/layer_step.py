@@ -11,13 +11,17 @@ the bias gradient). Every GPU operation in it is one of the step's PTX kernels:
   forward's pitched layout, column scales and transposed codes kept for dW), the fused
   GEMM ``hslm_fwd_<out>``: 2 launches;
 - ``backward``: ``hslm_quant_<dt>`` on dY (its column sums are the bias gradient; only
-  ``hslm_qrows_<dt>`` or ``hslm_qcols_<dt>`` when dX or dW alone is asked for),
-  ``hslm_dx_<out>``, ``hslm_dw_<wdt>``: at most 3 launches.
+  ``hslm_qrows_<dt>`` or ``hslm_qcols_<dt>`` when dX or dW alone is asked for), then
+  ``hslm_grads_<dt>_<wdt>`` (dX's and dW's products in one grid, kernels/hslm_grads.py;
+  ``hslm_dx_<out>`` or ``hslm_dw_<wdt>`` when one alone is asked for): 2 launches, so a
+  training step with a new weight version is 5 launches, 4 with a kept one.
 
 Each fused GEMM has an unsplit family and a split-K one (``hslm_fwd_splitk_<out>`` ...,
 which reduces in int32 into a workspace it leaves zeroed); :func:`pick` runs the split one
 only where the tile rule scores it lower (dW at R = 1782, forward or dX at R = 27 when the
 contraction is 729 deep), and the runtime keeps its workspace between steps, zeroed once.
+The grouped backward holds the split families' bodies, each splitting where its rule says;
+a part of one split is passed no workspace (any valid pointer, never read).
 
 Each launch is driven by its kernel's :class:`kernels.spec.KernelSpec`: the configuration
 from :func:`kernels.registry.choose`, the grid, block and shared bytes from
@@ -49,7 +53,7 @@ from typing import Any, Iterable, Mapping, NamedTuple
 
 import numpy as np
 
-from kernels import registry
+from kernels import hslm_grads, registry
 from kernels.floats import FLOAT_DTYPES, storage_dtype
 from kernels.pitch import pitch
 from kernels.spec import BufferSpec, Dims, KernelSpec, Launch
@@ -744,8 +748,9 @@ def _forward_product(rt: Runtime, x: Any, rows: Mapping[str, Any], cols: Mapping
 def backward(rt: Runtime, dy: Any, saved: SavedActivations, prepared: PreparedWeight,
              need_dx: bool = True, need_dw: bool = True, need_db: bool = False) -> tuple[Any, Any, Any]:
     """(dX in dY's float type, dW N x K in the weight's, db as f32 column sums of dY); each
-    None when not asked for. Up to 3 launches: the quantization of dY (rows for dX, columns
-    for dW and db: one launch when both are asked), dX and dW."""
+    None when not asked for. Up to 2 launches: the quantization of dY (rows for dX, columns
+    for dW and db: one launch when both are asked), then dX and dW in one launch
+    (``hslm_grads_<dt>_<wdt>``), or the one of them asked for."""
     R, N = _matrix("backward", "dy", dy, "R x N")
     if (R, N) != (saved.R, prepared.N):
         raise LaunchError(f"backward: dy has shape {(R, N)}, expected ({saved.R}, {prepared.N}) from forward")
@@ -759,16 +764,24 @@ def backward(rt: Runtime, dy: Any, saved: SavedActivations, prepared: PreparedWe
         rows = _quantize_rows(rt, dy, dt)
     elif need_cols:
         cols = _quantize_cols(rt, dy, dt)
+    db = cols["sums"] if need_db else None
+    dx_given = {"dy": rows["codes"], "w": prepared.planes_t, "row_scales": rows["scales"],
+                "beta": prepared.beta} if need_dx else {}
+    dw_given = {"x_t": saved.x_t, "dy_t": cols["codes_t"], "u": saved.u, "v": cols["scales"]} if need_dw else {}
+    dims, wdt = Dims(R, K, N), DTYPE_SUFFIX[prepared.dtype]
+    if need_dx and need_dw:  # both products in one launch
+        family = hslm_grads.family(dt, wdt)
+        idle = hslm_grads.idle_workspace(pick(family, dims), dims)  # a part of one split: any valid pointer
+        out = _launch(rt, family, dims, dx_given | dw_given | {name: rows["scales"] for name in idle},
+                      allocate=("dx", "dw"), scalars={"R": R, "K": K, "N": N, "ldy": pitch(N), "ldr": pitch(R)},
+                      unused=idle)
+        return out["dx"], out["dw"], db
     if need_dx:
-        given = {"dy": rows["codes"], "w": prepared.planes_t, "row_scales": rows["scales"], "beta": prepared.beta}
-        dx = _launch(rt, _product("dx", dt), Dims(R, K, N), given, allocate=("dx",),
+        dx = _launch(rt, _product("dx", dt), dims, dx_given, allocate=("dx",),
                      scalars={"R": R, "K": K, "N": N, "ldy": pitch(N)})["dx"]
-    if need_cols:
-        db = cols["sums"] if need_db else None
-        if need_dw:
-            given = {"x_t": saved.x_t, "dy_t": cols["codes_t"], "u": saved.u, "v": cols["scales"]}
-            dw = _launch(rt, _product("dw", DTYPE_SUFFIX[prepared.dtype]), Dims(R, K, N), given, allocate=("dw",),
-                         scalars={"R": R, "K": K, "N": N, "ldr": pitch(R)})["dw"]
+    if need_dw:
+        dw = _launch(rt, _product("dw", wdt), dims, dw_given, allocate=("dw",),
+                     scalars={"R": R, "K": K, "N": N, "ldr": pitch(R)})["dw"]
     return dx, dw, db
 
 

@@ -26,7 +26,7 @@ from kernels.spec import Dims, KernelSpec
 from kernels.validate import LaunchError
 from stepcases import FLOATS, HSLM, SUFFIXES, install_standins, standin_spec, standin_specs
 
-STEP_LAUNCHES = 6  # 3 to prepare W and run forward, 3 backward
+STEP_LAUNCHES = 5  # 3 to prepare W and run forward, 2 backward
 
 
 def run_step(rt, R: int, K: int, N: int, dtype: str = "bfloat16", weight_dtype: str = "bfloat16",
@@ -54,7 +54,7 @@ def test_hslm_step_meets_its_targets(standins, shape):
     rec = rt.recording
     assert [launch.kernel for launch in rec.launches] == [
         "hslm_quant_wsum_bf16_bf16", "hslm_wprep_bf16", "hslm_fwd_bf16",
-        "hslm_quant_bf16", "hslm_dx_bf16", "hslm_dw_bf16"]
+        "hslm_quant_bf16", "hslm_grads_bf16_bf16"]
     assert (rec.host_syncs, rec.h2d_copies, rec.foreign_allocations) == ([], [], [])
     minimum = step_bytes_minimum(R, K, N, "bfloat16", "bfloat16", bias=True)
     assert minimum <= rec.bytes_moved <= 3 * minimum
@@ -192,14 +192,14 @@ def test_mixed_float_types_name_their_kernels(standins):
     rt = RecordingRuntime()
     run_step(rt, 3, 17, 5, dtype="float16", weight_dtype="float32")
     names = [launch.kernel for launch in rt.recording.launches]
-    assert names[:2] == ["hslm_quant_wsum_f16_f32", "hslm_wprep_f32"] and names[-1] == "hslm_dw_f32"
-    assert "hslm_fwd_f16" in names and "hslm_dx_f16" in names
+    assert names[:2] == ["hslm_quant_wsum_f16_f32", "hslm_wprep_f32"] and names[-1] == "hslm_grads_f16_f32"
+    assert "hslm_fwd_f16" in names
 
 
 @settings(max_examples=40, deadline=None)
 @given(R=st.integers(1, 3000), K=st.integers(1, 900), N=st.integers(1, 900),
        dtype=st.sampled_from(sorted(FLOATS.values())), bias=st.booleans())
-def test_every_shape_is_six_launches_and_at_least_the_minimum(R, K, N, dtype, bias):
+def test_every_shape_is_five_launches_and_at_least_the_minimum(R, K, N, dtype, bias):
     with pytest.MonkeyPatch.context() as mp:
         install_standins(mp)
         rt = RecordingRuntime()
@@ -328,13 +328,17 @@ def test_bad_inputs_are_one_line(standins, x, message):
 
 
 def test_a_batch_past_dws_row_bound_is_refused(monkeypatch):
-    specs = [s if s.name != "hslm_dw_f32" else KernelSpec(**{**s.__dict__, "max_rows": 8}) for s in standin_specs()]
+    bounded = ("hslm_dw_f32", "hslm_grads_f32_f32")  # dW alone, and dW with dX in one launch
+    specs = [s if s.name not in bounded else KernelSpec(**{**s.__dict__, "max_rows": 8}) for s in standin_specs()]
     install_standins(monkeypatch, specs)
     rt = RecordingRuntime()
     prepared = prepare_weight(rt, rt.input((8, 16), "float32"))
     _, saved = forward(rt, rt.input((9, 16), "float32"), prepared)
-    with pytest.raises(LaunchError, match="hslm_dw_f32: R=9 rows is over 8, where its int32 sums could overflow"):
+    with pytest.raises(LaunchError, match="hslm_grads_f32_f32: R=9 rows is over 8, where its int32 sums could"):
         backward(rt, rt.input((9, 8), "float32"), saved, prepared)
+    with pytest.raises(LaunchError, match="hslm_dw_f32: R=9 rows is over 8, where its int32 sums could overflow"):
+        backward(rt, rt.input((9, 8), "float32"), saved, prepared, need_dx=False)
+    backward(rt, rt.input((8, 8), "float32"), forward(rt, rt.input((8, 16), "float32"), prepared)[1], prepared)
 
 
 def test_a_strided_input_is_refused(standins):

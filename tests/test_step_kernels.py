@@ -21,6 +21,7 @@ from kernels.hslm_quant import SPECS as QUANT_SPECS
 from kernels.hslm_wprep import SPECS as PREP_SPECS, partial_count
 from kernels.launch import POISON, LaunchError, kernel_args, launch, launch_outputs
 from kernels.planes import FRAGMENTS, FRAGMENTS_T
+from kernels.ptxemu.parse import EmulatorError
 from kernels.registry import KERNELS
 from kernels.spec import Dims
 from kernels.ternary import pack
@@ -295,3 +296,42 @@ def test_aligned_rows_take_16_byte_vectors(kernel):
         counts[K] = fn.stats.by_opcode["ld.global"]
     element_loads = 16 * 2 * -(-999 // 128) * 4  # rows x passes x trips x loads a trip
     assert counts[999] == element_loads and counts[1000] <= element_loads // 4
+
+
+# ---- the grouped backward: dX's and dW's products in one grid ------------------------------
+
+GRADS = {  # every tile pair once, and mixed float types; the shapes split dX (R = 27, N = 729) or dW (R = 1782)
+    "hslm_grads_f32_f32_32x128n16_16x128n16": Dims(27, 243, 729),
+    "hslm_grads_bf16_f32_32x128n16_32x128n16": Dims(1782, 243, 243),
+    "hslm_grads_f16_bf16_32x128n16_64x128": Dims(67, 97, 131),
+    "hslm_grads_f32_f16_32x128_64x128": Dims(33, 31, 9),
+    "hslm_grads_bf16_bf16_128x128_256x128": Dims(130, 68, 132),
+}
+
+
+@pytest.mark.parametrize("kernel", GRADS)
+def test_grouped_backward_is_both_kernels_bit_for_bit(kernel):
+    got, want = run(kernel, GRADS[kernel])
+    assert mismatches(kernel, got, want) == {"dx": 0, "dw": 0}
+
+
+def test_grouped_backward_splits_where_its_parts_do():
+    """The shapes above run each part's split: dX 6 ways at R = 27, N = 729, dW 7 ways at R = 1782."""
+    from kernels.hslm_grads import PARTS, idle_workspace
+
+    dx, _ = PARTS["hslm_grads_f32_f32_32x128n16_16x128n16"]
+    _, dw = PARTS["hslm_grads_bf16_f32_32x128n16_32x128n16"]
+    assert dx.geometry(Dims(27, 243, 729)).grid[2] > 1 and dw.geometry(Dims(1782, 243, 243)).grid[2] > 1
+    assert idle_workspace(KERNELS["hslm_grads_bf16_f32_32x128n16_32x128n16"], Dims(1782, 243, 243)) == (
+        "dx_partials", "dx_tickets")
+
+
+def test_a_wrong_cta_of_the_grouped_backward_is_caught():
+    """dX's split index taken as the remainder, not the quotient, of its CTA by its plane
+    (the second div.u32: after its grid's split count): the emulator refuses the launch."""
+    kernel = "hslm_grads_f32_f32_32x128n16_16x128n16"
+    ptx = KERNELS[kernel].emit()
+    first = ptx.index("div.u32")
+    second = ptx.index("div.u32", first + 1)
+    with pytest.raises(EmulatorError, match="out_of_bounds"):  # the split's ticket is past the tickets
+        run(kernel, GRADS[kernel], ptx=ptx[:second] + "rem.u32" + ptx[second + len("div.u32"):])

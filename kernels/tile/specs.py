@@ -13,7 +13,7 @@ from kernels import cost
 from kernels.pitch import output_pitch, pitch_param, pitched_output, pitched_rows, planes_param
 from kernels.planes import Planes
 from kernels.ptx_emit import Ptx
-from kernels.spec import BufferSpec, Dims, KernelSpec, ScalarSpec, buffer_bytes
+from kernels.spec import BufferSpec, Dims, KernelSpec, Part, ScalarSpec, buffer_bytes
 from kernels.tile.epilogue import Rescale, rescaled_output
 from kernels.tile.geometry import Plan, Tile, begin, entry_name, geometry
 from kernels.tile.mainloop import emit_staged
@@ -123,13 +123,16 @@ def staged_spec(family: str, tile: Tile, gemm: tuple[str, str, str], buffers: tu
     else:
         params = (*buffers, *rescale.buffers, *sizes, pitch, *rescale.scalars, *(split_params if rescale.splits else ()))
 
-    def emit() -> str:
-        ptx, p = begin(name, params, tile)
+    def body(ptx: Ptx, p: dict[str, str]) -> None:
         at = Coords(ptx, p["kspan"] if "kspan" in p else p[contraction], tile)
         a, b = operands(ptx, at, Ring(ptx, tile, b_share), p)
         emit_staged(ptx, at, a, b, k_limit=p[contraction], out=p[buffers[0].name], rows=p[rows], cols=p[cols],
                     out_pitch=p["ldo"] if rescale is None else p[cols],
                     rescale=None if rescale is None else (rescale, p))
+
+    def emit() -> str:
+        ptx, p = begin(name, params, tile)
+        body(ptx, p)
         return ptx.render()
 
     return KernelSpec(
@@ -137,5 +140,5 @@ def staged_spec(family: str, tile: Tile, gemm: tuple[str, str, str], buffers: tu
         tile=tile.label,
         geometry=lambda d: geometry(rows=getattr(d, rows), cols=getattr(d, cols), plan=plan(d), tile=tile),
         cost=lambda d: rule(d, plan(d)), split_rescale=split_rescale, workspace=workspace,
-        **fields)
+        part=Part(tile.threads, tile.min_ctas, tile.m, gemm, body), **fields)
 
