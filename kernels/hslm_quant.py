@@ -41,8 +41,8 @@ from kernels.pitch import pitch, pitch_param
 from kernels.ptx_emit import Ptx
 from kernels.layout import Plain
 from kernels.spec import BufferSpec, Dims, KernelSpec, Launch, ScalarSpec
-from kernels.stepforms import (CTA_THREADS, ELEMENT_BYTES, SHORT_NAMES, WARP, element_address, load_f32,
-                               load_vector_f32, pack_bytes, scale_of_absmax, warp_max)
+from kernels.stepforms import (CTA_THREADS, ELEMENT_BYTES, SHORT_NAMES, WARP, element_address, int8_code,
+                               load_f32, load_vector_f32, pack_bytes, scale_of_absmax, warp_max)
 from kernels.hslm_wprep import partial_count, wsum_body
 from kernels.testdata import float_activations, latent_weights
 
@@ -55,12 +55,6 @@ GROUPS = stepmath.COL_GROUPS  # = WARPS: warp g is the column reduction's group 
 TILE_ROWS = 128  # rows of codes a qcols CTA stages per trip: 16 per warp, one 16-byte piece a column
 PIECE = 16
 assert GROUPS == WARPS
-
-
-def _code(ptx: Ptx, value: str, scale: str) -> str:
-    """clip(rint(value / scale), -127, 127) as an s32 (NaN -> 0)."""
-    rounded = ptx.cvt("s32", "f32", ptx.fdiv(value, scale), rnd="rni")
-    return ptx.binop("max", ptx.binop("min", rounded, stepmath.QMAX, "s32"), -stepmath.QMAX, "s32")
 
 
 def _trips(ptx: Ptx, count: str, step: int) -> str:
@@ -159,7 +153,7 @@ def _element_row(ptx: Ptx, dtype: str, p: dict[str, str], row: str, lane: str, f
         return [load_f32(ptx, dtype, element_address(ptx, first, at, dtype), guard=ptx.setp("lt", at, p["C"], "u32"))]
 
     def store(at: str, values: list[str], scale: str) -> None:
-        ptx.store("global", "u8", ptx.byte_offset(out_row, at, 1), _code(ptx, values[0], scale),
+        ptx.store("global", "u8", ptx.byte_offset(out_row, at, 1), int8_code(ptx, values[0], scale),
                   guard=ptx.setp("lt", at, p["ld"], "u32"))
 
     _row_passes(ptx, p, row, lane, UNROLL, (p["C"], p["ld"]), load, store)
@@ -177,7 +171,7 @@ def _vector_row(ptx: Ptx, dtype: str, p: dict[str, str], row: str, lane: str, fi
         return load_vector_f32(ptx, dtype, ptx.byte_offset(first, at, VECTOR_BYTES), ptx.setp("lt", at, vectors, "u32"))
 
     def store(at: str, values: list[str], scale: str) -> None:
-        codes = [_code(ptx, value, scale) for value in values]
+        codes = [int8_code(ptx, value, scale) for value in values]
         words = [pack_bytes(ptx, codes[i:i + 4]) for i in range(0, per, 4)]
         ptx.store("global", "u32" if len(words) == 1 else f"v{len(words)}.b32",
                   ptx.byte_offset(out_row, at, per), words[0] if len(words) == 1 else words,
@@ -325,7 +319,7 @@ def _cols_body(ptx: Ptx, dtype: str, p: dict[str, str], cta: Callable[[], str]) 
             at = ptx.add(first_row, u)
             inside = ptx.fresh("pred", "and.pred", column_inside, ptx.setp("lt", at, R, "u32"))
             value = load_f32(ptx, dtype, element_address(ptx, x, ptx.mad(at, C, column), dtype), guard=inside)
-            codes.append(_code(ptx, value, scale))
+            codes.append(int8_code(ptx, value, scale))
         words = [pack_bytes(ptx, codes[i:i + 4]) for i in range(0, PIECE, 4)]
         ptx.store("shared", "v4.b32", _tile_piece(ptx, tile, lane, warp), words)
         ptx.barrier()

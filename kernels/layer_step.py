@@ -9,7 +9,8 @@ the bias gradient). Every GPU operation in it is one of the step's PTX kernels:
   (``hslm_quant_wsum_<dt>_<wdt>``), so a training step's forward is 3 launches in all;
 - ``forward``: ``hslm_quant_<dt>`` (in one launch: row scales and codes straight into
   forward's pitched layout, column scales and transposed codes kept for dW), the fused
-  GEMM ``hslm_fwd_<out>``: 2 launches;
+  GEMM ``hslm_fwd_<out>``: 2 launches; with no weight gradient to come (inference, a
+  frozen weight) only ``hslm_fwdq_<out>``, the GEMM that quantizes its own rows of x: 1;
 - ``backward``: ``hslm_quant_<dt>`` on dY (its column sums are the bias gradient; only
   ``hslm_qrows_<dt>`` or ``hslm_qcols_<dt>`` when dX or dW alone is asked for), then
   ``hslm_grads_<dt>_<wdt>`` (dX's and dW's products in one grid, kernels/hslm_grads.py;
@@ -704,11 +705,25 @@ def _activations(rt: Runtime, op: str, x: Any, in_features: int) -> tuple[int, i
 def forward(rt: Runtime, x: Any, prepared: PreparedWeight, bias: Any = None,
             keep_columns: bool = True) -> tuple[Any, SavedActivations | None]:
     """y = x (beta W_t)^T (+ bias) in x's float type, and what dW needs later (None
-    without ``keep_columns``: no weight gradient to come): 2 launches (the row and column
-    quantizations of x in one, or the row one alone; the fused GEMM)."""
+    without ``keep_columns``: no weight gradient to come). With ``keep_columns``, 2
+    launches: the row and column quantizations of x in one, then the fused GEMM; without,
+    1: the GEMM that quantizes x's rows itself (``hslm_fwdq_<dt>``)."""
     R, K, dt = _activations(rt, "forward", x, prepared.K)
-    rows, cols = _quantize_both(rt, x, dt) if keep_columns else (_quantize_rows(rt, x, dt), None)
+    if not keep_columns:
+        return _quantizing_product(rt, x, prepared, bias), None
+    rows, cols = _quantize_both(rt, x, dt)
     return _forward_product(rt, x, rows, cols, prepared, bias)
+
+
+def _quantizing_product(rt: Runtime, x: Any, prepared: PreparedWeight, bias: Any) -> Any:
+    """y from float x in one launch: the forward GEMM quantizing its own rows of x."""
+    R, K = x.shape
+    dt, N = DTYPE_SUFFIX[rt.dtype_of(x)], prepared.N
+    given = {"x": x, "w": prepared.planes, "beta": prepared.beta,
+             "bias": prepared.beta if bias is None else bias}  # no bias: any valid pointer, never read
+    return _launch(rt, _product("fwdq", dt), Dims(R, K, N), given, allocate=("y",),
+                   scalars={"R": R, "K": K, "N": N, "ldx": K, "has_bias": int(bias is not None)},
+                   unused=("bias",) if bias is None else ())["y"]
 
 
 def prepare_and_forward(rt: Runtime, x: Any, w: Any, bias: Any = None) -> tuple[PreparedWeight, Any, SavedActivations]:
@@ -732,8 +747,8 @@ def _quantized(out: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
             {"codes_t": out["codes_t"], "scales": out["col_scales"], "sums": out["sums"]})
 
 
-def _forward_product(rt: Runtime, x: Any, rows: Mapping[str, Any], cols: Mapping[str, Any] | None,
-                     prepared: PreparedWeight, bias: Any) -> tuple[Any, SavedActivations | None]:
+def _forward_product(rt: Runtime, x: Any, rows: Mapping[str, Any], cols: Mapping[str, Any],
+                     prepared: PreparedWeight, bias: Any) -> tuple[Any, SavedActivations]:
     """Forward's fused GEMM on x's row codes, and the column codes kept for dW."""
     R, K = x.shape
     dt, N = DTYPE_SUFFIX[rt.dtype_of(x)], prepared.N
@@ -742,7 +757,7 @@ def _forward_product(rt: Runtime, x: Any, rows: Mapping[str, Any], cols: Mapping
     out = _launch(rt, _product("fwd", dt), Dims(R, K, N), given, allocate=("y",),
                   scalars={"R": R, "K": K, "N": N, "ldx": pitch(K), "has_bias": int(bias is not None)},
                   unused=("bias",) if bias is None else ())
-    return out["y"], None if cols is None else SavedActivations(cols["codes_t"], cols["scales"], R)
+    return out["y"], SavedActivations(cols["codes_t"], cols["scales"], R)
 
 
 def backward(rt: Runtime, dy: Any, saved: SavedActivations, prepared: PreparedWeight,

@@ -102,6 +102,12 @@ def standin_specs() -> list[KernelSpec]:
             _buffer("beta", "float32", lambda d: (1,)), _buffer("bias", f, lambda d: (d.N,)),
             _scalar("R"), _scalar("K"), _scalar("N"), _scalar("ldx"), _scalar("has_bias")),
             lambda d: Launch((-(-d.N // 128), -(-d.R // 32), 1), (128, 1, 1), 0), ("y",)))
+        specs.append(standin_spec(f"hslm_fwdq_{dt}", (  # forward quantizing its own rows of x
+            _buffer("y", f, lambda d: (d.R, d.N)), _buffer("x", f, lambda d: (d.R, d.K)),
+            _buffer("w", "uint32", planes.FRAGMENTS.shape), _buffer("beta", "float32", lambda d: (1,)),
+            _buffer("bias", f, lambda d: (d.N,)),
+            _scalar("R"), _scalar("K"), _scalar("N"), _scalar("ldx"), _scalar("has_bias")),
+            lambda d: Launch((-(-d.N // 128), -(-d.R // 32), 1), (128, 1, 1), 0), ("y",)))
         specs.append(standin_spec(f"hslm_dx_{dt}", (
             _buffer("dx", f, lambda d: (d.R, d.K)), _buffer("dy", "int8", lambda d: (d.R, pitch(d.N))),
             _buffer("w", "uint32", planes.FRAGMENTS_T.shape), _buffer("row_scales", "float32", lambda d: (d.R,)),

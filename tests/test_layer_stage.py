@@ -49,6 +49,7 @@ def test_hslm_report_meets_the_targets_and_round_trips(standins, tmp_path):
         assert tasks_layer.missed_targets(s) == []
         assert (s.launches, s.host_syncs, s.h2d_copies, s.foreign_allocations) == (5, 0, 0, 0)
         assert len(s.launch_list) == 5 and sum(x.bytes for x in s.launch_list) == s.bytes_moved
+        assert (s.kept_weight_launches, s.inference_launches) == (4, 1)  # quant x, fwd, quant dY, grads; fwdq
     write_model(tmp_path / "hslm.json", report)
     assert read_model(tmp_path / "hslm.json", LayerReport) == report
     text = tasks_layer.layer_table(report)

@@ -179,13 +179,20 @@ def test_preparing_with_the_forward_is_the_same_launches_less_one(standins):
     assert fused.recording.launches[1:] == [apart.recording.launches[1], apart.recording.launches[3]]
 
 
-def test_a_forward_without_dw_to_come_quantizes_rows_only(standins):
+def test_a_forward_without_dw_to_come_is_one_launch(standins):
+    """Inference on a prepared weight: the GEMM quantizes x's rows itself, nothing is kept;
+    it reads x, W's planes, beta and the bias, and writes y alone."""
     rt = RecordingRuntime()
     prepared = prepare_weight(rt, rt.input((8, 16), "float32"))
     before = len(rt.recording.launches)
-    y, saved = forward(rt, rt.input((4, 16), "float32"), prepared, keep_columns=False)
+    y, saved = forward(rt, rt.input((4, 16), "float32"), prepared, rt.input((8,), "float32"), keep_columns=False)
     assert saved is None and y.shape == (4, 8)
-    assert [launch.kernel for launch in rt.recording.launches[before:]] == ["hslm_qrows_f32", "hslm_fwd_f32"]
+    launches = rt.recording.launches[before:]
+    assert [launch.kernel for launch in launches] == ["hslm_fwdq_f32"]
+    assert sorted((n, written) for n, _, written in launches[0].buffers) == [
+        ("beta", False), ("bias", False), ("w", False), ("x", False), ("y", True)]
+    _, unbiased = forward(rt, rt.input((4, 16), "float32"), prepared, keep_columns=False), rt.recording.launches[-1]
+    assert "bias" not in [n for n, _, _ in unbiased.buffers]
 
 
 def test_mixed_float_types_name_their_kernels(standins):
@@ -433,7 +440,9 @@ def test_a_whole_step_on_the_emulator_is_stepmath_bit_for_bit(dtype, weight_dtyp
     want_dw = stepmath.rescale_cols(stepmath.codes(dyf, v, 0).astype(np.int64).T
                                     @ stepmath.codes(xf, u, 0).astype(np.int64), v, u)
     assert float(prepared.beta[0]) == beta
-    for got, want, kind in ((y, want_y, dtype), (dx, want_dx, dtype), (dw, want_dw, weight_dtype)):
+    inferred, _ = forward(rt, x, prepared, bias, keep_columns=False)  # one launch: x's rows quantized in the GEMM
+    for got, want, kind in ((y, want_y, dtype), (inferred, want_y, dtype), (dx, want_dx, dtype),
+                            (dw, want_dw, weight_dtype)):
         assert floats.same_values(got, floats.from_f32(want, kind), kind).all()
     assert np.array_equal(db, stepmath.column_sums(dyf))
 

@@ -335,3 +335,39 @@ def test_a_wrong_cta_of_the_grouped_backward_is_caught():
     second = ptx.index("div.u32", first + 1)
     with pytest.raises(EmulatorError, match="out_of_bounds"):  # the split's ticket is past the tickets
         run(kernel, GRADS[kernel], ptx=ptx[:second] + "rem.u32" + ptx[second + len("div.u32"):])
+
+
+# ---- the forward that quantizes its own rows of x -----------------------------------------
+
+FWDQ = {  # each tile and type, the split family where it splits (R = 27, K = 729: 6 ways)
+    "hslm_fwdq_f32": Dims(130, 68, 132), "hslm_fwdq_bf16_m32": Dims(67, 97, 131),
+    "hslm_fwdq_f16_m32n16": Dims(33, 257, 9), "hslm_fwdq_splitk_bf16_m32n16": Dims(27, 729, 243),
+    "hslm_fwdq_splitk_f32_m32": Dims(1, 1, 1),
+}
+
+
+@pytest.mark.parametrize("kernel", FWDQ)
+def test_quantizing_forward_is_qrows_then_forward_bit_for_bit(kernel):
+    got, want = run(kernel, FWDQ[kernel])
+    assert mismatches(kernel, got, want) == {"y": 0}
+
+
+def test_the_quantizing_forward_splits_where_the_forward_does():
+    from kernels.registry import choose
+
+    for dims in (Dims(27, 729, 243), Dims(1782, 243, 729), Dims(27, 243, 243)):
+        fwdq, fwd = choose("hslm_fwdq_splitk_bf16", dims), choose("hslm_fwd_splitk_bf16", dims)
+        assert fwdq.tile == fwd.tile and fwdq.geometry(dims) == fwd.geometry(dims)
+    assert choose("hslm_fwdq_splitk_bf16", Dims(27, 729, 243)).geometry(Dims(27, 729, 243)).grid[2] == 6
+
+
+@pytest.mark.parametrize("fault", [
+    ("shfl.sync.bfly.b32", "shfl.sync.idx.b32"),  # a row's four threads do not combine their maxima
+    ("cvt.rni.s32.f32", "cvt.rzi.s32.f32"),  # the codes truncated, not rounded to nearest even
+])
+def test_a_fault_in_the_quantizing_forward_is_caught(fault):
+    kernel = "hslm_fwdq_bf16_m32"
+    ptx = KERNELS[kernel].emit()
+    assert fault[0] in ptx
+    got, want = run(kernel, FWDQ[kernel], ptx=ptx.replace(*fault))
+    assert mismatches(kernel, got, want)["y"] > 0

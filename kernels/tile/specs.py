@@ -65,7 +65,7 @@ def staged_spec(family: str, tile: Tile, gemm: tuple[str, str, str], buffers: tu
                 pitch: ScalarSpec,
                 operands: Callable[[Ptx, Coords, Ring, dict[str, str]], tuple["StagedRows", "Source"]],
                 b_share: int = StagedRows.B_SHARE, loop_family: str | None = None, rescale: "Rescale | None" = None,
-                **fields: Any) -> KernelSpec:
+                occupancy_of: str | None = None, **fields: Any) -> KernelSpec:
     """``family`` on ``tile`` as a KernelSpec: what every staged kernel shares, so a kernel
     module says only what differs.
 
@@ -80,7 +80,8 @@ def staged_spec(family: str, tile: Tile, gemm: tuple[str, str, str], buffers: tu
     (:func:`phase_cost`) times the launch on the loop counted from ptxas's SASS into
     ledger/loop_counts.json (``kernels.cost.loop_counts``: this tile's entry of
     ``loop_family``, the int32 family whose main loop the kernel shares, its own by
-    default) with this entry's own ptxas occupancy (``kernels.cost.occupancy``); ``fields``
+    default) with this entry's own ptxas occupancy (``kernels.cost.occupancy``; that of this
+    tile's entry of the family ``occupancy_of`` where given); ``fields``
     are the rest of the KernelSpec (make_inputs, reference, gemm_form, max_rows).
 
     With ``rescale`` the output is the rescaled float tile (:class:`Rescale`): its
@@ -103,7 +104,8 @@ def staged_spec(family: str, tile: Tile, gemm: tuple[str, str, str], buffers: tu
     @remembered
     def rule(d: Dims, plan: Plan) -> float:
         try:
-            counts, occupancy = cost.loop_counts(entry_name(loop_family or family, tile)), cost.occupancy(name)
+            counts = cost.loop_counts(entry_name(loop_family or family, tile))
+            occupancy = cost.occupancy(entry_name(occupancy_of, tile) if occupancy_of else name)
         except cost.CostInputError:  # a configuration not counted yet: never picked, and runs one split,
             return math.inf  # until `doit sass && doit model:counts` count it (the gate checks they did)
         return phase_cost(*extents(d), tile, plan, chunk_bytes, counts, occupancy,
