@@ -1,6 +1,6 @@
-"""hslm_grads_<dt>_<wdt>_<dX tile>_<dW tile>: a layer step's two backward products, dX
-and dW, in one launch (family ``hslm_grads_<dt>_<wdt>``: dX written in dY's float type
-``dt``, dW in the weight's ``wdt``).
+"""hslm_grads_<dt>_<wdt>[_<dX tile>_<dW tile>]: a layer step's two backward products, dX
+and dW, in one launch (family ``hslm_grads_<dt>_<wdt>``, its 128 x 128 with 256 x 128
+entry so named: dX written in dY's float type ``dt``, dW in the weight's ``wdt``).
 
 The two products read what the quantization of dY wrote and nothing either writes, so one
 grid holds both: its first CTAs are ``hslm_dx_splitk_<dt>``'s grid, the rest
@@ -41,11 +41,12 @@ from kernels.tile import geometry
 from kernels.tile.geometry import TILE_N
 
 SHARED_NAMES = ("R", "K", "N")  # the sizes both parts read: one parameter each
-# (dX tile, dW tile): what the rule picks at the HSLM shapes (R = 27: 32 x 128n16 with
-# 16 x 128n16, 32 x 128n16 at ffn_up; R = 1782: 32 x 128n16 or 32 x 128 with 32 x 128n16 or
-# 64 x 128) and the large ones (128 x 128 with 256 x 128)
-PAIRS = ((geometry.NARROW, geometry.SHORT), (geometry.NARROW, geometry.NARROW), (geometry.NARROW, geometry.MID),
-         (geometry.SMALL, geometry.MID), (geometry.LARGE, geometry.TALL))
+# (dX tile, dW tile): what the rule picks at the large shapes (128 x 128 with 256 x 128:
+# the family's own name, first, as the large tile is in every family) and the HSLM ones
+# (R = 27: 32 x 128n16 with 16 x 128n16; R = 1782: 32 x 128n16 or 32 x 128 with 32 x 128n16
+# or 64 x 128)
+PAIRS = ((geometry.LARGE, geometry.TALL), (geometry.NARROW, geometry.SHORT), (geometry.NARROW, geometry.NARROW),
+         (geometry.NARROW, geometry.MID), (geometry.SMALL, geometry.MID))
 PRODUCTS = ("dx", "dw")  # the parts in grid order
 PARTS: dict[str, tuple[KernelSpec, KernelSpec]] = {}  # each entry's (dX, dW) kernels
 
@@ -116,7 +117,8 @@ def _emit_part(ptx: Ptx, spec: KernelSpec, p: dict[str, str], grid: tuple[str, s
 def grads_spec(dx: KernelSpec, dw: KernelSpec, dtype: str, weight_dtype: str) -> KernelSpec:
     """The entry holding ``dx``'s and ``dw``'s bodies (split families' entries)."""
     parts = (dx, dw)
-    name = f"{family(dtype, weight_dtype)}_{dx.tile}_{dw.tile}"
+    large = (dx.tile, dw.tile) == tuple(tile.label for tile in PAIRS[0])
+    name = family(dtype, weight_dtype) if large else f"{family(dtype, weight_dtype)}_{dx.tile}_{dw.tile}"
     PARTS[name] = parts
     names = [{p.name for p in spec.params} for spec in parts]
     clash = (names[0] & names[1]) - set(SHARED_NAMES)

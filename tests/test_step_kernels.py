@@ -305,7 +305,7 @@ GRADS = {  # every tile pair once, and mixed float types; the shapes split dX (R
     "hslm_grads_bf16_f32_32x128n16_32x128n16": Dims(1782, 243, 243),
     "hslm_grads_f16_bf16_32x128n16_64x128": Dims(67, 97, 131),
     "hslm_grads_f32_f16_32x128_64x128": Dims(33, 31, 9),
-    "hslm_grads_bf16_bf16_128x128_256x128": Dims(130, 68, 132),
+    "hslm_grads_bf16_bf16": Dims(130, 68, 132),  # 128 x 128 with 256 x 128
 }
 
 
