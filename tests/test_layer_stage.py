@@ -49,7 +49,7 @@ def test_hslm_report_meets_the_targets_and_round_trips(standins, tmp_path):
         assert tasks_layer.missed_targets(s) == []
         assert (s.launches, s.host_syncs, s.h2d_copies, s.foreign_allocations) == (5, 0, 0, 0)
         assert len(s.launch_list) == 5 and sum(x.bytes for x in s.launch_list) == s.bytes_moved
-        assert (s.kept_weight_launches, s.inference_launches) == (4, 1)  # quant x, fwd, quant dY, grads; fwdq
+        assert (s.kept_weight_launches, s.inference_launches) == (3, 1)  # fwdx, quant dY, grads; fwdq
     write_model(tmp_path / "hslm.json", report)
     assert read_model(tmp_path / "hslm.json", LayerReport) == report
     text = tasks_layer.layer_table(report)
@@ -80,11 +80,11 @@ def test_missed_targets_name_each():
 
 
 def test_a_missing_kernel_fails_the_stage_in_one_line(monkeypatch, tmp_path):
-    monkeypatch.delitem(registry.FAMILIES, "hslm_quant_wsum_bf16_bf16", raising=False)
+    monkeypatch.delitem(registry.FAMILIES, "hslm_fwdx_bf16", raising=False)
     monkeypatch.setattr(tasks_layer, "report_path", lambda s: tmp_path / f"{s}.json")
     result = tasks_layer._layer("smoke")
     assert isinstance(result, TaskFailed)
-    assert result.message.startswith("layer smoke/tiny: layer step: unknown kernel family 'hslm_quant_wsum_bf16_bf16'")
+    assert result.message.startswith("layer smoke/tiny: layer step: unknown kernel family 'hslm_fwdx_bf16'")
     assert "\n" not in result.message and not (tmp_path / "smoke.json").exists()
 
 

@@ -53,7 +53,7 @@ def test_hslm_step_meets_its_targets(standins, shape):
     y, (dx, dw, db) = run_step(rt, R, K, N)
     rec = rt.recording
     assert [launch.kernel for launch in rec.launches] == [
-        "hslm_quant_wsum_bf16_bf16", "hslm_wprep_bf16", "hslm_fwd_bf16",
+        "hslm_wsum_bf16", "hslm_wprep_bf16", "hslm_fwdx_bf16",
         "hslm_quant_bf16", "hslm_grads_bf16_bf16"]
     assert (rec.host_syncs, rec.h2d_copies, rec.foreign_allocations) == ([], [], [])
     minimum = step_bytes_minimum(R, K, N, "bfloat16", "bfloat16", bias=True)
@@ -74,11 +74,11 @@ def test_hslm_step_on_the_registered_kernels_meets_its_targets(monkeypatch, shap
     rt.recording = layer_step.Recording()
     run_step(rt, R, K, N)
     rec = rt.recording
-    assert len(rec.launches) == STEP_LAUNCHES and rec.allocations == 17  # every output and scratch buffer
+    assert len(rec.launches) == STEP_LAUNCHES and rec.allocations == 15  # every output and scratch buffer
     assert (rec.host_syncs, rec.h2d_copies, rec.foreign_allocations) == ([], [], [])
     minimum = step_bytes_minimum(R, K, N, "bfloat16", "bfloat16", bias=True)
     assert minimum <= rec.bytes_moved <= 3 * minimum
-    fwd = layer_step.pick(("hslm_fwd_bf16", "hslm_fwd_splitk_bf16"), Dims(R, K, N))
+    fwd = layer_step.pick("hslm_fwdx_bf16", Dims(R, K, N))
     assert rec.launches[2].kernel == fwd.name and rec.launches[2].grid == fwd.geometry(Dims(R, K, N)).grid
 
 
@@ -99,14 +99,14 @@ def test_geometry_and_bytes_come_from_the_specs(standins):
     rt = RecordingRuntime()
     run_step(rt, 27, 243, 729)
     by_name = {launch.kernel: launch for launch in rt.recording.launches}
-    fwd = registry.KERNELS["hslm_fwd_bf16"]
-    assert by_name["hslm_fwd_bf16"].grid == fwd.geometry(Dims(27, 243, 729)).grid
-    first = by_name["hslm_quant_wsum_bf16_bf16"]  # |W|'s partial sums' CTAs, then x's rows' and columns'
-    assert first.grid == (sum_partials(243 * 729) + 4 + 8, 1, 1) and first.block == (256, 1, 1)
-    # forward reads x's codes (27 x pitch(243)), the planes, both scales, beta and the bias; writes y
-    assert dict((n, b) for n, b, _ in by_name["hslm_fwd_bf16"].buffers) == {
-        "y": 27 * 729 * 2, "x": 27 * 256, "w": math.prod(planes.FRAGMENTS.shape(Dims(27, 243, 729))) * 4,
-        "row_scales": 27 * 4, "beta": 4, "bias": 729 * 2}
+    fwd = registry.KERNELS["hslm_fwdx_bf16"]
+    assert by_name["hslm_fwdx_bf16"].grid == fwd.geometry(Dims(27, 243, 729)).grid
+    first = by_name["hslm_wsum_bf16"]  # |W|'s partial sums
+    assert first.grid == (sum_partials(243 * 729), 1, 1) and first.block == (256, 1, 1)
+    # forward reads x itself, the planes, beta and the bias; writes y and x's column codes, scales and sums
+    assert dict((n, b) for n, b, _ in by_name["hslm_fwdx_bf16"].buffers) == {
+        "y": 27 * 729 * 2, "x": 27 * 243 * 2, "w": math.prod(planes.FRAGMENTS.shape(Dims(27, 243, 729))) * 4,
+        "beta": 4, "bias": 729 * 2, "codes_t": 243 * pitch(27), "scales": 243 * 4, "sums": 243 * 4}
     assert [n for n, _, written in by_name["hslm_quant_bf16"].buffers if written] == [
         "codes", "row_scales", "codes_t", "col_scales", "sums"]
     quant = registry.KERNELS["hslm_quant_bf16"] if "hslm_quant_bf16" in registry.KERNELS else None
@@ -118,7 +118,7 @@ def test_geometry_and_bytes_come_from_the_specs(standins):
 def test_parameter_order_is_the_specs(monkeypatch):
     """Reorder forward's parameters: the arguments follow, nothing in the step changes."""
     specs = standin_specs()
-    fwd = next(s for s in specs if s.name == "hslm_fwd_f32")
+    fwd = next(s for s in specs if s.name == "hslm_fwdq_f32")
     reordered = fwd.params[::-1]
     specs = [s if s is not fwd else standin_spec(fwd.name, reordered, fwd.geometry, fwd.outputs) for s in specs]
     install_standins(monkeypatch, specs)
@@ -131,17 +131,17 @@ def test_parameter_order_is_the_specs(monkeypatch):
 
     rt = Capturing()
     prepared = prepare_weight(rt, rt.input((24, 40), "float32"))
-    forward(rt, rt.input((5, 40), "float32"), prepared, None)
-    args = seen["hslm_fwd_f32"]
+    forward(rt, rt.input((5, 40), "float32"), prepared, None, keep_columns=False)
+    args = seen["hslm_fwdq_f32"]
     assert [type(a).__name__ for a in args[:6]] == ["uint32"] * 5 + ["FakeBuffer"]
-    assert [int(a) for a in args[:5]] == [0, pitch(40), 24, 40, 5]  # has_bias, ldx, N, K, R
-    assert args[-1].shape == (5, 24) and args[-2].shape == (5, pitch(40))  # y, then x's codes
+    assert [int(a) for a in args[:5]] == [0, 40, 24, 40, 5]  # has_bias, ldx, N, K, R
+    assert args[-1].shape == (5, 24) and args[-2].shape == (5, 40)  # y, then x
 
 
 def test_no_bias_is_neither_read_nor_counted(standins):
     rt = RecordingRuntime()
     run_step(rt, 27, 243, 243, bias=False)
-    fwd = next(launch for launch in rt.recording.launches if launch.kernel == "hslm_fwd_bf16")
+    fwd = next(launch for launch in rt.recording.launches if launch.kernel == "hslm_fwdx_bf16")
     assert "bias" not in [n for n, _, _ in fwd.buffers]
     assert len(rt.recording.launches) == STEP_LAUNCHES
 
@@ -164,19 +164,14 @@ def test_backward_launches_only_what_is_asked(standins):
     assert [launch.kernel for launch in rt.recording.launches[before:]] == ["hslm_quant_f32", "hslm_dx_f32"]
 
 
-def test_preparing_with_the_forward_is_the_same_launches_less_one(standins):
-    """prepare_and_forward is prepare_weight + forward with wsum's CTAs inside x's
-    quantization launch: the same buffers written, the product given the same shapes."""
+def test_preparing_with_the_forward_is_prepare_then_forward(standins):
+    """prepare_and_forward is prepare_weight + forward, launch for launch: |W|'s sums, beta
+    and the planes, then the one forward launch."""
     apart, fused = RecordingRuntime(), RecordingRuntime()
     forward(apart, apart.input((5, 40), "float16"), prepare_weight(apart, apart.input((24, 40), "float32")))
     prepare_and_forward(fused, fused.input((5, 40), "float16"), fused.input((24, 40), "float32"))
-    names = lambda rt: [launch.kernel for launch in rt.recording.launches]  # noqa: E731
-    assert names(apart) == ["hslm_wsum_f32", "hslm_wprep_f32", "hslm_quant_f16", "hslm_fwd_f16"]
-    assert names(fused) == ["hslm_quant_wsum_f16_f32", "hslm_wprep_f32", "hslm_fwd_f16"]
-    written = lambda launch: sorted((n, b) for n, b, w in launch.buffers if w)  # noqa: E731
-    assert written(fused.recording.launches[0]) == sorted(written(apart.recording.launches[0])
-                                                          + written(apart.recording.launches[2]))
-    assert fused.recording.launches[1:] == [apart.recording.launches[1], apart.recording.launches[3]]
+    assert [launch.kernel for launch in fused.recording.launches] == ["hslm_wsum_f32", "hslm_wprep_f32", "hslm_fwdx_f16"]
+    assert fused.recording.launches == apart.recording.launches
 
 
 def test_a_forward_without_dw_to_come_is_one_launch(standins):
@@ -199,8 +194,7 @@ def test_mixed_float_types_name_their_kernels(standins):
     rt = RecordingRuntime()
     run_step(rt, 3, 17, 5, dtype="float16", weight_dtype="float32")
     names = [launch.kernel for launch in rt.recording.launches]
-    assert names[:2] == ["hslm_quant_wsum_f16_f32", "hslm_wprep_f32"] and names[-1] == "hslm_grads_f16_f32"
-    assert "hslm_fwd_f16" in names
+    assert names[:3] == ["hslm_wsum_f32", "hslm_wprep_f32", "hslm_fwdx_f16"] and names[-1] == "hslm_grads_f16_f32"
 
 
 @settings(max_examples=40, deadline=None)
@@ -231,9 +225,9 @@ def test_a_planted_host_sync_is_counted(standins, monkeypatch):
     monkeypatch.setattr(layer_step, "_quantized", checking)
     rt = RecordingRuntime()
     run_step(rt, 27, 243, 243)
-    assert len(rt.recording.host_syncs) == 2  # forward's X and backward's dY
+    assert len(rt.recording.host_syncs) == 1  # backward's dY
     assert all(__file__ in where for where in rt.recording.host_syncs)
-    assert len(rt.recording.launches) == STEP_LAUNCHES + 2  # and each .any() is a launch of its own
+    assert len(rt.recording.launches) == STEP_LAUNCHES + 1  # and the .any() is a launch of its own
 
 
 def test_a_planted_extra_launch_is_counted(standins, monkeypatch):
@@ -318,7 +312,7 @@ def test_a_buffer_off_its_spec_is_refused(standins):
     rt = RecordingRuntime()
     prepared = prepare_weight(rt, rt.input((8, 16), "float32"))
     bad = prepared._replace(planes=rt.empty((1, 4), "uint32"))
-    with pytest.raises(LaunchError, match=r"hslm_fwd_f32: 'w' is uint32\(1, 4\), expected uint32\(2, 512\)"):
+    with pytest.raises(LaunchError, match=r"hslm_fwdx_f32: 'w' is uint32\(1, 4\), expected uint32\(2, 512\)"):
         forward(rt, rt.input((4, 16), "float32"), bad)
 
 
