@@ -371,3 +371,24 @@ def test_a_fault_in_the_quantizing_forward_is_caught(fault):
     assert fault[0] in ptx
     got, want = run(kernel, FWDQ[kernel], ptx=ptx.replace(*fault))
     assert mismatches(kernel, got, want)["y"] > 0
+
+
+# ---- the training forward: the quantizing product and x's columns in one grid -------------
+
+FWDX = {"hslm_fwdx_f32": Dims(67, 97, 131), "hslm_fwdx_bf16_m32n16": Dims(27, 729, 243),
+        "hslm_fwdx_f16": Dims(130, 68, 132)}
+
+
+@pytest.mark.parametrize("kernel", FWDX)
+def test_training_forward_is_fwdq_and_qcols_bit_for_bit(kernel):
+    got, want = run(kernel, FWDX[kernel])
+    assert mismatches(kernel, got, want) == {"y": 0, "codes_t": 0, "scales": 0, "sums": 0}
+
+
+def test_a_fault_in_the_column_half_of_the_training_forward_is_caught():
+    """The column sums' adds turned into subtractions (the product's adds with them)."""
+    kernel = "hslm_fwdx_bf16_m32n16"
+    ptx = KERNELS[kernel].emit()
+    assert "add.rn.f32" in ptx
+    got, want = run(kernel, FWDX[kernel], ptx=ptx.replace("add.rn.f32", "sub.rn.f32"))
+    assert mismatches(kernel, got, want)["sums"] > 0
