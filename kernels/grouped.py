@@ -44,10 +44,14 @@ class Member(NamedTuple):
     emit: Callable[[Ptx, dict[str, str], str, Any], None]
 
 
-def staged_member(spec: KernelSpec, prefix: str) -> Member:
+def staged_member(spec: KernelSpec, prefix: str, recompute: bool = False) -> Member:
     """A staged kernel (``KernelSpec.part``) as a member: its grid (gx, gy, gz) from the
     sizes as its geometry has it (TILE_N columns a CTA along x, its tile's rows along y, a
-    split of kspan bytes of the contraction along z)."""
+    split of kspan bytes of the contraction along z). ``recompute`` (a first member only:
+    its CTAs start at 0): every read of a coordinate derives it from %ctaid.x and the
+    sizes again, so none is a register live through the chunk loop, as a hardware
+    coordinate is not (ptxas reads %ctaid again); at 128 registers a thread that is what
+    keeps the 128 x 128 forward with x's columns from spilling (f16, bf16)."""
     part = spec.part
 
     def place(ptx: Ptx, p: dict[str, str]) -> tuple[str, str, str]:
@@ -60,15 +64,23 @@ def staged_member(spec: KernelSpec, prefix: str) -> Member:
     def count(ptx: Ptx, grid: tuple[str, str, str]) -> str:
         return ptx.mul(ptx.mul(grid[0], grid[1]), grid[2])
 
-    def emit(ptx: Ptx, p: dict[str, str], local: str, grid: tuple[str, str, str]) -> None:
+    def coordinates(ptx: Ptx, local: str, grid: tuple[str, str, str]) -> dict[str, str]:
         gx, gy, gz = grid
         plane = ptx.mul(gx, gy)
         z = ptx.binop("div", local, plane)
         in_plane = ptx.sub(local, ptx.mul(z, plane), "u32")
         y = ptx.binop("div", in_plane, gx)
         x = ptx.sub(in_plane, ptx.mul(y, gx), "u32")
+        return {"%ctaid.x": x, "%ctaid.y": y, "%ctaid.z": z, "%nctaid.x": gx, "%nctaid.y": gy, "%nctaid.z": gz}
+
+    def emit(ptx: Ptx, p: dict[str, str], local: str, grid: tuple[str, str, str]) -> None:
+        if recompute:  # each read derives its value from %ctaid.x and the sizes again
+            ptx.specials = {name: lambda name=name: coordinates(ptx, ptx.fresh("b32", "mov.u32", "%ctaid.x"),
+                                                                place(ptx, p))[name]
+                            for name in ("%ctaid.x", "%ctaid.y", "%ctaid.z", "%nctaid.x", "%nctaid.y", "%nctaid.z")}
+        else:
+            ptx.specials = coordinates(ptx, local, grid)
         ptx.comment(f"{spec.name}'s body")
-        ptx.specials = {"%ctaid.x": x, "%ctaid.y": y, "%ctaid.z": z, "%nctaid.x": gx, "%nctaid.y": gy, "%nctaid.z": gz}
         part.emit(ptx, p)
         ptx.specials = {}
 
@@ -107,14 +119,10 @@ def _renamed(params: tuple[Param, ...], prefix: str, clash: set[str]) -> dict[st
 
 
 def grouped_spec(name: str, family: str, tile: str, members: tuple[Member, ...], shared: tuple[str, ...],
-                 min_ctas: int, cost: Callable[[Dims], float], load_in_member: bool = False) -> KernelSpec:
+                 min_ctas: int, cost: Callable[[Dims], float]) -> KernelSpec:
     """The entry ``name`` of ``family`` holding ``members``' bodies in grid order; the
     parameters named in ``shared`` are one for all (the sizes among them come after the
-    buffers, then each member's other scalars); ``min_ctas`` is stated to ptxas.
-    ``load_in_member``: a member's parameters are loaded on its side of the branch (the
-    shared ones at the entry), so ptxas does not keep one member's pointers live through
-    the other's body (at 128 registers a thread, the 128 x 128 forward with x's columns
-    spills 12 bytes on sm_80-sm_89 otherwise); else all at the entry."""
+    buffers, then each member's other scalars); ``min_ctas`` is stated to ptxas."""
     names = [{p.name for p in m.spec.params} for m in members]
     clash = {n for i, a in enumerate(names) for b in names[i + 1:] for n in a & b} - set(shared)
     renames = [_renamed(m.spec.params, m.prefix, clash) for m in members]
@@ -133,14 +141,10 @@ def grouped_spec(name: str, family: str, tile: str, members: tuple[Member, ...],
 
     def emit() -> str:
         ptx = Ptx(name, [(p.name, "u32" if p.is_scalar else "u64") for p in params], threads, min_ctas=min_ctas)
-        def load(param: Param) -> str:
-            return ptx.param_u32(param.name) if param.is_scalar else ptx.param_ptr(param.name)
-
-        loaded = {p.name: load(p) for p in params if not load_in_member or p.name in shared}
+        loaded = {p.name: ptx.param_u32(p.name) if p.is_scalar else ptx.param_ptr(p.name) for p in params}
         cta, first = ptx.special("%ctaid.x"), ptx.mov(0)
         for index, (member, renamed) in enumerate(zip(members, renames)):
-            own_loaded = {param.name: load(param) for param in renamed.values() if param.name not in loaded}
-            p = {own: (loaded | own_loaded)[param.name] for own, param in renamed.items()}
+            p = {own: loaded[param.name] for own, param in renamed.items()}
             place = member.place(ptx, p)
             later = members[index + 1].prefix if index + 1 < len(members) else None
             if later:  # the CTAs past this member's run the next

@@ -6,9 +6,10 @@ two share x and nothing else: neither reads what the other writes. So a forward 
 keeps what dW needs is one launch where it was two (``hslm_quant_<dt>``, then
 ``hslm_fwd_<out>``), and x's row codes are never written or read back.
 
-One entry per 32-row forward tile (:data:`TILES`: the family's name is the 4-warp one's,
-``_m32n16`` the 8-warp one's); the rule scores it as the product's configuration (the
-column CTAs, a pass of x a column, are not in the model). ``scales`` are x's column scales,
+One entry per forward tile (:func:`tiles_of`: the family's name is its first tile's, the
+others ``_m32`` and ``_m32n16``); the rule scores it as the product's configuration (the
+column CTAs, a pass of x a column, are not in the model). The product reads its CTA
+coordinates afresh at each use (``grouped.staged_member``'s ``recompute``). ``scales`` are x's column scales,
 ``sums`` its column sums (unused by the step: dW's bias gradient is dY's).
 """
 from __future__ import annotations
@@ -23,11 +24,12 @@ from kernels.stepforms import CTA_THREADS, WARP
 from kernels.tile.geometry import entry_name
 
 SHARED_NAMES = ("R", "K", "N", "x")  # the sizes, and x: both read it
-# forward's 32-row tiles: on the 128 x 128 one the two bodies need more than its 128
-# registers a thread (ptxas 13.0 spills 12 bytes on sm_80-sm_89, 4 on sm_90 for f32, with
-# or without .minnctapersm 2), so a large shape's training forward runs a 32-row tile
-TILES = tuple(tile for tile in hslm_fwd_s8.TILES if tile.m == 32)
+# forward's tiles; f32's 128 x 128 one spills 4 bytes on sm_80-sm_89 with both bodies at
+# its 128 registers a thread (ptxas 13.0; f16 and bf16 do not), so f32 has the 32-row ones
 
+
+def tiles_of(suffix: str) -> tuple:
+    return tuple(tile for tile in hslm_fwd_s8.TILES if suffix != "f32" or tile.m == 32)
 
 def columns_member(dtype: str) -> Member:
     """``hslm_qcols``' body as a member: a CTA per 32 columns of x."""
@@ -44,12 +46,13 @@ def forward_specs(suffix: str) -> tuple[KernelSpec, ...]:
     family = f"hslm_fwdx_{suffix}"
     products = hslm_fwdq.forward_specs(suffix, split=True)
     out = []
-    for tile in TILES:
+    tiles = tiles_of(suffix)
+    for tile in tiles:
         product = next(spec for spec in products if spec.tile == tile.label)
-        name = family if tile == TILES[0] else entry_name(family, tile)  # the first: the family's own name
+        name = family if tile == tiles[0] else entry_name(family, tile)  # the first: the family's own name
         out.append(grouped_spec(name, family, tile.label,
-                                (staged_member(product, "fwd"), columns_member(OUT_TYPES[suffix])),
-                                SHARED_NAMES, tile.min_ctas, cost=product.cost, load_in_member=True))
+                                (staged_member(product, "fwd", recompute=True), columns_member(OUT_TYPES[suffix])),
+                                SHARED_NAMES, tile.min_ctas, cost=product.cost))
     return tuple(out)
 
 

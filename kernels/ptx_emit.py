@@ -56,7 +56,8 @@ class Ptx:
         self.body: list[str] = []
         # A part of a grouped entry (kernels.grouped) is emitted as if it were a kernel of
         # its own: its labels take ``scope`` as a prefix, and the special registers named
-        # in ``specials`` (%ctaid.x ...) read the registers given there instead.
+        # in ``specials`` (%ctaid.x ...) read the registers given there instead, or what
+        # a function given there emits at each read.
         self.scope = ""
         self.specials: dict[str, str] = {}
 
@@ -108,7 +109,8 @@ class Ptx:
     def special(self, name: str) -> str:
         """%tid.x, %ctaid.y, %laneid ... into a fresh register (a grouped entry's part
         reads its own CTA coordinates: ``specials``)."""
-        return self.fresh("b32", "mov.u32", self.specials.get(name, name))
+        value = self.specials.get(name, name)
+        return value() if callable(value) else self.fresh("b32", "mov.u32", value)
 
     # -- integer arithmetic (u32 unless stated) -----------------------------------------
     def mov(self, value: Operand, kind: str = "b32") -> str:
