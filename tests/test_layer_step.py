@@ -485,6 +485,30 @@ def test_a_split_forward_keeps_its_workspace_zeroed_between_steps():
     assert len(kept) == 2 and all(not buf.any() for buf in kept.values())
 
 
+def test_the_grouped_backward_keeps_its_split_workspace_zeroed_between_steps():
+    """ffn_up at R = 27: the backward's dX part splits 6 ways into its kept workspace (dW's
+    part runs one split and is given none); a second backward finds it zeroed and gives
+    the same bits, which are stepmath's."""
+    from kernels import grouped, stepmath
+
+    R, K, N = 27, 243, 729
+    spec = layer_step.pick("hslm_grads_f32_f32", Dims(R, K, N))
+    assert grouped.idle_workspace(spec, Dims(R, K, N)) == ("dw_partials", "dw_tickets")
+    rng = np.random.default_rng(7)
+    x, w, dy = (rng.standard_normal(shape).astype(np.float32) for shape in ((R, K), (N, K), (R, N)))
+    rt = EmulatorRuntime()
+    prepared = prepare_weight(rt, w)
+    _, saved = forward(rt, x, prepared)
+    before = set(rt.__dict__.get("_workspaces", {}))
+    dxs = [backward(rt, dy, saved, prepared)[0] for _ in range(2)]
+    beta = stepmath.weight_scale(w)
+    r = stepmath.scales_of(stepmath.absmax(dy, 1))
+    want = stepmath.rescale_rows(stepmath.codes(dy, r, 1).astype(np.int64) @ stepmath.ternary_codes(w, beta), r, beta)
+    assert all(np.array_equal(dx.view(np.uint32), want.view(np.uint32)) for dx in dxs)
+    kept = {key: buf for key, buf in rt.__dict__["_workspaces"].items() if key not in before}
+    assert sorted(key[1] for key in kept) == ["dx_partials", "dx_tickets"] and all(not b.any() for b in kept.values())
+
+
 # ---- on a GPU (skipped without CUDA torch and a CuPy device) -----------------------------------------
 
 def _cuda_ready() -> bool:
