@@ -56,6 +56,18 @@ def test_hslm_report_meets_the_targets_and_round_trips(standins, tmp_path):
     assert "ffn_down_r1782" in text and text.count(" met") == 6
 
 
+def test_a_planted_launch_in_the_inference_forward_is_counted(standins, monkeypatch):
+    real = layer_step._quantizing_product
+
+    def twice(*args):
+        real(*args)
+        return real(*args)
+
+    monkeypatch.setattr(layer_step, "_quantizing_product", twice)
+    counted = layer_count.count_step(shape("attn_r27", *HSLM["attn_r27"]))
+    assert (counted.launches, counted.kept_weight_launches, counted.inference_launches) == (5, 3, 2)
+
+
 def test_a_planted_sync_misses_the_target(standins, monkeypatch):
     real = layer_step._planes
 
