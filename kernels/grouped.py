@@ -9,8 +9,8 @@ kernel's bits: its labels are in a scope of its own (``Ptx.scope``) and a staged
 grid (``Ptx.specials``): CTA c - first of a member of gx x gy x gz CTAs is (c mod gx,
 (c / gx) mod gy, c / (gx gy)), x fastest, as the hardware numbers a 3-D grid's CTAs. A
 CTA is as wide as the widest member; a narrower member's extra warps exit before its
-body, and its barriers wait for the threads that have not exited (PTX ISA 9.7.13.1, bar:
-"the barrier waits for the non-exited threads"). Shared arrays of the same name are one
+body, and its barriers wait for the threads that have not exited (PTX ISA, "Parallel
+Synchronization and Communication Instructions: bar, barrier"). Shared arrays of the same name are one
 (``Ptx.shared_array``: as large as the largest asker), as the ring is.
 
 Parameters: a name two members use for different values (their workspaces, pitches,
