@@ -18,12 +18,10 @@ int8 codes in the exact layouts the GEMMs read, and their f32 scales.
   piece), and writes the transposed C x ldr buffer as whole 128-byte rows of 16-byte
   stores, rows past R coded 0 up to the pitch.
 - ``hslm_quant_<dt>``: both of the above on the same x in one launch (the row CTAs
-  first, then the column CTAs), for a step that needs both: forward (Xq for the product,
-  Xq^T for dW) and a backward computing dX and dW (dYq and dYq^T). Outputs and bits are
-  the two kernels' own; what it saves is one launch's fixed cost.
-- ``hslm_quant_wsum_<dt>_<wdt>``: ``hslm_wsum_<wdt>``'s partial sums of |W| (the first
-  CTAs), then the same: the first forward of a weight version, whose preparation needs
-  the sums before its second launch (``kernels.layer_step.prepare_and_forward``).
+  first, then the column CTAs), for a backward computing dX and dW (dYq and dYq^T).
+  Outputs and bits are the two kernels' own; what it saves is one launch's fixed cost.
+  (A forward quantizes x's rows inside its GEMM, ``kernels/hslm_fwdq.py``, and x's
+  columns in the same grid, ``kernels/hslm_fwdx.py``.)
 
 The reads use 32-bit (f32) or 16-bit elements rather than 16-byte vectors: the HSLM
 widths (243, 729, 2187) leave most rows unaligned to 16 bytes, and a warp's scalar loads
@@ -41,10 +39,9 @@ from kernels.pitch import pitch, pitch_param
 from kernels.ptx_emit import Ptx
 from kernels.layout import Plain
 from kernels.spec import BufferSpec, Dims, KernelSpec, Launch, ScalarSpec
-from kernels.stepforms import (CTA_THREADS, ELEMENT_BYTES, SHORT_NAMES, WARP, element_address, load_f32,
-                               load_vector_f32, pack_bytes, scale_of_absmax, warp_max)
-from kernels.hslm_wprep import partial_count, wsum_body
-from kernels.testdata import float_activations, latent_weights
+from kernels.stepforms import (CTA_THREADS, ELEMENT_BYTES, SHORT_NAMES, WARP, element_address, int8_code,
+                               load_f32, load_vector_f32, pack_bytes, scale_of_absmax, warp_max)
+from kernels.testdata import float_activations
 
 DTYPES = ("float32", "float16", "bfloat16")
 WARPS = CTA_THREADS // WARP
@@ -55,12 +52,6 @@ GROUPS = stepmath.COL_GROUPS  # = WARPS: warp g is the column reduction's group 
 TILE_ROWS = 128  # rows of codes a qcols CTA stages per trip: 16 per warp, one 16-byte piece a column
 PIECE = 16
 assert GROUPS == WARPS
-
-
-def _code(ptx: Ptx, value: str, scale: str) -> str:
-    """clip(rint(value / scale), -127, 127) as an s32 (NaN -> 0)."""
-    rounded = ptx.cvt("s32", "f32", ptx.fdiv(value, scale), rnd="rni")
-    return ptx.binop("max", ptx.binop("min", rounded, stepmath.QMAX, "s32"), -stepmath.QMAX, "s32")
 
 
 def _trips(ptx: Ptx, count: str, step: int) -> str:
@@ -159,7 +150,7 @@ def _element_row(ptx: Ptx, dtype: str, p: dict[str, str], row: str, lane: str, f
         return [load_f32(ptx, dtype, element_address(ptx, first, at, dtype), guard=ptx.setp("lt", at, p["C"], "u32"))]
 
     def store(at: str, values: list[str], scale: str) -> None:
-        ptx.store("global", "u8", ptx.byte_offset(out_row, at, 1), _code(ptx, values[0], scale),
+        ptx.store("global", "u8", ptx.byte_offset(out_row, at, 1), int8_code(ptx, values[0], scale),
                   guard=ptx.setp("lt", at, p["ld"], "u32"))
 
     _row_passes(ptx, p, row, lane, UNROLL, (p["C"], p["ld"]), load, store)
@@ -177,7 +168,7 @@ def _vector_row(ptx: Ptx, dtype: str, p: dict[str, str], row: str, lane: str, fi
         return load_vector_f32(ptx, dtype, ptx.byte_offset(first, at, VECTOR_BYTES), ptx.setp("lt", at, vectors, "u32"))
 
     def store(at: str, values: list[str], scale: str) -> None:
-        codes = [_code(ptx, value, scale) for value in values]
+        codes = [int8_code(ptx, value, scale) for value in values]
         words = [pack_bytes(ptx, codes[i:i + 4]) for i in range(0, per, 4)]
         ptx.store("global", "u32" if len(words) == 1 else f"v{len(words)}.b32",
                   ptx.byte_offset(out_row, at, per), words[0] if len(words) == 1 else words,
@@ -247,16 +238,16 @@ def _tile_piece(ptx: Ptx, tile: str, column: str, piece: str) -> str:
 
 
 def emit_qcols(dtype: str) -> str:
-    """Per-column scales, sums and transposed codes, a CTA per 32 columns (:func:`_cols_body`)."""
+    """Per-column scales, sums and transposed codes, a CTA per 32 columns (:func:`cols_body`)."""
     ptx = Ptx(f"hslm_qcols_{SHORT_NAMES[dtype]}", [("codes_t", "u64"), ("scales", "u64"), ("sums", "u64"),
                                                   ("x", "u64"), ("R", "u32"), ("C", "u32"), ("ldr", "u32")],
               CTA_THREADS)
     p = {n: ptx.param_ptr(n) for n in ("codes_t", "scales", "sums", "x")} | {n: ptx.param_u32(n) for n in ("R", "C", "ldr")}
-    _cols_body(ptx, dtype, p, lambda: ptx.special("%ctaid.x"))
+    cols_body(ptx, dtype, p, lambda: ptx.special("%ctaid.x"))
     return ptx.render()
 
 
-def _cols_body(ptx: Ptx, dtype: str, p: dict[str, str], cta: Callable[[], str]) -> None:
+def cols_body(ptx: Ptx, dtype: str, p: dict[str, str], cta: Callable[[], str]) -> None:
     """CTA ``cta()``'s 32 columns (p: codes_t, scales, sums, x, R, C, ldr), every thread of
     the CTA taking part (it has barriers)."""
     codes_t, scales, sums, x = (p[n] for n in ("codes_t", "scales", "sums", "x"))
@@ -325,7 +316,7 @@ def _cols_body(ptx: Ptx, dtype: str, p: dict[str, str], cta: Callable[[], str]) 
             at = ptx.add(first_row, u)
             inside = ptx.fresh("pred", "and.pred", column_inside, ptx.setp("lt", at, R, "u32"))
             value = load_f32(ptx, dtype, element_address(ptx, x, ptx.mad(at, C, column), dtype), guard=inside)
-            codes.append(_code(ptx, value, scale))
+            codes.append(int8_code(ptx, value, scale))
         words = [pack_bytes(ptx, codes[i:i + 4]) for i in range(0, PIECE, 4)]
         ptx.store("shared", "v4.b32", _tile_piece(ptx, tile, lane, warp), words)
         ptx.barrier()
@@ -363,7 +354,7 @@ def qcols_spec(dtype: str) -> KernelSpec:
         trip_elements=PIECE * WARP)  # a trip of each pass: 16 rows x 32 columns
 
 
-# ---- hslm_quant, hslm_quant_wsum: independent passes in one launch ------------------------
+# ---- hslm_quant: independent passes in one launch ----------------------------------------
 
 
 def quant_ctas(d: Dims) -> tuple[int, int]:
@@ -371,88 +362,60 @@ def quant_ctas(d: Dims) -> tuple[int, int]:
     return qrows_geometry(d).grid[0], qcols_geometry(d).grid[0]
 
 
-def _quant_name(dtype: str, weight_dtype: str | None) -> str:
-    if weight_dtype is None:
-        return f"hslm_quant_{SHORT_NAMES[dtype]}"
-    return f"hslm_quant_wsum_{SHORT_NAMES[dtype]}_{SHORT_NAMES[weight_dtype]}"
-
-
-def emit_quant(dtype: str, weight_dtype: str | None = None) -> str:
+def emit_quant(dtype: str) -> str:
     """The row and the column quantization of the same x in one launch: the first
-    ceil(R / 8) CTAs run :func:`_rows_body`, the rest :func:`_cols_body` on CTA
-    ctaid.x - ceil(R / 8). With ``weight_dtype`` the first ceil(N K / 4096) CTAs run
-    ``hslm_wsum``'s partial sums of |W| (:func:`kernels.hslm_wprep.wsum_body`) before
-    them: what a step's forward needs before its weight preparation and its product.
-    Each branch is CTA-uniform, so every barrier of a part sees all the threads of its
-    CTA. The parts share no data; one launch saves the others' fixed
-    launch-and-teardown time."""
-    weight = () if weight_dtype is None else (("partials", "u64"),)
-    pointers = (*(n for n, _ in weight), "codes", "row_scales", "codes_t", "col_scales", "sums", "x",
-                *(("w",) if weight_dtype else ()))
-    sizes = (*(("count",) if weight_dtype else ()), "R", "C", "ld", "ldr")
-    ptx = Ptx(_quant_name(dtype, weight_dtype), [(n, "u64") for n in pointers] + [(n, "u32") for n in sizes],
+    ceil(R / 8) CTAs run :func:`_rows_body`, the rest :func:`cols_body` on CTA
+    ctaid.x - ceil(R / 8). Each branch is CTA-uniform, so every barrier of a part sees
+    all the threads of its CTA. The parts share no data; one launch saves the other's
+    fixed launch-and-teardown time."""
+    pointers = ("codes", "row_scales", "codes_t", "col_scales", "sums", "x")
+    sizes = ("R", "C", "ld", "ldr")
+    ptx = Ptx(f"hslm_quant_{SHORT_NAMES[dtype]}", [(n, "u64") for n in pointers] + [(n, "u32") for n in sizes],
               CTA_THREADS)
     p = {n: ptx.param_ptr(n) for n in pointers} | {n: ptx.param_u32(n) for n in sizes}
     cta = ptx.special("%ctaid.x")
-    if weight_dtype is not None:
-        sum_ctas = ptx.shr(ptx.add(p["count"], stepmath.SUM_BLOCK - 1), stepmath.SUM_BLOCK.bit_length() - 1)
-        ptx.branch("quantize", guard=ptx.setp("ge", cta, sum_ctas, "u32"))
-        wsum_body(ptx, weight_dtype, p, lambda: cta)
-        ptx.branch("quant_end")
-        ptx.label("quantize")
-        cta = ptx.sub(cta, sum_ctas, "u32")
     row_ctas = _trips(ptx, p["R"], WARPS)
     ptx.branch("columns", guard=ptx.setp("ge", cta, row_ctas, "u32"))
     _rows_body(ptx, dtype, p | {"scales": p["row_scales"]}, lambda: cta)
     ptx.branch("quant_end")
     ptx.label("columns")
-    _cols_body(ptx, dtype, p | {"scales": p["col_scales"]}, lambda: ptx.sub(cta, row_ctas, "u32"))
+    cols_body(ptx, dtype, p | {"scales": p["col_scales"]}, lambda: ptx.sub(cta, row_ctas, "u32"))
     ptx.label("quant_end")
     return ptx.render()
 
 
-def quant_spec(dtype: str, weight_dtype: str | None = None) -> KernelSpec:
+def quant_spec(dtype: str) -> KernelSpec:
     """``hslm_quant_<dt>``: qrows' outputs (codes, row_scales) and qcols' (codes_t,
-    col_scales, sums) of one x (R x K), each exactly its own kernel's reference; with
-    ``weight_dtype``, ``hslm_quant_wsum_<dt>_<wdt>``: hslm_wsum's partials of W (N x K)
-    first. Its test data varies the scale per row or per column by a seeded coin, so
-    both halves meet their tie and non-finite slices over the cells."""
+    col_scales, sums) of one x (R x K), each exactly its own kernel's reference. Its test
+    data varies the scale per row or per column by a seeded coin, so both halves meet
+    their tie and non-finite slices over the cells."""
     def make_inputs(d: Dims, rng: np.random.Generator) -> dict[str, np.ndarray]:
-        x = float_activations(rng, (d.R, d.K), dtype, axis=int(rng.integers(0, 2)))
-        return {"x": x} if weight_dtype is None else {"x": x, "w": latent_weights(rng, d.N, d.K, weight_dtype)}
+        return {"x": float_activations(rng, (d.R, d.K), dtype, axis=int(rng.integers(0, 2)))}
 
     def reference(d: Dims, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         x = to_f32(inputs["x"], dtype)
         rows, cols = row_quantized(d, x), column_quantized(d, x)
-        sums = {} if weight_dtype is None else {"partials": stepmath.abs_partials(to_f32(inputs["w"], weight_dtype))}
-        return {**sums, "codes": rows["codes"], "row_scales": rows["scales"], "codes_t": cols["codes_t"],
+        return {"codes": rows["codes"], "row_scales": rows["scales"], "codes_t": cols["codes_t"],
                 "col_scales": cols["scales"], "sums": cols["sums"]}
 
-    weight_count = lambda d: d.N * d.K  # noqa: E731
-    partials = () if weight_dtype is None else (
-        BufferSpec("partials", "float32", Plain(lambda d: (partial_count(weight_count(d)),))),)
-    outputs = (*partials,
-               BufferSpec("codes", "int8", Plain(lambda d: (d.R, pitch(d.K)))),
+    outputs = (BufferSpec("codes", "int8", Plain(lambda d: (d.R, pitch(d.K)))),
                BufferSpec("row_scales", "float32", Plain(lambda d: (d.R,))),
                BufferSpec("codes_t", "int8", Plain(lambda d: (d.K, pitch(d.R)))),
                BufferSpec("col_scales", "float32", Plain(lambda d: (d.K,))),
                BufferSpec("sums", "float32", Plain(lambda d: (d.K,))))
-    inputs = (BufferSpec("x", dtype, Plain(lambda d: (d.R, d.K))),
-              *(() if weight_dtype is None else (BufferSpec("w", weight_dtype, Plain(lambda d: (d.N, d.K))),)))
-    sizes = (*(() if weight_dtype is None else (ScalarSpec("count", weight_count),)), ScalarSpec("R"),
-             ScalarSpec("C", lambda d: d.K), pitch_param("ld", lambda d: d.K), pitch_param("ldr", lambda d: d.R))
+    sizes = (ScalarSpec("R"), ScalarSpec("C", lambda d: d.K), pitch_param("ld", lambda d: d.K),
+             pitch_param("ldr", lambda d: d.R))
 
     def geometry(d: Dims) -> Launch:
-        first = 0 if weight_dtype is None else partial_count(weight_count(d))
-        return Launch((first + sum(quant_ctas(d)), 1, 1), (CTA_THREADS, 1, 1))
+        return Launch((sum(quant_ctas(d)), 1, 1), (CTA_THREADS, 1, 1))
 
     return KernelSpec(
-        name=_quant_name(dtype, weight_dtype), emit=lambda: emit_quant(dtype, weight_dtype), geometry=geometry,
-        params=(*outputs, *inputs, *sizes), make_inputs=make_inputs, reference=reference,
+        name=f"hslm_quant_{SHORT_NAMES[dtype]}", emit=lambda: emit_quant(dtype), geometry=geometry,
+        params=(*outputs, BufferSpec("x", dtype, Plain(lambda d: (d.R, d.K))), *sizes),
+        make_inputs=make_inputs, reference=reference,
         outputs=tuple(buffer.name for buffer in outputs), trip_elements=WARP * UNROLL,  # a row trip, as qrows
     )
 
 
 SPECS = (tuple(qrows_spec(dt) for dt in DTYPES) + tuple(qcols_spec(dt) for dt in DTYPES)
-         + tuple(quant_spec(dt) for dt in DTYPES)
-         + tuple(quant_spec(dt, wdt) for dt in DTYPES for wdt in DTYPES))
+         + tuple(quant_spec(dt) for dt in DTYPES))

@@ -4,20 +4,24 @@ A step is weight preparation (once per weight version), forward, and backward (d
 the bias gradient). Every GPU operation in it is one of the step's PTX kernels:
 
 - ``prepare_weight``: ``hslm_wsum_<dt>`` (partial sums of |W|), ``hslm_wprep_<dt>``
-  (beta = mean|W|, the planes of W and of W^T): 2 launches; the first forward of a weight
-  version (``prepare_and_forward``) runs the sums inside x's quantization launch
-  (``hslm_quant_wsum_<dt>_<wdt>``), so a training step's forward is 3 launches in all;
-- ``forward``: ``hslm_quant_<dt>`` (in one launch: row scales and codes straight into
-  forward's pitched layout, column scales and transposed codes kept for dW), the fused
-  GEMM ``hslm_fwd_<out>``: 2 launches;
+  (beta = mean|W|, the planes of W and of W^T): 2 launches, once per weight version
+  (``prepare_and_forward``: then the forward);
+- ``forward``: ``hslm_fwdx_<out>``, the fused GEMM quantizing its own rows of x, with x's
+  column scales and transposed codes (kept for dW) made in the same grid: 1 launch; with
+  no weight gradient to come (inference, a frozen weight) ``hslm_fwdq_<out>``, the GEMM
+  alone: 1;
 - ``backward``: ``hslm_quant_<dt>`` on dY (its column sums are the bias gradient; only
-  ``hslm_qrows_<dt>`` or ``hslm_qcols_<dt>`` when dX or dW alone is asked for),
-  ``hslm_dx_<out>``, ``hslm_dw_<wdt>``: at most 3 launches.
+  ``hslm_qrows_<dt>`` or ``hslm_qcols_<dt>`` when dX or dW alone is asked for), then
+  ``hslm_grads_<dt>_<wdt>`` (dX's and dW's products in one grid, kernels/hslm_grads.py;
+  ``hslm_dx_<out>`` or ``hslm_dw_<wdt>`` when one alone is asked for): 2 launches, so a
+  training step with a new weight version is 5 launches, 3 with a kept one.
 
 Each fused GEMM has an unsplit family and a split-K one (``hslm_fwd_splitk_<out>`` ...,
 which reduces in int32 into a workspace it leaves zeroed); :func:`pick` runs the split one
 only where the tile rule scores it lower (dW at R = 1782, forward or dX at R = 27 when the
 contraction is 729 deep), and the runtime keeps its workspace between steps, zeroed once.
+The grouped backward holds the split families' bodies, each splitting where its rule says;
+a part of one split is passed no workspace (any valid pointer, never read).
 
 Each launch is driven by its kernel's :class:`kernels.spec.KernelSpec`: the configuration
 from :func:`kernels.registry.choose`, the grid, block and shared bytes from
@@ -50,7 +54,7 @@ from typing import Any, Iterable, Mapping, NamedTuple
 
 import numpy as np
 
-from kernels import registry
+from kernels import grouped, hslm_grads, registry
 from kernels.floats import FLOAT_DTYPES, storage_dtype
 from kernels.pitch import pitch
 from kernels.spec import BufferSpec, Dims, KernelSpec, Launch
@@ -737,25 +741,42 @@ def _activations(rt: Runtime, op: str, x: Any, in_features: int) -> tuple[int, i
 def forward(rt: Runtime, x: Any, prepared: PreparedWeight, bias: Any = None,
             keep_columns: bool = True) -> tuple[Any, SavedActivations | None]:
     """y = x (beta W_t)^T (+ bias) in x's float type, and what dW needs later (None
-    without ``keep_columns``: no weight gradient to come): 2 launches (the row and column
-    quantizations of x in one, or the row one alone; the fused GEMM)."""
+    without ``keep_columns``: no weight gradient to come): 1 launch, the GEMM that
+    quantizes its own rows of x, with x's column quantization in the same grid
+    (``hslm_fwdx_<dt>``) or without it (``hslm_fwdq_<dt>``)."""
     R, K, dt = _activations(rt, "forward", x, prepared.K)
-    rows, cols = _quantize_both(rt, x, dt) if keep_columns else (_quantize_rows(rt, x, dt), None)
-    return _forward_product(rt, x, rows, cols, prepared, bias)
+    if not keep_columns:
+        return _quantizing_product(rt, x, prepared, bias), None
+    dims, family = Dims(R, K, prepared.N), f"hslm_fwdx_{dt}"
+    idle = grouped.idle_workspace(pick(family, dims), dims)  # one split: any valid pointer, never read
+    given = {"x": x, "w": prepared.planes, "beta": prepared.beta, "bias": prepared.beta if bias is None else bias,
+             **{name: prepared.beta for name in idle}}  # no bias: any valid pointer, never read
+    out = _launch(rt, family, dims, given, allocate=("y", "codes_t", "scales", "sums"),
+                  scalars={"R": R, "K": K, "N": dims.N, "ldx": K, "has_bias": int(bias is not None), "C": K,
+                           "ldr": pitch(R)},
+                  unused=(*idle, *(("bias",) if bias is None else ())))
+    return out["y"], SavedActivations(out["codes_t"], out["scales"], R)
+
+
+def _quantizing_product(rt: Runtime, x: Any, prepared: PreparedWeight, bias: Any) -> Any:
+    """y from float x in one launch: the forward GEMM quantizing its own rows of x."""
+    R, K = x.shape
+    dt, N = DTYPE_SUFFIX[rt.dtype_of(x)], prepared.N
+    given = {"x": x, "w": prepared.planes, "beta": prepared.beta,
+             "bias": prepared.beta if bias is None else bias}  # no bias: any valid pointer, never read
+    return _launch(rt, _product("fwdq", dt), Dims(R, K, N), given, allocate=("y",),
+                   scalars={"R": R, "K": K, "N": N, "ldx": K, "has_bias": int(bias is not None)},
+                   unused=("bias",) if bias is None else ())["y"]
 
 
 def prepare_and_forward(rt: Runtime, x: Any, w: Any, bias: Any = None) -> tuple[PreparedWeight, Any, SavedActivations]:
-    """:func:`prepare_weight` then :func:`forward` in 3 launches where the two take 4: the
-    partial sums of |W| ride in x's quantization launch (``hslm_quant_wsum_<dt>_<wdt>``:
-    neither reads what the other writes), then beta and the planes, then the product.
-    The first forward of a weight version, in training every step."""
+    """:func:`prepare_weight` then :func:`forward`: 3 launches. The first forward of a
+    weight version, in training every step."""
     N, K = _matrix("prepare_and_forward", "w", w, "N x K")
-    wdt = DTYPE_SUFFIX[_float_type(rt, "prepare_and_forward", "w", w)]
-    R, _, dt = _activations(rt, "prepare_and_forward", x, K)
-    out = _launch(rt, f"hslm_quant_wsum_{dt}_{wdt}", Dims(R, K, N), {"x": x, "w": w},
-                  allocate=("partials", *QUANT_OUTPUTS), scalars={"count": N * K, **_quant_scalars(R, K)})
-    prepared = _planes(rt, w, out["partials"])
-    y, saved = _forward_product(rt, x, *_quantized(out), prepared, bias)
+    _float_type(rt, "prepare_and_forward", "w", w)
+    _activations(rt, "prepare_and_forward", x, K)
+    prepared = prepare_weight(rt, w)
+    y, saved = forward(rt, x, prepared, bias)
     return prepared, y, saved
 
 
@@ -765,24 +786,12 @@ def _quantized(out: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
             {"codes_t": out["codes_t"], "scales": out["col_scales"], "sums": out["sums"]})
 
 
-def _forward_product(rt: Runtime, x: Any, rows: Mapping[str, Any], cols: Mapping[str, Any] | None,
-                     prepared: PreparedWeight, bias: Any) -> tuple[Any, SavedActivations | None]:
-    """Forward's fused GEMM on x's row codes, and the column codes kept for dW."""
-    R, K = x.shape
-    dt, N = DTYPE_SUFFIX[rt.dtype_of(x)], prepared.N
-    given = {"x": rows["codes"], "w": prepared.planes, "row_scales": rows["scales"], "beta": prepared.beta,
-             "bias": rows["scales"] if bias is None else bias}  # no bias: any valid pointer, never read
-    out = _launch(rt, _product("fwd", dt), Dims(R, K, N), given, allocate=("y",),
-                  scalars={"R": R, "K": K, "N": N, "ldx": pitch(K), "has_bias": int(bias is not None)},
-                  unused=("bias",) if bias is None else ())
-    return out["y"], None if cols is None else SavedActivations(cols["codes_t"], cols["scales"], R)
-
-
 def backward(rt: Runtime, dy: Any, saved: SavedActivations, prepared: PreparedWeight,
              need_dx: bool = True, need_dw: bool = True, need_db: bool = False) -> tuple[Any, Any, Any]:
     """(dX in dY's float type, dW N x K in the weight's, db as f32 column sums of dY); each
-    None when not asked for. Up to 3 launches: the quantization of dY (rows for dX, columns
-    for dW and db: one launch when both are asked), dX and dW."""
+    None when not asked for. Up to 2 launches: the quantization of dY (rows for dX, columns
+    for dW and db: one launch when both are asked), then dX and dW in one launch
+    (``hslm_grads_<dt>_<wdt>``), or the one of them asked for."""
     R, N = _matrix("backward", "dy", dy, "R x N")
     if (R, N) != (saved.R, prepared.N):
         raise LaunchError(f"backward: dy has shape {(R, N)}, expected ({saved.R}, {prepared.N}) from forward")
@@ -796,16 +805,24 @@ def backward(rt: Runtime, dy: Any, saved: SavedActivations, prepared: PreparedWe
         rows = _quantize_rows(rt, dy, dt)
     elif need_cols:
         cols = _quantize_cols(rt, dy, dt)
+    db = cols["sums"] if need_db else None
+    dx_given = {"dy": rows["codes"], "w": prepared.planes_t, "row_scales": rows["scales"],
+                "beta": prepared.beta} if need_dx else {}
+    dw_given = {"x_t": saved.x_t, "dy_t": cols["codes_t"], "u": saved.u, "v": cols["scales"]} if need_dw else {}
+    dims, wdt = Dims(R, K, N), DTYPE_SUFFIX[prepared.dtype]
+    if need_dx and need_dw:  # both products in one launch
+        family = hslm_grads.family(dt, wdt)
+        idle = grouped.idle_workspace(pick(family, dims), dims)  # a part of one split: any valid pointer
+        out = _launch(rt, family, dims, dx_given | dw_given | {name: rows["scales"] for name in idle},
+                      allocate=("dx", "dw"), scalars={"R": R, "K": K, "N": N, "ldy": pitch(N), "ldr": pitch(R)},
+                      unused=idle)
+        return out["dx"], out["dw"], db
     if need_dx:
-        given = {"dy": rows["codes"], "w": prepared.planes_t, "row_scales": rows["scales"], "beta": prepared.beta}
-        dx = _launch(rt, _product("dx", dt), Dims(R, K, N), given, allocate=("dx",),
+        dx = _launch(rt, _product("dx", dt), dims, dx_given, allocate=("dx",),
                      scalars={"R": R, "K": K, "N": N, "ldy": pitch(N)})["dx"]
-    if need_cols:
-        db = cols["sums"] if need_db else None
-        if need_dw:
-            given = {"x_t": saved.x_t, "dy_t": cols["codes_t"], "u": saved.u, "v": cols["scales"]}
-            dw = _launch(rt, _product("dw", DTYPE_SUFFIX[prepared.dtype]), Dims(R, K, N), given, allocate=("dw",),
-                         scalars={"R": R, "K": K, "N": N, "ldr": pitch(R)})["dw"]
+    if need_dw:
+        dw = _launch(rt, _product("dw", wdt), dims, dw_given, allocate=("dw",),
+                     scalars={"R": R, "K": K, "N": N, "ldr": pitch(R)})["dw"]
     return dx, dw, db
 
 

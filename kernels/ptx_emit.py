@@ -54,6 +54,12 @@ class Ptx:
         self.count = {kind: 0 for kind in REG_KINDS}
         self.shared: list[tuple[str, int, int]] = []
         self.body: list[str] = []
+        # A part of a grouped entry (kernels.grouped) is emitted as if it were a kernel of
+        # its own: its labels take ``scope`` as a prefix, and the special registers named
+        # in ``specials`` (%ctaid.x ...) read the registers given there instead, or what
+        # a function given there emits at each read.
+        self.scope = ""
+        self.specials: dict[str, str] = {}
 
     # -- registers, labels, raw instructions -------------------------------------------
     def reg(self, kind: str = "b32") -> str:
@@ -74,14 +80,21 @@ class Ptx:
         return dst
 
     def label(self, name: str) -> None:
-        self.body.append(f"{name}:")
+        self.body.append(f"{self.scope}{name}:")
 
     def comment(self, text: str) -> None:
         self.body.append(f"\t// {text}")
 
     def shared_array(self, name: str, nbytes: int, align: int = 16) -> str:
-        """Declare an aligned static shared array; returns its 32-bit address register."""
-        self.shared.append((name, nbytes, align))
+        """Declare an aligned static shared array; returns its 32-bit address register. A
+        name declared again (the parts of a grouped entry) is one array, as large and as
+        aligned as its largest asker: the parts run in different CTAs."""
+        for i, (known, size, was) in enumerate(self.shared):
+            if known == name:
+                self.shared[i] = (name, max(size, nbytes), max(was, align))
+                break
+        else:
+            self.shared.append((name, nbytes, align))
         return self.fresh("b32", "mov.u32", name)
 
     # -- parameters and special registers ---------------------------------------------
@@ -94,8 +107,10 @@ class Ptx:
         return self.fresh("b32", "ld.param.u32", f"[{name}]")
 
     def special(self, name: str) -> str:
-        """%tid.x, %ctaid.y, %laneid ... into a fresh register."""
-        return self.fresh("b32", "mov.u32", name)
+        """%tid.x, %ctaid.y, %laneid ... into a fresh register (a grouped entry's part
+        reads its own CTA coordinates: ``specials``)."""
+        value = self.specials.get(name, name)
+        return value() if callable(value) else self.fresh("b32", "mov.u32", value)
 
     # -- integer arithmetic (u32 unless stated) -----------------------------------------
     def mov(self, value: Operand, kind: str = "b32") -> str:
@@ -223,7 +238,7 @@ class Ptx:
     def branch(self, target: str, guard: str | None = None) -> None:
         """A non-divergent branch: every active thread of a warp takes the same way (PTX ISA
         bra.uni); the kernels' branches are uniform over the launch or over a warp."""
-        self.ins("bra.uni", target, guard=guard)
+        self.ins("bra.uni", self.scope + target, guard=guard)
 
     # -- tensor core ------------------------------------------------------------------
     def mma_s8(self, acc: Sequence[str], a: Sequence[str], b: Sequence[str]) -> None:

@@ -13,12 +13,12 @@ import functools
 import math
 
 from kernels import (cost, hslm_dw_rescaled, hslm_dw_s8, hslm_dx_rescaled, hslm_dx_s8, hslm_fwd_rescaled, hslm_fwd_s8,
-                     hslm_quant, hslm_wprep)
+                     hslm_fwdq, hslm_fwdx, hslm_grads, hslm_quant, hslm_wprep)
 from kernels.spec import Dims, KernelSpec
 from kernels.tile.specs import SCORE_CACHES
 
 KERNELS: dict[str, KernelSpec] = {s.name: s for m in (hslm_fwd_s8, hslm_dx_s8, hslm_dw_s8, hslm_fwd_rescaled,
-                                                      hslm_dx_rescaled, hslm_dw_rescaled, hslm_wprep, hslm_quant)
+                                                      hslm_dx_rescaled, hslm_dw_rescaled, hslm_fwdq, hslm_fwdx, hslm_grads, hslm_wprep, hslm_quant)
                                   for s in m.SPECS}
 FAMILIES: dict[str, tuple[KernelSpec, ...]] = {}
 for _spec in KERNELS.values():

@@ -9,7 +9,7 @@ bench times the same launch. Backends (CuPy's RawModule, our CPU emulator) suppl
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, ClassVar, NamedTuple
+from typing import Any, Callable, ClassVar, NamedTuple
 
 import numpy as np
 
@@ -86,6 +86,20 @@ class ScalarSpec:
 Param = BufferSpec | ScalarSpec  # one PTX parameter of a kernel
 
 
+class Part(NamedTuple):
+    """A staged kernel's body as a part of another entry (``kernels.hslm_grads``): its
+    CTA's ``threads`` and ``min_ctas``, its tile's rows ``tile_m``, the Dims fields of its
+    output's rows, its output's columns and its contraction (``gemm``), and ``emit(ptx,
+    p)``, which writes the body into ``ptx`` from the loaded parameters ``p`` by name,
+    reading its CTA coordinates through ``Ptx.special``."""
+
+    threads: int
+    min_ctas: int
+    tile_m: int
+    gemm: tuple[str, str, str]
+    emit: Callable[[Any, dict[str, str]], None]
+
+
 class Operand(NamedTuple):
     """One operand of a kernel's dense GEMM form: a kernel input by name, transposed or not.
     A packed ternary input (uint32) stands for its K x N int8 matrix."""
@@ -147,6 +161,7 @@ class KernelSpec:
     # elements one trip of the kernel's main loop handles per warp, for a non-GEMM kernel's
     # SASS figure (instructions per element, pipeline.stages.sass); 0: not counted per element
     trip_elements: int = 0
+    part: Part | None = None  # a staged kernel's body, which a grouped entry can hold
 
     @property
     def output_params(self) -> tuple[BufferSpec, ...]:

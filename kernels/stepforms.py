@@ -8,6 +8,7 @@ same f32 values as the numpy references in kernels.stepmath.
 """
 from __future__ import annotations
 
+from kernels import stepmath
 from kernels.ptx_emit import Ptx
 
 ELEMENT_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
@@ -16,15 +17,15 @@ CTA_THREADS = 256
 WARP = 32
 
 
-def load_f32(ptx: Ptx, dtype: str, address: str, guard: str | None = None) -> str:
-    """The element of ``dtype`` at ``address`` as a fresh .f32 register; +0 where
-    ``guard`` is off (the load is not issued there)."""
+def load_f32(ptx: Ptx, dtype: str, address: str, guard: str | None = None, offset: int = 0) -> str:
+    """The element of ``dtype`` at ``address`` (+ ``offset`` bytes) as a fresh .f32
+    register; +0 where ``guard`` is off (the load is not issued there)."""
     if dtype == "float32":
         value = ptx.fmov(0.0)
-        ptx.load("global", "f32", address, guard=guard, into=value)
+        ptx.load("global", "f32", address, offset, guard=guard, into=value)
         return value
     half = ptx.fresh("b16", "mov.b16", 0)
-    ptx.load("global", "b16", address, guard=guard, into=half)
+    ptx.load("global", "b16", address, offset, guard=guard, into=half)
     return ptx.cvt("f32", SHORT_NAMES[dtype], half)
 
 
@@ -60,9 +61,10 @@ def cta_tree_sum(ptx: Ptx, value: str, tid: str, scratch: str) -> str:
     return total
 
 
-def warp_max(ptx: Ptx, value: str) -> str:
-    """max.NaN over a warp, in every lane (``shfl.sync.bfly``; max is exact in any order)."""
-    for mask in (16, 8, 4, 2, 1):
+def warp_max(ptx: Ptx, value: str, lanes: int = WARP) -> str:
+    """max.NaN over each run of ``lanes`` lanes (a power of two; the whole warp by
+    default), in every lane of the run (``shfl.sync.bfly``; max is exact in any order)."""
+    for mask in (16, 8, 4, 2, 1)[(WARP // lanes).bit_length() - 1:]:
         value = ptx.fmax_nan(value, ptx.shfl("bfly", value, mask, 0x1F))
     return value
 
@@ -71,6 +73,12 @@ def scale_of_absmax(ptx: Ptx, absmax: str, qmax: int) -> str:
     """absmax / qmax (``div.rn.f32``), 1 where that is 0: :func:`kernels.stepmath.scales_of`."""
     scale = ptx.fdiv(absmax, float(qmax))
     return ptx.selp_f32(1.0, scale, ptx.setp_f32("eq", scale, 0.0))
+
+
+def int8_code(ptx: Ptx, value: str, scale: str) -> str:
+    """clip(rint(value / scale), -127, 127) as an s32 (NaN -> 0): :func:`kernels.stepmath.codes`."""
+    rounded = ptx.cvt("s32", "f32", ptx.fdiv(value, scale), rnd="rni")
+    return ptx.binop("max", ptx.binop("min", rounded, stepmath.QMAX, "s32"), -stepmath.QMAX, "s32")
 
 
 def pack_bytes(ptx: Ptx, values: list[str]) -> str:

@@ -77,21 +77,38 @@ def standin_specs() -> list[KernelSpec]:
             lambda d: Launch((-(-d.R // 8) + -(-d.K // 32), 1, 1), (256, 1, 1), 0),
             ("codes", "row_scales", "codes_t", "col_scales", "sums")))
         for wdt in SUFFIXES:
-            specs.append(standin_spec(f"hslm_quant_wsum_{dt}_{wdt}", (
-                _buffer("partials", "float32", lambda d: (sum_partials(count(d)),)),
-                _buffer("codes", "int8", lambda d: (d.R, pitch(d.K))), _buffer("row_scales", "float32", lambda d: (d.R,)),
-                _buffer("codes_t", "int8", lambda d: (d.K, pitch(d.R))),
-                _buffer("col_scales", "float32", lambda d: (d.K,)), _buffer("sums", "float32", lambda d: (d.K,)),
-                _buffer("x", f, lambda d: (d.R, d.K)), _buffer("w", FLOATS[wdt], lambda d: (d.N, d.K)),
-                _scalar("count"), _scalar("R"), _scalar("C"), _scalar("ld"), _scalar("ldr")),
-                lambda d: Launch((sum_partials(count(d)) + -(-d.R // 8) + -(-d.K // 32), 1, 1), (256, 1, 1), 0),
-                ("partials", "codes", "row_scales", "codes_t", "col_scales", "sums")))
+            specs.append(standin_spec(f"hslm_grads_{dt}_{wdt}", (  # dX's and dW's products in one grid
+                _buffer("dx", f, lambda d: (d.R, d.K)), _buffer("dy", "int8", lambda d: (d.R, pitch(d.N))),
+                _buffer("w", "uint32", planes.FRAGMENTS_T.shape), _buffer("row_scales", "float32", lambda d: (d.R,)),
+                _buffer("beta", "float32", lambda d: (1,)),
+                _buffer("dw", FLOATS[wdt], lambda d: (d.N, d.K)), _buffer("x_t", "int8", lambda d: (d.K, pitch(d.R))),
+                _buffer("dy_t", "int8", lambda d: (d.N, pitch(d.R))), _buffer("u", "float32", lambda d: (d.K,)),
+                _buffer("v", "float32", lambda d: (d.N,)),
+                _scalar("R"), _scalar("K"), _scalar("N"), _scalar("ldy"), _scalar("ldr")),
+                lambda d: Launch((-(-d.K // 128) * (-(-d.R // 32) + -(-d.N // 16)), 1, 1), (256, 1, 1), 0),
+                ("dx", "dw")))
         specs.append(standin_spec(f"hslm_fwd_{dt}", (
             _buffer("y", f, lambda d: (d.R, d.N)), _buffer("x", "int8", lambda d: (d.R, pitch(d.K))),
             _buffer("w", "uint32", planes.FRAGMENTS.shape), _buffer("row_scales", "float32", lambda d: (d.R,)),
             _buffer("beta", "float32", lambda d: (1,)), _buffer("bias", f, lambda d: (d.N,)),
             _scalar("R"), _scalar("K"), _scalar("N"), _scalar("ldx"), _scalar("has_bias")),
             lambda d: Launch((-(-d.N // 128), -(-d.R // 32), 1), (128, 1, 1), 0), ("y",)))
+        specs.append(standin_spec(f"hslm_fwdq_{dt}", (  # forward quantizing its own rows of x
+            _buffer("y", f, lambda d: (d.R, d.N)), _buffer("x", f, lambda d: (d.R, d.K)),
+            _buffer("w", "uint32", planes.FRAGMENTS.shape), _buffer("beta", "float32", lambda d: (1,)),
+            _buffer("bias", f, lambda d: (d.N,)),
+            _scalar("R"), _scalar("K"), _scalar("N"), _scalar("ldx"), _scalar("has_bias")),
+            lambda d: Launch((-(-d.N // 128), -(-d.R // 32), 1), (128, 1, 1), 0), ("y",)))
+        specs.append(standin_spec(f"hslm_fwdx_{dt}", (  # forward quantizing its rows, with x's columns
+            _buffer("y", f, lambda d: (d.R, d.N)), _buffer("x", f, lambda d: (d.R, d.K)),
+            _buffer("w", "uint32", planes.FRAGMENTS.shape), _buffer("beta", "float32", lambda d: (1,)),
+            _buffer("bias", f, lambda d: (d.N,)),
+            _buffer("codes_t", "int8", lambda d: (d.K, pitch(d.R))), _buffer("scales", "float32", lambda d: (d.K,)),
+            _buffer("sums", "float32", lambda d: (d.K,)),
+            _scalar("R"), _scalar("K"), _scalar("N"), _scalar("ldx"), _scalar("has_bias"), _scalar("C"),
+            _scalar("ldr")),
+            lambda d: Launch((-(-d.N // 128) * -(-d.R // 32) + -(-d.K // 32), 1, 1), (256, 1, 1), 0),
+            ("y", "codes_t", "scales", "sums")))
         specs.append(standin_spec(f"hslm_dx_{dt}", (
             _buffer("dx", f, lambda d: (d.R, d.K)), _buffer("dy", "int8", lambda d: (d.R, pitch(d.N))),
             _buffer("w", "uint32", planes.FRAGMENTS_T.shape), _buffer("row_scales", "float32", lambda d: (d.R,)),

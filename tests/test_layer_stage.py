@@ -47,12 +47,25 @@ def test_hslm_report_meets_the_targets_and_round_trips(standins, tmp_path):
     assert [s.name for s in report.shapes] == list(HSLM)
     for s in report.shapes:
         assert tasks_layer.missed_targets(s) == []
-        assert (s.launches, s.host_syncs, s.h2d_copies, s.foreign_allocations) == (6, 0, 0, 0)
-        assert len(s.launch_list) == 6 and sum(x.bytes for x in s.launch_list) == s.bytes_moved
+        assert (s.launches, s.host_syncs, s.h2d_copies, s.foreign_allocations) == (5, 0, 0, 0)
+        assert len(s.launch_list) == 5 and sum(x.bytes for x in s.launch_list) == s.bytes_moved
+        assert (s.kept_weight_launches, s.inference_launches) == (3, 1)  # fwdx, quant dY, grads; fwdq
     write_model(tmp_path / "hslm.json", report)
     assert read_model(tmp_path / "hslm.json", LayerReport) == report
     text = tasks_layer.layer_table(report)
     assert "ffn_down_r1782" in text and text.count(" met") == 6
+
+
+def test_a_planted_launch_in_the_inference_forward_is_counted(standins, monkeypatch):
+    real = layer_step._quantizing_product
+
+    def twice(*args):
+        real(*args)
+        return real(*args)
+
+    monkeypatch.setattr(layer_step, "_quantizing_product", twice)
+    counted = layer_count.count_step(shape("attn_r27", *HSLM["attn_r27"]))
+    assert (counted.launches, counted.kept_weight_launches, counted.inference_launches) == (5, 3, 2)
 
 
 def test_a_planted_sync_misses_the_target(standins, monkeypatch):
@@ -79,11 +92,11 @@ def test_missed_targets_name_each():
 
 
 def test_a_missing_kernel_fails_the_stage_in_one_line(monkeypatch, tmp_path):
-    monkeypatch.delitem(registry.FAMILIES, "hslm_quant_wsum_bf16_bf16", raising=False)
+    monkeypatch.delitem(registry.FAMILIES, "hslm_fwdx_bf16", raising=False)
     monkeypatch.setattr(tasks_layer, "report_path", lambda s: tmp_path / f"{s}.json")
     result = tasks_layer._layer("smoke")
     assert isinstance(result, TaskFailed)
-    assert result.message.startswith("layer smoke/tiny: layer step: unknown kernel family 'hslm_quant_wsum_bf16_bf16'")
+    assert result.message.startswith("layer smoke/tiny: layer step: unknown kernel family 'hslm_fwdx_bf16'")
     assert "\n" not in result.message and not (tmp_path / "smoke.json").exists()
 
 

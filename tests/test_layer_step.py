@@ -26,7 +26,7 @@ from kernels.spec import Dims, KernelSpec
 from kernels.validate import LaunchError
 from stepcases import FLOATS, HSLM, SUFFIXES, install_standins, standin_spec, standin_specs
 
-STEP_LAUNCHES = 6  # 3 to prepare W and run forward, 3 backward
+STEP_LAUNCHES = 5  # 3 to prepare W and run forward, 2 backward
 
 
 def run_step(rt, R: int, K: int, N: int, dtype: str = "bfloat16", weight_dtype: str = "bfloat16",
@@ -53,8 +53,8 @@ def test_hslm_step_meets_its_targets(standins, shape):
     y, (dx, dw, db) = run_step(rt, R, K, N)
     rec = rt.recording
     assert [launch.kernel for launch in rec.launches] == [
-        "hslm_quant_wsum_bf16_bf16", "hslm_wprep_bf16", "hslm_fwd_bf16",
-        "hslm_quant_bf16", "hslm_dx_bf16", "hslm_dw_bf16"]
+        "hslm_wsum_bf16", "hslm_wprep_bf16", "hslm_fwdx_bf16",
+        "hslm_quant_bf16", "hslm_grads_bf16_bf16"]
     assert (rec.host_syncs, rec.h2d_copies, rec.foreign_allocations) == ([], [], [])
     minimum = step_bytes_minimum(R, K, N, "bfloat16", "bfloat16", bias=True)
     assert minimum <= rec.bytes_moved <= 3 * minimum
@@ -74,11 +74,11 @@ def test_hslm_step_on_the_registered_kernels_meets_its_targets(monkeypatch, shap
     rt.recording = layer_step.Recording()
     run_step(rt, R, K, N)
     rec = rt.recording
-    assert len(rec.launches) == STEP_LAUNCHES and rec.allocations == 17  # every output and scratch buffer
+    assert len(rec.launches) == STEP_LAUNCHES and rec.allocations == 15  # every output and scratch buffer
     assert (rec.host_syncs, rec.h2d_copies, rec.foreign_allocations) == ([], [], [])
     minimum = step_bytes_minimum(R, K, N, "bfloat16", "bfloat16", bias=True)
     assert minimum <= rec.bytes_moved <= 3 * minimum
-    fwd = layer_step.pick(("hslm_fwd_bf16", "hslm_fwd_splitk_bf16"), Dims(R, K, N))
+    fwd = layer_step.pick("hslm_fwdx_bf16", Dims(R, K, N))
     assert rec.launches[2].kernel == fwd.name and rec.launches[2].grid == fwd.geometry(Dims(R, K, N)).grid
 
 
@@ -99,14 +99,14 @@ def test_geometry_and_bytes_come_from_the_specs(standins):
     rt = RecordingRuntime()
     run_step(rt, 27, 243, 729)
     by_name = {launch.kernel: launch for launch in rt.recording.launches}
-    fwd = registry.KERNELS["hslm_fwd_bf16"]
-    assert by_name["hslm_fwd_bf16"].grid == fwd.geometry(Dims(27, 243, 729)).grid
-    first = by_name["hslm_quant_wsum_bf16_bf16"]  # |W|'s partial sums' CTAs, then x's rows' and columns'
-    assert first.grid == (sum_partials(243 * 729) + 4 + 8, 1, 1) and first.block == (256, 1, 1)
-    # forward reads x's codes (27 x pitch(243)), the planes, both scales, beta and the bias; writes y
-    assert dict((n, b) for n, b, _ in by_name["hslm_fwd_bf16"].buffers) == {
-        "y": 27 * 729 * 2, "x": 27 * 256, "w": math.prod(planes.FRAGMENTS.shape(Dims(27, 243, 729))) * 4,
-        "row_scales": 27 * 4, "beta": 4, "bias": 729 * 2}
+    fwd = registry.KERNELS["hslm_fwdx_bf16"]
+    assert by_name["hslm_fwdx_bf16"].grid == fwd.geometry(Dims(27, 243, 729)).grid
+    first = by_name["hslm_wsum_bf16"]  # |W|'s partial sums
+    assert first.grid == (sum_partials(243 * 729), 1, 1) and first.block == (256, 1, 1)
+    # forward reads x itself, the planes, beta and the bias; writes y and x's column codes, scales and sums
+    assert dict((n, b) for n, b, _ in by_name["hslm_fwdx_bf16"].buffers) == {
+        "y": 27 * 729 * 2, "x": 27 * 243 * 2, "w": math.prod(planes.FRAGMENTS.shape(Dims(27, 243, 729))) * 4,
+        "beta": 4, "bias": 729 * 2, "codes_t": 243 * pitch(27), "scales": 243 * 4, "sums": 243 * 4}
     assert [n for n, _, written in by_name["hslm_quant_bf16"].buffers if written] == [
         "codes", "row_scales", "codes_t", "col_scales", "sums"]
     quant = registry.KERNELS["hslm_quant_bf16"] if "hslm_quant_bf16" in registry.KERNELS else None
@@ -118,7 +118,7 @@ def test_geometry_and_bytes_come_from_the_specs(standins):
 def test_parameter_order_is_the_specs(monkeypatch):
     """Reorder forward's parameters: the arguments follow, nothing in the step changes."""
     specs = standin_specs()
-    fwd = next(s for s in specs if s.name == "hslm_fwd_f32")
+    fwd = next(s for s in specs if s.name == "hslm_fwdq_f32")
     reordered = fwd.params[::-1]
     specs = [s if s is not fwd else standin_spec(fwd.name, reordered, fwd.geometry, fwd.outputs) for s in specs]
     install_standins(monkeypatch, specs)
@@ -131,17 +131,17 @@ def test_parameter_order_is_the_specs(monkeypatch):
 
     rt = Capturing()
     prepared = prepare_weight(rt, rt.input((24, 40), "float32"))
-    forward(rt, rt.input((5, 40), "float32"), prepared, None)
-    args = seen["hslm_fwd_f32"]
+    forward(rt, rt.input((5, 40), "float32"), prepared, None, keep_columns=False)
+    args = seen["hslm_fwdq_f32"]
     assert [type(a).__name__ for a in args[:6]] == ["uint32"] * 5 + ["FakeBuffer"]
-    assert [int(a) for a in args[:5]] == [0, pitch(40), 24, 40, 5]  # has_bias, ldx, N, K, R
-    assert args[-1].shape == (5, 24) and args[-2].shape == (5, pitch(40))  # y, then x's codes
+    assert [int(a) for a in args[:5]] == [0, 40, 24, 40, 5]  # has_bias, ldx, N, K, R
+    assert args[-1].shape == (5, 24) and args[-2].shape == (5, 40)  # y, then x
 
 
 def test_no_bias_is_neither_read_nor_counted(standins):
     rt = RecordingRuntime()
     run_step(rt, 27, 243, 243, bias=False)
-    fwd = next(launch for launch in rt.recording.launches if launch.kernel == "hslm_fwd_bf16")
+    fwd = next(launch for launch in rt.recording.launches if launch.kernel == "hslm_fwdx_bf16")
     assert "bias" not in [n for n, _, _ in fwd.buffers]
     assert len(rt.recording.launches) == STEP_LAUNCHES
 
@@ -164,42 +164,43 @@ def test_backward_launches_only_what_is_asked(standins):
     assert [launch.kernel for launch in rt.recording.launches[before:]] == ["hslm_quant_f32", "hslm_dx_f32"]
 
 
-def test_preparing_with_the_forward_is_the_same_launches_less_one(standins):
-    """prepare_and_forward is prepare_weight + forward with wsum's CTAs inside x's
-    quantization launch: the same buffers written, the product given the same shapes."""
+def test_preparing_with_the_forward_is_prepare_then_forward(standins):
+    """prepare_and_forward is prepare_weight + forward, launch for launch: |W|'s sums, beta
+    and the planes, then the one forward launch."""
     apart, fused = RecordingRuntime(), RecordingRuntime()
     forward(apart, apart.input((5, 40), "float16"), prepare_weight(apart, apart.input((24, 40), "float32")))
     prepare_and_forward(fused, fused.input((5, 40), "float16"), fused.input((24, 40), "float32"))
-    names = lambda rt: [launch.kernel for launch in rt.recording.launches]  # noqa: E731
-    assert names(apart) == ["hslm_wsum_f32", "hslm_wprep_f32", "hslm_quant_f16", "hslm_fwd_f16"]
-    assert names(fused) == ["hslm_quant_wsum_f16_f32", "hslm_wprep_f32", "hslm_fwd_f16"]
-    written = lambda launch: sorted((n, b) for n, b, w in launch.buffers if w)  # noqa: E731
-    assert written(fused.recording.launches[0]) == sorted(written(apart.recording.launches[0])
-                                                          + written(apart.recording.launches[2]))
-    assert fused.recording.launches[1:] == [apart.recording.launches[1], apart.recording.launches[3]]
+    assert [launch.kernel for launch in fused.recording.launches] == ["hslm_wsum_f32", "hslm_wprep_f32", "hslm_fwdx_f16"]
+    assert fused.recording.launches == apart.recording.launches
 
 
-def test_a_forward_without_dw_to_come_quantizes_rows_only(standins):
+def test_a_forward_without_dw_to_come_is_one_launch(standins):
+    """Inference on a prepared weight: the GEMM quantizes x's rows itself, nothing is kept;
+    it reads x, W's planes, beta and the bias, and writes y alone."""
     rt = RecordingRuntime()
     prepared = prepare_weight(rt, rt.input((8, 16), "float32"))
     before = len(rt.recording.launches)
-    y, saved = forward(rt, rt.input((4, 16), "float32"), prepared, keep_columns=False)
+    y, saved = forward(rt, rt.input((4, 16), "float32"), prepared, rt.input((8,), "float32"), keep_columns=False)
     assert saved is None and y.shape == (4, 8)
-    assert [launch.kernel for launch in rt.recording.launches[before:]] == ["hslm_qrows_f32", "hslm_fwd_f32"]
+    launches = rt.recording.launches[before:]
+    assert [launch.kernel for launch in launches] == ["hslm_fwdq_f32"]
+    assert sorted((n, written) for n, _, written in launches[0].buffers) == [
+        ("beta", False), ("bias", False), ("w", False), ("x", False), ("y", True)]
+    _, unbiased = forward(rt, rt.input((4, 16), "float32"), prepared, keep_columns=False), rt.recording.launches[-1]
+    assert "bias" not in [n for n, _, _ in unbiased.buffers]
 
 
 def test_mixed_float_types_name_their_kernels(standins):
     rt = RecordingRuntime()
     run_step(rt, 3, 17, 5, dtype="float16", weight_dtype="float32")
     names = [launch.kernel for launch in rt.recording.launches]
-    assert names[:2] == ["hslm_quant_wsum_f16_f32", "hslm_wprep_f32"] and names[-1] == "hslm_dw_f32"
-    assert "hslm_fwd_f16" in names and "hslm_dx_f16" in names
+    assert names[:3] == ["hslm_wsum_f32", "hslm_wprep_f32", "hslm_fwdx_f16"] and names[-1] == "hslm_grads_f16_f32"
 
 
 @settings(max_examples=40, deadline=None)
 @given(R=st.integers(1, 3000), K=st.integers(1, 900), N=st.integers(1, 900),
        dtype=st.sampled_from(sorted(FLOATS.values())), bias=st.booleans())
-def test_every_shape_is_six_launches_and_at_least_the_minimum(R, K, N, dtype, bias):
+def test_every_shape_is_five_launches_and_at_least_the_minimum(R, K, N, dtype, bias):
     with pytest.MonkeyPatch.context() as mp:
         install_standins(mp)
         rt = RecordingRuntime()
@@ -224,9 +225,9 @@ def test_a_planted_host_sync_is_counted(standins, monkeypatch):
     monkeypatch.setattr(layer_step, "_quantized", checking)
     rt = RecordingRuntime()
     run_step(rt, 27, 243, 243)
-    assert len(rt.recording.host_syncs) == 2  # forward's X and backward's dY
+    assert len(rt.recording.host_syncs) == 1  # backward's dY
     assert all(__file__ in where for where in rt.recording.host_syncs)
-    assert len(rt.recording.launches) == STEP_LAUNCHES + 2  # and each .any() is a launch of its own
+    assert len(rt.recording.launches) == STEP_LAUNCHES + 1  # and the .any() is a launch of its own
 
 
 def test_a_planted_extra_launch_is_counted(standins, monkeypatch):
@@ -311,7 +312,7 @@ def test_a_buffer_off_its_spec_is_refused(standins):
     rt = RecordingRuntime()
     prepared = prepare_weight(rt, rt.input((8, 16), "float32"))
     bad = prepared._replace(planes=rt.empty((1, 4), "uint32"))
-    with pytest.raises(LaunchError, match=r"hslm_fwd_f32: 'w' is uint32\(1, 4\), expected uint32\(2, 512\)"):
+    with pytest.raises(LaunchError, match=r"hslm_fwdx_f32: 'w' is uint32\(1, 4\), expected uint32\(2, 512\)"):
         forward(rt, rt.input((4, 16), "float32"), bad)
 
 
@@ -328,13 +329,17 @@ def test_bad_inputs_are_one_line(standins, x, message):
 
 
 def test_a_batch_past_dws_row_bound_is_refused(monkeypatch):
-    specs = [s if s.name != "hslm_dw_f32" else KernelSpec(**{**s.__dict__, "max_rows": 8}) for s in standin_specs()]
+    bounded = ("hslm_dw_f32", "hslm_grads_f32_f32")  # dW alone, and dW with dX in one launch
+    specs = [s if s.name not in bounded else KernelSpec(**{**s.__dict__, "max_rows": 8}) for s in standin_specs()]
     install_standins(monkeypatch, specs)
     rt = RecordingRuntime()
     prepared = prepare_weight(rt, rt.input((8, 16), "float32"))
     _, saved = forward(rt, rt.input((9, 16), "float32"), prepared)
-    with pytest.raises(LaunchError, match="hslm_dw_f32: R=9 rows is over 8, where its int32 sums could overflow"):
+    with pytest.raises(LaunchError, match="hslm_grads_f32_f32: R=9 rows is over 8, where its int32 sums could"):
         backward(rt, rt.input((9, 8), "float32"), saved, prepared)
+    with pytest.raises(LaunchError, match="hslm_dw_f32: R=9 rows is over 8, where its int32 sums could overflow"):
+        backward(rt, rt.input((9, 8), "float32"), saved, prepared, need_dx=False)
+    backward(rt, rt.input((8, 8), "float32"), forward(rt, rt.input((8, 16), "float32"), prepared)[1], prepared)
 
 
 def test_a_strided_input_is_refused(standins):
@@ -429,7 +434,9 @@ def test_a_whole_step_on_the_emulator_is_stepmath_bit_for_bit(dtype, weight_dtyp
     want_dw = stepmath.rescale_cols(stepmath.codes(dyf, v, 0).astype(np.int64).T
                                     @ stepmath.codes(xf, u, 0).astype(np.int64), v, u)
     assert float(prepared.beta[0]) == beta
-    for got, want, kind in ((y, want_y, dtype), (dx, want_dx, dtype), (dw, want_dw, weight_dtype)):
+    inferred, _ = forward(rt, x, prepared, bias, keep_columns=False)  # one launch: x's rows quantized in the GEMM
+    for got, want, kind in ((y, want_y, dtype), (inferred, want_y, dtype), (dx, want_dx, dtype),
+                            (dw, want_dw, weight_dtype)):
         assert floats.same_values(got, floats.from_f32(want, kind), kind).all()
     assert np.array_equal(db, stepmath.column_sums(dyf))
 
@@ -476,6 +483,30 @@ def test_a_split_forward_keeps_its_workspace_zeroed_between_steps():
     assert np.array_equal(second.view(np.uint32), want.view(np.uint32))
     kept = rt.__dict__["_workspaces"]
     assert len(kept) == 2 and all(not buf.any() for buf in kept.values())
+
+
+def test_the_grouped_backward_keeps_its_split_workspace_zeroed_between_steps():
+    """ffn_up at R = 27: the backward's dX part splits 6 ways into its kept workspace (dW's
+    part runs one split and is given none); a second backward finds it zeroed and gives
+    the same bits, which are stepmath's."""
+    from kernels import grouped, stepmath
+
+    R, K, N = 27, 243, 729
+    spec = layer_step.pick("hslm_grads_f32_f32", Dims(R, K, N))
+    assert grouped.idle_workspace(spec, Dims(R, K, N)) == ("dw_partials", "dw_tickets")
+    rng = np.random.default_rng(7)
+    x, w, dy = (rng.standard_normal(shape).astype(np.float32) for shape in ((R, K), (N, K), (R, N)))
+    rt = EmulatorRuntime()
+    prepared = prepare_weight(rt, w)
+    _, saved = forward(rt, x, prepared)
+    before = set(rt.__dict__.get("_workspaces", {}))
+    dxs = [backward(rt, dy, saved, prepared)[0] for _ in range(2)]
+    beta = stepmath.weight_scale(w)
+    r = stepmath.scales_of(stepmath.absmax(dy, 1))
+    want = stepmath.rescale_rows(stepmath.codes(dy, r, 1).astype(np.int64) @ stepmath.ternary_codes(w, beta), r, beta)
+    assert all(np.array_equal(dx.view(np.uint32), want.view(np.uint32)) for dx in dxs)
+    kept = {key: buf for key, buf in rt.__dict__["_workspaces"].items() if key not in before}
+    assert sorted(key[1] for key in kept) == ["dx_partials", "dx_tickets"] and all(not b.any() for b in kept.values())
 
 
 # ---- on a GPU (skipped without CUDA torch and a CuPy device) -----------------------------------------

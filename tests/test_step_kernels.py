@@ -21,6 +21,7 @@ from kernels.hslm_quant import SPECS as QUANT_SPECS
 from kernels.hslm_wprep import SPECS as PREP_SPECS, partial_count
 from kernels.launch import POISON, LaunchError, kernel_args, launch, launch_outputs
 from kernels.planes import FRAGMENTS, FRAGMENTS_T
+from kernels.ptxemu.parse import EmulatorError
 from kernels.registry import KERNELS
 from kernels.spec import Dims
 from kernels.ternary import pack
@@ -65,7 +66,6 @@ FAULTS = {
     "hslm_qrows": ("cvt.rni.s32.f32", "cvt.rzi.s32.f32", "codes"),  # truncation, not nearest even
     "hslm_qcols": ("add.rn.f32", "sub.rn.f32", "sums"),  # the column sum
     "hslm_quant": ("cvt.rni.s32.f32", "cvt.rzi.s32.f32", "codes"),  # the row half's rounding
-    "hslm_quant_wsum": ("shfl.sync.down.b32", "shfl.sync.up.b32", "partials"),  # the |W| part's tree
 }
 
 
@@ -295,3 +295,100 @@ def test_aligned_rows_take_16_byte_vectors(kernel):
         counts[K] = fn.stats.by_opcode["ld.global"]
     element_loads = 16 * 2 * -(-999 // 128) * 4  # rows x passes x trips x loads a trip
     assert counts[999] == element_loads and counts[1000] <= element_loads // 4
+
+
+# ---- the grouped backward: dX's and dW's products in one grid ------------------------------
+
+GRADS = {  # every tile pair once, and mixed float types; the shapes split dX (R = 27, N = 729) or dW (R = 1782)
+    "hslm_grads_f32_f32_32x128n16_16x128n16": Dims(27, 243, 729),
+    "hslm_grads_bf16_f32_32x128n16_32x128n16": Dims(1782, 243, 243),
+    "hslm_grads_f16_bf16_32x128n16_64x128": Dims(67, 97, 131),
+    "hslm_grads_f32_f16_32x128_64x128": Dims(33, 31, 9),
+    "hslm_grads_bf16_bf16": Dims(130, 68, 132),  # 128 x 128 with 256 x 128
+}
+
+
+@pytest.mark.parametrize("kernel", GRADS)
+def test_grouped_backward_is_both_kernels_bit_for_bit(kernel):
+    got, want = run(kernel, GRADS[kernel])
+    assert mismatches(kernel, got, want) == {"dx": 0, "dw": 0}
+
+
+def test_grouped_backward_splits_where_its_parts_do():
+    """The shapes above run each part's split: dX 6 ways at R = 27, N = 729, dW 7 ways at R = 1782."""
+    from kernels.grouped import idle_workspace
+    from kernels.hslm_grads import PARTS
+
+    dx, _ = PARTS["hslm_grads_f32_f32_32x128n16_16x128n16"]
+    _, dw = PARTS["hslm_grads_bf16_f32_32x128n16_32x128n16"]
+    assert dx.geometry(Dims(27, 243, 729)).grid[2] > 1 and dw.geometry(Dims(1782, 243, 243)).grid[2] > 1
+    assert idle_workspace(KERNELS["hslm_grads_bf16_f32_32x128n16_32x128n16"], Dims(1782, 243, 243)) == (
+        "dx_partials", "dx_tickets")
+
+
+def test_a_wrong_cta_of_the_grouped_backward_is_caught():
+    """dX's split index taken as the remainder, not the quotient, of its CTA by its plane
+    (the second div.u32: after its grid's split count): the emulator refuses the launch."""
+    kernel = "hslm_grads_f32_f32_32x128n16_16x128n16"
+    ptx = KERNELS[kernel].emit()
+    first = ptx.index("div.u32")
+    second = ptx.index("div.u32", first + 1)
+    with pytest.raises(EmulatorError, match="out_of_bounds"):  # the split's ticket is past the tickets
+        run(kernel, GRADS[kernel], ptx=ptx[:second] + "rem.u32" + ptx[second + len("div.u32"):])
+
+
+# ---- the forward that quantizes its own rows of x -----------------------------------------
+
+FWDQ = {  # each tile and type, the split family where it splits (R = 27, K = 729: 6 ways)
+    "hslm_fwdq_f32": Dims(130, 68, 132), "hslm_fwdq_bf16_m32": Dims(67, 97, 131),
+    "hslm_fwdq_f16_m32n16": Dims(33, 257, 9), "hslm_fwdq_splitk_bf16_m32n16": Dims(27, 729, 243),
+    "hslm_fwdq_splitk_f32_m32": Dims(1, 1, 1),
+}
+
+
+@pytest.mark.parametrize("kernel", FWDQ)
+def test_quantizing_forward_is_qrows_then_forward_bit_for_bit(kernel):
+    got, want = run(kernel, FWDQ[kernel])
+    assert mismatches(kernel, got, want) == {"y": 0}
+
+
+def test_the_quantizing_forward_splits_where_the_forward_does():
+    from kernels.registry import choose
+
+    for dims in (Dims(27, 729, 243), Dims(1782, 243, 729), Dims(27, 243, 243)):
+        fwdq, fwd = choose("hslm_fwdq_splitk_bf16", dims), choose("hslm_fwd_splitk_bf16", dims)
+        assert fwdq.tile == fwd.tile and fwdq.geometry(dims) == fwd.geometry(dims)
+    assert choose("hslm_fwdq_splitk_bf16", Dims(27, 729, 243)).geometry(Dims(27, 729, 243)).grid[2] == 6
+
+
+@pytest.mark.parametrize("fault", [
+    ("shfl.sync.bfly.b32", "shfl.sync.idx.b32"),  # a row's four threads do not combine their maxima
+    ("cvt.rni.s32.f32", "cvt.rzi.s32.f32"),  # the codes truncated, not rounded to nearest even
+])
+def test_a_fault_in_the_quantizing_forward_is_caught(fault):
+    kernel = "hslm_fwdq_bf16_m32"
+    ptx = KERNELS[kernel].emit()
+    assert fault[0] in ptx
+    got, want = run(kernel, FWDQ[kernel], ptx=ptx.replace(*fault))
+    assert mismatches(kernel, got, want)["y"] > 0
+
+
+# ---- the training forward: the quantizing product and x's columns in one grid -------------
+
+FWDX = {"hslm_fwdx_f32": Dims(67, 97, 131), "hslm_fwdx_bf16_m32n16": Dims(27, 729, 243),
+        "hslm_fwdx_f16": Dims(130, 68, 132)}
+
+
+@pytest.mark.parametrize("kernel", FWDX)
+def test_training_forward_is_fwdq_and_qcols_bit_for_bit(kernel):
+    got, want = run(kernel, FWDX[kernel])
+    assert mismatches(kernel, got, want) == {"y": 0, "codes_t": 0, "scales": 0, "sums": 0}
+
+
+def test_a_fault_in_the_column_half_of_the_training_forward_is_caught():
+    """The column sums' adds turned into subtractions (the product's adds with them)."""
+    kernel = "hslm_fwdx_bf16_m32n16"
+    ptx = KERNELS[kernel].emit()
+    assert "add.rn.f32" in ptx
+    got, want = run(kernel, FWDX[kernel], ptx=ptx.replace("add.rn.f32", "sub.rn.f32"))
+    assert mismatches(kernel, got, want)["sums"] > 0

@@ -206,6 +206,9 @@ class Rescale(NamedTuple):
     # arrival count per output tile (zero between launches), both among ``buffers``
     partials: str | None = None
     tickets: str | None = None
+    # the row factors are the CTA's own, in shared memory: ``row_scales`` names the shared
+    # address of its first row's (kernels.tile.operands.QuantizedRows), not a buffer
+    row_scales_shared: bool = False
 
     @property
     def splits(self) -> bool:
@@ -273,7 +276,10 @@ class RescaledRows:
         """Rescale and store read-back row ``j`` of this warp (D row ``row``)."""
         out, rescale = self.out, self.rescale
         ptx = out.ptx
-        factor = ptx.load_f32("global", ptx.byte_offset(self.p[rescale.row_scales], row, 4))
+        if rescale.row_scales_shared:
+            factor = ptx.load_f32("shared", ptx.add(self.p[rescale.row_scales], ptx.shl(ptx.sub(row, out.at.m_base), 2)))
+        else:
+            factor = ptx.load_f32("global", ptx.byte_offset(self.p[rescale.row_scales], row, 4))
         ptr = ptx.byte_offset(out.out, ptx.mad(row, out.out_pitch, out.col), self.bytes)
         # the smaller factor first (stepmath.rescaled): once a row with beta, a column each for dW
         pairs = ([smaller_first(ptx, factor, self.second[0])] * out.COLUMN_GROUPS if rescale.beta

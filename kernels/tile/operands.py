@@ -31,7 +31,9 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
+from kernels import stepmath
 from kernels.ptx_emit import TERNARY_PRMT_TABLE, Ptx, decode_ternary
+from kernels.stepforms import ELEMENT_BYTES, int8_code, load_f32, pack_bytes, scale_of_absmax, warp_max
 from kernels.tile.geometry import CHUNK_K, PIECE, PIECES, SHARED_ALIGN, STAGE_BYTES, TILE_N, Tile
 
 class Ring:
@@ -201,6 +203,7 @@ class StagedRows(Source):
         first = ptx.add(at.n_base, paired_column_of_row(ptx, row)) if b else ptx.add(at.m_base, row)
         tile_rows = TILE_N if b else tile.m
         rows_j = [ptx.add(first, self.step_rows * j) for j in range(tile.copies(tile_rows))]
+        self.row, self.piece, self.rows_j = row, piece, rows_j
         # a CTA with more threads than the operand has 16-byte pieces (32 rows, 8 warps):
         # the threads past them copy nothing (their rows would land on other data)
         copying = tile.copying_threads(tile_rows)
@@ -352,3 +355,80 @@ class FragmentTernary(Source):
 
     col_offset = staticmethod(StagedRows.col_offset)
 
+
+
+class QuantizedRows(StagedRows):
+    """A = rows of floats (``dtype``, R x K contiguous: x itself) that the CTA quantizes to
+    int8 as it stages them, so no launch before the product writes x's codes: each row's
+    scale s = absmax / 127 and codes clip(rint(x / s), -127, 127), the arithmetic of
+    ``hslm_qrows`` (``kernels.stepforms.int8_code``, ``scale_of_absmax``), so the codes are
+    its codes bit for bit.
+
+    The threads copy as :class:`StagedRows` does (thread ``tid`` piece ``tid & 3`` of rows
+    ``tid >> 2`` + P j), so they also find the scales: first a pass over the whole row (every
+    split of the contraction needs the row's scale), each thread the max.NaN of its piece's
+    16 elements of every chunk, then the row's four threads (four adjacent lanes) combine
+    theirs with two butterflies. Each chunk's ``issue`` then loads its piece's 16 elements
+    (+0 past K or past the last row: code 0, as the padding and the zero-fill of the codes
+    layout), codes and packs them and stores the piece where the copy would have landed. The
+    stores are plain: the loop's barrier that publishes a chunk orders them as it orders
+    the copies' wait. The epilogue takes the row factors from the CTA's ``row_scale``
+    array (``scales``: its shared address, tile row 0; ``Rescale.row_scales_shared``).
+
+    The row is read twice (the scales pass, then the codes), the second time from L2 where
+    it fits, and by every CTA along N: the bytes a quantization launch would have written
+    and the product read back are not moved at all."""
+
+    def __init__(self, ptx: Ptx, at: Coords, ring: Ring, ptr: str, dtype: str, rows: str, k_limit: str):
+        self.dtype, self.element = dtype, ELEMENT_BYTES[dtype]
+        super().__init__(ptx, at, ring, ptr, ptx.mul(k_limit, self.element), rows, k_limit)
+        tile = at.tile
+        self.row_inside = [ptx.setp("lt", r, rows, "u32") for r in self.rows_j]
+        if self.copier is not None:
+            self.row_inside = [ptx.fresh("pred", "and.pred", self.copier, ok) for ok in self.row_inside]
+        self.scales_at = ptx.shared_array("row_scale", 4 * tile.m)
+        self.scale = self._row_scales(at)
+
+    def _piece_values(self, j: int, k_at: str) -> list[str]:
+        """The 16 elements of this thread's piece of copy ``j`` at k = ``k_at`` .. + 15, as f32
+        (+0 past K, past the last row, or in a thread that copies nothing)."""
+        ptx = self.ptx
+        first = ptx.byte_offset(self.rows_at[j], k_at, self.element)
+        values = []
+        for e in range(PIECE):
+            inside = ptx.fresh("pred", "and.pred", self.row_inside[j],
+                               ptx.setp("lt", ptx.add(k_at, e), self.k_limit, "u32"))
+            values.append(load_f32(ptx, self.dtype, first, guard=inside, offset=e * self.element))
+        return values
+
+    def _row_scales(self, at: Coords) -> list[str]:
+        """Each copy's row scale in its four threads; piece 0's thread keeps it in ``row_scale``."""
+        ptx = self.ptx
+        maxima = [ptx.fmov(0.0) for _ in self.rows_j]
+        k_at = ptx.shl(self.piece, 4)  # the whole row, whatever the split
+        trip, trips = ptx.mov(0), ptx.shr(ptx.add(self.k_limit, CHUNK_K - 1), CHUNK_K.bit_length() - 1)
+        ptx.label("row_absmax")
+        for j, absmax in enumerate(maxima):
+            for value in self._piece_values(j, k_at):
+                ptx.ins("max.NaN.f32", absmax, absmax, ptx.fabs(value))
+        ptx.increment(k_at, CHUNK_K)
+        ptx.increment(trip, 1)
+        ptx.branch("row_absmax", guard=ptx.setp("lt", trip, trips, "u32"))
+        scales = [scale_of_absmax(ptx, warp_max(ptx, absmax, PIECES), stepmath.QMAX) for absmax in maxima]
+        keeper = ptx.setp("eq", self.piece, 0, "u32")
+        if self.copier is not None:
+            keeper = ptx.fresh("pred", "and.pred", keeper, self.copier)
+        for j, scale in enumerate(scales):
+            ptx.store("shared", "f32", ptx.add(self.scales_at, ptx.shl(ptx.add(self.row, self.step_rows * j), 2)),
+                      scale, guard=keeper)
+        return scales
+
+    def issue(self, stage_offset: str | int, k: str, whole: bool = False) -> None:
+        """Code this thread's pieces of the chunk at ``k`` into the stage at ``stage_offset``."""
+        ptx = self.ptx
+        dst = self.copy_at if stage_offset == 0 else ptx.add(self.copy_at, stage_offset)
+        for j, scale in enumerate(self.scale):
+            codes = [int8_code(ptx, value, scale) for value in self._piece_values(j, self.k_at)]
+            words = [pack_bytes(ptx, codes[i:i + 4]) for i in range(0, PIECE, 4)]
+            ptx.store("shared", "v4.b32", dst, words, j * self.step_rows * CHUNK_K, guard=self.copier)
+        ptx.increment(self.k_at, CHUNK_K)

@@ -13,7 +13,7 @@ from kernels import cost
 from kernels.pitch import output_pitch, pitch_param, pitched_output, pitched_rows, planes_param
 from kernels.planes import Planes
 from kernels.ptx_emit import Ptx
-from kernels.spec import BufferSpec, Dims, KernelSpec, ScalarSpec, buffer_bytes
+from kernels.spec import BufferSpec, Dims, KernelSpec, Part, ScalarSpec, buffer_bytes
 from kernels.tile.epilogue import Rescale, rescaled_output
 from kernels.tile.geometry import Plan, Tile, begin, entry_name, geometry
 from kernels.tile.mainloop import emit_staged
@@ -65,7 +65,7 @@ def staged_spec(family: str, tile: Tile, gemm: tuple[str, str, str], buffers: tu
                 pitch: ScalarSpec,
                 operands: Callable[[Ptx, Coords, Ring, dict[str, str]], tuple["StagedRows", "Source"]],
                 b_share: int = StagedRows.B_SHARE, loop_family: str | None = None, rescale: "Rescale | None" = None,
-                **fields: Any) -> KernelSpec:
+                occupancy_of: str | None = None, **fields: Any) -> KernelSpec:
     """``family`` on ``tile`` as a KernelSpec: what every staged kernel shares, so a kernel
     module says only what differs.
 
@@ -80,7 +80,8 @@ def staged_spec(family: str, tile: Tile, gemm: tuple[str, str, str], buffers: tu
     (:func:`phase_cost`) times the launch on the loop counted from ptxas's SASS into
     ledger/loop_counts.json (``kernels.cost.loop_counts``: this tile's entry of
     ``loop_family``, the int32 family whose main loop the kernel shares, its own by
-    default) with this entry's own ptxas occupancy (``kernels.cost.occupancy``); ``fields``
+    default) with this entry's own ptxas occupancy (``kernels.cost.occupancy``; that of this
+    tile's entry of the family ``occupancy_of`` where given); ``fields``
     are the rest of the KernelSpec (make_inputs, reference, gemm_form, max_rows).
 
     With ``rescale`` the output is the rescaled float tile (:class:`Rescale`): its
@@ -103,7 +104,8 @@ def staged_spec(family: str, tile: Tile, gemm: tuple[str, str, str], buffers: tu
     @remembered
     def rule(d: Dims, plan: Plan) -> float:
         try:
-            counts, occupancy = cost.loop_counts(entry_name(loop_family or family, tile)), cost.occupancy(name)
+            counts = cost.loop_counts(entry_name(loop_family or family, tile))
+            occupancy = cost.occupancy(entry_name(occupancy_of, tile) if occupancy_of else name)
         except cost.NotCounted:  # a configuration not counted yet: never picked, and runs one split,
             return math.inf  # until `doit sass && doit model:counts` count it (the gate checks they did)
         return phase_cost(*extents(d), tile, plan, chunk_bytes, counts, occupancy,
@@ -123,13 +125,16 @@ def staged_spec(family: str, tile: Tile, gemm: tuple[str, str, str], buffers: tu
     else:
         params = (*buffers, *rescale.buffers, *sizes, pitch, *rescale.scalars, *(split_params if rescale.splits else ()))
 
-    def emit() -> str:
-        ptx, p = begin(name, params, tile)
+    def body(ptx: Ptx, p: dict[str, str]) -> None:
         at = Coords(ptx, p["kspan"] if "kspan" in p else p[contraction], tile)
         a, b = operands(ptx, at, Ring(ptx, tile, b_share), p)
         emit_staged(ptx, at, a, b, k_limit=p[contraction], out=p[buffers[0].name], rows=p[rows], cols=p[cols],
                     out_pitch=p["ldo"] if rescale is None else p[cols],
                     rescale=None if rescale is None else (rescale, p))
+
+    def emit() -> str:
+        ptx, p = begin(name, params, tile)
+        body(ptx, p)
         return ptx.render()
 
     return KernelSpec(
@@ -137,5 +142,5 @@ def staged_spec(family: str, tile: Tile, gemm: tuple[str, str, str], buffers: tu
         tile=tile.label,
         geometry=lambda d: geometry(rows=getattr(d, rows), cols=getattr(d, cols), plan=plan(d), tile=tile),
         cost=lambda d: rule(d, plan(d)), split_rescale=split_rescale, workspace=workspace,
-        **fields)
+        part=Part(tile.threads, tile.min_ctas, tile.m, gemm, body), **fields)
 

@@ -62,6 +62,8 @@ class LayerShape(LayerCounts):
     bias: bool
     bytes_minimum: int = Field(ge=0, description="x, W, bias, dY read once; y, dX, dW, db written once")
     first_step_launches: int = Field(ge=0, description="the first step's launches, one-time workspace fills included")
+    kept_weight_launches: int = Field(0, ge=0, description="a training step on a weight version prepared before")
+    inference_launches: int = Field(0, ge=0, description="a forward on a prepared weight, no gradient to come")
     launch_list: list[LayerLaunch]
     sync_sites: list[str] = []
     copy_sites: list[str] = []

@@ -27,6 +27,28 @@ def run_step(rt: layer_step.Runtime, R: int, K: int, N: int, dtype: str, weight_
                         need_dx=True, need_dw=True, need_db=bias)
 
 
+def other_launches(R: int, K: int, N: int, dtype: str, weight_dtype: str, bias: bool) -> tuple[int, int]:
+    """Launches of a training step on a weight prepared before (forward + dX + dW + db) and
+    of an inference forward on it (no gradient to come), each the second of its kind (the
+    first makes the workspaces a split-K kernel keeps)."""
+    rt = layer_step.RecordingRuntime()
+    prepared = layer_step.prepare_weight(rt, rt.input((N, K), weight_dtype))
+    bias_in = rt.input((N,), dtype) if bias else None
+
+    def launches(keep: bool) -> int:
+        before = len(rt.recording.launches)
+        y, saved = layer_step.forward(rt, rt.input((R, K), dtype), prepared, bias_in, keep_columns=keep)
+        if keep:
+            layer_step.backward(rt, rt.input(tuple(y.shape), dtype), saved, prepared, need_db=bias)
+        return len(rt.recording.launches) - before
+
+    counted = []
+    for keep in (True, False):
+        launches(keep)  # the first makes the workspaces
+        counted.append(launches(keep))
+    return counted[0], counted[1]
+
+
 def count_step(shape: Shape, dtype: str = STEP_DTYPE, weight_dtype: str = STEP_DTYPE,
                bias: bool = True) -> LayerShape:
     """The steady-state step on ``shape``, recorded: a first step runs uncounted (it makes
@@ -39,8 +61,10 @@ def count_step(shape: Shape, dtype: str = STEP_DTYPE, weight_dtype: str = STEP_D
     rt.recording = layer_step.Recording()
     run_step(rt, R, K, N, dtype, weight_dtype, bias)
     rec = rt.recording
+    kept, inference = other_launches(R, K, N, dtype, weight_dtype, bias)
     return LayerShape(
         name=shape.name, R=R, K=K, N=N, dtype=dtype, weight_dtype=weight_dtype, bias=bias, first_step_launches=first,
+        kept_weight_launches=kept, inference_launches=inference,
         launches=len(rec.launches), host_syncs=len(rec.host_syncs), h2d_copies=len(rec.h2d_copies),
         foreign_allocations=len(rec.foreign_allocations), bytes_moved=rec.bytes_moved,
         bytes_minimum=layer_step.step_bytes_minimum(R, K, N, dtype, weight_dtype, bias),

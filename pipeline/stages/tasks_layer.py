@@ -40,8 +40,8 @@ DEFAULT_LAYER_SET = "hslm"
 # the targets a step is measured against (printed beside the counts; the ledger ratchets them)
 TARGETS = {"launches": 10, "host_syncs": 0, "h2d_copies": 0, "foreign_allocations": 0}
 BYTES_TARGET = 3  # bytes_moved <= 3 x bytes_minimum
-COLUMNS = ("shape", "R", "K", "N", "launches", "host syncs", "h2d copies", "foreign allocs", "bytes moved",
-           "bytes minimum", "moved / min", "targets")
+COLUMNS = ("shape", "R", "K", "N", "launches", "kept W", "inference", "host syncs", "h2d copies", "foreign allocs",
+           "bytes moved", "bytes minimum", "moved / min", "targets")
 
 
 def missed_targets(shape: LayerShape) -> list[str]:
@@ -54,7 +54,8 @@ def missed_targets(shape: LayerShape) -> list[str]:
 
 
 def layer_table(report: LayerReport) -> str:
-    rows = [[s.name, s.R, s.K, s.N, s.launches, s.host_syncs, s.h2d_copies, s.foreign_allocations, s.bytes_moved,
+    rows = [[s.name, s.R, s.K, s.N, s.launches, s.kept_weight_launches, s.inference_launches, s.host_syncs,
+             s.h2d_copies, s.foreign_allocations, s.bytes_moved,
              s.bytes_minimum, round(s.bytes_moved / s.bytes_minimum, 2), "; ".join(missed_targets(s)) or "met"]
             for s in report.shapes]
     first = report.shapes[0]
@@ -62,6 +63,8 @@ def layer_table(report: LayerReport) -> str:
         f"layer step ({report.shape_set}): prepare W + forward + dX + dW + db, {first.dtype} activations, "
         f"{first.weight_dtype} weight, with bias; counted on the recording stand-in",
         table(COLUMNS, rows),
+        "launches: a training step preparing a new weight version; kept W: one on a weight prepared before; "
+        "inference: a forward on a prepared weight with no gradient to come",
         f"targets: launches <= {TARGETS['launches']}, no host syncs, h2d copies or foreign allocations, "
         f"bytes moved <= {BYTES_TARGET} x minimum; bytes moved = every launch's buffers once (a DRAM-level floor, "
         "not L2 traffic)",
