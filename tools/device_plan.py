@@ -57,7 +57,7 @@ WIDE_MARGIN = 3.0  # racecheck, counters, torch-tests: the least known (the benc
 WARM_SHAPE, SANITIZE_SHAPE, COUNTERS_SHAPE = "tiny", "300x330x270", "ffn_up_r1782"
 COUNTER_KERNELS = ("hslm_fwd_s8,hslm_fwd_s8_m32,hslm_fwd_s8_m32n16,hslm_dx_s8,hslm_dw_s8,hslm_dw_s8_m16n16,"
                    "hslm_dw_s8_m256,hslm_fwd_bf16,hslm_fwd_splitk_bf16,hslm_dx_bf16,hslm_dx_splitk_bf16,"
-                   "hslm_dw_bf16,hslm_dw_splitk_bf16,hslm_quant_wsum_bf16_bf16,hslm_wprep_bf16,"
+                   "hslm_dw_bf16,hslm_dw_splitk_bf16,hslm_wsum_bf16,hslm_wprep_bf16,hslm_fwdx_bf16,hslm_grads_bf16_bf16,"
                    "hslm_qrows_bf16,hslm_quant_bf16").split(",")
 COUNTER_BATCH = 5
 TORCH_TESTS = ("tests/test_layer_step.py", "tests/test_torch_linear.py", "tests/test_torch_compile.py")
@@ -174,7 +174,8 @@ def cuda_test_cases(files: tuple[str, ...] = TORCH_TESTS) -> int:
     return int(found.group(1))
 
 
-def plan(costs: dict[str, float], bench_rows: int, verify_s: float, kernels: int, torch_cases: int) -> Plan:
+def plan(costs: dict[str, float], bench_rows: int, verify_s: float, kernels: int, torch_cases: int,
+         sanitized: int | None = None) -> Plan:
     """Every step of the default session, from the counts and the costs."""
     d = DEVICE
     wanted: list[tuple[str, float, str, float]] = []  # name, expected, arithmetic, margin
@@ -197,11 +198,12 @@ def plan(costs: dict[str, float], bench_rows: int, verify_s: float, kernels: int
     add("torch-tests", d["torch_start"] + d["torch_compile"] + (torch_cases - 1) * d["torch_case"],
         f"start {d['torch_start']} s + one cold torch.compile {d['torch_compile']} s + {torch_cases - 1} cases "
         f"x {d['torch_case']} s", margin=WIDE_MARGIN)
-    sanitize_host = costs[f"{SANITIZE_SHAPE}/all"]
+    sanitize_host = costs[f"{SANITIZE_SHAPE}/all"]  # every kernel's host work: at most what is launched
+    launched = kernels if sanitized is None else sanitized  # one launch each of tools/one_launch.py's representatives
     for tool in ("memcheck", "racecheck", "synccheck", "initcheck"):
         per = d[f"{tool}_launch"] + d["cached_load"]
-        add(f"sanitize-{tool}", d["tool_start"] + d["python_start"] + kernels * per + sanitize_host,
-            f"start {d['tool_start'] + d['python_start']} s + {kernels} launches x {per:.2f} s + host "
+        add(f"sanitize-{tool}", d["tool_start"] + d["python_start"] + launched * per + sanitize_host,
+            f"start {d['tool_start'] + d['python_start']} s + {launched} launches x {per:.2f} s + host "
             f"{sanitize_host:.1f} s (measured: inputs, PTX, references)",
             margin=WIDE_MARGIN if tool == "racecheck" else MARGIN)
     batches = -(-len(COUNTER_KERNELS) // COUNTER_BATCH)
@@ -238,8 +240,10 @@ def default_plan(costs: dict[str, float] | None = None, torch_cases: int | None 
     import gpu_verify
 
     cells = gpu_verify.cells_of(select_sets(tuple(VERIFY_SETS)), list(KERNELS.values()))
+    from one_launch import representatives
+
     return plan(costs or read_costs(), row_count(), gpu_verify.estimate_s(cells, 8), len(KERNELS),
-                torch_cases if torch_cases is not None else cuda_test_cases())
+                torch_cases if torch_cases is not None else cuda_test_cases(), len(representatives()))
 
 
 def plan_text(p: Plan) -> str:

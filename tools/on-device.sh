@@ -39,7 +39,7 @@
 #                them; a skip there counts as a failure), when pytest imports, in the files'
 #                order: the layer step's cases first, the cold torch.compile last
 #   sanitize     compute-sanitizer memcheck, racecheck, synccheck, initcheck, each on one
-#                launch of each kernel (tools/one_launch.py $LAUNCH_KERNELS $SANITIZE_SHAPE)
+#                launch of each configuration (tools/one_launch.py $SANITIZE_KERNELS $SANITIZE_SHAPE)
 #   counters     Nsight Compute counters for one launch of each of $COUNTER_KERNELS on
 #                $COUNTERS_SHAPE (--clock-control none: the card's clocks are left alone),
 #                $COUNTER_BATCH kernels per ncu run -> ncu.csv; meanwhile the CPU emulator
@@ -64,7 +64,7 @@
 # BENCH_CEILING (8192; 0 skips the cuBLAS ceiling run), BENCH_KERNELS (all int8 GEMMs), MODEL_FILE
 # (artifacts/model/$BENCH_SET-h200.predictions.json), TORCH_TESTS (test files), LAUNCH_KERNELS
 # (all: the kernels under the sanitizers, or a comma list), PROBE_SHAPE (tiny), SANITIZE_SHAPE
-# (300x330x270), COUNTER_KERNELS (17 representative kernels, below), COUNTERS_SHAPE
+# (300x330x270), SANITIZE_KERNELS (representative: each configuration once), COUNTER_KERNELS (19 representative kernels, below), COUNTERS_SHAPE
 # (ffn_up_r1782), COUNTER_BATCH (5), CALIBRATION_JOBS (8), MIN_BUDGET_S (5: the least --budget-s a
 # step's tool is given), SITE.
 # It never changes the card's settings (clocks, power, persistence, MIG).
@@ -91,7 +91,8 @@ export MODEL_FILE=${MODEL_FILE:-artifacts/model/$BENCH_SET-h200.predictions.json
 export LAYER_TAIL_S=${LAYER_TAIL_S:-12}  # of the layer cap: a row started before it ends inside it
 export MIN_BUDGET_S=${MIN_BUDGET_S:-5}  # the least --budget-s verify, bench and layer are given, whatever their tail leaves
 export TORCH_TESTS=${TORCH_TESTS:-tests/test_layer_step.py tests/test_torch_linear.py tests/test_torch_compile.py}
-export LAUNCH_KERNELS=${LAUNCH_KERNELS:-all}  # what one_launch.py launches under the sanitizers
+export LAUNCH_KERNELS=${LAUNCH_KERNELS:-all}  # what one_launch.py launches in the warm-up and the probes
+export SANITIZE_KERNELS=${SANITIZE_KERNELS:-representative}  # under the sanitizers: each configuration once
 export PROBE_SHAPE=${PROBE_SHAPE:-tiny}
 export WARM_SHAPE=${WARM_SHAPE:-tiny}
 export PROBE_S=${PROBE_S:-12}  # each of the two probes: facts stays inside its cap
@@ -99,7 +100,7 @@ export PROBE_S=${PROBE_S:-12}  # each of the two probes: facts stays inside its 
 # 4-stage ring wraps, and no dimension is a multiple of 16: the tails' predicates run too
 export SANITIZE_SHAPE=${SANITIZE_SHAPE:-300x330x270}
 # one of each kind of kernel the layer step launches (bf16, as bench_layer runs it) and the int8 GEMMs
-export COUNTER_KERNELS=${COUNTER_KERNELS:-hslm_fwd_s8,hslm_fwd_s8_m32,hslm_fwd_s8_m32n16,hslm_dx_s8,hslm_dw_s8,hslm_dw_s8_m16n16,hslm_dw_s8_m256,hslm_fwd_bf16,hslm_fwd_splitk_bf16,hslm_dx_bf16,hslm_dx_splitk_bf16,hslm_dw_bf16,hslm_dw_splitk_bf16,hslm_quant_wsum_bf16_bf16,hslm_wprep_bf16,hslm_qrows_bf16,hslm_quant_bf16}
+export COUNTER_KERNELS=${COUNTER_KERNELS:-hslm_fwd_s8,hslm_fwd_s8_m32,hslm_fwd_s8_m32n16,hslm_dx_s8,hslm_dw_s8,hslm_dw_s8_m16n16,hslm_dw_s8_m256,hslm_fwd_bf16,hslm_fwd_splitk_bf16,hslm_dx_bf16,hslm_dx_splitk_bf16,hslm_dw_bf16,hslm_dw_splitk_bf16,hslm_wsum_bf16,hslm_wprep_bf16,hslm_fwdx_bf16,hslm_grads_bf16_bf16,hslm_qrows_bf16,hslm_quant_bf16}
 export COUNTERS_SHAPE=${COUNTERS_SHAPE:-ffn_up_r1782}
 export COUNTER_BATCH=${COUNTER_BATCH:-5}     # kernels per ncu run: a run cut off loses only its batch
 export COUNTER_TAIL_S=${COUNTER_TAIL_S:-12}  # of the counters cap: no batch starts in it
@@ -311,7 +312,7 @@ torch_tests() {
 
 sanitize() {  # one tool: compute-sanitizer --tool $1 on one launch of each kernel
   "$(tool compute-sanitizer)" --tool "$1" --target-processes all --error-exitcode 1 --print-limit 20 \
-    python3 tools/one_launch.py "$LAUNCH_KERNELS" "$SANITIZE_SHAPE"
+    python3 tools/one_launch.py "$SANITIZE_KERNELS" "$SANITIZE_SHAPE"
 }
 
 counters() {  # ncu in batches of COUNTER_BATCH launches; the emulator counts the same meanwhile

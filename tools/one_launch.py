@@ -53,18 +53,30 @@ def find_shape(text: str) -> Shape:
     raise UserError(f"shape '{text}': not in shapes.yaml and not RxKxN (e.g. 27x243x729)")
 
 
+REPRESENTATIVE = re.compile(r"_f(16|32)(_|$)")  # an f16 or f32 variant of a configuration
+
+
+def representatives() -> list[str]:
+    """Each configuration once: every kernel but the f16 and f32 variants of one whose int32
+    or bf16 variant is listed. The variants differ only in the epilogue's converts and the
+    element width of the stores, which the emulator verifies cell by cell on every shape;
+    the sanitizers, a second look on the device, take one of each."""
+    return [name for name in KERNELS if not REPRESENTATIVE.search(name)]
+
+
 def pick_kernels(text: str) -> list[str]:
-    names = list(KERNELS) if text == "all" else text.split(",")
+    names = (list(KERNELS) if text == "all" else representatives() if text == "representative"
+             else text.split(","))
     unknown = [n for n in names if n not in KERNELS]
     if unknown:
-        raise UserError(f"kernel '{unknown[0]}': unknown; known: {', '.join(KERNELS)}, or all")
+        raise UserError(f"kernel '{unknown[0]}': unknown; known: {', '.join(KERNELS)}, all or representative")
     return names
 
 
 def parser() -> OneLineParser:
     p = OneLineParser(prog="python3 tools/one_launch.py",
                       description="Launch kernels once each on the GPU and check them exactly.")
-    p.add_argument("kernels", metavar="KERNEL", help="a kernel name, several joined by commas, or all")
+    p.add_argument("kernels", metavar="KERNEL", help="a kernel name, several joined by commas, all, or representative (each configuration once)")
     p.add_argument("shape", metavar="SHAPE", nargs="?",
                    help="a shapes.yaml name (attn_r27 or hslm/attn_r27) or RxKxN (27x243x729)")
     p.add_argument("--list", action="store_true", help="print the kernels KERNEL names, one a line, and stop")
