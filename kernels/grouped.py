@@ -91,6 +91,12 @@ def staged_member(spec: KernelSpec, prefix: str, recompute: bool = False) -> Mem
 _MEMBERS: dict[str, tuple[tuple[KernelSpec, dict[str, str]], ...]] = {}
 
 
+def members_of(spec: KernelSpec) -> tuple[KernelSpec, ...]:
+    """The kernels whose bodies the grouped entry ``spec`` holds, in grid order (none for
+    an entry not built here)."""
+    return tuple(member for member, _ in _MEMBERS.get(spec.name, ()))
+
+
 def idle_workspace(spec: KernelSpec, d: Dims) -> tuple[str, ...]:
     """The workspace parameters of the grouped entry ``spec`` that no CTA touches on ``d``:
     those of a member that runs one split (none for an entry not built here), which a

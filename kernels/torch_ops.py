@@ -195,7 +195,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, bac
         rt, xs = runtime(backend), to_array(backend, x)
         bias_array = None if bias is None else to_array(backend, bias.to(x.dtype))
         prepared = _kept(weight, backend) if cache_weight and not _capturing(weight) else None
-        if prepared is None and keep_for_dw:  # a weight's first forward: its |W| sums ride in x's launch
+        if prepared is None and keep_for_dw:  # a training forward on a weight to prepare: prepare_and_forward
             PREPARE_COUNT["count"] += 1
             prepared, y, saved = layer_step().prepare_and_forward(rt, xs, to_array(backend, weight), bias_array)
             _keep(weight, backend, prepared)

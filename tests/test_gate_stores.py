@@ -194,9 +194,10 @@ def point_names(root) -> list[str]:
 
 
 def flag_fit(text: str, names: list[str]) -> str:
-    """``fit: true`` on the named points (the line after ``name: X``)."""
+    """``fit: true`` on the named held-out points (their own ``fit: false`` line flipped)."""
     for name in names:
-        text = re.sub(rf"(  - name: {re.escape(name)}\n)", r"\1    fit: true\n", text, count=1)
+        text = re.sub(rf"(  - name: {re.escape(name)}\n(?:    .*\n)*?)    fit: false\n", r"\1    fit: true\n",
+                      text, count=1)
     return text
 
 
@@ -234,9 +235,9 @@ def test_a_published_figure_with_its_quoted_line_changed_too_is_still_red(projec
 
 def test_a_point_removed_is_red_and_new_fields_and_points_are_not(project):
     first = point_names(project)[0]
-    edit(project, stores.CALIBRATION, lambda t: t.replace(f"  - name: {first}\n",
-                                                          f"  - name: {first}\n    why: a reason of its own\n", 1))
-    bless(project, "a why: field")
+    edit(project, stores.CALIBRATION, lambda t: re.sub(rf"(  - name: {re.escape(first)}\n(?:    .*\n)*?)    why: .*\n",
+                                                       r"\1    why: a reason of its own\n", t, count=1))
+    bless(project, "a why: reworded")
     assert red(judged(project)) == []
     text = (project / stores.CALIBRATION).read_text()
     start = text.index(f"  - name: {first}\n")

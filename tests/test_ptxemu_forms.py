@@ -163,6 +163,10 @@ CASES: list[Case] = [
     Case("  ld.shared.v2.u32 {%r10, %r11}, [%r22];", lambda i: [A[i ^ 1], B[i ^ 1]], pre=SHARE),
     Case("  st.shared.v4.b32 [%r21], {%r5, %r6, %r7, %r4};", lambda i: [A[i ^ 1], B[i ^ 1], C[i ^ 1], i ^ 1],
          post="  bar.sync 0;\n  ld.shared.v4.b32 {%r10, %r11, %r12, %r13}, [%r22];"),
+    Case("  @%p1 st.shared.v4.b32 [%r21], {%r5, %r6, %r7, %r4};",  # a guarded-off thread's slot keeps its words
+         lambda i: [A[i ^ 1], B[i ^ 1], C[i ^ 1], i ^ 1] if A[i ^ 1] & 1 else [i ^ 1] * 4,
+         pre="  st.shared.v4.b32 [%r21], {%r4, %r4, %r4, %r4};\n  bar.sync 0;",
+         post="  bar.sync 0;\n  ld.shared.v4.b32 {%r10, %r11, %r12, %r13}, [%r22];"),
     Case("  bar.sync 0;", lambda i: [C[i ^ 1]], pre="  st.shared.v4.b32 [%r21], {%r5, %r6, %r7, %r4};",
          post="  ld.shared.b32 %r10, [%r22+8];"),
     # moves and conversions (PTX ISA mov, cvt: truncate / zero-extend unsigned)

@@ -92,7 +92,9 @@ export LAYER_TAIL_S=${LAYER_TAIL_S:-12}  # of the layer cap: a row started befor
 export MIN_BUDGET_S=${MIN_BUDGET_S:-5}  # the least --budget-s verify, bench and layer are given, whatever their tail leaves
 export TORCH_TESTS=${TORCH_TESTS:-tests/test_layer_step.py tests/test_torch_linear.py tests/test_torch_compile.py}
 export LAUNCH_KERNELS=${LAUNCH_KERNELS:-all}  # what one_launch.py launches in the warm-up and the probes
-export SANITIZE_KERNELS=${SANITIZE_KERNELS:-representative}  # under the sanitizers: each configuration once
+# under the sanitizers: each configuration once, or LAUNCH_KERNELS where it names kernels
+[ "$LAUNCH_KERNELS" = all ] && sanitized=representative || sanitized=$LAUNCH_KERNELS
+export SANITIZE_KERNELS=${SANITIZE_KERNELS:-$sanitized}
 export PROBE_SHAPE=${PROBE_SHAPE:-tiny}
 export WARM_SHAPE=${WARM_SHAPE:-tiny}
 export PROBE_S=${PROBE_S:-12}  # each of the two probes: facts stays inside its cap

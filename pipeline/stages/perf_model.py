@@ -31,7 +31,7 @@ from typing import Annotated, Any, Callable, Literal, TypeVar
 import numpy as np
 from pydantic import Field, ValidationError, model_validator
 
-from kernels import cost
+from kernels import cost, grouped
 from kernels.backends import load_ptx
 from kernels.launch import launch
 from kernels.registry import KERNELS, choose
@@ -620,6 +620,9 @@ def model_row(spec: KernelSpec, shape: Shape, g: GpuModel, sass: SassArch, count
 
 
 LAYER_FAMILIES = ("hslm_fwd_s8", "hslm_dx_s8", "hslm_dw_s8")
+# a forward that quantizes its own rows runs hslm_fwd's loop; its scales pass over float x
+# is not in the model (docs/performance-model.md: what only a GPU can settle)
+SAME_LOOP = {"hslm_fwdq_": "hslm_fwd_s8"}
 # the layer step's targets against torch bf16 nn.Linear: the HSLM shapes within this
 # ratio of its time, the large layer at least this many times faster
 HSLM_STEP_MAX_RATIO = 1.5
@@ -636,6 +639,7 @@ def loop_entry(spec: KernelSpec) -> str | None:
     if spec.is_gemm:
         return spec.name
     family = next((f for f in LAYER_FAMILIES if spec.family_name.startswith(f.removesuffix("s8"))), None)
+    family = next((f for prefix, f in SAME_LOOP.items() if spec.family_name.startswith(prefix)), family)
     if not spec.tile or family is None:
         return None
     return next((name for name, other in KERNELS.items()
@@ -651,16 +655,40 @@ def launch_phases(layer: LayerShape, recorded: LayerLaunch, g: GpuModel,
     if spec is None:
         raise UserError(f"layer step {layer.name}: it launches '{recorded.kernel}', which kernels/registry.py does "
                         "not hold; register the kernel or fix kernels/layer_step.py")
-    entry = loop_entry(spec)
-    if entry is None:
+    entry, members = loop_entry(spec), grouped.members_of(spec)
+    if entry is None and not members:
         return "", cost.stream_phases(dev, recorded.bytes)
     dims = Dims(layer.R, layer.K, layer.N)
     if tuple(spec.geometry(dims).grid) != tuple(recorded.grid):
         raise UserError(f"layer step {layer.name}: {spec.name} was launched on grid {tuple(recorded.grid)}, its spec "
                         f"gives {tuple(spec.geometry(dims).grid)} for R={layer.R} K={layer.K} N={layer.N}; the "
                         "step and the spec disagree, fix kernels/layer_step.py")
+    if members:
+        return grouped_phases(layer, recorded, members, g, records, dev)
     sass, counts, ptxas = records(entry, spec.name)
     return entry, cost.staged_phases(dev, staged_work(spec, dims, g, sass, counts, ptxas)[1])
+
+
+def grouped_phases(layer: LayerShape, recorded: LayerLaunch, members: tuple[KernelSpec, ...], g: GpuModel,
+                   records: GemmRecords, dev: cost.Device) -> tuple[str, cost.Phases]:
+    """A grouped launch (kernels.grouped) timed as its members one after another, each with
+    its own fixed cost: no overlap of one member's tail with the next is credited, so this
+    is the slower side of what the grid can do. A member that is a GEMM is timed on its own
+    loop entry's phases; any other member as a pass over the whole launch's bytes (which
+    the GEMM members also count: an over-count, on the same side)."""
+    dims = Dims(layer.R, layer.K, layer.N)
+    entries, parts = [], []
+    for member in members:
+        entry = loop_entry(member)
+        if entry is None:
+            parts.append(cost.stream_phases(dev, recorded.bytes))
+            continue
+        sass, counts, ptxas = records(entry, member.name)
+        entries.append(entry)
+        parts.append(cost.staged_phases(dev, staged_work(member, dims, g, sass, counts, ptxas)[1]))
+    slowest = max(parts, key=lambda p: p.device_us)
+    return "+".join(entries), slowest._replace(fixed=sum(p.fixed for p in parts),
+                                               device_us=sum(p.device_us for p in parts))
 
 
 def step_intervals(layer: LayerShape, g: GpuModel, records: GemmRecords) -> tuple[cost.Interval, cost.Interval]:
