@@ -45,6 +45,7 @@ class Copy(NamedTuple):
     group: np.ndarray       # per thread: its commit count at issue (the group it joins)
     source: np.ndarray      # global addresses it reads
     have: np.ndarray        # bytes it reads there (src-size: 0 for a zero fill)
+    span: tuple[int, int]   # the window offsets [lo, hi) its destinations lie in
 
 
 class CopyBook:
@@ -72,7 +73,7 @@ class CopyBook:
             if not done.all():
                 later = ~done
                 left.append(Copy(c.threads[later], c.dst[later], c.size, c.group[later],
-                                 c.source[later], c.have[later]))
+                                 c.source[later], c.have[later], c.span))
         self.copies = left
 
 
@@ -153,8 +154,10 @@ def _cp_async(cx, level):
         where = dst.addresses(st, m, sel)
         st.smem.claim(where, sel, 4, size // 4, data.view(np.uint32))
         book = _book(st)
-        book.copies.append(Copy(sel, where.astype(np.int64), size, book.committed[sel].copy(),
-                                source, have))
+        dst_at = where.astype(np.int64)
+        book.copies.append(Copy(sel, dst_at, size, book.committed[sel].copy(), source, have,
+                                (int(dst_at.min()), int(dst_at.max()) + size) if sel.size
+                                else (0, 0)))
     return Exec("op", run, shared_bytes=size)
 
 

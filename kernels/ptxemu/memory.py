@@ -62,6 +62,18 @@ def _overlap(a: tuple[int, int], b: tuple[int, int]) -> bool:
     return a[0] < b[1] and b[0] < a[1] and a[0] < a[1] and b[0] < b[1]
 
 
+def distinct(rows: np.ndarray, mark: np.ndarray) -> bool:
+    """Whether no two entries of ``rows`` are equal, without sorting: each entry writes
+    its position into the scratch ``mark`` (one slot per possible row) and reads it back;
+    of entries sharing a row only the last finds its own. Increasing rows (the common
+    case) need no scratch at all. The sort that names the pair runs only when this fails."""
+    if rows.size < 2 or bool((rows[1:] > rows[:-1]).all()):
+        return True
+    order = np.arange(rows.size, dtype=np.int32)
+    mark[rows] = order
+    return bool((mark[rows] == order).all())
+
+
 def _first(bad: np.ndarray) -> int:
     return int(np.flatnonzero(bad)[0])
 
@@ -118,6 +130,7 @@ class GlobalMemory:
         self.read_by: dict[int, np.ndarray] = {}    # buffer -> CTA that read each cell
         self.read_at: dict[int, np.ndarray] = {}    # buffer -> clock of the latest read
         self._views: dict[tuple[int, int, int], np.ndarray] = {}
+        self._marks: dict[tuple, np.ndarray] = {}   # scratch of distinct()
         n = 0 if ctas is None else int(ctas[-1]) + 1
         self.clock = 1
         self.fenced = np.zeros(n, np.int64)         # clock of the CTA's last gpu fence
@@ -197,7 +210,7 @@ class GlobalMemory:
             self.writing(k, threads[pos], size, addr[pos])
             if self.ctas is not None:
                 self._claim(k, threads[pos], size, addr[pos])
-            if rows.size > 1 and not bool((rows[1:] > rows[:-1]).all()):
+            if not distinct(rows, self._mark(("row", k, size), self._view(k, elem, vec).shape[0])):
                 self._same_word(k, rows, values[pos], threads[pos], addr[pos])
             self._view(k, elem, vec)[rows] = values[pos]
 
@@ -210,6 +223,13 @@ class GlobalMemory:
         if n == 1:
             return first, self.ctas[threads]
         return (first[:, None] + np.arange(n)).ravel(), np.repeat(self.ctas[threads], n)
+
+    def _mark(self, key, n: int) -> np.ndarray:
+        """The scratch of :func:`distinct` for ``n`` rows (kept: allocated once)."""
+        mark = self._marks.get(key)
+        if mark is None:
+            mark = self._marks[key] = np.empty(n, np.int32)
+        return mark
 
     def _table(self, book: dict, k: int, fill: int, dtype=np.int32) -> np.ndarray:
         if k not in book:
@@ -305,7 +325,7 @@ class GlobalMemory:
         bad = (prev >= 0) & (prev != cta)
         if bad.any():
             self._conflict(k, _first(bad) // n, int(prev[bad][0]), threads, addr)
-        if cells.size > 1 and not bool((cells[1:] > cells[:-1]).all()):
+        if not distinct(cells, self._mark(("cell", k), owner.size)):
             order = np.argsort(cells, kind="stable")
             same = (cells[order][1:] == cells[order][:-1]) & (cta[order][1:] != cta[order][:-1])
             if same.any():
@@ -385,6 +405,7 @@ class SharedMemory:
         self.rmax = np.full(n // grain, -1, np.int32)    # largest reader tag
         self.epoch = np.zeros(ctas, np.int32)
         self.pending = np.zeros(n // grain, bool)  # target of a cp.async not yet waited for
+        self._mark = np.empty(n // grain, np.int32)   # scratch of distinct()
         self.copies = None          # the launch's in-flight cp.async book (async_copy.py)
         self._views: dict[tuple, np.ndarray] = {}
         self._reads: list = []      # loads since the last barrier, folded in lazily
@@ -451,14 +472,16 @@ class SharedMemory:
                         f"{size}-byte alignment", int(off[i]))
         cta, ep, tag = self._who(threads)
         rows = self._rows(off, threads, size)
-        if self.copies is not None:
+        span = (int(off.min()), int(off.max()) + size) if off.size else (0, 0)
+        # only the bytes of copies in flight are pending: look where their spans meet this one
+        if self.copies is not None and any(_overlap(span, c.span) for c in self.copies.copies):
             late = self._view("pending", size, 1)[rows]
             if late.any():
                 i, j = np.argwhere(late)[0]
                 at = int(off[i]) + int(j) * self.grain
                 raise Fault("race", threads[i], f"shared offset {at:#x} is the target of a "
                             "cp.async its thread has not waited for (cp.async.wait_group)", at)
-        return rows, cta, ep, tag, off
+        return rows, cta, ep, tag, off, span
 
     def _race(self, bad: np.ndarray, tags: np.ndarray, threads, off, cta, what: str):
         i, j = np.argwhere(bad)[0]
@@ -489,7 +512,7 @@ class SharedMemory:
             L, H = lo_[rows], hi_[rows]
             held = H >> _TID_BITS       # the epoch the grain's readers are from
             older, newer = held < ep, held > ep     # newer: folded after a later barrier
-            if rows.size < 2 or bool((rows[1:] > rows[:-1]).all()):
+            if distinct(rows, self._mark):
                 lo_[rows] = np.where(older, tag, np.where(newer, L, np.minimum(L, tag)))
                 hi_[rows] = np.where(older, tag, np.where(newer, H, np.maximum(H, tag)))
                 continue
@@ -505,14 +528,13 @@ class SharedMemory:
 
     def load(self, addr, threads, elem: int, vec: int) -> np.ndarray:
         size = elem * vec
-        rows, cta, ep, tag, off = self._locate(addr, threads, size)
+        rows, cta, ep, tag, off, span = self._locate(addr, threads, size)
         W = self._view("writer", size, 1)[rows]
         if self.strict_init and (W < 0).any():
             i, j = np.argwhere(W < 0)[0]
             at = int(off[i]) + int(j) * self.grain
             raise Fault("uninitialized", threads[i], f"shared offset {at:#x} read but never "
                         "written", at)
-        span = (int(off.min()), int(off.max()) + size)
         if _overlap(span, self._written):
             bad = ((W >> _TID_BITS) == ep) & (W != tag)
             if bad.any():
@@ -555,9 +577,8 @@ class SharedMemory:
     def store(self, addr, threads, elem: int, vec: int, values: np.ndarray) -> np.ndarray:
         """Returns the rows of ``_view(..., elem * vec, 1)`` it wrote."""
         size = elem * vec
-        rows, cta, ep, tag, off = self._locate(addr, threads, size)
+        rows, cta, ep, tag, off, span = self._locate(addr, threads, size)
         wv = self._view("writer", size, 1)
-        span = (int(off.min()), int(off.max()) + size)
         if _overlap(span, self._written):
             W = wv[rows]
             bad = ((W >> _TID_BITS) == ep) & (W != tag)
@@ -570,7 +591,7 @@ class SharedMemory:
             bad = ((H >> _TID_BITS) == ep) & ((L != tag) | (H != tag))
             if bad.any():
                 self._race(bad, np.where(L != tag, L, H), threads, off, cta, "read")
-        if rows.size > 1 and not bool((rows[1:] > rows[:-1]).all()):
+        if not distinct(rows, self._mark):
             order = np.argsort(rows, kind="stable")
             same = np.flatnonzero(rows[order][1:] == rows[order][:-1])
             if same.size:

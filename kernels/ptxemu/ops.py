@@ -262,16 +262,20 @@ def _prmt(cx):
     put = cx.dst(d, TYPES["b32"])
     ga, gb, gc = cx.src(a, TYPES["b32"]), cx.src(b, TYPES["b32"]), cx.src(c, TYPES["b32"])
 
-    shifts = np.arange(0, 16, 4, dtype=np.uint64)            # nibble k of c: byte k of d
-
     def run(st, m):
+        c = np.asarray(gc(st, m)).astype(np.uint32)
         pool = (np.asarray(gb(st, m)).astype(np.uint64) << np.uint64(32)) | \
             np.asarray(ga(st, m)).astype(np.uint64)
-        nib = (np.asarray(gc(st, m)).astype(np.uint64)[..., None] >> shifts) & np.uint64(15)
-        byte = (pool[..., None] >> ((nib & np.uint64(7)) << np.uint64(3))).astype(np.uint8)
-        byte = np.where(nib >= 8, (byte.view(np.int8) >> 7).view(np.uint8), byte)
-        d = np.ascontiguousarray(np.broadcast_to(byte, (st.T, 4))).view(np.uint32)[:, 0]
-        put(st, m, d)
+        signs = bool((c & np.uint32(0x8888)).any())
+        d = np.zeros(np.broadcast(pool, c).shape, np.uint32)
+        for k in range(4):                      # nibble k of c picks byte k of d
+            nib = (c >> np.uint32(4 * k)) & np.uint32(15)
+            byte = ((pool >> ((nib & np.uint32(7)) << np.uint32(3)).astype(np.uint64))
+                    & np.uint64(0xFF)).astype(np.uint32)
+            if signs:                           # bit 3: the byte's sign, replicated
+                byte = np.where(nib >= 8, (byte >> np.uint32(7)) * np.uint32(0xFF), byte)
+            d |= byte << np.uint32(8 * k)
+        put(st, m, per_lane(d, st.T))
     return run
 
 
@@ -533,6 +537,14 @@ def _bar(cx):
 
 # ---- tensor cores ---------------------------------------------------------------------
 
+_QUAD = np.dtype((np.void, 16))     # four 32-bit words moved as one item
+
+
+def _quads(v, T: int, W: int) -> np.ndarray:
+    """A register's words [warp, g, t] as [warp, g] items of the 4 lanes t = 0..3."""
+    return np.ascontiguousarray(per_lane(v, T)).view(_QUAD).reshape(W, 8)
+
+
 @form(r"mma\.sync\.aligned\.m16n8k(?P<k>16|32)\.row\.col(?P<sat>\.satfinite)?"
       r"\.s32\.(?P<ta>[su]8)\.(?P<tb>[su]8)\.s32")
 def _mma(cx, k, sat, ta, tb):
@@ -558,28 +570,33 @@ def _mma(cx, k, sat, ta, tb):
         T = st.T
         W = T // 32
         # Place whole 32-bit words (4 k-consecutive bytes) as rows, then view the bytes.
+        # The 4 words of the lanes t = 0..3 of a group g are k-consecutive too: they move
+        # as one 16-byte item (a quarter of the copies of moving words).
         # A: reg r of lane (g, t) -> [warp, rowhalf = r & 1, g, h = r >> 1, t]
         def a_rows(regs):
-            A = np.empty((W, 2, 8, nb, 4), np.uint32)
+            A = np.empty((W, 2, 8, nb), _QUAD)
             for r, v in enumerate(regs):
-                A[:, r & 1, :, r >> 1, :] = per_lane(v, T).reshape(W, 8, 4)
-            return A.reshape(W, 16, k // 4).view(adt).astype(np.float32)
+                A[:, r & 1, :, r >> 1] = _quads(v, T, W)
+            return A.view(np.uint32).reshape(W, 16, k // 4).view(adt).astype(np.float32)
 
         # B: reg h of lane (g = n, t) -> [warp, n, h, t]
         def b_columns(regs):
-            B = np.empty((W, 8, nb, 4), np.uint32)
+            B = np.empty((W, 8, nb), _QUAD)
             for h, v in enumerate(regs):
-                B[:, :, h, :] = per_lane(v, T).reshape(W, 8, 4)
-            return B.reshape(W, 8, k // 4).view(bdt).astype(np.float32).transpose(0, 2, 1)
+                B[:, :, h] = _quads(v, T, W)
+            return B.view(np.uint32).reshape(W, 8, k // 4).view(bdt).astype(np.float32) \
+                .transpose(0, 2, 1)
 
         # exact in float32: |sum| <= 32 * 255 * 255 < 2**24
         AB = np.matmul(st.fragment(("A", adt), [g(st, m) for g in ga], a_rows),
                        st.fragment(("B", bdt), [g(st, m) for g in gb], b_columns))
         # AB [warp, rowhalf, g, t, j]: D reg r = 2 rowhalf + j of lane (g, t)
-        AB = AB.reshape(W, 2, 8, 4, 2)
+        AB = AB.reshape(W, 2, 8, 4, 2).astype(np.int64 if sat else np.int32)
         for r, (put, g) in enumerate(zip(puts, gc)):
-            v = np.empty((W, 8, 4), np.int64 if sat else np.int32)
-            np.copyto(v, AB[:, r >> 1, :, :, r & 1], casting="unsafe")
-            v = v.reshape(T) + g(st, m)                 # int32 + int32 wraps like hardware
+            c = g(st, m)
+            c = c.reshape(W, 8, 4) if np.ndim(c) else c
+            v = np.empty((W, 8, 4), AB.dtype)
+            np.add(AB[:, r >> 1, :, :, r & 1], c, out=v)  # int32 + int32 wraps like hardware
+            v = v.reshape(T)
             put(st, m, np.clip(v, -(1 << 31), (1 << 31) - 1) if sat else v)
     return Exec("op", run, warp=True)
