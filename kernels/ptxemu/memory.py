@@ -62,6 +62,39 @@ def _overlap(a: tuple[int, int], b: tuple[int, int]) -> bool:
     return a[0] < b[1] and b[0] < a[1] and a[0] < a[1] and b[0] < b[1]
 
 
+_ITEM = {1: np.dtype(np.uint8), 2: np.dtype(np.uint16), 4: np.dtype(np.uint32),
+         8: np.dtype(np.uint64)}
+
+
+def _items(a: np.ndarray) -> np.ndarray:
+    """A C-contiguous [n, k] array as n items of one row each (an unsigned integer or a
+    void of the row's bytes): numpy moves a 1-D item array in one pass, while indexing
+    rows of a 2-D array costs several times as much."""
+    nb = a.shape[1] * a.itemsize
+    return a.view(_ITEM.get(nb) or np.dtype((np.void, nb)))[:, 0]
+
+
+def take(a: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``a[rows]`` for a C-contiguous [n, k] array."""
+    return _items(a)[rows].view(a.dtype).reshape(rows.size, a.shape[1])
+
+
+def put(a: np.ndarray, rows: np.ndarray, values) -> None:
+    """``a[rows] = values`` for a C-contiguous [n, k] array (``values``: [len(rows), k],
+    [len(rows), 1] or a scalar, broadcast along the row as numpy would)."""
+    v = np.asarray(values, a.dtype)
+    if v.ndim == 2 and v.shape == (rows.size, 1) and a.shape[1] > 1:
+        v = np.broadcast_to(v, (rows.size, a.shape[1]))
+    if v.ndim == 2 and v.shape == (rows.size, a.shape[1]):
+        _items(a)[rows] = np.ascontiguousarray(v).view(_items(a).dtype)[:, 0]
+        return
+    if v.ndim == 0 or v.size == 1:
+        row = np.full((1, a.shape[1]), v.reshape(()), a.dtype)
+        _items(a)[rows] = row.view(_items(a).dtype)[0, 0]
+        return
+    a[rows] = v
+
+
 def distinct(rows: np.ndarray, mark: np.ndarray) -> bool:
     """Whether no two entries of ``rows`` are equal, without sorting: each entry writes
     its position into the scratch ``mark`` (one slot per possible row) and reads it back;
@@ -198,10 +231,10 @@ class GlobalMemory:
                 self._note_read(k, threads[pos], size, addr[pos])
         if len(groups) == 1:
             k, _, rows = groups[0]
-            return self._view(k, elem, vec)[rows]
+            return take(self._view(k, elem, vec), rows)
         out = np.empty((addr.size, vec), UINT[elem])
         for k, pos, rows in groups:
-            out[pos] = self._view(k, elem, vec)[rows]
+            out[pos] = take(self._view(k, elem, vec), rows)
         return out
 
     def store(self, addr, threads, elem: int, vec: int, values: np.ndarray) -> None:
@@ -212,7 +245,7 @@ class GlobalMemory:
                 self._claim(k, threads[pos], size, addr[pos])
             if not distinct(rows, self._mark(("row", k, size), self._view(k, elem, vec).shape[0])):
                 self._same_word(k, rows, values[pos], threads[pos], addr[pos])
-            self._view(k, elem, vec)[rows] = values[pos]
+            put(self._view(k, elem, vec), rows, values[pos])
 
     # ---- the checks ---------------------------------------------------------------------
 
@@ -475,7 +508,7 @@ class SharedMemory:
         span = (int(off.min()), int(off.max()) + size) if off.size else (0, 0)
         # only the bytes of copies in flight are pending: look where their spans meet this one
         if self.copies is not None and any(_overlap(span, c.span) for c in self.copies.copies):
-            late = self._view("pending", size, 1)[rows]
+            late = take(self._view("pending", size, 1), rows)
             if late.any():
                 i, j = np.argwhere(late)[0]
                 at = int(off[i]) + int(j) * self.grain
@@ -509,15 +542,15 @@ class SharedMemory:
             self._readers = True
             lo, hi = (a, b) if lo == hi else (min(lo, a), max(hi, b))
             lo_, hi_ = self._view("rmin", size, 1), self._view("rmax", size, 1)
-            L, H = lo_[rows], hi_[rows]
+            L, H = take(lo_, rows), take(hi_, rows)
             held = H >> _TID_BITS       # the epoch the grain's readers are from
             older, newer = held < ep, held > ep     # newer: folded after a later barrier
             if distinct(rows, self._mark):
-                lo_[rows] = np.where(older, tag, np.where(newer, L, np.minimum(L, tag)))
-                hi_[rows] = np.where(older, tag, np.where(newer, H, np.maximum(H, tag)))
+                put(lo_, rows, np.where(older, tag, np.where(newer, L, np.minimum(L, tag))))
+                put(hi_, rows, np.where(older, tag, np.where(newer, H, np.maximum(H, tag))))
                 continue
             lo_[rows] = np.where(older, tag, L)    # open this epoch, then fold duplicates
-            hi_[rows] = np.where(older, tag, H)
+            hi_[rows] = np.where(older, tag, H)    # (numpy's own indexing: rows repeat)
             k = size // self.grain
             flat = (rows[:, None] * k + np.arange(k)).ravel()
             tags = np.broadcast_to(tag, L.shape)
@@ -529,7 +562,7 @@ class SharedMemory:
     def load(self, addr, threads, elem: int, vec: int) -> np.ndarray:
         size = elem * vec
         rows, cta, ep, tag, off, span = self._locate(addr, threads, size)
-        W = self._view("writer", size, 1)[rows]
+        W = take(self._view("writer", size, 1), rows)
         if self.strict_init and (W < 0).any():
             i, j = np.argwhere(W < 0)[0]
             at = int(off[i]) + int(j) * self.grain
@@ -540,13 +573,13 @@ class SharedMemory:
             if bad.any():
                 self._race(bad, W, threads, off, cta, "written")
         self._reads.append((rows, ep, tag, size, span, cta))
-        return self._view("raw", elem, vec)[rows]
+        return take(self._view("raw", elem, vec), rows)
 
     def claim(self, addr, threads, elem: int, vec: int, values: np.ndarray) -> None:
         """A cp.async issues: a write now (it may land any time until the wait, so it
         races with every unsynchronised access), and its bytes stay ``pending``."""
         rows = self.store(addr, threads, elem, vec, values)
-        self._view("pending", elem * vec, 1)[rows] = True
+        put(self._view("pending", elem * vec, 1), rows, True)
 
     def settle(self, addr, threads, elem: int, vec: int) -> None:
         """The issuing thread waited for a cp.async: its bytes are written again now, so
@@ -555,8 +588,8 @@ class SharedMemory:
         every access to a pending byte was refused, so only the writer's tag moves.)"""
         size = elem * vec
         rows = self._rows(addr, threads, size)
-        self._view("pending", size, 1)[rows] = False
-        self._view("writer", size, 1)[rows] = self._who(threads)[2]
+        put(self._view("pending", size, 1), rows, False)
+        put(self._view("writer", size, 1), rows, self._who(threads)[2])
         at = np.asarray(addr).astype(np.int64)
         self._wrote((int(at.min()), int(at.max()) + size))
 
@@ -580,14 +613,14 @@ class SharedMemory:
         rows, cta, ep, tag, off, span = self._locate(addr, threads, size)
         wv = self._view("writer", size, 1)
         if _overlap(span, self._written):
-            W = wv[rows]
+            W = take(wv, rows)
             bad = ((W >> _TID_BITS) == ep) & (W != tag)
             if bad.any():
                 self._race(bad, W, threads, off, cta, "written")
         if self._reads:
             self._fold(span)
         if self._readers and _overlap(span, self._read_span):
-            L, H = self._view("rmin", size, 1)[rows], self._view("rmax", size, 1)[rows]
+            L, H = take(self._view("rmin", size, 1), rows), take(self._view("rmax", size, 1), rows)
             bad = ((H >> _TID_BITS) == ep) & ((L != tag) | (H != tag))
             if bad.any():
                 self._race(bad, np.where(L != tag, L, H), threads, off, cta, "read")
@@ -599,7 +632,7 @@ class SharedMemory:
                 raise Fault("race", threads[max(a, b)], f"shared offset {int(off[a]):#x} "
                             "written by two threads in one instruction", int(off[a]),
                             other=threads[min(a, b)])
-        wv[rows] = tag
+        put(wv, rows, tag)
         self._wrote(span)
-        self._view("raw", elem, vec)[rows] = values
+        put(self._view("raw", elem, vec), rows, values)
         return rows
