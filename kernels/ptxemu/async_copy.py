@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from kernels.ptxemu.memory import Fault
+from kernels.ptxemu.memory import Fault, put
 from kernels.ptxemu.operands import U32, Ctx, per_lane
 from kernels.ptxemu.ops import Access, Exec, form
 
@@ -110,7 +110,8 @@ def _read_source(st, src: np.ndarray, sel: np.ndarray, size: int, have: np.ndarr
         return st.gmem.load(src, sel, 4, size // 4).view(np.uint8)
     data = np.zeros((sel.size, size), np.uint8)
     if whole.any():
-        data[whole] = st.gmem.load(src[whole], sel[whole], 4, size // 4).view(np.uint8)
+        at = np.flatnonzero(whole)
+        put(data, at, st.gmem.load(src[at], sel[at], 4, size // 4).view(np.uint8))
     if ((have > 0) & ~whole).any():
         for b in range(size):
             part = (have > b) & ~whole

@@ -549,8 +549,8 @@ class SharedMemory:
                 put(lo_, rows, np.where(older, tag, np.where(newer, L, np.minimum(L, tag))))
                 put(hi_, rows, np.where(older, tag, np.where(newer, H, np.maximum(H, tag))))
                 continue
-            lo_[rows] = np.where(older, tag, L)    # open this epoch, then fold duplicates
-            hi_[rows] = np.where(older, tag, H)    # (numpy's own indexing: rows repeat)
+            put(lo_, rows, np.where(older, tag, L))    # open this epoch, then fold duplicates
+            put(hi_, rows, np.where(older, tag, H))    # (which duplicate lands: any, .at folds all)
             k = size // self.grain
             flat = (rows[:, None] * k + np.arange(k)).ravel()
             tags = np.broadcast_to(tag, L.shape)
