@@ -137,6 +137,17 @@ class Traffic:
         grid[self.slots[threads]] = values
         return grid.reshape(-1, 32)
 
+    @staticmethod
+    def _rows(grid: np.ndarray, partial: bool) -> tuple[np.ndarray, bool]:
+        """The rows of ``grid`` with an active lane (a row of empty slots counts nothing),
+        and whether any of them still has an empty slot."""
+        if not partial:
+            return grid, False
+        asked = grid != NONE
+        rows = np.flatnonzero(asked.any(1))
+        grid = take(grid, rows)
+        return grid, not bool(asked[rows].all())
+
     def record(self, line: int, opcode: str, space: str, addr: np.ndarray,
                threads: np.ndarray, size: int) -> None:
         """One execution of ``line`` by ``threads`` (increasing) at ``addr``, ``size``
@@ -169,13 +180,13 @@ class Traffic:
         counts[1] = threads.size * size
         partial = not (full and self.dense)
         if space == "global":               # an aligned access of <= 16 bytes: one sector
-            grid = self._grid(threads, addr[:, None], partial)
+            grid, partial = self._rows(self._grid(threads, addr[:, None], partial), partial)
             counts[2:4] = global_counts(grid, True) if partial else \
                 by_pattern(grid, lambda rows: global_counts(rows, False), 128)
         else:          # k words per lane: 1 (<= 4 bytes), 2 (half-warp phases), 4 (quarter)
             k = max(1, size // 4)
             words = (addr >> np.uint64(2))[:, None] + np.arange(k, dtype=np.uint64)
-            grid = self._grid(threads, words, partial)
+            grid, partial = self._rows(self._grid(threads, words, partial), partial)
             counts[4:6] = shared_counts(grid) if partial else by_pattern(grid, shared_counts, 32)
         return counts
 
