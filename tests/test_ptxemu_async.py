@@ -392,3 +392,26 @@ def test_ignore_src_predicate_zero_fills_the_whole_copy():
     out = np.zeros(1024, np.uint8)
     Module(code=text).get_function("k")((1,), (64,), [out, src, have, np.zeros(64, U)])
     assert (out == swap_model(src, np.where(have == 16, 16, 0), 16)).all()
+
+
+def test_a_copy_waited_for_by_some_of_its_threads_stays_pending_for_the_rest():
+    """The pending check looks only where copies in flight lie (their spans of window
+    offsets); what is left of a copy after part of its threads waited keeps its span, so
+    a thread that did not wait still may not read its bytes (and those that did may)."""
+    body = WORDS + """
+  cp.async.ca.shared.global [%r13], [%rd11], 4;
+  setp.ge.u32 %p1, %r1, GATE;
+  @%p1 bra SKIP;
+  cp.async.wait_all;
+SKIP:
+  ld.shared.u32 %r10, [%r13];
+  st.global.u32 [%rd3], %r10;"""
+    a = np.arange(64, dtype=U) + 7
+    out = np.zeros(64, U)
+    shared = "  .shared .align 16 .b8 sm[256];\n"
+    launch(body.replace("GATE", "64"), [out, a, a, a], shared)       # every thread waits
+    assert (out == a).all()
+    text = module(PROLOGUE + body.replace("GATE", "32"), shared=shared)
+    e = expect(text, "race", "ld.shared.u32 %r10, [%r13];", (0, 0, 0), (32, 0, 0), grid=(1,),
+               args=[out, a, a, a])
+    assert "cp.async.wait_group" in str(e) and e.address == 128
