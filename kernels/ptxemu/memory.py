@@ -490,11 +490,15 @@ class SharedMemory:
         cta, ep, tag = self._cache
         if threads.size == cta.size:
             return cta, ep, tag
-        return cta[threads], ep[threads], tag[threads]
+        tag = take(tag, threads)            # the epoch is in the tag: no gather of its own
+        return threads // self.tpc, tag >> _TID_BITS, tag
 
     def _locate(self, addr, threads, size: int):
         off = np.asarray(addr).astype(np.int64)
-        if ((off > self.size - size) | (off & (size - 1)).astype(bool)).any():
+        # offsets are >= 0 (u32 registers); the largest and the OR of all say in one pass
+        # each whether any is out of bounds or misaligned (then the pass that names it)
+        if off.size and (int(off.max()) > self.size - size or
+                         int(np.bitwise_or.reduce(off)) & (size - 1)):
             bad = off > self.size - size
             if bad.any():
                 i = _first(bad)
