@@ -220,28 +220,3 @@ def test_distinct_finds_repeated_rows_without_sorting():
     assert not distinct(np.array([9, 3, 5, 3]), mark)               # a repeat
     assert not distinct(np.array([7, 7]), mark)
     assert distinct(np.array([4]), mark) and distinct(np.array([], np.int64), mark)
-
-
-def test_counting_by_pattern_equals_counting_every_row():
-    """by_pattern counts each distinct row (up to a shift by a whole period) once; the
-    sums equal counting every row, also for rows that differ by less than a period and
-    when the hash is made to collide (it then counts every row)."""
-    from kernels.ptxemu import traffic as tr
-    rng = np.random.default_rng(2)
-    base = rng.integers(0, 1 << 20, 300).astype(np.uint64) * np.uint64(128)
-    pats = [np.arange(32, dtype=np.uint64) * np.uint64(s) for s in (4, 16, 36)]
-    rows = np.stack([pats[i % 3] + b for i, b in enumerate(base)])
-    rows[7] += np.uint64(4)                 # not a whole line: another pattern
-    words = rows >> np.uint64(2)
-    g = lambda r: tr.global_counts(r, False)  # noqa: E731
-    assert tr.by_pattern(rows, g, 128) == g(rows)
-    assert tr.by_pattern(words, tr.shared_counts, 32) == tr.shared_counts(words)
-    # negative: a period that is not one (a shift by 64 bytes moves line boundaries)
-    half = np.stack([pats[0] + np.uint64(64 * (i % 2)) for i in range(100)])
-    assert tr.by_pattern(half, g, 128) == g(half) != (100 * g(half[:1])[0], 100 * g(half[:1])[1])
-    saved = tr._WEIGHTS.copy()
-    try:
-        tr._WEIGHTS[:] = 0                  # every row hashes alike: the comparison fails
-        assert tr.by_pattern(rows, g, 128) == g(rows)
-    finally:
-        tr._WEIGHTS[:] = saved

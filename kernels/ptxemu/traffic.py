@@ -89,29 +89,6 @@ def shared_counts(rows: np.ndarray) -> tuple[int, int]:
     return waves, int(np.count_nonzero(asked))
 
 
-_WEIGHTS = np.random.default_rng(0).integers(1, 2 ** 63, 32, dtype=np.uint64) | np.uint64(1)
-
-
-def by_pattern(rows: np.ndarray, count, period: int) -> tuple[int, int]:
-    """``count(rows)`` (a pair of sums over the rows), counting each distinct row once:
-    rows equal after each is moved down by a multiple of ``period`` (128 bytes of
-    addresses: a line; 32 words: every bank) get the same counts, and the warps of a
-    launch mostly repeat a few patterns. The rows are grouped by a hash and then compared
-    in full (a collision falls back to counting every row), so the sums are exact.
-    ``rows`` hold no empty slot (NONE)."""
-    if rows.shape[0] < 64:
-        return count(rows)
-    rel = rows - (rows.min(1) & ~np.uint64(period - 1))[:, None]
-    _, first, inverse, times = np.unique((rel * _WEIGHTS).sum(1), return_index=True,
-                                         return_inverse=True, return_counts=True)
-    if not np.array_equal(take(rel, first[inverse.ravel()]), rel):
-        return count(rows)
-    total = np.zeros(2, np.int64)
-    for n in np.unique(times):
-        total += int(n) * np.array(count(take(rel, first[times == n])), np.int64)
-    return int(total[0]), int(total[1])
-
-
 class Traffic:
     """Accumulates the counts of every access of one launch, per PTX line.
 
@@ -181,13 +158,12 @@ class Traffic:
         partial = not (full and self.dense)
         if space == "global":               # an aligned access of <= 16 bytes: one sector
             grid, partial = self._rows(self._grid(threads, addr[:, None], partial), partial)
-            counts[2:4] = global_counts(grid, True) if partial else \
-                by_pattern(grid, lambda rows: global_counts(rows, False), 128)
+            counts[2:4] = global_counts(grid, partial)
         else:          # k words per lane: 1 (<= 4 bytes), 2 (half-warp phases), 4 (quarter)
             k = max(1, size // 4)
             words = (addr >> np.uint64(2))[:, None] + np.arange(k, dtype=np.uint64)
             grid, partial = self._rows(self._grid(threads, words, partial), partial)
-            counts[4:6] = shared_counts(grid) if partial else by_pattern(grid, shared_counts, 32)
+            counts[4:6] = shared_counts(grid)
         return counts
 
     def stats(self, in_loop: set[int]) -> tuple[AccessStats, ...]:
