@@ -220,7 +220,8 @@ class GlobalMemory:
             raise Fault("misaligned", threads[i], f"{size}-byte access needs {size}-byte "
                         f"alignment; buffer {k} '{self.names[k]}' starts {self.start[k]} "
                         f"bytes past a {ALLOCATION_ALIGN}-byte boundary", int(addr[i]))
-        return [(k, pos, (off[pos] - (-int(self.start[k]) % size)) // size)
+        shift = size.bit_length() - 1       # sizes are powers of two; off - lead >= 0 here
+        return [(k, pos, (off[pos] - (-int(self.start[k]) % size)) >> shift)
                 for k, pos in groups if isinstance(pos, slice) or pos.size]
 
     def load(self, addr, threads, elem: int, vec: int) -> np.ndarray:
@@ -251,7 +252,7 @@ class GlobalMemory:
 
     def _cells(self, size: int, threads: np.ndarray, addr: np.ndarray):
         """(cell, CTA) of every ``grain`` cell the accesses touch, in access order."""
-        first = (addr & np.uint64(SPAN - 1)).astype(np.int64) // self.grain
+        first = (addr & np.uint64(SPAN - 1)).astype(np.int64) >> (self.grain.bit_length() - 1)
         n = max(1, size // self.grain)
         if n == 1:
             return first, self.ctas[threads]
@@ -609,7 +610,7 @@ class SharedMemory:
             every = np.arange(max(last + 1, self.epoch.size * self.tpc))
             self._window = every // self.tpc * self.pad
         start = self._window if threads.size == self._window.size else self._window[threads]
-        return (start + np.asarray(addr).astype(np.int64)) // size
+        return (start + np.asarray(addr).astype(np.int64)) >> (size.bit_length() - 1)  # size: 2^n
 
     def store(self, addr, threads, elem: int, vec: int, values: np.ndarray) -> np.ndarray:
         """Returns the rows of ``_view(..., elem * vec, 1)`` it wrote."""
