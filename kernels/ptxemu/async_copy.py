@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from kernels.ptxemu.memory import Fault, put
+from kernels.ptxemu.memory import Fault, put, span_of
 from kernels.ptxemu.operands import U32, Ctx, per_lane
 from kernels.ptxemu.ops import Access, Exec, form
 
@@ -157,8 +157,7 @@ def _cp_async(cx, level):
         book = _book(st)
         dst_at = where.astype(np.int64)
         book.copies.append(Copy(sel, dst_at, size, book.committed[sel].copy(), source, have,
-                                (int(dst_at.min()), int(dst_at.max()) + size) if sel.size
-                                else (0, 0)))
+                                span_of(dst_at, size)))
     return Exec("op", run, shared_bytes=size)
 
 

@@ -57,6 +57,12 @@ class Fault(Exception):
         self.other = None if other is None else int(other)  # the racing thread
 
 
+def span_of(offsets: np.ndarray, size: int) -> tuple[int, int]:
+    """The window [lo, hi) that ``size``-byte accesses at ``offsets`` lie in; (0, 0), which
+    overlaps nothing, for no access."""
+    return (int(offsets.min()), int(offsets.max()) + size) if offsets.size else (0, 0)
+
+
 def _overlap(a: tuple[int, int], b: tuple[int, int]) -> bool:
     """Whether the offset ranges [lo, hi) share a byte (an empty range shares none)."""
     return a[0] < b[1] and b[0] < a[1] and a[0] < a[1] and b[0] < b[1]
@@ -510,7 +516,7 @@ class SharedMemory:
                         f"{size}-byte alignment", int(off[i]))
         cta, ep, tag = self._who(threads)
         rows = self._rows(off, threads, size)
-        span = (int(off.min()), int(off.max()) + size) if off.size else (0, 0)
+        span = span_of(off, size)
         # only the bytes of copies in flight are pending: look where their spans meet this one
         if self.copies is not None and any(_overlap(span, c.span) for c in self.copies.copies):
             late = take(self._view("pending", size, 1), rows)
