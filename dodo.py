@@ -1,35 +1,35 @@
 r"""The task graph (`doit list`; `doit help <task>` for one task and its variables).
 
-    emit -> ptxas -> verify --------------------> bench (GPU)   pipeline/stages/tasks_build.py, tasks_bench.py
-              \-> sass ---------+--> model                     pipeline/stages/tasks_perf.py
-                                \--> seal, bless <- kernel_tests   pipeline/stages/tasks_ratchet.py
+    emit -> ptxas -> verify --------------------> bench (GPU)   hslm_ptx/pipeline/tasks/build.py, tasks_bench.py
+              \-> sass ---------+--> model                     hslm_ptx/pipeline/tasks/perf.py
+                                \--> seal, bless <- kernel_tests   hslm_ptx/pipeline/tasks/ratchet.py
     gate: emit, ptxas, sass, verify, kernel_tests, then judged against ledger/ and seals
     report: the last ptxas, verify and bench tables again
-    layer: what one TernaryLinear step launches, syncs, copies, allocates, moves      pipeline/stages/tasks_layer.py
+    layer: what one TernaryLinear step launches, syncs, copies, allocates, moves      hslm_ptx/pipeline/tasks/layer.py
 
 Each line of GRAPH is one stage: its task group, its creator, and the stages its tasks
 depend on. A run loads the stages it asks for and what they need, nothing else
-(pipeline.stages.graph), so `doit verify` never imports the bench or the perf model.
+(hslm_ptx.pipeline.tasks.graph), so `doit verify` never imports the bench or the perf model.
 `doit verify` is the default; CI runs `doit gate`.
 """
-from pipeline.core.checker import ContentChecker
-from pipeline.core.cmdline import startup
-from pipeline.stages.graph import Node, creators
-from pipeline.stages.reporter import StageReporter
+from hslm_ptx.pipeline.core.checker import ContentChecker
+from hslm_ptx.pipeline.core.cmdline import startup
+from hslm_ptx.pipeline.tasks.graph import Node, creators
+from hslm_ptx.pipeline.tasks.reporter import StageReporter
 
 GRAPH = (
-    Node("emit", "pipeline.stages.tasks_build:task_emit"),
-    Node("ptxas", "pipeline.stages.tasks_build:PTXAS", needs=("emit",)),  # ptxas:<kernel>, ptxas:check
-    Node("verify", "pipeline.stages.tasks_build:VERIFY", needs=("ptxas",)),  # verify:<kernel> (its cells inside), verify:check
-    Node("sass", "pipeline.stages.tasks_perf:task_sass", needs=("emit",)),
-    Node("model", "pipeline.stages.tasks_perf:task_model", needs=("sass", "verify")),
-    Node("bench", "pipeline.stages.tasks_bench:task_bench", needs=("emit",)),
-    Node("layer", "pipeline.stages.tasks_layer:LAYER"),  # layer:<set>
-    Node("kernel_tests", "pipeline.stages.tasks_ratchet:task_kernel_tests"),
-    Node("seal", "pipeline.stages.tasks_ratchet:task_seal", needs=("verify", "sass", "kernel_tests")),
-    Node("bless", "pipeline.stages.tasks_ratchet:task_bless"),
-    Node("gate", "pipeline.stages.tasks_ratchet:task_gate", needs=("verify", "sass", "kernel_tests")),
-    Node("report", "pipeline.stages.tasks_build:task_report"),
+    Node("emit", "hslm_ptx.pipeline.tasks.build:task_emit"),
+    Node("ptxas", "hslm_ptx.pipeline.tasks.build:PTXAS", needs=("emit",)),  # ptxas:<kernel>, ptxas:check
+    Node("verify", "hslm_ptx.pipeline.tasks.build:VERIFY", needs=("ptxas",)),  # verify:<kernel> (its cells inside), verify:check
+    Node("sass", "hslm_ptx.pipeline.tasks.perf:task_sass", needs=("emit",)),
+    Node("model", "hslm_ptx.pipeline.tasks.perf:task_model", needs=("sass", "verify")),
+    Node("bench", "hslm_ptx.pipeline.tasks.bench:task_bench", needs=("emit",)),
+    Node("layer", "hslm_ptx.pipeline.tasks.layer:LAYER"),  # layer:<set>
+    Node("kernel_tests", "hslm_ptx.pipeline.tasks.ratchet:task_kernel_tests"),
+    Node("seal", "hslm_ptx.pipeline.tasks.ratchet:task_seal", needs=("verify", "sass", "kernel_tests")),
+    Node("bless", "hslm_ptx.pipeline.tasks.ratchet:task_bless"),
+    Node("gate", "hslm_ptx.pipeline.tasks.ratchet:task_gate", needs=("verify", "sass", "kernel_tests")),
+    Node("report", "hslm_ptx.pipeline.tasks.build:task_report"),
 )
 
 DOIT_CONFIG = {

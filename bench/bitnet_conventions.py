@@ -30,9 +30,9 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kernels import layer_cpu  # noqa: E402
-from kernels.bitlinear import BitLinear  # noqa: E402
-from kernels.torch_linear import TernaryLinear  # noqa: E402
+from hslm_ptx.nn import cpu_step as layer_cpu  # noqa: E402
+from hslm_ptx.nn.bitlinear import BitLinear  # noqa: E402
+from hslm_ptx.nn.linear import TernaryLinear  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location("bitnet_charlm", ROOT / "examples" / "bitnet_charlm.py")
 figure3 = importlib.util.module_from_spec(_spec)

@@ -21,14 +21,14 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kernels.floats import same_values  # noqa: E402
-from kernels.launch import launch_outputs  # noqa: E402
-from kernels.registry import KERNELS  # noqa: E402
-from kernels.spec import Dims  # noqa: E402
-from kernels.ptxemu import Module  # noqa: E402
-from pipeline.bench.cli import OneLineParser, run_cli  # noqa: E402
-from pipeline.core.errors import UserError  # noqa: E402
-from pipeline.core.shapes import load_set  # noqa: E402
+from hslm_ptx.formats.floats import same_values  # noqa: E402
+from hslm_ptx.runtime.launch import launch_outputs  # noqa: E402
+from hslm_ptx.catalog.registry import KERNELS  # noqa: E402
+from hslm_ptx.catalog.spec import Dims  # noqa: E402
+from hslm_ptx.emu import Module  # noqa: E402
+from hslm_ptx.pipeline.core.cli import OneLineParser, run_cli  # noqa: E402
+from hslm_ptx.pipeline.core.errors import UserError  # noqa: E402
+from hslm_ptx.pipeline.core.shapes import load_set  # noqa: E402
 
 
 def mismatches(spec, got: dict, want: dict) -> int:

@@ -4,7 +4,7 @@
     python bench/layer_cpu_bench.py --rows 1782 --repeats 400 --threads 1
 
 One forward + backward (y, dX, dW, db) of ``TernaryLinear(K, N)`` on the 'cpu' backend
-(kernels.layer_cpu: the kernels' integers through float BLAS) and of ``nn.Linear(K, N)``
+(hslm_ptx.nn.cpu_step: the kernels' integers through float BLAS) and of ``nn.Linear(K, N)``
 float32, with the same weights, input and output gradient; the two are timed
 alternately in one run (so both see the same machine load). Each step first changes the
 weight in place, as the optimizer would, so TernaryLinear's timing includes preparing
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Callable
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pipeline.bench.cli import OneLineParser, run_cli  # noqa: E402
+from hslm_ptx.pipeline.core.cli import OneLineParser, run_cli  # noqa: E402
 
 if TYPE_CHECKING:
     import torch
@@ -84,7 +84,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--profile", action="store_true", help="print the operator profile of one step")
     args = parser.parse_args(argv)
     torch = import_torch()
-    from kernels import TernaryLinear
+    from hslm_ptx import TernaryLinear
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -4,9 +4,9 @@
     python bench/validate_bench.py --set smoke
 
 Per hslm shape: the packed-W scan every launch of forward and dX runs
-(kernels.ternary.code_problem: one pass over the words), the per-code scan it replaced
-(unpacking every code, as kernels.ternary.codes_of does), packing W, making the planes
-the kernels read W in (kernels/planes.py: what launch does to a packed W), and the float
+(hslm_ptx.formats.ternary.code_problem: one pass over the words), the per-code scan it replaced
+(unpacking every code, as hslm_ptx.formats.ternary.codes_of does), packing W, making the planes
+the kernels read W in (hslm_ptx/formats/planes.py: what launch does to a packed W), and the float
 op's own quantization of the activations it guards (the non-finite check reads the
 scales that quantization computes: a few rows' worth of work). Medians of repeated
 timings; on a GPU the same checks are a few elementwise kernels and one host sync.
@@ -22,12 +22,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kernels import planes  # noqa: E402
-from kernels.quant import quantize  # noqa: E402
-from kernels.spec import Dims  # noqa: E402
-from kernels.ternary import code_problem, codes_of, pack  # noqa: E402
-from pipeline.bench.cli import OneLineParser, run_cli  # noqa: E402
-from pipeline.core.shapes import load_set  # noqa: E402
+from hslm_ptx.formats import planes  # noqa: E402
+from hslm_ptx.reference.quant import quantize  # noqa: E402
+from hslm_ptx.catalog.spec import Dims  # noqa: E402
+from hslm_ptx.formats.ternary import code_problem, codes_of, pack  # noqa: E402
+from hslm_ptx.pipeline.core.cli import OneLineParser, run_cli  # noqa: E402
+from hslm_ptx.pipeline.core.shapes import load_set  # noqa: E402
 
 
 def median_us(fn, repeat: int = 7) -> float:

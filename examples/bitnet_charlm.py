@@ -11,9 +11,9 @@ float LM head). Its linear layers in the blocks are, from one initialization:
 1. ``nn.Linear``: full precision, the baseline;
 2. Figure 3's BitLinear, as published (the code below marked FIGURE 3), with the block
    pre-norms removed as the paper's FAQ says (each BitLinear has its own RMSNorm);
-3. ``kernels.bitlinear.BitLinear``: the same layer on the int8 step, made by
+3. ``hslm_ptx.nn.bitlinear.BitLinear``: the same layer on the int8 step, made by
    ``ternarize_model(model, norm=True)``, pre-norms removed likewise;
-4. ``kernels.TernaryLinear``: a plain swap (``ternarize_model(model)``), pre-norms kept.
+4. ``hslm_ptx.TernaryLinear``: a plain swap (``ternarize_model(model)``), pre-norms kept.
 
 Each trains on the same batches with AdamW. The script writes a loss-curve PNG and a
 Markdown table of the final training and validation losses and the CPU time per step
@@ -35,7 +35,7 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kernels.convert import ternarize_model  # noqa: E402
+from hslm_ptx.nn.convert import ternarize_model  # noqa: E402
 
 VOCAB = 256
 

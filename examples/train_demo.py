@@ -27,7 +27,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kernels import TernaryLinear  # noqa: E402
+from hslm_ptx import TernaryLinear  # noqa: E402
 
 IN, HIDDEN, CLASSES, BATCH = 16, 32, 4, 32
 

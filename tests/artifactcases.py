@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.core import config
-from pipeline.core.artifacts import write_model
-from pipeline.core.files import sha256_bytes, write_atomic
-from pipeline.core.models import EmitResult, Mismatch, PtxasArch, PtxasReport, Shape, VerifyReport
-from pipeline.stages.sass import Body, SassArch, SassReport
+from hslm_ptx.pipeline.core import config
+from hslm_ptx.pipeline.core.artifacts import write_model
+from hslm_ptx.pipeline.core.files import sha256_bytes, write_atomic
+from hslm_ptx.pipeline.core.models import EmitResult, Mismatch, PtxasArch, PtxasReport, Shape, VerifyReport
+from hslm_ptx.pipeline.stages.sass import Body, SassArch, SassReport
 
 SHAPES = {"smoke": (Shape(name="tiny", R=4, K=16, N=8), Shape(name="tail", R=3, K=17, N=5))}
 

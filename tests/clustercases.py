@@ -25,7 +25,7 @@ except ImportError:  # never a silent skip in CI, where .[dev,cluster] installs 
         raise
     pytest.skip("ray is not installed: pip install -e '.[cluster]'", allow_module_level=True)
 
-from pipeline.stages.verify import run_cell
+from hslm_ptx.pipeline.stages.verify import run_cell
 
 MARKS = "HSLM_TEST_MARKS"  # the folder each attempt of a cell leaves a file in
 SLOW_S = "HSLM_TEST_SLOW_S"  # how long each cell sleeps before it runs

@@ -6,7 +6,7 @@
 - Warnings are errors in the emulator's tests (tests/test_ptxemu*.py: a numpy overflow or
   invalid-value warning is a bug in an emulator form); a test that expects one says so
   with its own ``filterwarnings`` mark, which takes precedence.
-- pipeline.ratchet.assertcount: registers the ``kernel(name)`` marker and, with
+- hslm_ptx.pipeline.ratchet.assertcount: registers the ``kernel(name)`` marker and, with
   ``--test-counts=PATH`` (and enable_assertion_pass_hook), counts each kernel's tests
   for seals and the ledger.
 - pytester: tests/test_assertcount.py runs small pytest sessions through it.
@@ -43,10 +43,10 @@ import pytest
 from artifactcases import FakeArtifacts
 from gatecases import green_world
 
-from pipeline.core import config
-from pipeline.core.config import ROOT
+from hslm_ptx.pipeline.core import config
+from hslm_ptx.pipeline.core.config import ROOT
 
-pytest_plugins = ["pipeline.ratchet.assertcount", "pytester"]
+pytest_plugins = ["hslm_ptx.pipeline.ratchet.assertcount", "pytester"]
 
 
 ERRORS_ON_WARNINGS = "test_ptxemu"  # the emulator's test modules: a numpy warning there is a bug
@@ -113,7 +113,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(autouse=True, scope="session")
 def plan_memo_in_tmp(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Tests create the build's tasks in-process: the plan they keep
-    (pipeline.stages.build_plan) goes to a temp folder, not the working tree's artifacts/."""
+    (hslm_ptx.pipeline.stages.build_plan) goes to a temp folder, not the working tree's artifacts/."""
     config.PLAN_DIR = tmp_path_factory.mktemp("plans")
 
 
@@ -140,3 +140,30 @@ def tmp_doit(tmp_path: Path) -> Callable[..., subprocess.CompletedProcess]:
                               cwd=ROOT, capture_output=True, text=True)
 
     return run
+
+
+class Preparations:
+    """Counts weight preparations (every backend's: the CPU step's ``prepare_weight`` and the
+    launch step's ``prepare_weight`` and ``prepare_and_forward``) by wrapping those
+    functions for one test (:func:`count_preparations`)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def wrap(self, fn):
+        def counted(*args, **kwargs):
+            self.count += 1
+            return fn(*args, **kwargs)
+        return counted
+
+
+@pytest.fixture
+def preparations(monkeypatch) -> Preparations:
+    from hslm_ptx.nn import cpu_step
+    from hslm_ptx.step import launches
+
+    seen = Preparations()
+    for module, name in ((cpu_step, "prepare_weight"), (launches, "prepare_weight"),
+                         (launches, "prepare_and_forward")):
+        monkeypatch.setattr(module, name, seen.wrap(getattr(module, name)))
+    return seen

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kernels.ptxemu import EmulatorError, Module
+from hslm_ptx.emu import EmulatorError, Module
 
 M32 = 0xFFFFFFFF
 

@@ -12,19 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.core import config
-from pipeline.ratchet import gate
-from pipeline.core.artifacts import write_model
-from pipeline.ratchet.ledger import dump_ledger, make_ledger
-from pipeline.core.models import (
-    AllowedDuplicate, AllowedDuplicates, CellResult, DuplicateGroup, FunctionRef, KernelState,
-    PtxasArch, RunSummary, SassEntry, SassFigures, SassLevel, Seal, SealedShape, SealedVerify, SealEvidence, Shape,
-    TestCounts,
-)
-from pipeline.ratchet.results import cells
-from pipeline.ratchet import stores
-from pipeline.ratchet.layer_ratchet import dump_layer_ledger
-from pipeline.core.layer_records import LayerCounts, LayerLedger, LayerLevel
+from hslm_ptx.pipeline.core import config
+from hslm_ptx.pipeline.ratchet import gate
+from hslm_ptx.pipeline.core.artifacts import write_model
+from hslm_ptx.pipeline.ratchet.ledger import dump_ledger, make_ledger
+from hslm_ptx.pipeline.core.models import (AllowedDuplicate, AllowedDuplicates, CellResult, DuplicateGroup, FunctionRef,
+                                           KernelState, PtxasArch, RunSummary, SassEntry, SassFigures, SassLevel, Seal,
+                                           SealedShape, SealedVerify, SealEvidence, Shape, TestCounts)
+from hslm_ptx.pipeline.ratchet.results import cells
+from hslm_ptx.pipeline.ratchet import stores
+from hslm_ptx.pipeline.ratchet.layer_ratchet import dump_layer_ledger
+from hslm_ptx.pipeline.core.layer_records import LayerCounts, LayerLedger, LayerLevel
 
 KERNELS = ("kern_a", "kern_b")
 UNIVERSE = cells(KERNELS, ("sm_80", "sm_90"), {"smoke": (Shape(name="tiny", R=1, K=1, N=1),)})
@@ -41,8 +39,8 @@ def ref(path: str, qualname: str, line: int = 1) -> FunctionRef:
     return FunctionRef(path=path, qualname=qualname, line=line)
 
 
-ALLOWED_PAIR = DuplicateGroup(members=[ref("kernels/x.py", "f"), ref("pipeline/y.py", "g")])
-COPY = DuplicateGroup(members=[ref("kernels/array_ops.py", "scale", 10), ref("pipeline/bench/run.py", "scale", 20)])
+ALLOWED_PAIR = DuplicateGroup(members=[ref("hslm_ptx/x.py", "f"), ref("hslm_ptx/pipeline/y.py", "g")])
+COPY = DuplicateGroup(members=[ref("hslm_ptx/arrays.py", "scale", 10), ref("hslm_ptx/pipeline/bench/run.py", "scale", 20)])
 
 
 def result(key, verdict="pass") -> CellResult:
@@ -92,19 +90,20 @@ def green_world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Pa
     """gate.main() pointed at files in tmp_path holding the green world (the ``world``
     fixture of tests/conftest.py); returns their paths."""
     i = green()
-    paths = {"ledger": tmp_path / "ledger.json", "seals": tmp_path / "seals", "allowed": tmp_path / "allowed.yaml"}
+    paths = {"ledger": tmp_path / "ledger.json", "seals": tmp_path / "seals", "allowed": tmp_path / "allowed.yaml",
+             "counts": tmp_path / "loop_counts.json"}
     paths["ledger"].write_text(dump_ledger(i.ledger))
     for kernel, s in i.seals.items():
         write_model(paths["seals"] / f"{kernel}.json", s)
-    paths["allowed"].write_text("allowed:\n  - functions: [kernels/x.py::f, pipeline/y.py::g]\n    reason: on purpose\n")
-    for name, attr in (("ledger", "LEDGER_FILE"), ("seals", "SEALS_DIR"), ("allowed", "ALLOWED_FILE")):
+    paths["allowed"].write_text("allowed:\n  - functions: [hslm_ptx/x.py::f, hslm_ptx/pipeline/y.py::g]\n    reason: on purpose\n")
+    for name, attr in (("ledger", "LEDGER_FILE"), ("seals", "SEALS_DIR"), ("allowed", "ALLOWED_FILE"), ("counts", "COUNTS_FILE")):
         monkeypatch.setattr(gate, attr, paths[name])
     monkeypatch.setattr(gate, "GATE_DIR", tmp_path / "gate")
     monkeypatch.setattr(gate, "summarize", lambda sets: i.run)
     return paths
 
 
-# --- the committed stores (pipeline.ratchet.stores) -----------------------------------------
+# --- the committed stores (hslm_ptx.pipeline.ratchet.stores) -----------------------------------------
 
 SHAPES_TEXT = "smoke:\n  - {name: tiny, R: 16, K: 32, N: 8}\n  - {name: wide, R: 64, K: 64, N: 64}\n"
 CALIBRATION_TEXT = """points:

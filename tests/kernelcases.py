@@ -1,7 +1,7 @@
-"""The kernel tests' tables, derived from kernels.registry so a new kernel needs none.
+"""The kernel tests' tables, derived from hslm_ptx.catalog.registry so a new kernel needs none.
 
 Every parametrization over kernels comes from here, each case marked ``kernel(name)``
-so the seal's test counts (pipeline.ratchet.assertcount) attribute it to that kernel. What a
+so the seal's test counts (hslm_ptx.pipeline.ratchet.assertcount) attribute it to that kernel. What a
 test needs to know about a kernel is read off its KernelSpec and module:
 
 - :func:`gemm_roles`: which Dims field is the output's rows, its columns and the
@@ -9,7 +9,7 @@ test needs to know about a kernel is read off its KernelSpec and module:
   problem with three different extents; :func:`gemm_dims` maps a test's (rows, cols,
   contraction) back to that kernel's Dims, so one table of shapes serves forward, dX
   and dW alike.
-- :func:`tile_of`: the staged tile configuration (``kernels.tile.geometry.Tile``) the
+- :func:`tile_of`: the staged tile configuration (``hslm_ptx.tile.geometry.Tile``) the
   kernel's module lists in ``TILES`` under the spec's ``tile`` label.
 - the groups tests run over: every kernel, the GEMMs, the staged-tile kernels, those
   with the int32 epilogue (one int32 output, stored or added by split-K), the ternary
@@ -31,14 +31,14 @@ from typing import Any, Callable, Iterable, NamedTuple
 import numpy as np
 import pytest
 
-from kernels.floats import same_values
-from kernels.pitch import WPlanes
-from kernels.ptxemu import Function, Module
-from kernels.registry import FAMILIES, KERNELS
-from kernels.spec import Dims, KernelSpec
-from kernels import cost
-from kernels.tile import rule
-from kernels.tile.geometry import Plan, Tile
+from hslm_ptx.formats.floats import same_values
+from hslm_ptx.formats.pitch import WPlanes
+from hslm_ptx.emu import Function, Module
+from hslm_ptx.catalog.registry import FAMILIES, KERNELS
+from hslm_ptx.catalog.spec import Dims, KernelSpec
+from hslm_ptx.cost import model as cost
+from hslm_ptx.tile import rule
+from hslm_ptx.tile.geometry import Plan, Tile
 
 PROBE = Dims(7, 11, 13)  # three extents no shape of the GEMM form can confuse
 

@@ -5,7 +5,7 @@ Bounds (|x - s q| <= s/2 per element, W exactly ternary * beta):
   dX       |dX - dX~|[r, i] <= (t_r / 2) sum_j |W[i, j]| beta
   dW       |dW - dW~|[i, j] <= sum_r |v_j qy| u_i / 2 + |u_i qx| v_j / 2 + u_i v_j / 4
 Scales are recomputed here from the definition (s = max|x| / 127 per slice), not taken
-from kernels/quant.py.
+from hslm_ptx/reference/quant.py.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The layer step's stand-in kernels (tests/test_layer_step.py, tests/test_layer_stage.py):
 the step kernels' specs in their published parameter lists and launch geometry, with no
 PTX behind them, installed in the registry for one test so the real orchestration
-(kernels.layer_step) runs on the recording runtime whether or not the kernels are
+(hslm_ptx.step.launches) runs on the recording runtime whether or not the kernels are
 registered yet; and the HSLM layer shapes both modules run the step on.
 
 Here rather than in one of those test modules, so neither imports the other."""
@@ -11,11 +11,12 @@ import functools
 
 import pytest
 
-from kernels import planes, registry
-from kernels.layer_step import sum_partials
-from kernels.pitch import pitch
-from kernels.layout import Plain
-from kernels.spec import BufferSpec, KernelSpec, Launch, Param, ScalarSpec
+from hslm_ptx.formats import planes
+from hslm_ptx.catalog import registry
+from hslm_ptx.step.launches import sum_partials
+from hslm_ptx.formats.pitch import pitch
+from hslm_ptx.formats.layout import Plain
+from hslm_ptx.catalog.spec import BufferSpec, KernelSpec, Launch, Param, ScalarSpec
 
 SUFFIXES = ("f32", "f16", "bf16")
 FLOATS = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}

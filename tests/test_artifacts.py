@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from pipeline.core import proc
-from pipeline.core.files import sweep_temp_files, temp_path, write_atomic
+from hslm_ptx.pipeline.core import proc
+from hslm_ptx.pipeline.core.files import sweep_temp_files, temp_path, write_atomic
 
 
 def mode(path) -> int:

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from pipeline.core.artifacts import read_model
-from pipeline.ratchet.kernel_tests import run_kernel_tests
-from pipeline.core.models import KernelTestRun, TestCounts
+from hslm_ptx.pipeline.core.artifacts import read_model
+from hslm_ptx.pipeline.ratchet.kernel_tests import run_kernel_tests
+from hslm_ptx.pipeline.core.models import KernelTestRun, TestCounts
 
 SUITE = '''
 import pytest
@@ -55,7 +55,7 @@ def test_not_a_kernel_test():
 
 def run_counts(pytester: pytest.Pytester, *args: str) -> tuple[pytest.RunResult, KernelTestRun]:
     out = pytester.path / "counts.json"
-    result = pytester.runpytest("-p", "pipeline.ratchet.assertcount", f"--test-counts={out}", *args)
+    result = pytester.runpytest("-p", "hslm_ptx.pipeline.ratchet.assertcount", f"--test-counts={out}", *args)
     return result, read_model(out, KernelTestRun)
 
 
@@ -81,7 +81,7 @@ def test_counts_per_kernel(suite):
 
 def test_without_the_hook_the_counts_are_refused(pytester):
     pytester.makepyfile(test_x="def test_x():\n    assert True\n")
-    result = pytester.runpytest("-p", "pipeline.ratchet.assertcount", f"--test-counts={pytester.path / 'c.json'}")
+    result = pytester.runpytest("-p", "hslm_ptx.pipeline.ratchet.assertcount", f"--test-counts={pytester.path / 'c.json'}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*enable_assertion_pass_hook*"])
     assert not (pytester.path / "c.json").exists()
@@ -102,7 +102,7 @@ def test_subprocess_run_ignores_pyc_compiled_without_the_hook(tmp_path):
     pytest_cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test_file), "--rootdir", str(tmp_path)]
     assert subprocess.run(pytest_cmd, capture_output=True, cwd=tmp_path, env=env).returncode == 0
     assert list((tmp_path / "__pycache__").glob("test_cached*pytest*.pyc"))
-    counted = [*pytest_cmd, "-p", "pipeline.ratchet.assertcount", "-o", "enable_assertion_pass_hook=true",
+    counted = [*pytest_cmd, "-p", "hslm_ptx.pipeline.ratchet.assertcount", "-o", "enable_assertion_pass_hook=true",
                f"--test-counts={tmp_path / 'stale.json'}"]
     assert subprocess.run(counted, capture_output=True, cwd=tmp_path, env=env).returncode == 0
     assert read_model(tmp_path / "stale.json", KernelTestRun).kernels["k"].vacuous == 1  # the trap

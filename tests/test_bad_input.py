@@ -19,25 +19,25 @@ import textwrap
 import numpy as np
 import pytest
 
-from kernels import array_ops
-from kernels.launch import kernel_args, launch
-from kernels.pitch import KernelLayout
-from kernels.quant import codes_into, ternarize
-from kernels.registry import get_kernel
-from kernels.spec import Dims
-from kernels.ternary import PackError, pack
-from kernels.validate import LaunchError
-from pipeline.core import cmdline
-from pipeline.ratchet import gate
-from pipeline.core.artifacts import read_json, read_model, read_yaml
-from pipeline.core.files import scratch_folder, sweep_scratch_folders
-from pipeline.bench.land import unpack_rest
-from pipeline.core.config import ROOT
-from pipeline.core.errors import ArtifactError, UserError
-from pipeline.ratchet.ledger import dump_ledger, make_ledger, read_ledger
-from pipeline.core.models import VerifyReport
-from pipeline.ratchet.seal import read_seals
-from pipeline.core.shapes import load_shape_sets
+from hslm_ptx import arrays as array_ops
+from hslm_ptx.runtime.launch import kernel_args, launch
+from hslm_ptx.formats.pitch import KernelLayout
+from hslm_ptx.reference.quant import codes_into, ternarize
+from hslm_ptx.catalog.registry import get_kernel
+from hslm_ptx.catalog.spec import Dims
+from hslm_ptx.formats.ternary import PackError, pack
+from hslm_ptx.validate import LaunchError
+from hslm_ptx.pipeline.core import cmdline
+from hslm_ptx.pipeline.ratchet import gate
+from hslm_ptx.pipeline.core.artifacts import read_json, read_model, read_yaml
+from hslm_ptx.pipeline.core.files import scratch_folder, sweep_scratch_folders
+from hslm_ptx.pipeline.bench.land import unpack_rest
+from hslm_ptx.pipeline.core.config import ROOT
+from hslm_ptx.pipeline.core.errors import ArtifactError, UserError
+from hslm_ptx.pipeline.ratchet.ledger import dump_ledger, make_ledger, read_ledger
+from hslm_ptx.pipeline.core.models import VerifyReport
+from hslm_ptx.pipeline.ratchet.seal import read_seals
+from hslm_ptx.pipeline.core.shapes import load_shape_sets
 
 W16x1 = pack(np.ones((16, 1)))
 
@@ -177,7 +177,7 @@ def test_a_database_row_that_is_json_but_not_what_doit_reads_is_named(tmp_path, 
 
 
 def test_a_hash_memo_row_of_other_types_is_a_miss(tmp_path, monkeypatch):
-    from pipeline.core import checker
+    from hslm_ptx.pipeline.core import checker
     monkeypatch.setattr(checker, "_hashes", {})
     monkeypatch.setattr(checker, "_kept", [tmp_path / "elsewhere.json"])  # registers no atexit writer
     path = tmp_path / "k.ptx"
@@ -193,7 +193,7 @@ def test_a_hash_memo_row_of_other_types_is_a_miss(tmp_path, monkeypatch):
 def test_doit_with_a_damaged_database_says_one_line_and_exits_2(tmp_path):
     """The one nested doit run of this file: a dodo that starts as the project's does."""
     (tmp_path / "dodo.py").write_text(textwrap.dedent("""
-        from pipeline.core.cmdline import startup
+        from hslm_ptx.pipeline.core.cmdline import startup
 
         def task_nothing():
             return {"actions": None}
@@ -411,7 +411,7 @@ def test_a_read_only_output_is_refused():
 
 
 def test_an_input_that_starts_off_a_16_byte_boundary_is_copied_or_refused():
-    from kernels.array_ops import kernel_function
+    from hslm_ptx.arrays import kernel_function
 
     dims = Dims(4, 32, 8)
     x = np.zeros(129, np.int8)[1:].reshape(4, 32)
@@ -428,7 +428,7 @@ def test_an_input_that_starts_off_a_16_byte_boundary_is_copied_or_refused():
 
 @pytest.mark.parametrize("plant", ["a 0xff byte", "a folder"])
 def test_a_committed_schema_that_is_not_utf8_text_is_drift_not_a_traceback(tmp_path, plant):
-    from pipeline.core import schemas
+    from hslm_ptx.pipeline.core import schemas
 
     schemas.export(tmp_path)
     seal = tmp_path / "Seal.json"
@@ -437,4 +437,4 @@ def test_a_committed_schema_that_is_not_utf8_text_is_drift_not_a_traceback(tmp_p
         seal.mkdir()
     else:
         seal.write_bytes(seal.read_bytes() + b"\xff")
-    assert [line.split(": ", 1)[1] for line in schemas.drift(tmp_path)] == ["differs from pipeline.core.models.Seal"]
+    assert [line.split(": ", 1)[1] for line in schemas.drift(tmp_path)] == ["differs from hslm_ptx.pipeline.core.models.Seal"]

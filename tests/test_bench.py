@@ -15,19 +15,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kernels.backends import gpu_available
-from kernels.registry import KERNELS
-from kernels.spec import Dims, GemmForm, Operand
-from pipeline.bench import run as bench
-from pipeline.bench import baselines as bench_baselines
-from pipeline.bench import device as bench_device
-from pipeline.bench import timing as bench_timing
-from pipeline.core.artifacts import read_model, write_model
-from pipeline.core.errors import UserError
-from pipeline.core.config import ROOT
-from pipeline.bench.record import BenchReport, Check, Method, Row, Timing
-from pipeline.core.shapes import select_sets
-from pipeline.core.models import Shape
+from hslm_ptx.runtime.backends import gpu_available
+from hslm_ptx.catalog.registry import KERNELS
+from hslm_ptx.catalog.spec import Dims, GemmForm, Operand
+from hslm_ptx.pipeline.bench import run as bench
+from hslm_ptx.pipeline.bench import baselines as bench_baselines
+from hslm_ptx.pipeline.bench import device as bench_device
+from hslm_ptx.pipeline.bench import timing as bench_timing
+from hslm_ptx.pipeline.core.artifacts import read_model, write_model
+from hslm_ptx.pipeline.core.errors import UserError
+from hslm_ptx.pipeline.core.config import ROOT
+from hslm_ptx.pipeline.bench.record import BenchReport, Check, Method, Row, Timing
+from hslm_ptx.pipeline.core.shapes import select_sets
+from hslm_ptx.pipeline.core.models import Shape
 
 STANDIN = Path(__file__).parent / "data" / "bench" / "standin"
 
@@ -213,8 +213,8 @@ def _doit_bench(tmp_path, *args: str) -> subprocess.CompletedProcess:
     dodo = tmp_path / "bench_dodo.py"  # not "dodo": doit imports it by module name
     dodo.write_text(
         f"import sys\nsys.path.insert(0, {str(ROOT)!r})\n"
-        "from pipeline.stages.tasks_build import task_emit  # noqa\n"
-        "from pipeline.stages.tasks_bench import task_bench  # noqa\n")
+        "from hslm_ptx.pipeline.tasks.build import task_emit  # noqa\n"
+        "from hslm_ptx.pipeline.tasks.bench import task_bench  # noqa\n")
     return subprocess.run([sys.executable, "-m", "doit", "-f", str(dodo), "-d", str(ROOT),
                            "--db-file", str(tmp_path / "db"), "bench", *args],
                           capture_output=True, text=True, env=_no_gpu_env(), timeout=120)
@@ -238,7 +238,7 @@ def test_doit_bench_bad_parameter_is_one_line(tmp_path, arg, fragment):
 
 
 def test_python_m_bench_without_gpu(tmp_path):
-    res = subprocess.run([sys.executable, "-m", "pipeline.bench.run", "hslm"], cwd=ROOT,
+    res = subprocess.run([sys.executable, "-m", "hslm_ptx.pipeline.bench.run", "hslm"], cwd=ROOT,
                          capture_output=True, text=True, env=_no_gpu_env(), timeout=120)
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert res.stderr.startswith("error: bench needs a CUDA GPU") and res.stderr.count("\n") == 1

@@ -1,5 +1,5 @@
-"""The bench record (pipeline.bench.record) and its renderings (pipeline.bench.report): statistics, checks, peaks, summary, dispositions,
-table, CSV, plot, predictions, and `python -m pipeline.bench.report`.
+"""The bench record (hslm_ptx.pipeline.bench.record) and its renderings (hslm_ptx.pipeline.bench.report): statistics, checks, peaks, summary, dispositions,
+table, CSV, plot, predictions, and `python -m hslm_ptx.pipeline.bench.report`.
 
 tests/data/bench/sample_hslm.json is SYNTHETIC sample data (``synthetic: true``, device
 "SYNTHETIC SAMPLE - no GPU ran this"): made-up times that exercise every branch of the
@@ -21,14 +21,13 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from pipeline.core.artifacts import read_model
-from pipeline.core.config import ROOT
-from pipeline.core.errors import UserError
-from pipeline.bench.record import (PEAKS, BenchReport, Check, Row, Timing, gops,
-                                   load_predictions, peak_for, percentiles, summarize,
-                                   with_predictions)
-from pipeline.bench.report import (CSV_COLUMNS, SYNTHETIC_BANNER, bars, configuration_races, csv_text, main, markdown,
-                                   plot_png, write_outputs)
+from hslm_ptx.pipeline.core.artifacts import read_model
+from hslm_ptx.pipeline.core.config import ROOT
+from hslm_ptx.pipeline.core.errors import UserError
+from hslm_ptx.pipeline.bench.record import (PEAKS, BenchReport, Check, Row, Timing, gops, load_predictions, peak_for,
+                                            percentiles, summarize, with_predictions)
+from hslm_ptx.pipeline.bench.report import (CSV_COLUMNS, SYNTHETIC_BANNER, bars, configuration_races, csv_text, main,
+                                            markdown, plot_png, write_outputs)
 
 SAMPLE = Path(__file__).parent / "data" / "bench" / "sample_hslm.json"
 
@@ -277,7 +276,7 @@ def test_bad_prediction_file_is_one_line(tmp_path, content, fragment):
     assert fragment in str(exc.value) and "\n" not in str(exc.value) and "pred.json" in str(exc.value)
 
 
-# ---- python -m pipeline.bench.report ----------------------------------------------------
+# ---- python -m hslm_ptx.pipeline.bench.report ----------------------------------------------------
 
 def test_cli_re_renders_beside_the_json(sample, tmp_path, capsys):
     path = tmp_path / "bench-hslm.json"
@@ -305,7 +304,7 @@ def test_cli_bad_file_is_one_line_exit_2(tmp_path, content):
     path = tmp_path / "bad.json"
     if content is not None:
         path.write_text(content)
-    res = subprocess.run([sys.executable, "-m", "pipeline.bench.report", str(path)], cwd=ROOT,
+    res = subprocess.run([sys.executable, "-m", "hslm_ptx.pipeline.bench.report", str(path)], cwd=ROOT,
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 2 and res.stdout == ""
     assert res.stderr.startswith("error: ") and res.stderr.count("\n") == 1 and "bad.json" in res.stderr
@@ -320,11 +319,11 @@ def test_cli_usage_exit_2(capsys):
 
 def test_cli_help_is_help_not_a_file_name(tmp_path):
     """--help prints the usage and exits 0; it is never read as the record's name."""
-    res = subprocess.run([sys.executable, "-m", "pipeline.bench.report", "--help"], cwd=tmp_path,
+    res = subprocess.run([sys.executable, "-m", "hslm_ptx.pipeline.bench.report", "--help"], cwd=tmp_path,
                          capture_output=True, text=True, timeout=120,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert res.returncode == 0 and res.stderr == ""
-    assert res.stdout.startswith("usage: python -m pipeline.bench.report") and "--out" in res.stdout
+    assert res.stdout.startswith("usage: python -m hslm_ptx.pipeline.bench.report") and "--out" in res.stdout
     assert list(tmp_path.iterdir()) == []
 
 

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from kernels.registry import KERNELS
-from pipeline.core.config import ROOT
-from pipeline.core.errors import UserError
-from pipeline.bench.counters import CORE, METRICS, available, derive, left_out, main, parse_ncu_csv
-from pipeline.bench.device import CUPY_BUILDS, is_sticky
+from hslm_ptx.catalog.registry import KERNELS
+from hslm_ptx.pipeline.core.config import ROOT
+from hslm_ptx.pipeline.core.errors import UserError
+from hslm_ptx.pipeline.bench.counters import CORE, METRICS, available, derive, left_out, main, parse_ncu_csv
+from hslm_ptx.pipeline.bench.device import CUPY_BUILDS, is_sticky
 
 STANDIN = Path(__file__).parent / "data" / "bench" / "standin"
 
@@ -250,9 +250,9 @@ def test_sticky_errors_are_told_from_the_others():
 
 # ---- --help is help -------------------------------------------------------------------
 
-ENTRY_POINTS = [("-m", "pipeline.bench.run"), ("-m", "pipeline.bench.counters"), ("-m", "pipeline.bench.report"),
-                ("-m", "pipeline.bench.land"), ("-m", "pipeline.bench.layer"), ("-m", "pipeline.core.schemas"),
-                ("-m", "pipeline.ratchet.dupbody"), ("tools/gpu_verify.py",), ("tools/one_launch.py",),
+ENTRY_POINTS = [("-m", "hslm_ptx.pipeline.bench.run"), ("-m", "hslm_ptx.pipeline.bench.counters"), ("-m", "hslm_ptx.pipeline.bench.report"),
+                ("-m", "hslm_ptx.pipeline.bench.land"), ("-m", "hslm_ptx.pipeline.bench.layer"), ("-m", "hslm_ptx.pipeline.core.schemas"),
+                ("-m", "hslm_ptx.pipeline.ratchet.dupbody"), ("tools/gpu_verify.py",), ("tools/one_launch.py",),
                 ("tools/device_plan.py",), ("tools/wheel_imports.py",),
                 ("bench/emulator_bench.py",), ("bench/validate_bench.py",), ("bench/layer_cpu_bench.py",)]
 
@@ -280,15 +280,15 @@ def test_every_entry_point_refuses_an_unknown_option_in_one_line(command, tmp_pa
 
 
 def test_schemas_help_leaves_the_committed_schemas_alone(tmp_path):
-    """``python -m pipeline.core.schemas`` writes the checkout's schemas/ by default (whatever the
+    """``python -m hslm_ptx.pipeline.core.schemas`` writes the checkout's schemas/ by default (whatever the
     working folder), so --help must be parsed before anything is written."""
     before = {p.name: p.stat().st_mtime_ns for p in (ROOT / "schemas").iterdir()}
-    assert _entry_point(("-m", "pipeline.core.schemas"), "--help", cwd=tmp_path).returncode == 0
+    assert _entry_point(("-m", "hslm_ptx.pipeline.core.schemas"), "--help", cwd=tmp_path).returncode == 0
     assert {p.name: p.stat().st_mtime_ns for p in (ROOT / "schemas").iterdir()} == before
 
 
 def test_land_refuses_a_results_dir_that_is_a_file_in_one_line(tmp_path, capsys):
-    from pipeline.bench.land import main as land_main
+    from hslm_ptx.pipeline.bench.land import main as land_main
 
     back = tmp_path / "back"
     back.mkdir()

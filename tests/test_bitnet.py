@@ -1,4 +1,4 @@
-"""BitNet's conventions on the int8 step: kernels/bitlinear.py, kernels/ste_grad.py, kernels/convert.py.
+"""BitNet's conventions on the int8 step: hslm_ptx/nn/bitlinear.py, hslm_ptx/nn/ste_grad.py, hslm_ptx/nn/convert.py.
 
 - BitLinear (the input RMSNorm) against Figure 3's BitLinear (examples/bitnet_charlm.py,
   written from the paper): forward within float rounding; the emulator backend gives the
@@ -23,10 +23,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torchcases import torch
 
-from kernels import layer_cpu
-from kernels.bitlinear import BitLinear
-from kernels.convert import latent_from_packed, ternarize_model, unpack_codes
-from kernels.torch_linear import TernaryLinear
+from hslm_ptx.nn import cpu_step as layer_cpu
+from hslm_ptx.nn.bitlinear import BitLinear
+from hslm_ptx.nn.convert import latent_from_packed, ternarize_model, unpack_codes
+from hslm_ptx.nn.linear import TernaryLinear
 
 
 def worst(kind: type, grad: str, bias: bool = False) -> list[float]:

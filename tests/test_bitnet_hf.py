@@ -1,4 +1,4 @@
-"""A Hugging Face BitNetForCausalLM on the int8 step (kernels/convert.py).
+"""A Hugging Face BitNetForCausalLM on the int8 step (hslm_ptx/nn/convert.py).
 
 A tiny config built here (random weights, nothing downloaded). Two conversions are
 checked against transformers' own ternary layers (transformers.integrations.bitnet) on the
@@ -40,9 +40,9 @@ except ImportError:  # never a silent skip in CI, where .[dev,hf] installs trans
         raise
     pytest.skip("transformers is not installed: pip install -e '.[hf]'", allow_module_level=True)
 
-from kernels import layer_cpu
-from kernels.convert import ternarize_model
-from kernels.torch_linear import TernaryLinear
+from hslm_ptx.nn import cpu_step as layer_cpu
+from hslm_ptx.nn.convert import ternarize_model
+from hslm_ptx.nn.linear import TernaryLinear
 
 LAYER_BOUND = 1e-6  # rel L2 of each layer's output on the same input (measured <= 2.5e-7)
 LOGITS_BOUND = 1e-2  # rel L2 of the logits, code flips included (the module docstring)

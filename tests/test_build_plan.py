@@ -1,15 +1,15 @@
-"""pipeline.stages.build_plan: the kept plan is the computed plan, and what it is keyed by."""
+"""hslm_ptx.pipeline.stages.build_plan: the kept plan is the computed plan, and what it is keyed by."""
 from __future__ import annotations
 
 import importlib.util
 
 import pytest
 
-from kernels.registry import KERNELS
-from pipeline.core import config, treememo
-from pipeline.core.shapes import select_sets
-from pipeline.stages import build_plan as plan_module
-from pipeline.stages.build_plan import build_plan
+from hslm_ptx.catalog.registry import KERNELS
+from hslm_ptx.pipeline.core import config, treememo
+from hslm_ptx.pipeline.core.shapes import select_sets
+from hslm_ptx.pipeline.stages import build_plan as plan_module
+from hslm_ptx.pipeline.stages.build_plan import build_plan
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The cost model against published measurements (kernels/calibration.yaml): the table,
+"""The cost model against published measurements (hslm_ptx/cost/calibration.yaml): the table,
 its closing line, the targets, and that a bad point or file is refused in one line."""
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import statistics
 import pytest
 import yaml
 
-from pipeline.stages import perf_model
-from pipeline.stages import tasks_perf
-from pipeline.core.errors import UserError
+from hslm_ptx.pipeline.stages import perf_model
+from hslm_ptx.pipeline.tasks import perf as tasks_perf
+from hslm_ptx.pipeline.core.errors import UserError
 
 CALIBRATION = perf_model.load_calibration()
 DEVICES = perf_model.load_assumptions().devices

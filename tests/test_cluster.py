@@ -15,15 +15,15 @@ from pathlib import Path
 import pytest
 from clustercases import attempts, cluster_environment, killed_first_time, ray, slowly, start_cluster
 
-from kernels.registry import KERNELS
-from pipeline.core import config
-from pipeline.core.artifacts import read_model
-from pipeline.core.models import VerifyIndex, VerifyReport
-from pipeline.core.shapes import select_sets
-from pipeline.stages import build_steps
-from pipeline.stages.build_plan import KernelCells
-from pipeline.stages.emit import emit
-from pipeline.stages.executor import Job, LocalExecutor, RayExecutor, node_name
+from hslm_ptx.catalog.registry import KERNELS
+from hslm_ptx.pipeline.core import config
+from hslm_ptx.pipeline.core.artifacts import read_model
+from hslm_ptx.pipeline.core.models import VerifyIndex, VerifyReport
+from hslm_ptx.pipeline.core.shapes import select_sets
+from hslm_ptx.pipeline.stages import build_steps
+from hslm_ptx.pipeline.stages.build_plan import KernelCells
+from hslm_ptx.pipeline.stages.emit import emit
+from hslm_ptx.pipeline.stages.executor import Job, LocalExecutor, RayExecutor, node_name
 
 KERNEL = "hslm_fwd_s8"
 SHAPES = (("smoke", "tiny"), ("smoke", "small"), ("smoke", "k_tail"), ("tails", "r1_k17_n3"), ("tails", "k1_n1"),
@@ -148,9 +148,9 @@ DRIVER = """
 import sys
 from pathlib import Path
 import clustercases, ray
-from pipeline.core import config
-from pipeline.stages import build_steps
-from pipeline.stages.executor import RayExecutor
+from hslm_ptx.pipeline.core import config
+from hslm_ptx.pipeline.stages import build_steps
+from hslm_ptx.pipeline.stages.executor import RayExecutor
 import test_cluster
 config.PTX_DIR, config.VERIFY_DIR = Path(sys.argv[2]) / "ptx", Path(sys.argv[2]) / "verify"
 executor = RayExecutor(sys.argv[1])

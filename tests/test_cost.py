@@ -1,4 +1,4 @@
-"""The one cost module (kernels/cost.py): its device facts, the committed loop counts
+"""The one cost module (hslm_ptx/cost/model.py): its device facts, the committed loop counts
 against the SASS, the serial phases worked by hand, the reference configurations and
 the tile rule's rates."""
 from __future__ import annotations
@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from hypothesis import given, strategies as st
 
-from kernels import cost
-from kernels.registry import KERNELS
-from kernels.tile import rule
-from pipeline.core import config
-from pipeline.stages import perf_model
-from pipeline.stages.sass import SassReport, sass_report
+from hslm_ptx.cost import model as cost
+from hslm_ptx.catalog.registry import KERNELS
+from hslm_ptx.tile import rule
+from hslm_ptx.pipeline.core import config
+from hslm_ptx.pipeline.stages import perf_model
+from hslm_ptx.pipeline.stages.sass import SassReport, sass_report
 
 H200 = cost.device("h200")
 GEMMS = [name for name, spec in KERNELS.items() if spec.is_gemm]
@@ -56,7 +56,7 @@ def test_the_tile_rule_scores_for_the_device_files_h200():
 # ---- loop counts ---------------------------------------------------------------------
 
 def test_no_kernel_module_carries_pasted_loop_counts():
-    sources = [p.read_text() for p in (config.ROOT / "kernels").glob("hslm_*.py")]
+    sources = [p.read_text() for p in (config.ROOT / "hslm_ptx" / "families").glob("hslm_*.py")]
     assert sources and not any("LOOP_INSTRUCTIONS" in text for text in sources)
 
 
@@ -83,7 +83,7 @@ def test_the_committed_counts_agree_with_the_sass_records(fresh_sass):
     fast = counts["kernels"][name]["archs"]["sm_90"]["fast"]
     sass_fast = reports[name].arch("sm_90").fast
     assert perf_model.counts_problems(counts, reports) == [
-        f"ledger/loop_counts.json: {name} sm_90 fast: (instructions, imma, global_bytes) "
+        f"hslm_ptx/cost/loop_counts.json: {name} sm_90 fast: (instructions, imma, global_bytes) "
         f"({fast['instructions']}, {fast['imma']}, {fast['global_bytes']}), the SASS "
         f"({sass_fast.instructions}, {sass_fast.imma}, {perf_model.global_bytes(sass_fast.classes)}); "
         "run `doit model:counts`"]

@@ -1,4 +1,4 @@
-"""kernels.layer_step.CudaRuntime without a GPU: the stand-in CuPy (tests/data/bench/standin)
+"""hslm_ptx.runtime.cuda.CudaRuntime without a GPU: the stand-in CuPy (tests/data/bench/standin)
 over the host memory of CPU torch tensors, its kernels run on the PTX emulator. It checks
 what the runtime hands CuPy and torch: no zero-size buffer reaches CuPy's pointer lookup
 (which refuses a null pointer, as CuPy 14.2 does), every tensor handed to torch is a view
@@ -15,14 +15,16 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kernels.layer_step import CudaRuntime, EmulatorRuntime, SavedActivations, backward, forward, prepare_weight  # noqa: E402
+from hslm_ptx.runtime.cuda import CudaRuntime  # noqa: E402
+from hslm_ptx.runtime.emulator import EmulatorRuntime  # noqa: E402
+from hslm_ptx.step.launches import SavedActivations, backward, forward, prepare_weight  # noqa: E402
 
 STANDIN_CUPY = Path(__file__).parent / "data" / "bench" / "standin" / "cupy" / "__init__.py"
 
 
 @pytest.fixture
 def cupy(monkeypatch):
-    """The stand-in CuPy, importable as ``cupy`` for the test (kernels.backends imports it)."""
+    """The stand-in CuPy, importable as ``cupy`` for the test (hslm_ptx.runtime.backends imports it)."""
     saved = {k: v for k, v in sys.modules.items() if k.split(".")[0] == "cupy"}
     for k in saved:
         monkeypatch.delitem(sys.modules, k)

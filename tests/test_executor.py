@@ -1,5 +1,5 @@
-"""The executor verify's cells go through (pipeline.stages.executor) and the live progress
-line (pipeline.stages.progress), without a cluster: tests/test_cluster.py runs Ray."""
+"""The executor verify's cells go through (hslm_ptx.pipeline.stages.executor) and the live progress
+line (hslm_ptx.pipeline.stages.progress), without a cluster: tests/test_cluster.py runs Ray."""
 from __future__ import annotations
 
 import io
@@ -9,10 +9,10 @@ import sys
 
 import pytest
 
-from pipeline.core.errors import UserError
-from pipeline.stages import executor as ex
-from pipeline.stages.executor import Job, LocalExecutor, RayExecutor, executor, parse_devices
-from pipeline.stages.progress import CLEAR, LineGuard, Progress, attach, duration
+from hslm_ptx.pipeline.core.errors import UserError
+from hslm_ptx.pipeline.stages import executor as ex
+from hslm_ptx.pipeline.stages.executor import Job, LocalExecutor, RayExecutor, executor, parse_devices
+from hslm_ptx.pipeline.stages.progress import CLEAR, LineGuard, Progress, attach, duration
 
 
 def square(x: int) -> int:
@@ -84,7 +84,7 @@ class Terminal(io.StringIO):
 
 def test_progress_counts_cells_and_estimates_the_time_left(monkeypatch):
     clock = iter([0.0, 0.0, 10.0, 10.0, 10.0])
-    monkeypatch.setattr("pipeline.stages.progress.time.perf_counter", lambda: next(clock))
+    monkeypatch.setattr("hslm_ptx.pipeline.stages.progress.time.perf_counter", lambda: next(clock))
     progress = Progress()
     progress.expect(10)
     progress.skip(4)  # up to date: done, but not part of the rate
@@ -99,7 +99,7 @@ def test_the_live_line_never_shares_a_line_with_output():
     out, err = Terminal(), Terminal()
     stdout = attach(3, out, err)
     assert isinstance(stdout, LineGuard)
-    from pipeline.stages.progress import PROGRESS
+    from hslm_ptx.pipeline.stages.progress import PROGRESS
     PROGRESS.draw(force=True)
     assert err.getvalue() == CLEAR + "0/3 cells done"
     stdout.write("hslm_fwd_s8 smoke/tiny: 1 mismatches\n")
@@ -113,7 +113,7 @@ def test_the_live_line_never_shares_a_line_with_output():
 def test_no_live_line_off_a_terminal():
     out, err = io.StringIO(), io.StringIO()
     assert attach(3, out, err) is out  # a log keeps plain lines
-    from pipeline.stages.progress import PROGRESS
+    from hslm_ptx.pipeline.stages.progress import PROGRESS
     PROGRESS.advance()  # within LOG_EVERY_S of the start: no line yet
     assert err.getvalue() == ""
     PROGRESS.draw(force=True)
@@ -123,8 +123,8 @@ def test_no_live_line_off_a_terminal():
 
 
 def test_a_sass_cell_error_names_the_kernels_ptx_not_the_workers_copy(tmp_path):
-    from pipeline.stages import sass
-    from pipeline.stages.ptxas import PtxasError
+    from hslm_ptx.pipeline.stages import sass
+    from hslm_ptx.pipeline.stages.ptxas import PtxasError
 
     ptx = tmp_path / "broken.ptx"
     ptx.write_text(".version 8.0\n.target sm_80\n.address_size 64\n.visible .entry broken() { bogus.instr; }\n")

@@ -1,4 +1,4 @@
-"""The rescaled GEMM entries (kernels/hslm_{fwd,dx,dw}_rescaled.py, kernels/hslm_rescaled.py): bit-exact on the emulator against
+"""The rescaled GEMM entries (hslm_ptx/hslm_{fwd,dx,dw}_rescaled.py, hslm_ptx/families/hslm_rescaled.py): bit-exact on the emulator against
 the stepmath references, the bias switch, NaN propagation, split-K reduced in int32 (the
 workspace left zeroed, the same bits for any split), the registry's choice, and the
 tile-rule figures the module's docstring states."""
@@ -11,14 +11,15 @@ import re
 import numpy as np
 import pytest
 
-from kernels import (backends, hslm_dw_rescaled, hslm_dx_rescaled, hslm_fwd_rescaled, hslm_fwd_s8, hslm_rescaled,
-                     stepmath)
-from kernels.floats import from_f32, same_values, to_f32
-from kernels.launch import kernel_args, launch, poisoned
-from kernels.registry import FAMILIES, KERNELS, choose
-from kernels.spec import Dims
-from kernels.tile import geometry
-from pipeline.core.shapes import load_shape_sets
+from hslm_ptx.runtime import backends
+from hslm_ptx.families import hslm_dw_rescaled, hslm_dx_rescaled, hslm_fwd_rescaled, hslm_fwd_s8, hslm_rescaled
+from hslm_ptx.reference import stepmath
+from hslm_ptx.formats.floats import from_f32, same_values, to_f32
+from hslm_ptx.runtime.launch import kernel_args, launch, poisoned
+from hslm_ptx.catalog.registry import FAMILIES, KERNELS, choose
+from hslm_ptx.catalog.spec import Dims
+from hslm_ptx.tile import geometry
+from hslm_ptx.pipeline.core.shapes import load_shape_sets
 
 SPECS = hslm_fwd_rescaled.SPECS + hslm_dx_rescaled.SPECS + hslm_dw_rescaled.SPECS
 RESCALED = [spec.name for spec in SPECS]
@@ -48,7 +49,7 @@ def _loaded(name: str, ptx: str):
 
 
 def run(spec, dims, inputs, has_bias=None):
-    """The emulator's output, launched as kernels.launch does; ``has_bias`` overrides the switch."""
+    """The emulator's output, launched as hslm_ptx.runtime.launch does; ``has_bias`` overrides the switch."""
     if has_bias is None:
         return launch(spec, emulated(spec), dims, inputs)
     out = poisoned(spec.output, dims)

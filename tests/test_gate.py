@@ -8,11 +8,11 @@ import pytest
 from gatecases import (ALLOWED_PAIR, BLOCKED, CALIBRATION_TEXT, COPY, FASTER, LEVEL, SHAPES_TEXT, SLOWER, STEP, TINY,
                        evidence_of, green, layer_text, result, seal, snapshot)
 
-from pipeline.ratchet import gate, stores
-from pipeline.core.artifacts import write_model
-from pipeline.core.errors import ArtifactError
-from pipeline.ratchet.ledger import dump_ledger, make_ledger
-from pipeline.core.models import CellResult, SassEntry, SassFigures, SassLevel
+from hslm_ptx.pipeline.ratchet import gate, stores
+from hslm_ptx.pipeline.core.artifacts import write_model
+from hslm_ptx.pipeline.core.errors import ArtifactError
+from hslm_ptx.pipeline.ratchet.ledger import dump_ledger, make_ledger
+from hslm_ptx.pipeline.core.models import CellResult, SassEntry, SassFigures, SassLevel
 
 
 def with_evidence(i: gate.Inputs, kernel: str = "kern_a", **update) -> gate.Inputs:
@@ -111,7 +111,7 @@ PLANTED = {
     "seal with no passing test": (lambda i: with_seal(i, tests={"passed": 0, "skipped": 2}), "BAD SEAL",
                                   gate.sealed_evidence),
     "schema drift": (lambda i: i._replace(run=i.run.model_copy(update={
-        "schema_drift": ["schemas/Seal.json: differs from pipeline.core.models.Seal"]})), "SCHEMA DRIFT", gate.schemas),
+        "schema_drift": ["schemas/Seal.json: differs from hslm_ptx.pipeline.core.models.Seal"]})), "SCHEMA DRIFT", gate.schemas),
     "duplicate body": (lambda i: i._replace(run=i.run.model_copy(update={"duplicates": [ALLOWED_PAIR, COPY]})),
                        "DUPLICATE BODY", gate.duplicates),
     "stale allowance": (lambda i: i._replace(run=i.run.model_copy(update={"duplicates": []})), "STALE", gate.duplicates),
@@ -199,7 +199,7 @@ def test_finding_lines_name_the_cell_or_file_and_the_fix():
     assert lines[0] == ("UNEXPECTED FAILURE  kern_a verify smoke/tiny: ledger pass, now fail: ptxas fatal : "
                         "Unsupported .version 9.0  -> fix it (doit verify shape=smoke backend=emulator)")
     assert lines[1].startswith("STALE SEAL  ledger/seals/kern_a.json: PTX changed (old-kern_a -> p-kern_a)  -> doit seal:kern_a")
-    assert lines[2].startswith("DUPLICATE BODY  kernels/array_ops.py::scale:10: same body as pipeline/bench/run.py::scale:20  -> import")
+    assert lines[2].startswith("DUPLICATE BODY  hslm_ptx/arrays.py::scale:10: same body as hslm_ptx/pipeline/bench/run.py::scale:20  -> import")
 
 
 def test_sass_lines_name_kernel_arch_ledger_vs_now_and_the_command():
@@ -277,12 +277,12 @@ def test_unreadable_run_exits_2(world, monkeypatch, capsys):
 def test_doit_gate_passes_the_exit_status_through(tmp_path, tmp_doit):
     """`doit gate` is a python-action raising SystemExit(code): doit must not flatten 2 into 1."""
     dodo = """
-        from pipeline.ratchet import gate, stores
-        from pipeline.stages import tasks_ratchet
-        from pipeline.stages.build_steps import VerifyPlan
+        from hslm_ptx.pipeline.ratchet import gate, stores
+        from hslm_ptx.pipeline.stages import tasks_ratchet
+        from hslm_ptx.pipeline.stages.build_steps import VerifyPlan
         gate.main = lambda argv: int(open("code").read())
         tasks_ratchet.KERNELS, tasks_ratchet.verify_plan = {}, lambda: VerifyPlan([], "emulator", False)
-        from pipeline.stages.tasks_ratchet import task_gate
+        from hslm_ptx.pipeline.tasks.ratchet import task_gate
 
         def task_kernel_tests():  # the gate's one dependency left: a no-op here
             return {"actions": []}

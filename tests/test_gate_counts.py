@@ -1,13 +1,13 @@
-"""The gate's loop-counts rule (pipeline.ratchet.gate_counts): ledger/loop_counts.json against the
+"""The gate's loop-counts rule (hslm_ptx.pipeline.ratchet.gate_counts): hslm_ptx/cost/loop_counts.json against the
 SASS records, on a small invented kernel, and through gate.main."""
 from __future__ import annotations
 
 import json
 
-from pipeline.ratchet import gate
-from pipeline.ratchet import gate_counts
-from pipeline.stages import sass
-from pipeline.core.artifacts import write_model
+from hslm_ptx.pipeline.ratchet import gate
+from hslm_ptx.pipeline.ratchet import gate_counts
+from hslm_ptx.pipeline.stages import sass
+from hslm_ptx.pipeline.core.artifacts import write_model
 
 BODY = sass.Body(runs=["0x0-0x0"], instructions=80, nops=0, imma=8, lsu=2, classes={"tensor": 8, "ldg32": 2},
                  per_imma=10.0, lsu_per_imma=0.25, guarded_global_loads=0)
@@ -21,11 +21,11 @@ AGREEING = {"kernels": {"k": {"ptx_sha256": "ab", "archs": {"sm_90": {
 
 
 def plant(folder, counts: dict | None) -> dict:
-    """A ledger folder holding ``counts`` as loop_counts.json and k's SASS record beside it."""
+    """A folder holding ``counts`` as loop_counts.json and k's SASS record beside it."""
     if counts is not None:
         (folder / "loop_counts.json").write_text(json.dumps(counts))
     write_model(folder / "k.sass.json", REPORT)
-    return {"ledger_file": folder / "ledger.json", "kernels": ["k"], "report_path": lambda k: folder / f"{k}.sass.json"}
+    return {"counts_file": folder / "loop_counts.json", "kernels": ["k"], "report_path": lambda k: folder / f"{k}.sass.json"}
 
 
 def forged() -> dict:
@@ -87,8 +87,8 @@ def test_an_occupancy_that_is_not_ptxas_s_is_found():
     """The tile rule reads each configuration's registers and shared bytes from the file;
     one that differs from the ptxas record (forged, or counted before a kernel edit) is a
     disagreement naming the kernel, and a file without the field is one too."""
-    from pipeline.core.models import PtxasArch, PtxasReport
-    from pipeline.stages.perf_model import occupancy_disagreements, occupancy_record
+    from hslm_ptx.pipeline.core.models import PtxasArch, PtxasReport
+    from hslm_ptx.pipeline.stages.perf_model import occupancy_disagreements, occupancy_record
 
     arch = PtxasArch(arch="sm_90", registers=76, spill_stores=0, spill_loads=0, shared_bytes=32768, stack_bytes=0)
     report = PtxasReport.model_construct(kernel="k", archs=[arch])

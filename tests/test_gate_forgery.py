@@ -2,7 +2,7 @@
 green is planted here and seen red (or refused as unreadable input, exit 2).
 
 Each case starts from a committed seal and the run that produced it (the seal's own
-figures, in :class:`pipeline.core.models.SealEvidence` form), so the green control is the
+figures, in :class:`hslm_ptx.pipeline.core.models.SealEvidence` form), so the green control is the
 real thing, then edits one side as a forger would.
 """
 from __future__ import annotations
@@ -13,19 +13,17 @@ import textwrap
 
 import pytest
 
-from pipeline.core import config
-from pipeline.ratchet import gate
-from pipeline.core.artifacts import write_model
-from pipeline.core.errors import ArtifactError, BlessRefused
-from pipeline.ratchet.ledger import bless, dump_ledger, loosenings, make_ledger, read_ledger
-from pipeline.core.models import (
-    AllowedDuplicates, CellResult, KernelState, RunSummary, SassEntry, SassFigures, SassLevel, Seal, SealEvidence,
-    TestCounts,
-)
-from pipeline.ratchet.results import sealed_shapes, hashes_of_test_files
-from pipeline.ratchet.sass_ratchet import bless_sass
-from pipeline.ratchet.seal import mismatches, read_seals
-from pipeline.core.shapes import select_sets
+from hslm_ptx.pipeline.core import config
+from hslm_ptx.pipeline.ratchet import gate
+from hslm_ptx.pipeline.core.artifacts import write_model
+from hslm_ptx.pipeline.core.errors import ArtifactError, BlessRefused
+from hslm_ptx.pipeline.ratchet.ledger import bless, dump_ledger, loosenings, make_ledger, read_ledger
+from hslm_ptx.pipeline.core.models import (AllowedDuplicates, CellResult, KernelState, RunSummary, SassEntry,
+                                           SassFigures, SassLevel, Seal, SealEvidence, TestCounts)
+from hslm_ptx.pipeline.ratchet.results import sealed_shapes, hashes_of_test_files
+from hslm_ptx.pipeline.ratchet.sass_ratchet import bless_sass
+from hslm_ptx.pipeline.ratchet.seal import mismatches, read_seals
+from hslm_ptx.pipeline.core.shapes import select_sets
 
 SEALED = read_seals()
 FWD, DX = "hslm_fwd_s8", "hslm_dx_s8"
@@ -149,8 +147,8 @@ def test_the_sealed_shapes_are_shapes_yaml_now_and_test_files_are_hashed(tmp_pat
 
 
 def test_the_test_run_names_the_files_each_kernel_is_tested_in(tmp_path):
-    """assertcount records the files; a seal pins their hashes (pipeline.ratchet.seal.build_seal)."""
-    from pipeline.ratchet.kernel_tests import run_kernel_tests
+    """assertcount records the files; a seal pins their hashes (hslm_ptx.pipeline.ratchet.seal.build_seal)."""
+    from hslm_ptx.pipeline.ratchet.kernel_tests import run_kernel_tests
 
     test_file = tmp_path / "test_marked.py"
     test_file.write_text(textwrap.dedent("""

@@ -1,14 +1,14 @@
 """A kernel the ledger and the seals have never seen gets one gate line saying what to run,
-instead of one red line per cell (pipeline.ratchet.gate_new_kernel)."""
+instead of one red line per cell (hslm_ptx.pipeline.ratchet.gate_new_kernel)."""
 from __future__ import annotations
 
-from pipeline.core import config
-from pipeline.ratchet import gate
-from pipeline.ratchet.gate_new_kernel import KIND, fold_new_kernels, new_kernels, subject_kernel
-from pipeline.ratchet.ledger import make_ledger
-from pipeline.core.models import (AllowedDuplicates, CellResult, KernelState, PtxasArch, RunSummary, SassEntry,
-                             SassFigures, SassLevel, Seal, SealedShape, SealedVerify, Shape, TestCounts)
-from pipeline.ratchet.results import cells
+from hslm_ptx.pipeline.core import config
+from hslm_ptx.pipeline.ratchet import gate
+from hslm_ptx.pipeline.ratchet.gate_new_kernel import KIND, fold_new_kernels, new_kernels, subject_kernel
+from hslm_ptx.pipeline.ratchet.ledger import make_ledger
+from hslm_ptx.pipeline.core.models import (AllowedDuplicates, CellResult, KernelState, PtxasArch, RunSummary, SassEntry,
+                                           SassFigures, SassLevel, Seal, SealedShape, SealedVerify, Shape, TestCounts)
+from hslm_ptx.pipeline.ratchet.results import cells
 
 ARCHS = ("sm_80", "sm_90")
 SETS = {"smoke": (Shape(name="tiny", R=1, K=1, N=1), Shape(name="tail", R=3, K=17, N=5))}

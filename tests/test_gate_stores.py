@@ -4,7 +4,7 @@ and against base=REF), and green only once bless records it, where it then shows
 ACCEPTED LOOSENING line for review.
 
 Each case starts from the committed files themselves (ledger/layer.json,
-ledger/loop_counts.json, kernels/calibration.yaml, shapes.yaml, kernels/devices.json),
+hslm_ptx/cost/loop_counts.json, hslm_ptx/cost/calibration.yaml, shapes.yaml, hslm_ptx/cost/devices.json),
 pinned as bless pins them, in a git repository of its own; the control (no edit) is green.
 """
 from __future__ import annotations
@@ -18,16 +18,16 @@ import subprocess
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from pipeline.core import config
-from pipeline.core.errors import ArtifactError
-from pipeline.core.layer_records import LayerLedger
-from pipeline.core.models import AllowedDuplicates, RunSummary
-from pipeline.ratchet import gate, layer_ratchet, stores
-from pipeline.ratchet.layer_ratchet import dump_layer_ledger, read_layer_ledger
-from pipeline.ratchet import ledger as ledger_module
-from pipeline.ratchet.ledger import REASONS, dump_ledger, make_ledger
-from pipeline.ratchet.results import hashes_of_test_files
-from pipeline.ratchet.seal import mismatches, read_seals
+from hslm_ptx.pipeline.core import config
+from hslm_ptx.pipeline.core.errors import ArtifactError
+from hslm_ptx.pipeline.core.layer_records import LayerLedger
+from hslm_ptx.pipeline.core.models import AllowedDuplicates, RunSummary
+from hslm_ptx.pipeline.ratchet import gate, layer_ratchet, stores
+from hslm_ptx.pipeline.ratchet.layer_ratchet import dump_layer_ledger, read_layer_ledger
+from hslm_ptx.pipeline.ratchet import ledger as ledger_module
+from hslm_ptx.pipeline.ratchet.ledger import REASONS, dump_ledger, make_ledger
+from hslm_ptx.pipeline.ratchet.results import hashes_of_test_files
+from hslm_ptx.pipeline.ratchet.seal import mismatches, read_seals
 
 from gatecases import evidence_of
 
@@ -151,7 +151,7 @@ def test_a_hand_written_trade_off_with_rose_from_is_red(project):
     assert counted_afresh(project, name(held)) == [("BAD REASON", True)]
 
 
-# --- ledger/loop_counts.json ----------------------------------------------------------------
+# --- hslm_ptx/cost/loop_counts.json ----------------------------------------------------------------
 
 def every(text: str, field: str, value: object) -> str:
     counts = json.loads(text)
@@ -187,7 +187,7 @@ def test_an_outside_count_edited_is_red(project):
     assert [k for k, s in red(judged(project)) if s.startswith(stores.COUNTS)].count("LOOSENED") == 1
 
 
-# --- kernels/calibration.yaml --------------------------------------------------------------
+# --- hslm_ptx/cost/calibration.yaml --------------------------------------------------------------
 
 def point_names(root) -> list[str]:
     return [p["name"] for p in stores.points(stores.working_tree(root)).values()]
@@ -364,7 +364,7 @@ def test_an_unreadable_store_at_the_base_is_exit_2(project, monkeypatch, capsys)
 def test_a_store_with_a_byte_that_is_not_utf8_at_the_base_is_one_line(project):
     (project / stores.CALIBRATION).write_bytes((project / stores.CALIBRATION).read_bytes() + b"# \xff\n")
     commit(project, "a stray byte")
-    with pytest.raises(ArtifactError, match=r"base=HEAD: kernels/calibration.yaml: not UTF-8 \(byte 0xff"):
+    with pytest.raises(ArtifactError, match=r"base=HEAD: hslm_ptx/cost/calibration.yaml: not UTF-8 \(byte 0xff"):
         gate.read_base("HEAD")
 
 
@@ -373,7 +373,7 @@ def test_a_store_with_a_byte_that_is_not_utf8_at_the_base_is_one_line(project):
 def test_loop_counts_that_are_not_an_object_at_the_base_are_one_line(project, text, says):
     (project / stores.COUNTS).write_text(text)
     commit(project, "counts replaced")
-    with pytest.raises(ArtifactError, match=rf"base=HEAD: ledger/loop_counts.json: .*{re.escape(says)}"):
+    with pytest.raises(ArtifactError, match=rf"base=HEAD: hslm_ptx/cost/loop_counts.json: .*{re.escape(says)}"):
         gate.read_base("HEAD")
 
 

@@ -3,7 +3,7 @@
 One copy of the project (dodo.py, kernels/, pipeline/, shapes.yaml, ledger/) per module
 in a temp folder; each test runs ``python -m doit`` there and reads which tasks ran
 (``.  name``) from doit's output; up-to-date tasks are only counted, in one line per
-stage (pipeline.stages.reporter). Tests run in file order and each leaves the copy up to date
+stage (hslm_ptx.pipeline.tasks.reporter). Tests run in file order and each leaves the copy up to date
 for the next.
 
 The graph's behaviour does not depend on how many kernels there are, so the copy's
@@ -30,19 +30,19 @@ from typing import NamedTuple
 import pytest
 from doit.task import Task
 
-from kernels import registry
-from pipeline.core.files import RACY_NS, sha256_file
-from pipeline.core.checker import ContentChecker, targets_intact
-from pipeline.core.cmdline import VARIABLES
-from pipeline.core.config import ROOT
-from pipeline.ratchet.ledger import dump_ledger, make_ledger, read_ledger
-from pipeline.core.models import SassEntry
-from pipeline.stages.sass import SassReport
-from pipeline.ratchet.sass_ratchet import current_figures
+from hslm_ptx.catalog import registry
+from hslm_ptx.pipeline.core.files import RACY_NS, sha256_file
+from hslm_ptx.pipeline.core.checker import ContentChecker, targets_intact
+from hslm_ptx.pipeline.core.cmdline import VARIABLES
+from hslm_ptx.pipeline.core.config import ROOT
+from hslm_ptx.pipeline.ratchet.ledger import dump_ledger, make_ledger, read_ledger
+from hslm_ptx.pipeline.core.models import SassEntry
+from hslm_ptx.pipeline.stages.sass import SassReport
+from hslm_ptx.pipeline.ratchet.sass_ratchet import current_figures
 
 GRAPH_KERNELS = ("hslm_fwd_s8", "hslm_dx_s8", "hslm_dx_s8_m32", "hslm_dw_s8")
 KERNELS = {name: spec for name, spec in registry.KERNELS.items() if name in GRAPH_KERNELS}
-# appended to the copy's kernels/registry.py: its kernels are these only
+# appended to the copy's hslm_ptx/catalog/registry.py: its kernels are these only
 RESTRICT = f"""
 
 GRAPH_KERNELS = {GRAPH_KERNELS!r}
@@ -54,7 +54,7 @@ FAMILIES = {{family: tuple(c for c in configs if c.name in KERNELS) for family, 
 KERNEL_TESTS = """
 import pytest
 
-from kernels.registry import KERNELS
+from hslm_ptx.catalog.registry import KERNELS
 
 
 @pytest.mark.parametrize("kernel", list(KERNELS))
@@ -81,11 +81,11 @@ VERDICT = re.compile(r"^(\w+) (\w+)/(\w+) R=\d+ K=\d+ N=\d+: ", re.M)
 def project(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("project")
     skip = shutil.ignore_patterns("__pycache__", "*.pyc", ".*.tmp")
-    for name in ("kernels", "pipeline", "ledger", "schemas"):
+    for name in ("hslm_ptx", "ledger", "schemas"):
         shutil.copytree(ROOT / name, root / name, ignore=skip)
     for name in ("dodo.py", "shapes.yaml", "pyproject.toml"):
         shutil.copy2(ROOT / name, root / name)
-    with open(root / "kernels" / "registry.py", "a") as registry_file:
+    with open(root / "hslm_ptx" / "catalog" / "registry.py", "a") as registry_file:
         registry_file.write(RESTRICT)
     (root / "tests").mkdir()
     (root / "tests" / "test_kernels_emit.py").write_text(KERNEL_TESTS)
@@ -124,9 +124,9 @@ def imported(project: Path, *args: str) -> set[str]:
 def settle(project: Path) -> None:
     """Wait until every file the build plan is stamped with (kernels/, pipeline/,
     shapes.yaml, dodo.py) last changed more than RACY_NS ago. A plan computed from a file
-    that changed within it is not kept (git's racy-clean rule, pipeline.core.treememo), so
+    that changed within it is not kept (git's racy-clean rule, hslm_ptx.pipeline.core.treememo), so
     on a fast machine a run right after an earlier test's edit plans again, as it should."""
-    files = [f for folder in ("kernels", "pipeline") for f in (project / folder).rglob("*")
+    files = [f for folder in ("hslm_ptx",) for f in (project / folder).rglob("*")
              if f.is_file() and "__pycache__" not in f.parts] + [project / "shapes.yaml", project / "dodo.py"]
     wait_ns = max(f.stat().st_ctime_ns for f in files) + RACY_NS - time.time_ns()
     if wait_ns > 0:
@@ -189,7 +189,7 @@ def test_second_ptxas_runs_nothing(project):
 
 
 def test_comment_only_edit_reruns_emit_not_ptxas(project):
-    source = project / "kernels" / "hslm_dx_s8.py"
+    source = project / "hslm_ptx" / "families" / "hslm_dx_s8.py"
     original = source.read_text()
     ptx = project / "artifacts/ptx/hslm_dx_s8.ptx"
     before = sha256_file(ptx)
@@ -210,7 +210,7 @@ def emits_a_trailer(text: str) -> str:
 
 
 def test_edit_that_keeps_the_mtime_is_caught(project):
-    source = project / "kernels" / "hslm_fwd_s8.py"
+    source = project / "hslm_ptx" / "families" / "hslm_fwd_s8.py"
     original = source.read_text()
     ptx = project / "artifacts/ptx/hslm_fwd_s8.ptx"
     edit(source, emits_a_trailer(original), keep_mtime=True)
@@ -224,7 +224,7 @@ def test_edit_that_keeps_the_mtime_is_caught(project):
 
 def test_doit_md5_checker_would_miss_that_edit(project):
     """The negative of the test above: why ContentChecker exists."""
-    source = project / "kernels" / "hslm_fwd_s8.py"
+    source = project / "hslm_ptx" / "families" / "hslm_fwd_s8.py"
     original = source.read_text()
     md5 = ("--check_file_uptodate", "md5")
     assert doit(project, *md5, "ptxas").rc == 0  # checker switched: everything re-runs once
@@ -251,7 +251,7 @@ def test_damaged_targets_are_rebuilt(project):
 
 
 def test_over_budget_fails_with_one_line(project):
-    cfg = project / "pipeline" / "core" / "config.py"
+    cfg = project / "hslm_ptx" / "pipeline" / "core" / "config.py"
     original = cfg.read_text()
     assert "max_registers=128" in original
     edit(cfg, original.replace("max_registers=128", "max_registers=24"))
@@ -339,9 +339,9 @@ def test_verify_runs_only_stale_cells(project):
     settle(project)  # so that the next run keeps its plan
     again = doit(project, *args)
     assert again.ran == again.cells == set() and again.out.endswith(f"verify: {len(CELLS)} cells on emulator (all up to date): all exact\n")
-    # with nothing to do it loads no kernel, no numpy and no pydantic (pipeline.stages.build_plan)
-    assert not imported(project, *args) & {"numpy", "pydantic", "yaml", "kernels.registry", "pipeline.core.models"}
-    source = project / "kernels" / "hslm_dw_s8.py"
+    # with nothing to do it loads no kernel, no numpy and no pydantic (hslm_ptx.pipeline.stages.build_plan)
+    assert not imported(project, *args) & {"numpy", "pydantic", "yaml", "hslm_ptx.catalog.registry", "hslm_ptx.pipeline.core.models"}
+    source = project / "hslm_ptx" / "families" / "hslm_dw_s8.py"
     original = source.read_text()
     edit(source, original + "# comment only\n")
     assert doit(project, *args).ran == family_emits("hslm_dw_s8")  # same PTX: no ptxas, no verify
@@ -363,7 +363,7 @@ def test_verify_runs_only_stale_cells(project):
 def test_a_launch_change_with_the_same_ptx_reruns_its_cells(project):
     """A tile or split-K rule lives in Python, not in the PTX: a cell whose launch changes
     runs again; the emitted PTX and its ptxas report stay as they were."""
-    source = project / "kernels" / "hslm_fwd_s8.py"
+    source = project / "hslm_ptx" / "families" / "hslm_fwd_s8.py"
     original = source.read_text()
     assert doit(project, "verify", "shape=smoke", "backend=emulator").rc == 0
     # one more column of CTAs: they find no columns to store, so the answer stays exact
@@ -381,7 +381,7 @@ def test_a_launch_change_with_the_same_ptx_reruns_its_cells(project):
 def test_verify_mismatch_fails_with_the_first_one(project):
     """A kernel whose PTX changed and now disagrees with its reference (here: the reference
     is made off by one): its cells record the mismatches, the judge fails with the first."""
-    source = project / "kernels" / "hslm_fwd_s8.py"
+    source = project / "hslm_ptx" / "families" / "hslm_fwd_s8.py"
     original = source.read_text()
     edit(source, emits_a_trailer(original) +
          "SPECS = (_dc.replace(SPECS[0], reference=lambda d, i, _ref=SPECS[0].reference: _ref(d, i) + 1),"
@@ -443,7 +443,7 @@ def red_gate(project) -> RedGate:
       date (for the edited kernel too) before the gate runs.
 
     Kernel and ledger are restored afterwards."""
-    source = project / "kernels" / "hslm_fwd_s8.py"
+    source = project / "hslm_ptx" / "families" / "hslm_fwd_s8.py"
     original_source = source.read_text()
     ledger_file = project / "ledger" / "ledger.json"
     original_ledger = ledger_file.read_text()
@@ -544,7 +544,7 @@ def test_report_into_a_closed_pipe_ends_quietly(project):
 @pytest.mark.parametrize("quiet", [True, False], ids=["print_to_pipe", "plain-print"])
 def test_print_to_pipe_swallows_only_a_closed_pipe(quiet):
     """Negative included: a plain print into the same closed pipe leaves a BrokenPipeError."""
-    write = "from pipeline.stages.report import print_to_pipe; print_to_pipe('x' * 100000)" if quiet else "print('x' * 100000)"
+    write = "from hslm_ptx.pipeline.stages.report import print_to_pipe; print_to_pipe('x' * 100000)" if quiet else "print('x' * 100000)"
     proc = subprocess.Popen([sys.executable, "-c", write], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     proc.stdout.close()

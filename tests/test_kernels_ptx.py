@@ -11,10 +11,10 @@ import re
 import pytest
 from kernelcases import INT32_EPILOGUE, STAGED, TERNARY, TWO_STAGED, per_kernel, tile_of
 
-from kernels.registry import KERNELS, get_kernel
-from kernels.tile.geometry import TILE_N
-from kernels.tile import mainloop
-from kernels.tile.operands import FragmentTernary, StagedRows
+from hslm_ptx.catalog.registry import KERNELS, get_kernel
+from hslm_ptx.tile.geometry import TILE_N
+from hslm_ptx.tile import mainloop
+from hslm_ptx.tile.operands import FragmentTernary, StagedRows
 
 MMA = "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32"
 COPY = r"cp\.async\.cg\.shared\.global \[[^]]+\], \[[^]]+\], 16, (%[pr]\d+);"

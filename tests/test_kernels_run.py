@@ -9,13 +9,13 @@ from hypothesis import given, settings, strategies as st
 from kernelcases import (INT32_EPILOGUE, STAGED, TERNARY, TWO_STAGED, contraction, emulated, exact, family_configs,
                          gemm_dims, inputs_of, per_kernel, per_module, plans_scored, span_of, stated, tile_of)
 
-from kernels import cost
-from kernels.launch import LaunchError, launch, launch_outputs
-from kernels.pitch import WPlanes
-from kernels.registry import KERNELS, get_kernel
-from kernels.spec import Dims
-from kernels.ptxemu import EmulatorError, Module
-from kernels.tile import epilogue, geometry
+from hslm_ptx.cost import model as cost
+from hslm_ptx.runtime.launch import LaunchError, launch, launch_outputs
+from hslm_ptx.formats.pitch import WPlanes
+from hslm_ptx.catalog.registry import KERNELS, get_kernel
+from hslm_ptx.catalog.spec import Dims
+from hslm_ptx.emu import EmulatorError, Module
+from hslm_ptx.tile import epilogue, geometry
 
 TAILS = [Dims(1, 1, 1), Dims(1, 17, 3), Dims(5, 16, 8), Dims(33, 31, 9), Dims(65, 64, 33), Dims(17, 129, 40),
          # fast chunks that end exactly at a row's (or the buffer's) last byte

@@ -1,4 +1,4 @@
-"""kernels.launch refuses bad inputs with one line, reads strided inputs as the caller
+"""hslm_ptx.runtime.launch refuses bad inputs with one line, reads strided inputs as the caller
 meant, and pre-fills the output with poison so a store the kernel skips shows."""
 import re
 
@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 from kernelcases import per_kernel
 
-from kernels.launch import OUTPUT_POISON, LaunchError, kernel_args, launch
-from kernels.pitch import KernelLayout, WPlanes, kernel_buffer
-from kernels.ptxemu import Module
-from kernels.registry import KERNELS, get_kernel
-from kernels.spec import Dims
-from kernels import planes
-from kernels.ternary import pack, packed_shape
+from hslm_ptx.runtime.launch import OUTPUT_POISON, LaunchError, kernel_args, launch
+from hslm_ptx.formats.pitch import KernelLayout, WPlanes, kernel_buffer
+from hslm_ptx.emu import Module
+from hslm_ptx.catalog.registry import KERNELS, get_kernel
+from hslm_ptx.catalog.spec import Dims
+from hslm_ptx.formats import planes
+from hslm_ptx.formats.ternary import pack, packed_shape
 
 DIMS = Dims(5, 20, 6)  # K = 20: the last word of each column holds 12 padding codes
 WEIGHT_KERNELS = ("hslm_fwd_s8", "hslm_dx_s8")
@@ -46,7 +46,7 @@ def test_code_3_is_refused_at_launch(name):
         launch(get_kernel(name), never_called, DIMS, inputs)
     assert str(info.value) == (
         f"{name}: input 'w': packed weights: code 3 at column 2, in-feature 17 (word 1, bits 2-3) "
-        "is not allowed; the packer never writes it: re-pack the weights (kernels.ternary.pack)")
+        "is not allowed; the packer never writes it: re-pack the weights (hslm_ptx.formats.ternary.pack)")
 
 
 @pytest.mark.parametrize("name", WEIGHT_KERNELS)
@@ -76,7 +76,7 @@ def test_unpacked_int8_weights_are_told_the_packed_shape():
     assert packed_shape(40, 8) == (8, 3)
     assert str(info.value) == (
         "hslm_fwd_s8: input 'w' is int8(40, 8), expected uint32(8, 3) for R=4 K=40 N=8; "
-        "pack the K x N ternary matrix with kernels.ternary.pack(w)")
+        "pack the K x N ternary matrix with hslm_ptx.formats.ternary.pack(w)")
 
 
 @pytest.mark.parametrize("dims", [Dims(0, 16, 8), Dims(4, 0, 8), Dims(4, 16, 0)])
@@ -235,7 +235,7 @@ def test_a_marked_buffer_not_in_the_kernel_layout_is_refused_in_one_line(buf, pr
         launch(get_kernel("hslm_fwd_s8"), never_called, DIMS, _fwd_x(buf))
     assert str(info.value) == (
         f"hslm_fwd_s8: input 'x' (marked KernelLayout) {problem} a C-contiguous int8(5, 32), the kernel's "
-        "layout for R=5 K=20 N=6; allocate it with kernels.pitch.kernel_buffer, or pass the logical layout unmarked")
+        "layout for R=5 K=20 N=6; allocate it with hslm_ptx.formats.pitch.kernel_buffer, or pass the logical layout unmarked")
 
 
 @pytest.mark.parametrize("name", WEIGHT_KERNELS)

@@ -1,5 +1,5 @@
-"""`doit layer` (pipeline.stages.tasks_layer), its ratchet (pipeline.ratchet.layer_ratchet) and the bench's
-layer rows (pipeline.bench.layer, whose GPU part can only be refused here)."""
+"""`doit layer` (hslm_ptx.pipeline.tasks.layer), its ratchet (hslm_ptx.pipeline.ratchet.layer_ratchet) and the bench's
+layer rows (hslm_ptx.pipeline.bench.layer, whose GPU part can only be refused here)."""
 from __future__ import annotations
 
 import json
@@ -9,22 +9,22 @@ import sys
 import pytest
 from doit.exceptions import TaskFailed
 
-from pipeline.bench import layer as bench_layer
-from pipeline.stages import layer_count
-from pipeline.ratchet import layer_ratchet
-from pipeline.stages import tasks_layer
-from pipeline.core.artifacts import read_model, write_model
-from pipeline.core import config
-from pipeline.core.config import ROOT
-from pipeline.core.errors import BlessRefused
-from pipeline.ratchet.layer_ratchet import (
-    bless_layer, dump_layer_ledger, gate_findings, judge_layer, planned_bless, read_layer_ledger, write_layer_ledger,
-)
-from pipeline.core.layer_records import LayerCounts, LayerLedger, LayerLevel, LayerReport
-from pipeline.core.models import Shape
+from hslm_ptx.pipeline.bench import layer as bench_layer
+from hslm_ptx.pipeline.stages import layer_count
+from hslm_ptx.pipeline.ratchet import layer_ratchet
+from hslm_ptx.pipeline.tasks import layer as tasks_layer
+from hslm_ptx.pipeline.core.artifacts import read_model, write_model
+from hslm_ptx.pipeline.core import config
+from hslm_ptx.pipeline.core.config import ROOT
+from hslm_ptx.pipeline.core.errors import BlessRefused
+from hslm_ptx.pipeline.ratchet.layer_ratchet import (bless_layer, dump_layer_ledger, gate_findings, judge_layer,
+                                                     planned_bless, read_layer_ledger, write_layer_ledger)
+from hslm_ptx.pipeline.core.layer_records import LayerCounts, LayerLedger, LayerLevel, LayerReport
+from hslm_ptx.pipeline.core.models import Shape
 from stepcases import HSLM, install_standins
 
-from kernels import layer_step, registry
+from hslm_ptx.step import launches as layer_step
+from hslm_ptx.catalog import registry
 
 REASONS = {"trade-off", "no-gpu"}
 SOURCE = "a" * 64
@@ -113,7 +113,7 @@ def test_task_creator(monkeypatch):
     monkeypatch.setattr(tasks_layer, "var", lambda name, default=None: "smoke,hslm")
     tasks = list(tasks_layer.task_layer())
     assert [t["name"] for t in tasks] == ["smoke", "hslm"]
-    assert str(ROOT / "kernels" / "layer_step.py") in tasks[0]["file_dep"]
+    assert str(ROOT / "hslm_ptx" / "step" / "launches.py") in tasks[0]["file_dep"]
     assert tasks[1]["targets"] == [str(layer_ratchet.report_path("hslm"))]
     monkeypatch.setattr(tasks_layer, "var", lambda name, default=None: "nope")
     (bad,) = list(tasks_layer.task_layer())
@@ -252,7 +252,7 @@ def test_a_set_gone_from_shapes_yaml(tmp_path):
 
 def test_bench_refuses_without_a_gpu(tmp_path):
     out = tmp_path / "layer.json"
-    done = subprocess.run([sys.executable, "-m", "pipeline.bench.layer", "--out", str(out)], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", "hslm_ptx.pipeline.bench.layer", "--out", str(out)], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and not out.exists()
     lines = done.stderr.strip().splitlines()
@@ -340,7 +340,7 @@ def test_bench_ratios():
 # ---- the hooks: the gate reports the layer findings, bless writes the levels ---------------------------
 
 def test_the_gate_reports_the_layer_step(world, monkeypatch, capsys):
-    from pipeline.ratchet import gate
+    from hslm_ptx.pipeline.ratchet import gate
 
     assert gate.main([]) == 0  # a ledger folder other than the project's need not hold layer levels
     monkeypatch.setattr(config, "LEDGER_FILE", world["ledger"])  # now it is the project's
@@ -362,7 +362,7 @@ def test_the_gate_reports_the_layer_step(world, monkeypatch, capsys):
 
 
 def test_bless_writes_the_layer_levels_beside_the_projects_ledger(tmp_path, monkeypatch):
-    from pipeline.ratchet import ledger
+    from hslm_ptx.pipeline.ratchet import ledger
 
     path = tmp_path / "ledger.json"
     ledger.bless_file([], [], path=path)

@@ -1,4 +1,4 @@
-"""The layer step's orchestration (kernels.layer_step) on the recording stand-in, and the
+"""The layer step's orchestration (hslm_ptx.step.launches) on the recording stand-in, and the
 stand-in itself: what one step launches, synchronizes, copies, allocates and moves.
 
 The step kernels' specs are declared in their published parameter lists
@@ -15,15 +15,17 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from kernels import layer_step, planes, registry
-from kernels.layer_step import (
-    EmulatorRuntime, FakeBuffer, RecordingRuntime, backward, forward, prepare_and_forward, prepare_weight, quant_dims,
-    runtime_for,
-    step_bytes_minimum, sum_partials, weight_dims,
-)
-from kernels.pitch import pitch
-from kernels.spec import Dims, KernelSpec
-from kernels.validate import LaunchError
+from hslm_ptx.step import launches as layer_step
+from hslm_ptx.formats import planes
+from hslm_ptx.catalog import registry
+from hslm_ptx.runtime import runtime_for
+from hslm_ptx.runtime.emulator import POISON_BYTE, EmulatorRuntime
+from hslm_ptx.runtime.recording import FakeBuffer, Recording, RecordingRuntime
+from hslm_ptx.step.launches import (backward, forward, prepare_and_forward, prepare_weight, quant_dims,
+                                    step_bytes_minimum, sum_partials, weight_dims)
+from hslm_ptx.formats.pitch import pitch
+from hslm_ptx.catalog.spec import Dims, KernelSpec
+from hslm_ptx.validate import LaunchError
 from stepcases import FLOATS, HSLM, SUFFIXES, install_standins, standin_spec, standin_specs
 
 STEP_LAUNCHES = 5  # 3 to prepare W and run forward, 2 backward
@@ -71,7 +73,7 @@ def test_hslm_step_on_the_registered_kernels_meets_its_targets(monkeypatch, shap
     run_step(rt, R, K, N)  # the first step zero-fills what a split-K kernel keeps, once
     extra = [x.kernel for x in rt.recording.launches if not x.kernel.startswith("hslm_")]
     assert extra == ["<not a step kernel: zero fill>"] * (len(rt.recording.launches) - STEP_LAUNCHES)
-    rt.recording = layer_step.Recording()
+    rt.recording = Recording()
     run_step(rt, R, K, N)
     rec = rt.recording
     assert len(rec.launches) == STEP_LAUNCHES and rec.allocations == 15  # every output and scratch buffer
@@ -303,7 +305,7 @@ def test_a_host_array_handed_to_a_kernel_is_a_copy(standins):
 def test_a_missing_kernel_is_named(monkeypatch):
     monkeypatch.delitem(registry.FAMILIES, "hslm_wsum_f32", raising=False)
     rt = RecordingRuntime()
-    with pytest.raises(LaunchError, match=r"hslm_wsum_f32.*kernels/registry.py") as info:
+    with pytest.raises(LaunchError, match=r"hslm_wsum_f32.*hslm_ptx/catalog/registry.py") as info:
         prepare_weight(rt, rt.input((8, 16), "float32"))
     assert "\n" not in str(info.value)
 
@@ -356,7 +358,7 @@ def test_runtime_for_refuses_a_mismatch():
 
 def test_emulator_buffers_start_poisoned():
     buf = EmulatorRuntime().empty((3, 5), "bfloat16")
-    assert buf.dtype == np.uint16 and (buf.view(np.uint8) == layer_step.POISON_BYTE).all()
+    assert buf.dtype == np.uint16 and (buf.view(np.uint8) == POISON_BYTE).all()
     assert EmulatorRuntime().dtype_of(buf) == "bfloat16"
 
 
@@ -376,7 +378,7 @@ STEP_FAMILIES = [f"hslm_{k}_{dt}" for k in ("wsum", "wprep", "qrows", "qcols", "
 
 
 def _ternary_planes(t: np.ndarray, dims: Dims, order: planes.Planes) -> np.ndarray:
-    from kernels.ternary import pack
+    from hslm_ptx.formats.ternary import pack
 
     return order(pack(t.T.astype(np.int8)), order.shape(dims))  # pack takes W as K x N
 
@@ -384,8 +386,8 @@ def _ternary_planes(t: np.ndarray, dims: Dims, order: planes.Planes) -> np.ndarr
 @pytest.mark.skipif("hslm_fwd_f32" not in registry.FAMILIES, reason="hslm_fwd_f32 is not registered")
 def test_the_step_launcher_drives_a_real_gemm_on_the_emulator():
     """forward's fused GEMM through the step's own launch path (spec-driven arguments and
-    geometry), on operands quantized with kernels.stepmath: bit for bit its reference."""
-    from kernels import stepmath
+    geometry), on operands quantized with hslm_ptx.reference.stepmath: bit for bit its reference."""
+    from hslm_ptx.reference import stepmath
 
     rng = np.random.default_rng(7)
     R, K, N = 5, 40, 24
@@ -412,7 +414,8 @@ def test_the_step_launcher_drives_a_real_gemm_on_the_emulator():
 @pytest.mark.parametrize("dtype, weight_dtype", [("float32", "float32"), ("bfloat16", "bfloat16"),
                                                  ("float16", "float32")])
 def test_a_whole_step_on_the_emulator_is_stepmath_bit_for_bit(dtype, weight_dtype):
-    from kernels import floats, stepmath
+    from hslm_ptx.formats import floats
+    from hslm_ptx.reference import stepmath
 
     rng = np.random.default_rng(11)
     R, K, N = 19, 40, 24
@@ -466,7 +469,7 @@ def test_a_nan_input_gives_nan_where_it_reaches_never_a_finite_wrong_answer():
 def test_a_split_forward_keeps_its_workspace_zeroed_between_steps():
     """ffn_down at R = 27: forward splits 6 ways into a kept workspace; a second forward on
     the same runtime finds it zeroed and gives the same bits, which are stepmath's."""
-    from kernels import stepmath
+    from hslm_ptx.reference import stepmath
 
     R, K, N = 27, 729, 243
     assert "_splitk_" in layer_step.pick(("hslm_fwd_f32", "hslm_fwd_splitk_f32"), Dims(R, K, N)).name
@@ -489,7 +492,8 @@ def test_the_grouped_backward_keeps_its_split_workspace_zeroed_between_steps():
     """ffn_up at R = 27: the backward's dX part splits 6 ways into its kept workspace (dW's
     part runs one split and is given none); a second backward finds it zeroed and gives
     the same bits, which are stepmath's."""
-    from kernels import grouped, stepmath
+    from hslm_ptx.emit import grouped
+    from hslm_ptx.reference import stepmath
 
     R, K, N = 27, 243, 729
     spec = layer_step.pick("hslm_grads_f32_f32", Dims(R, K, N))
@@ -516,7 +520,7 @@ def _cuda_ready() -> bool:
         import torch
     except ImportError:
         return False
-    from kernels.backends import gpu_available
+    from hslm_ptx.runtime.backends import gpu_available
 
     return torch.cuda.is_available() and gpu_available()
 

@@ -1,4 +1,4 @@
-"""The Layout of each buffer parameter (kernels/layout.py, kernels/pitch.py): ``into`` and
+"""The Layout of each buffer parameter (hslm_ptx/formats/layout.py, hslm_ptx/formats/pitch.py): ``into`` and
 ``view`` undo each other on every layout, copy only where the layouts differ, refuse a wrong
 shape in one line; W's planes are never a view to write into and are scanned in both
 layouts; scalars answer ``value`` from Dims or their rule."""
@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from kernels import planes
-from kernels.layout import Layout, LayoutError, Plain
-from kernels.pitch import (PITCH_ALIGN, PitchedOutput, PitchedRows, PitchedTranspose, WPlanes, kernel_buffer,
-                           output_pitch, pitch)
-from kernels.registry import KERNELS
-from kernels.spec import BufferSpec, Dims, ScalarSpec
-from kernels.ternary import pack, packed_shape
+from hslm_ptx.formats import planes
+from hslm_ptx.formats.layout import Layout, LayoutError, Plain
+from hslm_ptx.formats.pitch import (PITCH_ALIGN, PitchedOutput, PitchedRows, PitchedTranspose, WPlanes, kernel_buffer,
+                                    output_pitch, pitch)
+from hslm_ptx.catalog.registry import KERNELS
+from hslm_ptx.catalog.spec import BufferSpec, Dims, ScalarSpec
+from hslm_ptx.formats.ternary import pack, packed_shape
 
 ROWS = PitchedRows(lambda d: d.R, lambda d: d.K)  # forward's X: R x pitch(K)
 OUTPUT = PitchedOutput(lambda d: d.R, lambda d: d.N)  # forward's Y: R x output_pitch(N)
@@ -145,8 +145,8 @@ def test_planes_find_a_code_3_in_either_layout_and_others_have_no_rule(layout):
 
 
 def test_remedies_tell_packed_w_from_any_other_array():
-    assert W_PLANES.remedy("uint32") == "pack the K x N ternary matrix with kernels.ternary.pack(w)"
-    assert ROWS.remedy("int8") == "pass a int8 array of that shape (kernels.array_ops quantizes float inputs)"
+    assert W_PLANES.remedy("uint32") == "pack the K x N ternary matrix with hslm_ptx.formats.ternary.pack(w)"
+    assert ROWS.remedy("int8") == "pass a int8 array of that shape (hslm_ptx.arrays quantizes float inputs)"
 
 
 def test_a_layout_without_every_operation_cannot_be_built():

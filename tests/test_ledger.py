@@ -7,9 +7,9 @@ import stat
 import pytest
 from pydantic import ValidationError
 
-from pipeline.core.errors import ArtifactError, BlessRefused
-from pipeline.ratchet.ledger import bless, bless_file, dump_ledger, make_ledger, read_ledger
-from pipeline.core.models import CellResult, RunSummary
+from hslm_ptx.pipeline.core.errors import ArtifactError, BlessRefused
+from hslm_ptx.pipeline.ratchet.ledger import bless, bless_file, dump_ledger, make_ledger, read_ledger
+from hslm_ptx.pipeline.core.models import CellResult, RunSummary
 
 
 # --- the file ------------------------------------------------------------------------------
@@ -133,12 +133,12 @@ def test_doit_bless_refuses_in_one_line_and_accept_new_prints_the_accounting(tmp
     ledger.write_text(dump_ledger(make_ledger([entry("a", "smoke/x")], 0)))
     dodo = """
         import functools, pathlib
-        from pipeline.ratchet import ledger
-        from pipeline.stages import tasks_ratchet
-        from pipeline.core.models import RunSummary
+        from hslm_ptx.pipeline.ratchet import ledger
+        from hslm_ptx.pipeline.stages import tasks_ratchet
+        from hslm_ptx.pipeline.core.models import RunSummary
         tasks_ratchet.summarize = lambda sets: RunSummary.model_validate_json(pathlib.Path("run.json").read_text())
         tasks_ratchet.bless_file = functools.partial(ledger.bless_file, path=pathlib.Path("ledger.json").resolve())
-        from pipeline.stages.tasks_ratchet import task_bless
+        from hslm_ptx.pipeline.tasks.ratchet import task_bless
     """
 
     def bless_run(results, *args):

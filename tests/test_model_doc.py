@@ -1,10 +1,10 @@
-"""docs/model-tables.md is generated (pipeline.stages.model_doc): the render is what the
+"""docs/model-tables.md is generated (hslm_ptx.pipeline.stages.model_doc): the render is what the
 reports say, and the gate's comparison finds a copy that differs, names its line, and
 finds a missing file."""
 from __future__ import annotations
 
-from pipeline.stages import model_doc
-from pipeline.stages.perf_model import LayerStepRow, ModelReport, ModelRow
+from hslm_ptx.pipeline.stages import model_doc
+from hslm_ptx.pipeline.stages.perf_model import LayerStepRow, ModelReport, ModelRow
 
 
 def prediction(config: str, device_us: float) -> dict:

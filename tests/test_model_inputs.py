@@ -1,7 +1,7 @@
 """The cost model's input files refused in one line naming the file and the field, under
-the commands that read them: kernels/devices.json and ledger/loop_counts.json under
+the commands that read them: hslm_ptx/cost/devices.json and hslm_ptx/cost/loop_counts.json under
 `doit model` (every subtask), `doit model:calibrate` and `doit layer` (the tile rule),
-kernels/calibration.yaml under `doit model:calibrate`. Each fault is planted in a copy
+hslm_ptx/cost/calibration.yaml under `doit model:calibrate`. Each fault is planted in a copy
 the readers are pointed at; the committed files pass the same checks."""
 from __future__ import annotations
 
@@ -11,10 +11,12 @@ import pytest
 import yaml
 from doit.exceptions import TaskFailed
 
-from kernels import cost, registry
-from kernels.spec import Dims
-from kernels.tile import rule
-from pipeline.stages import build_steps, perf_model, tasks_layer, tasks_perf
+from hslm_ptx.cost import model as cost
+from hslm_ptx.catalog import registry
+from hslm_ptx.catalog.spec import Dims
+from hslm_ptx.tile import rule
+from hslm_ptx.pipeline.stages import build_steps, perf_model
+from hslm_ptx.pipeline.tasks import layer as tasks_layer, perf as tasks_perf
 
 DEVICES = json.loads(cost.DEVICES_FILE.read_text())
 COUNTS = json.loads(cost.COUNTS_FILE.read_text())

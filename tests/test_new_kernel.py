@@ -1,6 +1,6 @@
 """A kernel added in its module and the registry gets every kernel test, with no table
 to edit: in a scratch copy of the project, hslm_dw_s8's module copied under a new name
-(``hslm_dwcopy_s8``) and added to kernels/registry.py, the kernel tests collect the
+(``hslm_dwcopy_s8``) and added to hslm_ptx/catalog/registry.py, the kernel tests collect the
 same cases for the new kernel as for the one it copies and pass
 (docs/adding-a-kernel.md). The loop counts the tile rule reads are the generated
 step between (`doit sass && doit model:counts`), copied here from the original's."""
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.core.config import ROOT
+from hslm_ptx.pipeline.core.config import ROOT
 
 NEW = "hslm_dwcopy_s8"
 KERNEL_TEST_FILES = ("tests/test_kernels_run.py", "tests/test_reference.py", "tests/test_tiling.py",
@@ -28,16 +28,14 @@ FAMILY_STATED = {"test_planted_bug_is_caught"}
 
 def add_kernel(root: Path) -> None:
     """The two edits a kernel engineer makes: the module, and the registry's import and list."""
-    source = (ROOT / "kernels" / "hslm_dw_s8.py").read_text()
+    source = (ROOT / "hslm_ptx" / "families" / "hslm_dw_s8.py").read_text()
     module, count = re.subn(r'^FAMILY = "hslm_dw_s8"$', f'FAMILY = "{NEW}"', source, flags=re.M)
     assert count == 1
-    (root / "kernels" / f"{NEW}.py").write_text(module)
-    registry = root / "kernels" / "registry.py"
-    text = registry.read_text()
-    text, imported = re.subn(r"^from kernels\.spec import", f"from kernels import {NEW}\nfrom kernels.spec import", text,
-                             count=1, flags=re.M)
-    text, listed = re.subn(r"for m in \(", f"for m in ({NEW}, ", text, count=1)
-    assert imported == listed == 1, "kernels/registry.py no longer imports kernels.spec and lists its modules"
+    (root / "hslm_ptx" / "families" / f"{NEW}.py").write_text(module)
+    registry = root / "hslm_ptx" / "catalog" / "registry.py"
+    text, listed = re.subn(r"^FAMILY_MODULES = \(", f'FAMILY_MODULES = ("{NEW}", ', registry.read_text(), count=1,
+                           flags=re.M)
+    assert listed == 1, "hslm_ptx/catalog/registry.py no longer lists its families in FAMILY_MODULES"
     registry.write_text(text)
 
 
@@ -45,7 +43,7 @@ def add_kernel(root: Path) -> None:
 def project(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("project")
     skip = shutil.ignore_patterns("__pycache__", "*.pyc", ".*.tmp")
-    for name in ("kernels", "pipeline", "tests", "ledger"):
+    for name in ("hslm_ptx", "tests", "ledger"):
         shutil.copytree(ROOT / name, root / name, ignore=skip)
     shutil.copy2(ROOT / "pyproject.toml", root / "pyproject.toml")
     add_kernel(root)
@@ -56,8 +54,8 @@ def project(tmp_path_factory) -> Path:
 def counted_like(root: Path, original: str) -> None:
     """What `doit sass && doit model:counts` would record for the copy: its PTX is the
     original's but for the entry name, so its loops count the same (the tile rule,
-    kernels.cost, reads them from ledger/loop_counts.json)."""
-    path = root / "ledger" / "loop_counts.json"
+    hslm_ptx.cost.model, reads them from hslm_ptx/cost/loop_counts.json)."""
+    path = root / "hslm_ptx" / "cost" / "loop_counts.json"
     counts = json.loads(path.read_text())
     for section in ("kernels", "occupancy"):  # the loops, and the ptxas occupancy the rule reads
         for entry in [e for e in counts[section] if e == original or e.startswith(f"{original}_m")]:
@@ -114,12 +112,10 @@ def test_a_copied_kernel_gets_every_kernel_test_and_passes(project, tmp_path):
 
 def test_without_the_registry_line_the_kernel_gets_no_test(tmp_path):
     """Negative: the module alone is not a kernel; the registry is what every table reads."""
-    (tmp_path / "kernels").mkdir()
-    shutil.copytree(ROOT / "kernels", tmp_path / "kernels", dirs_exist_ok=True,
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    source = (ROOT / "kernels" / "hslm_dw_s8.py").read_text()
-    (tmp_path / "kernels" / f"{NEW}.py").write_text(source.replace('FAMILY = "hslm_dw_s8"', f'FAMILY = "{NEW}"'))
+    shutil.copytree(ROOT / "hslm_ptx", tmp_path / "hslm_ptx", ignore=shutil.ignore_patterns("__pycache__"))
+    source = (ROOT / "hslm_ptx" / "families" / "hslm_dw_s8.py").read_text()
+    (tmp_path / "hslm_ptx" / "families" / f"{NEW}.py").write_text(source.replace('FAMILY = "hslm_dw_s8"', f'FAMILY = "{NEW}"'))
     env = {**os.environ, "PYTHONPATH": str(tmp_path), "PYTHONDONTWRITEBYTECODE": "1"}
-    probe = subprocess.run([sys.executable, "-c", f"from kernels.registry import KERNELS; print('{NEW}' in KERNELS)"],
+    probe = subprocess.run([sys.executable, "-c", f"from hslm_ptx.catalog.registry import KERNELS; print('{NEW}' in KERNELS)"],
                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert probe.stdout.strip() == "False", probe.stderr

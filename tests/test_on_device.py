@@ -8,7 +8,7 @@ kernels run on the CPU PTX emulator and which can fault a kernel with a sticky e
 `torch` that will not import; the script runs in a copy of the project with small shape
 sets and a few kernels (the plan's own tests check that the defaults cover every kernel).
 The stand-in racecheck plants a failure: the steps after it must still run. The tools the
-script calls (tools/cuda_tests.py, counter_calibration.py, device_summary.py, pipeline.bench.layer)
+script calls (tools/cuda_tests.py, counter_calibration.py, device_summary.py, hslm_ptx.pipeline.bench.layer)
 are also tested on their own, in process, where the stand-in cannot reach what they do.
 """
 from __future__ import annotations
@@ -26,18 +26,18 @@ from pathlib import Path
 
 import pytest
 
-from kernels.registry import KERNELS
-from pipeline.core.artifacts import read_model
-from pipeline.core.config import ROOT
-from pipeline.bench.counters import derive, parse_ncu_csv
-from pipeline.bench.land import LandedRun, land, main, read_steps
-from pipeline.bench.record import BenchReport
-from pipeline.bench import layer as bench_layer
-from pipeline.core.layer_records import LayerBenchReport, LayerBenchRow, LayerTiming
-from pipeline.core.models import LaunchStats, MemoryAccess, Shape
-from pipeline.core.errors import UserError
-from pipeline.core.shapes import select_sets
-from pipeline.bench.run import row_count as bench_rows
+from hslm_ptx.catalog.registry import KERNELS
+from hslm_ptx.pipeline.core.artifacts import read_model
+from hslm_ptx.pipeline.core.config import ROOT
+from hslm_ptx.pipeline.bench.counters import derive, parse_ncu_csv
+from hslm_ptx.pipeline.bench.land import LandedRun, land, main, read_steps
+from hslm_ptx.pipeline.bench.record import BenchReport
+from hslm_ptx.pipeline.bench import layer as bench_layer
+from hslm_ptx.pipeline.core.layer_records import LayerBenchReport, LayerBenchRow, LayerTiming
+from hslm_ptx.pipeline.core.models import LaunchStats, MemoryAccess, Shape
+from hslm_ptx.pipeline.core.errors import UserError
+from hslm_ptx.pipeline.core.shapes import select_sets
+from hslm_ptx.pipeline.bench.run import row_count as bench_rows
 
 sys.path.insert(0, str(ROOT / "tools"))
 import counter_calibration  # noqa: E402
@@ -143,7 +143,7 @@ def unpacked(out: Path, dest: Path) -> Path:
 
 
 PREDICTED_US = 2.5
-LAYER_PRESENT = (ROOT / "pipeline" / "bench" / "layer.py").is_file()
+LAYER_PRESENT = (ROOT / "hslm_ptx" / "pipeline" / "bench" / "layer.py").is_file()
 
 
 CUDA_CHECK = "tests/data/bench/standin_cuda_tests.py"  # written in the copy: stands in for the CUDA tests
@@ -487,12 +487,12 @@ def test_a_bench_out_of_budget_records_the_rest_as_not_run(tmp_path):
 
 def test_layer_and_torch_tests_are_skipped_in_one_line_when_absent(tmp_path):
     def without_layer(project: Path) -> None:
-        (project / "pipeline" / "bench" / "layer.py").unlink(missing_ok=True)
+        (project / "hslm_ptx" / "pipeline" / "bench" / "layer.py").unlink(missing_ok=True)
 
     res, out = run_on_device(tmp_path, wheels=True, prepare=without_layer, STEPS="layer torch-tests",
                              TORCH_TESTS="tests/no_such_test.py")
     why = skipped((out / "device.log").read_text())
-    assert why == {"layer": "pipeline/bench/layer.py is not in this tree",
+    assert why == {"layer": "hslm_ptx/pipeline/bench/layer.py is not in this tree",
                    "torch-tests": "none of tests/no_such_test.py is in this tree"}
     assert res.returncode == 0  # nothing it should have run was left out
 
@@ -532,7 +532,7 @@ def test_gpu_verify_after_a_kernel_fault_runs_the_rest_in_a_fresh_process(tmp_pa
 def test_bench_after_a_kernel_fault_runs_the_rest_in_a_fresh_process(tmp_path):
     project = project_copy(tmp_path)
     assert _standin(project, "tools/gpu_verify.py", "--emit-only").returncode == 0
-    res = _standin(project, "-m", "pipeline.bench.run", "smoke", "--out", str(tmp_path / "b"), "--ceiling", "0",
+    res = _standin(project, "-m", "hslm_ptx.pipeline.bench.run", "smoke", "--out", str(tmp_path / "b"), "--ceiling", "0",
                    "--kernels", "hslm_fwd_s8,hslm_dx_s8,hslm_dw_s8", STANDIN_FAULT="hslm_dx_s8")
     assert res.returncode == 0, res.stderr
     assert res.stdout.count("the rows left run in a fresh process") == 3
@@ -547,8 +547,8 @@ def test_bench_after_a_kernel_fault_runs_the_rest_in_a_fresh_process(tmp_path):
 def test_no_source_file_warns_at_compile_time():
     """An invalid escape ('\\-' in a docstring) is a SyntaxWarning on Python 3.12 that fills
     the device log; every module the device imports compiles without one."""
-    sources = [ROOT / "dodo.py", *sorted((ROOT / "pipeline").glob("*.py")), *sorted((ROOT / "tools").glob("*.py")),
-               *sorted((ROOT / "kernels").rglob("*.py")), *sorted((ROOT / "tests").glob("*.py"))]
+    sources = [ROOT / "dodo.py", *sorted((ROOT / "tools").glob("*.py")),
+               *sorted((ROOT / "hslm_ptx").rglob("*.py")), *sorted((ROOT / "tests").glob("*.py"))]
     noisy = []
     for path in sources:
         with warnings.catch_warnings():

@@ -1,4 +1,4 @@
-"""The float ops (kernels/array_ops.py) on the CPU: the real PTX through the emulator, checked
+"""The float ops (hslm_ptx/arrays.py) on the CPU: the real PTX through the emulator, checked
 against an f64 reference with the bounds of tests/quantbounds.py.
 
 Each bound is checked not vacuous: the observed error is > 0 and well under the bound,
@@ -11,13 +11,14 @@ import numpy as np
 import pytest
 from quantbounds import assert_tight, check_bound, codes, data, dw_bound, dx_bound, fwd_bound
 
-from kernels import array_ops, pitch
-from kernels.launch import launch
-from kernels.registry import choose, get_kernel
-from kernels.spec import Dims
-from kernels.quant import quantize_cols, quantize_rows, ternarize
-from kernels.ternary import pack, packed_shape, unpack
-from kernels.validate import LaunchError, module_of
+from hslm_ptx import arrays as array_ops
+from hslm_ptx.formats import pitch
+from hslm_ptx.runtime.launch import launch
+from hslm_ptx.catalog.registry import choose, get_kernel
+from hslm_ptx.catalog.spec import Dims
+from hslm_ptx.reference.quant import quantize_cols, quantize_rows, ternarize
+from hslm_ptx.formats.ternary import pack, packed_shape, unpack
+from hslm_ptx.validate import LaunchError, module_of
 
 
 def dims_of(name: str, args) -> Dims:
@@ -165,7 +166,7 @@ def test_ops_hand_the_kernel_the_bytes_the_old_copy_did_on_emulator(op):
 
 @pytest.mark.parametrize("op", list(OPS))
 def test_ops_make_no_launch_side_copy(op, monkeypatch):
-    """The pitched copy (kernels.pitch.aligned_copy) never runs under the float ops; the
+    """The pitched copy (hslm_ptx.formats.pitch.aligned_copy) never runs under the float ops; the
     old path, the negative, makes one per pitched operand and launch."""
     copies: list = []
     real = pitch.aligned_copy
@@ -287,13 +288,13 @@ BAD_INPUTS = [
      "forward: x is complex128; expected a real array (float16/32/64 or integer)"),
     ("unpacked W", lambda: array_ops.forward(np.ones((4, 16)), np.ones((16, 8), np.int8), 1.0, fn=FWD),
      "hslm_fwd_s8_m32n16: input 'w' is int8(16, 8), expected uint32(8, 1) for R=4 K=16 N=8; "
-     "pack the K x N ternary matrix with kernels.ternary.pack(w)"),
+     "pack the K x N ternary matrix with hslm_ptx.formats.ternary.pack(w)"),
     ("W packed for another K", lambda: array_ops.grad_input(np.ones((4, 8)), W16x8, 1.0, 40, fn=DX),
      "hslm_dx_s8_m32n16: input 'w' is uint32(8, 1), expected uint32(8, 3) for R=4 K=40 N=8; "
-     "pack the K x N ternary matrix with kernels.ternary.pack(w)"),
+     "pack the K x N ternary matrix with hslm_ptx.formats.ternary.pack(w)"),
     ("code 3 in W", lambda: array_ops.forward(np.ones((4, 16)), W16x8 | np.uint32(3 << 30), 1.0, fn=FWD),
      "hslm_fwd_s8_m32n16: input 'w': packed weights: code 3 at column 0, in-feature 15 (word 0, bits 30-31) "
-     "is not allowed; the packer never writes it: re-pack the weights (kernels.ternary.pack)"),
+     "is not allowed; the packer never writes it: re-pack the weights (hslm_ptx.formats.ternary.pack)"),
     ("NaN in x", lambda: array_ops.forward(_with(np.nan, (2, 5)), W16x8, 1.0, fn=FWD),
      "forward: x has a non-finite value (nan) at (2, 5), so row 2 has no int8 scale; find where it came "
      "from (a diverging loss, a too-large learning rate)"),
@@ -303,9 +304,9 @@ BAD_INPUTS = [
      "grad_weight: dy has a non-finite value (-inf) at (1, 6), so column 6 has no int8 scale"),
     ("torch tensor", lambda: array_ops.forward(np.ones((4, 16)), type("Tensor", (), {"__module__": "torch"})(), 1.0),
      "forward: inputs must all be numpy or all be cupy arrays, got ['numpy', 'torch']; "
-     "torch tensors go through kernels.torch_linear"),
+     "torch tensors go through hslm_ptx.nn.linear"),
     ("NaN beta", lambda: array_ops.forward(np.ones((4, 16)), W16x8, float("nan"), fn=FWD),
-     "forward: beta is nan; expected the finite scale of the ternary weights (kernels.quant.ternarize)"),
+     "forward: beta is nan; expected the finite scale of the ternary weights (hslm_ptx.reference.quant.ternarize)"),
 ]
 
 

@@ -1,4 +1,4 @@
-"""The instructions a warp runs outside the steady loop (pipeline.stages.sass.outside_route):
+"""The instructions a warp runs outside the steady loop (hslm_ptx.pipeline.stages.sass.outside_route):
 the longest path of any launch, and the unsplit path of a launch with one split, which
 stores from registers and runs none of the split-K epilogue's barrier, staging and reds.
 On a small invented listing by hand, then on the int32 GEMMs as ptxas compiles them."""
@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from kernels.registry import KERNELS
-from pipeline.core.errors import UserError
-from pipeline.stages import sass
+from hslm_ptx.catalog.registry import KERNELS
+from hslm_ptx.pipeline.core.errors import UserError
+from hslm_ptx.pipeline.stages import sass
 
 I = sass.Instr
 

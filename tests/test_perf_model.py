@@ -1,4 +1,4 @@
-"""The performance model (pipeline.stages.perf_model): its assumptions file, each bound worked by
+"""The performance model (hslm_ptx.pipeline.stages.perf_model): its assumptions file, each bound worked by
 hand on a small invented loop, occupancy, and the emulator memory rows it reads."""
 from __future__ import annotations
 
@@ -8,15 +8,16 @@ import math
 
 import pytest
 
-from kernels import cost, grouped
-from kernels.registry import KERNELS
-from kernels.spec import Dims, Launch
-from kernels.tile import rule
-from pipeline.core import config
-from pipeline.stages import perf_model
-from pipeline.stages import sass
-from pipeline.core.errors import UserError
-from pipeline.core.models import PtxasArch, Shape
+from hslm_ptx.cost import model as cost
+from hslm_ptx.emit import grouped
+from hslm_ptx.catalog.registry import KERNELS
+from hslm_ptx.catalog.spec import Dims, Launch
+from hslm_ptx.tile import rule
+from hslm_ptx.pipeline.core import config
+from hslm_ptx.pipeline.stages import perf_model
+from hslm_ptx.pipeline.stages import sass
+from hslm_ptx.pipeline.core.errors import UserError
+from hslm_ptx.pipeline.core.models import PtxasArch, Shape
 
 ASSUMPTIONS = perf_model.load_assumptions()
 H200 = ASSUMPTIONS.devices["h200"]
@@ -269,7 +270,7 @@ def stub_records(entry: str, kernel: str):
 
 @pytest.fixture(scope="module")
 def counted_step():
-    from pipeline.stages.layer_count import count_step
+    from hslm_ptx.pipeline.stages.layer_count import count_step
     return count_step(Shape(name="ffn_up_r1782", R=1782, K=243, N=729))
 
 
@@ -298,7 +299,7 @@ def test_every_launch_of_the_step_is_timed(counted_step):
 def test_a_step_the_model_cannot_time_is_one_line(counted_step):
     foreign = counted_step.model_copy(update={"launch_list": [
         counted_step.launch_list[0].model_copy(update={"kernel": "hslm_nope"})]})
-    with pytest.raises(UserError, match="launches 'hslm_nope', which kernels/registry.py does not hold"):
+    with pytest.raises(UserError, match="launches 'hslm_nope', which hslm_ptx/catalog/registry.py does not hold"):
         perf_model.layer_step_row(foreign, H200, stub_records, "hslm")
     gemm = next(x for x in counted_step.launch_list if x.kernel.startswith("hslm_fwd"))
     moved = counted_step.model_copy(update={"launch_list": [gemm.model_copy(update={"grid": (1, 1, 1)})]})
@@ -350,7 +351,7 @@ def test_the_sweep_moves_every_ranged_figure_and_only_those():
 
 
 def test_the_large_layer_is_modelled_once_and_judged_by_its_own_target():
-    from pipeline.stages import tasks_perf
+    from hslm_ptx.pipeline.tasks import perf as tasks_perf
     hslm = tasks_perf.layer_shapes("hslm", (Shape(name="a", R=27, K=243, N=243),))
     assert [(s.name, t) for s, t in hslm] == [("a", "hslm"), ("large_r8192", "large")]
     large = tasks_perf.layer_shapes("large", (Shape(name="sq", R=4096, K=4096, N=4096),

@@ -2,9 +2,9 @@
 import numpy as np
 import pytest
 
-from kernels.pitch import PITCH_ALIGN, KernelLayout, aligned_copy, kernel_buffer, pitch
-from kernels.registry import get_kernel
-from kernels.spec import Dims
+from hslm_ptx.formats.pitch import PITCH_ALIGN, KernelLayout, aligned_copy, kernel_buffer, pitch
+from hslm_ptx.catalog.registry import get_kernel
+from hslm_ptx.catalog.spec import Dims
 
 
 @pytest.mark.parametrize("width, want", [(1, 16), (16, 16), (17, 32), (243, 256), (729, 736)])

@@ -1,11 +1,11 @@
-"""W in planes (kernels/planes.py): where each code sits, the padding, the scan, the way back."""
+"""W in planes (hslm_ptx/formats/planes.py): where each code sits, the padding, the scan, the way back."""
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from kernels import planes
-from kernels.spec import Dims
-from kernels.ternary import VALUE_OF_CODE, pack
+from hslm_ptx.formats import planes
+from hslm_ptx.catalog.spec import Dims
+from hslm_ptx.formats.ternary import VALUE_OF_CODE, pack
 
 ORDERS = [pytest.param(planes.FRAGMENTS, id="W"), pytest.param(planes.FRAGMENTS_T, id="W^T")]
 
@@ -42,7 +42,7 @@ def test_planes_hold_every_weight_where_the_kernels_read_it(order, K, N, seed):
 
 def test_a_decoded_word_is_one_lanes_b_fragments():
     """The decode makes register s, byte u of the code at bit 4u + 16 (s & 1) + 2 (s >> 1)
-    (kernels.ptx_emit.decode_ternary); word t, register s must hold k = 16s + 4t .. + 3:
+    (hslm_ptx.emit.ptx.decode_ternary); word t, register s must hold k = 16s + 4t .. + 3:
     lane t's b0 (s even) or b1 (s odd) of k step s // 2 (PTX ISA, mma.m16n8k32 .s8 B)."""
     def decoded(word, register):
         return [q for q, (w, b) in enumerate(planes.FRAGMENTS.place)

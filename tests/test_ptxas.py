@@ -13,13 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.core.errors import PtxasError, UserError
-from pipeline.core.config import ARCHS, Budget
-from pipeline.core.models import PtxasUsage
-from pipeline.stages.ptxas import (
-    assemble, find_ptxas, first_error, judge, parse_verbose, ptxas_version,
-    wheel_ptxas,
-)
+from hslm_ptx.pipeline.core.errors import PtxasError, UserError
+from hslm_ptx.pipeline.core.config import ARCHS, Budget
+from hslm_ptx.pipeline.core.models import PtxasUsage
+from hslm_ptx.pipeline.stages.ptxas import (assemble, find_ptxas, first_error, judge, parse_verbose, ptxas_version,
+                                            wheel_ptxas)
 
 DATA = Path(__file__).parent / "data" / "ptxas"
 VERSIONS = ("12.9", "13.0")
@@ -125,7 +123,7 @@ def test_find_ptxas_order(monkeypatch, tmp_path):
 
 def test_no_ptxas_says_how_to_install(monkeypatch):
     monkeypatch.delenv("PTXAS", raising=False)
-    monkeypatch.setattr("pipeline.stages.ptxas.wheel_ptxas", lambda: None)
+    monkeypatch.setattr("hslm_ptx.pipeline.stages.ptxas.wheel_ptxas", lambda: None)
     monkeypatch.setenv("PATH", "")
     with pytest.raises(UserError) as info:
         find_ptxas()

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from emucases import M32, PROLOGUE, module, prmt_model, s32
 
-from kernels.ptxemu import Module
+from hslm_ptx.emu import Module
 
 
 EDGES = [0, 1, 2, 31, 32, 33, 0x7F, 0x80, 0xFF, 0x7FFFFFFF, 0x80000000, 0x80000001, M32]

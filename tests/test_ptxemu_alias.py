@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from emucases import mma_model, module
 
-from kernels.ptxemu import Module
+from hslm_ptx.emu import Module
 
 
 LANES = np.arange(32)

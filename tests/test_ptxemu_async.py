@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from emucases import PROLOGUE, expect, module
 
-from kernels.ptxemu import EmulatorError, Module
+from hslm_ptx.emu import EmulatorError, Module
 
 U = np.uint32
 PTX = Path(__file__).parent / "data" / "ptx" / "async.ptx"

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from emucases import PROLOGUE, expect, line_of, module
 
-from kernels.ptxemu import Module
+from hslm_ptx.emu import Module
 
 
 TID = np.arange(64) % 32 + np.arange(64) // 32 * 32     # one CTA of 64: tid = gid

@@ -3,8 +3,8 @@ arguments are one error line, the table sums the headline launches, and a launch
 times is exact and counted."""
 from __future__ import annotations
 
-from kernels.ptxemu import bench
-from kernels.registry import KERNELS
+from hslm_ptx.emu import bench
+from hslm_ptx.catalog.registry import KERNELS
 
 
 def test_bad_arguments_are_one_error_line(capsys):

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from emucases import PROLOGUE, expect, line_of, module
 
-from kernels.ptxemu import EmulatorError, Module
+from hslm_ptx.emu import EmulatorError, Module
 
 
 Z = np.zeros(128, np.uint32)

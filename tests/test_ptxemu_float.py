@@ -15,9 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from floatcases import BODIES, HEADER, entry, module
 
-from kernels.floats import f32_to_bf16, f32_to_f16
-from kernels.ptx_emit import Ptx
-from kernels.ptxemu import EmulatorError, Module
+from hslm_ptx.formats.floats import f32_to_bf16, f32_to_f16
+from hslm_ptx.emit.ptx import Ptx
+from hslm_ptx.emu import EmulatorError, Module
 
 
 U = np.uint32
@@ -233,7 +233,7 @@ def test_narrowing_to_bf16_and_f16_rounds_to_nearest_even():
     nan = np.isnan(f(every))
     assert (launch("to_f16", every)[~nan] == want16[~nan]).all()
     assert ((launch("to_f16", every)[nan] & 0x7C00) == 0x7C00).all()    # NaN stays NaN
-    assert launch("to_bf16", padded([0x7FC00001]))[0] == 0x7FFF         # kernels.floats' NaN
+    assert launch("to_bf16", padded([0x7FC00001]))[0] == 0x7FFF         # hslm_ptx.formats.floats' NaN
 
 
 def test_widening_from_bf16_and_f16_is_exact():
@@ -571,8 +571,8 @@ def test_helper_kernel_runs_with_the_numpy_answer():
 
 def test_accepted_forms_assemble(tmp_path):
     """ptxas takes every body this file runs, and the helper kernel."""
-    from pipeline.core.errors import UserError
-    from pipeline.stages.ptxas import find_ptxas, run_ptxas
+    from hslm_ptx.pipeline.core.errors import UserError
+    from hslm_ptx.pipeline.stages.ptxas import find_ptxas, run_ptxas
     try:
         ptxas = find_ptxas()
     except UserError as exc:
@@ -587,8 +587,8 @@ def test_accepted_forms_assemble(tmp_path):
 @pytest.mark.parametrize("body", [r[0] for r in REFUSED if r[2]])
 def test_ptxas_refuses_what_the_emulator_refuses_as_wrong(body, tmp_path):
     """The assembler check above can fail: these malformed forms do not assemble."""
-    from pipeline.core.errors import PtxasError, UserError
-    from pipeline.stages.ptxas import find_ptxas, run_ptxas
+    from hslm_ptx.pipeline.core.errors import PtxasError, UserError
+    from hslm_ptx.pipeline.stages.ptxas import find_ptxas, run_ptxas
     try:
         ptxas = find_ptxas()
     except UserError as exc:

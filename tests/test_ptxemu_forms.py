@@ -17,9 +17,9 @@ from emucases import M32, PROLOGUE, mma_model, prmt_model, s32
 from floatcases import BODIES as FLOAT_BODIES
 from floatcases import body_source
 
-from kernels.ptxemu import Module
-from kernels.ptxemu.parse import Entry, Instr, parse
-from kernels.registry import KERNELS
+from hslm_ptx.emu import Module
+from hslm_ptx.emu.parse import Entry, Instr, parse
+from hslm_ptx.catalog.registry import KERNELS
 
 
 THREADS, BLOCK = 128, 64       # two CTAs of two warps

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from emucases import PROLOGUE, Z, expect, line_of, module
-from kernels.ptxemu import EmulatorError, Module
+from hslm_ptx.emu import EmulatorError, Module
 
 U = np.uint32
 

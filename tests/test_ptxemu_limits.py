@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kernels.ptxemu import EmulatorError, Module
-from kernels.ptxemu.limits import OPT_IN_SHARED_MAX
-from kernels.ptxemu.memory import allocation_offset
+from hslm_ptx.emu import EmulatorError, Module
+from hslm_ptx.emu.limits import OPT_IN_SHARED_MAX
+from hslm_ptx.emu.memory import allocation_offset
 
 
 U = np.uint32

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from emucases import PROLOGUE, a_index, b_index, c_index, module
 
-from kernels.ptxemu import EmulatorError, Module
+from hslm_ptx.emu import EmulatorError, Module
 
 
 def pack(mats: np.ndarray, idx) -> np.ndarray:

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kernels.ptxemu import EmulatorError, Module
+from hslm_ptx.emu import EmulatorError, Module
 
 
 PTX = Path(__file__).parent / "data" / "ptx" / "kernels.ptx"

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from emucases import module
 
-from kernels.ptxemu import Module
+from hslm_ptx.emu import Module
 
 
 ARGS = [np.zeros(128, np.uint32)] * 4

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from emucases import PROLOGUE, line_of, module
 
-from kernels.ptxemu import AccessStats, Module
-from kernels.ptxemu.traffic import Traffic
+from hslm_ptx.emu import AccessStats, Module
+from hslm_ptx.emu.traffic import Traffic
 
 
 Z = np.zeros(4096, np.uint32)
@@ -176,7 +176,7 @@ def test_counts_match_the_model(space, size, seed):
 
 def test_the_model_comparison_catches_a_planted_broadcast_bug(monkeypatch):
     """Count every lane's word as its own (no broadcast): the comparison must fail."""
-    from kernels.ptxemu import traffic as tr_module
+    from hslm_ptx.emu import traffic as tr_module
     real = tr_module.shared_counts
 
     def no_broadcast(rows):
@@ -191,7 +191,7 @@ def test_the_model_comparison_catches_a_planted_broadcast_bug(monkeypatch):
 # ---- the row helpers the counts and the memories use -------------------------------------
 
 def test_take_and_put_move_rows_like_numpy_indexing():
-    from kernels.ptxemu.memory import put, take
+    from hslm_ptx.emu.memory import put, take
     rng = np.random.default_rng(1)
     for k, dtype in ((1, np.int32), (2, np.int32), (4, np.uint32), (16, np.uint8), (3, np.uint8)):
         a = rng.integers(0, 100, (50, k)).astype(dtype)
@@ -213,7 +213,7 @@ def test_take_and_put_move_rows_like_numpy_indexing():
 
 
 def test_distinct_finds_repeated_rows_without_sorting():
-    from kernels.ptxemu.memory import distinct
+    from hslm_ptx.emu.memory import distinct
     mark = np.empty(100, np.int32)
     assert distinct(np.array([3, 5, 9]), mark)                      # increasing
     assert distinct(np.array([9, 3, 5, 0]), mark)                   # any order

@@ -5,7 +5,7 @@ from hypothesis.extra.numpy import arrays
 
 import pytest
 
-from kernels.quant import codes_for, codes_into, quantize_cols, quantize_rows, scale_of, ternarize
+from hslm_ptx.reference.quant import codes_for, codes_into, quantize_cols, quantize_rows, scale_of, ternarize
 
 finite = st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False, width=64)
 

@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 from kernelcases import GEMMS, per_kernel
 
-from kernels.quant import quantize_cols, quantize_rows, ternarize
-from kernels.registry import KERNELS
-from kernels.spec import Dims
-from kernels.ternary import pack, unpack
+from hslm_ptx.reference.quant import quantize_cols, quantize_rows, ternarize
+from hslm_ptx.catalog.registry import KERNELS
+from hslm_ptx.catalog.spec import Dims
+from hslm_ptx.formats.ternary import pack, unpack
 
 DIMS = [Dims(1, 17, 3), Dims(27, 243, 29), Dims(5, 64, 8)]
 # what each family computes, written out independently of the kernel modules; a GEMM

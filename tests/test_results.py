@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 from artifactcases import SHAPES
 
-from pipeline.core.models import CellResult, KernelTestRun, TestCounts
-from pipeline.ratchet.results import cells, collect
+from hslm_ptx.pipeline.core.models import CellResult, KernelTestRun, TestCounts
+from hslm_ptx.pipeline.ratchet.results import cells, collect
 
 ARCHS = ("sm_80", "sm_90")
 
@@ -91,12 +91,12 @@ def test_tests_cell(fake_artifacts, run, verdict, reason):
 
 def test_a_fresh_seal_matches_the_evidence_of_the_same_artifacts(fake_artifacts, monkeypatch):
     """build_seal and the gate's evidence_of read the same artifacts: no field differs, until one does."""
-    from pipeline.core import config
-    from pipeline.core.artifacts import read_model
-    from pipeline.ratchet.results import evidence_of
-    from pipeline.stages.sass import SassReport
-    from pipeline.ratchet.sass_ratchet import current_figures
-    from pipeline.ratchet.seal import build_seal, mismatches
+    from hslm_ptx.pipeline.core import config
+    from hslm_ptx.pipeline.core.artifacts import read_model
+    from hslm_ptx.pipeline.ratchet.results import evidence_of
+    from hslm_ptx.pipeline.stages.sass import SassReport
+    from hslm_ptx.pipeline.ratchet.sass_ratchet import current_figures
+    from hslm_ptx.pipeline.ratchet.seal import build_seal, mismatches
 
     monkeypatch.setattr(config, "VERIFY_SETS", ("smoke",))
     emitted = fake_artifacts.all_pass("k")

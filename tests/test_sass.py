@@ -1,4 +1,4 @@
-"""SASS counts (pipeline.stages.sass): a hand-counted loop, and every kernel's loop counts checked
+"""SASS counts (hslm_ptx.pipeline.stages.sass): a hand-counted loop, and every kernel's loop counts checked
 against a second route (cuobjdump's listing of the same cubin, read by a deliberately
 simple counter written here)."""
 from __future__ import annotations
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from kernels.registry import KERNELS
-from pipeline.stages import sass
-from pipeline.core.errors import ArtifactError, UserError
+from hslm_ptx.catalog.registry import KERNELS
+from hslm_ptx.pipeline.stages import sass
+from hslm_ptx.pipeline.core.errors import ArtifactError, UserError
 
 DATA = Path(__file__).parent / "data" / "sass"
 ARCHS = ("sm_80", "sm_90")  # the oldest and the newest: different schedules, uniform datapath
@@ -47,7 +47,7 @@ class Listings:
 
     @functools.cache
     def nvdisasm(self, ptx: str, name: str, arch: str) -> str:
-        """nvdisasm's listing of the cubin (what pipeline.stages.sass counts)."""
+        """nvdisasm's listing of the cubin (what hslm_ptx.pipeline.stages.sass counts)."""
         return sass.disassemble(self.cubin(ptx, name, arch), self.tools[0])
 
     @functools.cache
@@ -293,7 +293,7 @@ def prmt_tables(ptx: str, kernel: str, arch: str, listings: Listings) -> tuple[s
 @pytest.mark.parametrize("kernel", TABLE_KERNELS)
 def test_decode_table_is_one_register_the_loop_never_rewrites(kernel, arch, listings):
     """ptxas re-materialises a warp-uniform constant at each use; the table is a per-thread
-    value (kernels.tile.operands.FragmentTernary), so every prmt reads one register."""
+    value (hslm_ptx.tile.operands.FragmentTernary), so every prmt reads one register."""
     tables, writes = prmt_tables(KERNELS[kernel].emit(), kernel, arch, listings)
     assert len(tables) == 1 and writes == 0
 

@@ -1,4 +1,4 @@
-"""The SASS ratchet (pipeline.ratchet.sass_ratchet): the figures a seal and the ledger record,
+"""The SASS ratchet (hslm_ptx.pipeline.ratchet.sass_ratchet): the figures a seal and the ledger record,
 judging a rise, a drop and a gap, and bless following drops but refusing a rise
 unless it is accepted with a reason."""
 from __future__ import annotations
@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from pipeline.core.errors import ArtifactError, BlessRefused
-from pipeline.ratchet.ledger import bless, bless_file, dump_ledger, make_ledger, read_ledger
-from pipeline.core.models import RunSummary, SassEntry, SassFigures, SassLevel
-from pipeline.stages.sass import Body, SassArch, SassReport
-from pipeline.ratchet.sass_ratchet import bless_sass, current_figures, judge_sass, ledger_levels
+from hslm_ptx.pipeline.core.errors import ArtifactError, BlessRefused
+from hslm_ptx.pipeline.ratchet.ledger import bless, bless_file, dump_ledger, make_ledger, read_ledger
+from hslm_ptx.pipeline.core.models import RunSummary, SassEntry, SassFigures, SassLevel
+from hslm_ptx.pipeline.stages.sass import Body, SassArch, SassReport
+from hslm_ptx.pipeline.ratchet.sass_ratchet import bless_sass, current_figures, judge_sass, ledger_levels
 
 
 def body(instructions: int, lsu: int, imma: int = 8) -> Body:
@@ -152,12 +152,12 @@ def test_doit_bless_refuses_a_rise_in_one_line_and_accept_slower_records_it(tmp_
                                                   sass=held(sm_90=level(11.0))).model_dump_json())
     dodo = """
         import functools, pathlib
-        from pipeline.ratchet import ledger
-        from pipeline.stages import tasks_ratchet
-        from pipeline.core.models import RunSummary
+        from hslm_ptx.pipeline.ratchet import ledger
+        from hslm_ptx.pipeline.stages import tasks_ratchet
+        from hslm_ptx.pipeline.core.models import RunSummary
         tasks_ratchet.summarize = lambda sets: RunSummary.model_validate_json(pathlib.Path("run.json").read_text())
         tasks_ratchet.bless_file = functools.partial(ledger.bless_file, path=pathlib.Path("ledger.json").resolve())
-        from pipeline.stages.tasks_ratchet import task_bless
+        from hslm_ptx.pipeline.tasks.ratchet import task_bless
     """
     before = ledger.read_bytes()
     refused = tmp_doit(dodo, "bless")

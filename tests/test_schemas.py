@@ -5,11 +5,11 @@ import json
 
 import pytest
 
-from pipeline.core import schemas
-from pipeline.core.config import SCHEMAS_DIR
-from pipeline.ratchet.ledger import dump_ledger, make_ledger
-from pipeline.core.models import SCHEMA_VERSION
-from pipeline.core.schemas import DOCUMENTS, drift, export, main
+from hslm_ptx.pipeline.core import schemas
+from hslm_ptx.pipeline.core.config import SCHEMAS_DIR
+from hslm_ptx.pipeline.ratchet.ledger import dump_ledger, make_ledger
+from hslm_ptx.pipeline.core.models import SCHEMA_VERSION
+from hslm_ptx.pipeline.core.schemas import DOCUMENTS, drift, export, main
 
 
 def test_committed_schemas_match_the_models():
@@ -28,7 +28,7 @@ def test_drift_is_found(tmp_path):
     (tmp_path / "Old.json").write_text("{}")
     found = drift(tmp_path)
     assert [line.split(": ", 1)[1] for line in found] == [
-        "differs from pipeline.core.models.Seal", "missing", "no such record in pipeline.core.schemas.DOCUMENTS"]
+        "differs from hslm_ptx.pipeline.core.models.Seal", "missing", "no such record in hslm_ptx.pipeline.core.schemas.DOCUMENTS"]
 
 
 def test_every_record_file_names_its_schema_version():
@@ -37,12 +37,12 @@ def test_every_record_file_names_its_schema_version():
     assert json.loads(dump_ledger(make_ledger([], 0)))["schema_version"] == SCHEMA_VERSION
 
 
-# ---- python -m pipeline.core.schemas ---------------------------------------------------------
+# ---- python -m hslm_ptx.pipeline.core.schemas ---------------------------------------------------------
 
 def test_cli_help_is_help_and_writes_nothing(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(schemas, "SCHEMAS_DIR", tmp_path / "schemas")  # the default folder, here
     assert main(["--help"]) == 0
-    assert capsys.readouterr().out.startswith("usage: python -m pipeline.core.schemas")
+    assert capsys.readouterr().out.startswith("usage: python -m hslm_ptx.pipeline.core.schemas")
     assert not (tmp_path / "schemas").exists()
     assert main([]) == 0  # without --help the default folder is written: the check above can fail
     assert sorted(p.stem for p in (tmp_path / "schemas").iterdir()) == sorted(m.__name__ for m in DOCUMENTS)

@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 from artifactcases import SHAPES
 
-from pipeline.core.errors import ArtifactError, SealRefused
-from pipeline.core.models import KernelState, KernelTestRun, TestCounts
-from pipeline.ratchet.seal import build_seal, read_seals, seal_path, stale, write_seal
+from hslm_ptx.pipeline.core.errors import ArtifactError, SealRefused
+from hslm_ptx.pipeline.core.models import KernelState, KernelTestRun, TestCounts
+from hslm_ptx.pipeline.ratchet.seal import build_seal, read_seals, seal_path, stale, write_seal
 
 COUNTS = TestCounts(passed=3, failed=0, skipped=1, total=4, vacuous=0, invariants=1)
 TESTS = KernelTestRun(exitstatus=0, kernels={"k": COUNTS})

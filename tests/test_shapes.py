@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.core.config import VERIFY_SETS
-from pipeline.core.errors import UserError
-from pipeline.core.shapes import load_set, load_shape_sets, parse_set_names, select_sets
+from hslm_ptx.pipeline.core.config import VERIFY_SETS
+from hslm_ptx.pipeline.core.errors import UserError
+from hslm_ptx.pipeline.core.shapes import load_set, load_shape_sets, parse_set_names, select_sets
 
 GOOD = "tails:\n  - {name: a, R: 1, K: 17, N: 3}\n"
 

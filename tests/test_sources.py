@@ -3,40 +3,41 @@ from __future__ import annotations
 
 import dataclasses
 
-from kernels.registry import KERNELS
-from pipeline.core.config import ROOT
-from pipeline.core.sources import check_hash, code_sha256, imported_modules, source_files, source_sha256
+from hslm_ptx.catalog.registry import KERNELS
+from hslm_ptx.pipeline.core.config import ROOT
+from hslm_ptx.pipeline.core.sources import check_hash, code_sha256, imported_modules, source_files, source_sha256
 
 
 def test_closure_follows_the_imports():
     files = source_files(KERNELS["hslm_fwd_s8"])
     names = {p.name for p in files}
-    # the kernel module, what it imports, and what those import (tile/specs.py -> tile/mainloop.py -> ptx_emit)
+    # the kernel module, what it imports, and what those import (tile/specs.py -> tile/mainloop.py -> emit/ptx.py)
     assert {"hslm_fwd_s8.py", "geometry.py", "specs.py", "rule.py", "operands.py", "mainloop.py", "epilogue.py",
-            "planes.py", "ptx_emit.py", "spec.py", "ternary.py", "testdata.py", "reference.py"} <= names
-    assert ROOT / "kernels" / "tile" / "__init__.py" in files
+            "planes.py", "ptx.py", "spec.py", "ternary.py", "testdata.py", "products.py"} <= names
+    assert ROOT / "hslm_ptx" / "tile" / "__init__.py" in files
     # and nothing else: every other file is imported by one of them
     imported = {name for p in files for name in imported_modules(p)}
     assert all(p.name == "hslm_fwd_s8.py" or module_file_name(p) in imported for p in files)
-    assert all(p.is_relative_to(ROOT / "kernels") for spec in KERNELS.values() for p in source_files(spec))
+    assert all(p.is_relative_to(ROOT / "hslm_ptx") and not p.is_relative_to(ROOT / "hslm_ptx" / "pipeline")
+               for spec in KERNELS.values() for p in source_files(spec))
 
 
 def module_file_name(path) -> str:
-    """kernels/x/y.py -> kernels.x.y (a package's __init__.py -> the package)."""
+    """hslm_ptx/x/y.py -> hslm_ptx.x.y (a package's __init__.py -> the package)."""
     parts = path.relative_to(ROOT).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def test_every_import_form_is_seen(tmp_path):
     module = tmp_path / "k.py"
-    module.write_text("import numpy as np\nimport kernels.ternary\nfrom kernels import tile, spec\n"
-                      "from kernels.testdata import pack\nfrom os import path\n"
-                      "from kernels.tile import geometry, specs\nfrom kernels.tile.rule import split_k\n"
-                      "def late():\n    from kernels.quant import quantize_rows\n")
+    module.write_text("import numpy as np\nimport hslm_ptx.formats.ternary\nfrom hslm_ptx import tile, validate\n"
+                      "from hslm_ptx.reference.testdata import pack\nfrom os import path\n"
+                      "from hslm_ptx.tile import geometry, specs\nfrom hslm_ptx.tile.rule import split_k\n"
+                      "def late():\n    from hslm_ptx.reference.quant import quantize_rows\n")
     # a package's submodule imported by name is a module of its own; a name from a module is not
-    assert imported_modules(module) == {"kernels.ternary", "kernels.tile", "kernels.spec", "kernels.testdata",
-                                        "kernels.tile.geometry", "kernels.tile.specs", "kernels.tile.rule",
-                                        "kernels.quant"}
+    assert imported_modules(module) == {"hslm_ptx.formats.ternary", "hslm_ptx.tile", "hslm_ptx.validate", "hslm_ptx.reference.testdata",
+                                        "hslm_ptx.tile.geometry", "hslm_ptx.tile.specs", "hslm_ptx.tile.rule",
+                                        "hslm_ptx.reference.quant"}
 
 
 def test_check_hash_covers_reference_and_inputs_not_the_emitter():
@@ -51,7 +52,7 @@ def test_check_hash_covers_reference_and_inputs_not_the_emitter():
 
 
 def kernel_copy(tmp_path, text: str):
-    """A one-file stand-in kernel module: the closure of a module outside kernels/ is its file."""
+    """A one-file stand-in kernel module: the closure of a module outside the package is its file."""
     path = tmp_path / "k.py"
     path.write_text(text)
     return path
@@ -94,7 +95,7 @@ def test_a_code_edit_changes_the_code_hash(tmp_path):
 def test_a_kernel_modules_docstring_edit_keeps_its_code_hash(tmp_path):
     """On a real kernel module (a copy): its module docstring reworded keeps the hash the
     seal's source hash is made of (path + code hash per file); a code edit does not."""
-    text = (ROOT / "kernels" / "hslm_fwd_s8.py").read_text()
+    text = (ROOT / "hslm_ptx" / "families" / "hslm_fwd_s8.py").read_text()
     path = kernel_copy(tmp_path, text)
     base = code_sha256(path)
     assert text.startswith('"""')
@@ -107,23 +108,23 @@ def test_a_kernel_modules_docstring_edit_keeps_its_code_hash(tmp_path):
 def test_parses_are_kept_by_content(tmp_path, monkeypatch):
     """The parse memo is keyed by the file's bytes: an edit is parsed again, the old
     bytes' result stays for when they come back, and a new process reads what was kept."""
-    from pipeline.core import sources
-    from pipeline.core.files import sha256_file
+    from hslm_ptx.pipeline.core import sources
+    from hslm_ptx.pipeline.core.files import sha256_file
 
     monkeypatch.setattr(sources, "MEMO", sources._Memo(tmp_path / "cache" / "memo.json"))
     module = tmp_path / "m.py"
-    module.write_text("import kernels.spec\n")
-    assert imported_modules(module) == {"kernels.spec"}
+    module.write_text("import hslm_ptx.catalog.spec\n")
+    assert imported_modules(module) == {"hslm_ptx.catalog.spec"}
     first = sha256_file(module)
-    module.write_text("import kernels.pitch\n")
-    assert imported_modules(module) == {"kernels.pitch"}
+    module.write_text("import hslm_ptx.formats.pitch\n")
+    assert imported_modules(module) == {"hslm_ptx.formats.pitch"}
     sources.MEMO.save()
     kept = sources._Memo(tmp_path / "cache" / "memo.json").get()  # what the next process starts from
-    assert kept.imports[first] == ["kernels.spec"] and kept.imports[sha256_file(module)] == ["kernels.pitch"]
+    assert kept.imports[first] == ["hslm_ptx.catalog.spec"] and kept.imports[sha256_file(module)] == ["hslm_ptx.formats.pitch"]
 
 
 def test_an_unreadable_memo_is_recomputed(tmp_path, monkeypatch):
-    from pipeline.core import sources
+    from hslm_ptx.pipeline.core import sources
 
     (tmp_path / "memo.json").write_text('{"imports": {"x": "not a list"}}')
     monkeypatch.setattr(sources, "MEMO", sources._Memo(tmp_path / "memo.json"))

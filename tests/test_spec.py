@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from kernelcases import GEMMS, per_kernel
 
-from kernels import reference
-from kernels.reference import exact_matmul, float64_is_exact
-from kernels.registry import KERNELS
-from kernels.spec import Dims
+from hslm_ptx.reference import products as reference
+from hslm_ptx.reference.products import exact_matmul, float64_is_exact
+from hslm_ptx.catalog.registry import KERNELS
+from hslm_ptx.catalog.spec import Dims
 
 
 @pytest.mark.parametrize("kernel", per_kernel(GEMMS))

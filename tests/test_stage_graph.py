@@ -1,12 +1,12 @@
-"""pipeline.stages.graph: a run loads the stages it asks for and what they need, and each
+"""hslm_ptx.pipeline.tasks.graph: a run loads the stages it asks for and what they need, and each
 stage's declared needs cover every task and target its tasks depend on."""
 from __future__ import annotations
 
 import pytest
 from doit.loader import load_tasks
 
-from pipeline.core.config import ROOT
-from pipeline.stages.graph import Node, asked_stages, creators, needed
+from hslm_ptx.pipeline.core.config import ROOT
+from hslm_ptx.pipeline.tasks.graph import Node, asked_stages, creators, needed
 
 DEFAULT = ["verify"]
 

@@ -1,5 +1,5 @@
-"""pipeline.stages.table: one Stage declaration gives the doit tasks, the judge, the reporter's lines
-and the gate's re-run command; pipeline.core.checker's per-run hash cache never hides an edit."""
+"""hslm_ptx.pipeline.stages.table: one Stage declaration gives the doit tasks, the judge, the reporter's lines
+and the gate's re-run command; hslm_ptx.pipeline.core.checker's per-run hash cache never hides an edit."""
 from __future__ import annotations
 
 import os
@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.core import checker
-from pipeline.stages import report
-from pipeline.core.errors import ArtifactError, UserError
-from pipeline.core.models import Check, EmitResult
-from pipeline.stages.table import NOTHING_RAN, Stage, judge, stage_rerun, summary_lines
-from pipeline.stages.tasks_build import PTXAS, VERIFY
-from pipeline.stages.tasks_layer import LAYER
+from hslm_ptx.pipeline.core import checker
+from hslm_ptx.pipeline.stages import report
+from hslm_ptx.pipeline.core.errors import ArtifactError, UserError
+from hslm_ptx.pipeline.core.models import Check, EmitResult
+from hslm_ptx.pipeline.stages.table import NOTHING_RAN, Stage, judge, stage_rerun, summary_lines
+from hslm_ptx.pipeline.tasks.build import PTXAS, VERIFY
+from hslm_ptx.pipeline.tasks.layer import LAYER
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -142,9 +142,9 @@ def test_a_record_rewritten_in_place_is_read_again(tmp_path):
 
 TOY_DODO = '''
 from pathlib import Path
-from pipeline.core.checker import ContentChecker, targets_intact
-from pipeline.stages.reporter import StageReporter
-from pipeline.stages.table import Stage
+from hslm_ptx.pipeline.core.checker import ContentChecker, targets_intact
+from hslm_ptx.pipeline.tasks.reporter import StageReporter
+from hslm_ptx.pipeline.stages.table import Stage
 
 def copy(name):
     Path(f"out/{name}").write_text(Path(f"in/{name}").read_text())

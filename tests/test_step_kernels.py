@@ -1,9 +1,9 @@
 """The layer step's weight-preparation and quantization kernels, and the multi-output,
-float-buffer side of the kernel framework they need (kernels.spec, kernels.launch,
-pipeline.stages.verify).
+float-buffer side of the kernel framework they need (hslm_ptx.catalog.spec, hslm_ptx.runtime.launch,
+hslm_ptx.pipeline.stages.verify).
 
 Every kernel runs its emitted PTX on the CPU emulator against its numpy reference
-(kernels.stepmath), compared bit for bit; each check is shown to fail on a planted
+(hslm_ptx.reference.stepmath), compared bit for bit; each check is shown to fail on a planted
 fault (a PTX edit, an unwritten output, a wrong reference).
 """
 from __future__ import annotations
@@ -15,19 +15,20 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from kernels import backends, stepmath
-from kernels.floats import from_f32, storage_dtype, to_f32
-from kernels.hslm_quant import SPECS as QUANT_SPECS
-from kernels.hslm_wprep import SPECS as PREP_SPECS, partial_count
-from kernels.launch import POISON, LaunchError, kernel_args, launch, launch_outputs
-from kernels.planes import FRAGMENTS, FRAGMENTS_T
-from kernels.ptxemu.parse import EmulatorError
-from kernels.registry import KERNELS
-from kernels.spec import Dims
-from kernels.ternary import pack
-from kernels.testdata import float_activations, latent_weights
-from pipeline.stages.sass import SassArch, SassReport
-from pipeline.stages.verify import compare_output, compare_outputs
+from hslm_ptx.runtime import backends
+from hslm_ptx.reference import stepmath
+from hslm_ptx.formats.floats import from_f32, storage_dtype, to_f32
+from hslm_ptx.families.hslm_quant import SPECS as QUANT_SPECS
+from hslm_ptx.families.hslm_wprep import SPECS as PREP_SPECS, partial_count
+from hslm_ptx.runtime.launch import POISON, LaunchError, kernel_args, launch, launch_outputs
+from hslm_ptx.formats.planes import FRAGMENTS, FRAGMENTS_T
+from hslm_ptx.emu.parse import EmulatorError
+from hslm_ptx.catalog.registry import KERNELS
+from hslm_ptx.catalog.spec import Dims
+from hslm_ptx.formats.ternary import pack
+from hslm_ptx.reference.testdata import float_activations, latent_weights
+from hslm_ptx.pipeline.stages.sass import SassArch, SassReport
+from hslm_ptx.pipeline.stages.verify import compare_output, compare_outputs
 
 STEP_KERNELS = [s.name for s in PREP_SPECS + QUANT_SPECS]
 SHAPES = [Dims(1, 1, 1), Dims(5, 33, 7), Dims(37, 70, 129), Dims(130, 129, 65)]
@@ -270,7 +271,7 @@ def test_non_gemm_kernels_have_no_gemm_form():
 
 
 def test_sass_summary_counts_non_gemm_kernels_per_element():
-    from pipeline.stages.tasks_perf import element_rows
+    from hslm_ptx.pipeline.tasks.perf import element_rows
 
     report = SassReport(kernel="hslm_qrows_f32", ptx_sha256="0", ptxas_version="x", nvdisasm_version="y",
                         archs=[SassArch(arch="sm_90", instructions=512, loops=[], steady_loop=None, fast=None, tail=None)])
@@ -316,8 +317,8 @@ def test_grouped_backward_is_both_kernels_bit_for_bit(kernel):
 
 def test_grouped_backward_splits_where_its_parts_do():
     """The shapes above run each part's split: dX 6 ways at R = 27, N = 729, dW 7 ways at R = 1782."""
-    from kernels.grouped import idle_workspace
-    from kernels.hslm_grads import PARTS
+    from hslm_ptx.emit.grouped import idle_workspace
+    from hslm_ptx.families.hslm_grads import PARTS
 
     dx, _ = PARTS["hslm_grads_f32_f32_32x128n16_16x128n16"]
     _, dw = PARTS["hslm_grads_bf16_f32_32x128n16_32x128n16"]
@@ -353,7 +354,7 @@ def test_quantizing_forward_is_qrows_then_forward_bit_for_bit(kernel):
 
 
 def test_the_quantizing_forward_splits_where_the_forward_does():
-    from kernels.registry import choose
+    from hslm_ptx.catalog.registry import choose
 
     for dims in (Dims(27, 729, 243), Dims(1782, 243, 729), Dims(27, 243, 243)):
         fwdq, fwd = choose("hslm_fwdq_splitk_bf16", dims), choose("hslm_fwd_splitk_bf16", dims)

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from kernels.ternary import PackError, code_problem, codes_of, pack, packed_shape, padded_k, unpack
+from hslm_ptx.formats.ternary import PackError, code_problem, codes_of, pack, packed_shape, padded_k, unpack
 
 
 def test_each_code_lands_at_its_bit_position():

@@ -1,4 +1,4 @@
-"""The tile rule (kernels.registry.choose, scored by kernels.tile.rule.phase_cost: the cost
+"""The tile rule (hslm_ptx.catalog.registry.choose, scored by hslm_ptx.tile.rule.phase_cost: the cost
 model's device time of the launch): which configuration a family runs on a shape, and that
 the float ops launch that one."""
 import math
@@ -7,12 +7,13 @@ import numpy as np
 import pytest
 from kernelcases import family_configs, plans_scored, tile_of
 
-from kernels import array_ops, cost
-from kernels.registry import FAMILIES, KERNELS, choose, forget_scores
-from kernels.spec import Dims
-from kernels.ternary import pack
-from kernels.tile import geometry, rule
-from pipeline.stages.perf_model import loop_entry
+from hslm_ptx import arrays as array_ops
+from hslm_ptx.cost import model as cost
+from hslm_ptx.catalog.registry import FAMILIES, KERNELS, choose, forget_scores
+from hslm_ptx.catalog.spec import Dims
+from hslm_ptx.formats.ternary import pack
+from hslm_ptx.tile import geometry, rule
+from hslm_ptx.pipeline.stages.perf_model import loop_entry
 
 HSLM = [Dims(27, 243, 243), Dims(27, 243, 729), Dims(27, 729, 243)]
 LARGE = [Dims(4096, 4096, 4096), Dims(8192, 4096, 4096)]
@@ -150,7 +151,7 @@ def test_the_rule_follows_the_device_facts(monkeypatch):
 
 
 def test_an_uncounted_configuration_is_never_picked_and_runs_one_split(monkeypatch):
-    """A configuration whose loop is not in ledger/loop_counts.json yet (just added, before
+    """A configuration whose loop is not in hslm_ptx/cost/loop_counts.json yet (just added, before
     `doit sass && doit model:counts`) scores infinite: the family's pick is another one, and
     its own launch is one split, so the pipeline can still build, verify and count it."""
     dims = Dims(27, 729, 243)

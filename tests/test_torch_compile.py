@@ -1,4 +1,4 @@
-"""torch.compile of a model of TernaryLinear layers (kernels/torch_ops.py's operators).
+"""torch.compile of a model of TernaryLinear layers (hslm_ptx/nn/ops.py's operators).
 
 One small two-layer model is compiled once for the module (compiling is the slow part):
 ``fullgraph=True`` must trace it with no graph break, and forward + backward under
@@ -13,7 +13,8 @@ from __future__ import annotations
 import pytest
 from torchcases import gradients, torch
 
-from kernels import TernaryLinear, torch_ops
+from hslm_ptx import TernaryLinear
+from hslm_ptx.nn import ops as torch_ops
 
 
 def two_layers() -> torch.nn.Module:
@@ -50,14 +51,14 @@ def test_compiled_forward_and_backward_equal_eager_bit_for_bit(compiled):
         assert torch.equal(g, w)
 
 
-def test_compiled_step_sees_an_optimizer_update(compiled):
+def test_compiled_step_sees_an_optimizer_update(compiled, preparations):
     model, fast, x, dy = compiled
     params = list(model.parameters())
     before = step(fast, params, x, dy)
     torch.optim.SGD(params, lr=0.5).step()
-    prepared = torch_ops.PREPARE_COUNT["count"]
+    prepared = preparations.count
     got = step(fast, params, x, dy)
-    assert torch_ops.PREPARE_COUNT["count"] == prepared + 2  # one per layer, shared by its backward
+    assert preparations.count == prepared + 2  # one per layer, shared by its backward
     want = step(model, params, x, dy)
     assert all(torch.equal(g, w) for g, w in zip(got, want))
     assert not torch.equal(got[0], before[0])  # the update changed the output: the test can fail
@@ -115,12 +116,12 @@ def test_the_operators_pass_opcheck():
 
 
 def test_the_emulator_backends_fake_matches_what_it_keeps():
-    """The fake implementation's saved layout (K x pitch(R) codes) is what kernels.layer_step
+    """The fake implementation's saved layout (K x pitch(R) codes) is what hslm_ptx.step.launches
     returns, so compiling a model on the emulator or CUDA backend traces the right shapes."""
-    from kernels import registry
+    from hslm_ptx.catalog import registry
 
     if "hslm_wsum_f32" not in registry.FAMILIES:
-        pytest.skip("the layer step's kernels are not in kernels.registry yet")
+        pytest.skip("the layer step's kernels are not in hslm_ptx.catalog.registry yet")
     torch.manual_seed(2)
     args = (torch.randn(3, 16), torch.randn(8, 16), None, "emulator", True)
     report = torch.library.opcheck(torch_ops.linear, args, test_utils=("test_faketensor",))

@@ -1,6 +1,6 @@
-"""TernaryLinear (kernels/torch_linear.py, kernels/torch_ops.py, kernels/layer_cpu.py).
+"""TernaryLinear (hslm_ptx/nn/linear.py, hslm_ptx/nn/ops.py, hslm_ptx/nn/cpu_step.py).
 
-- The CPU backend gives the bits of kernels.stepmath: each torch primitive it uses against
+- The CPU backend gives the bits of hslm_ptx.reference.stepmath: each torch primitive it uses against
   its stepmath / numpy twin on random data with ties, NaN, inf and subnormals, then whole
   steps (y, dX, dW, db) against a numpy reference whose products are exact int64 sums.
 - Float BLAS on integer operands is exact inside the stated bound and the bound is real
@@ -31,8 +31,11 @@ from hypothesis import strategies as st
 from quantbounds import assert_tight, check_bound, data, dw_bound, dx_bound, fwd_bound
 from torchcases import gradients, torch
 
-from kernels import TernaryLinear, floats, layer_cpu, stepmath, torch_ops
-from kernels.torch_linear import ternary_linear
+from hslm_ptx import TernaryLinear
+from hslm_ptx.formats import floats
+from hslm_ptx.nn import cpu_step as layer_cpu, ops as torch_ops
+from hslm_ptx.reference import stepmath
+from hslm_ptx.nn.linear import ternary_linear
 
 FLOAT_TYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
 SHAPES = [(19, 40, 24), (3, 17, 33), (64, 243, 81)]  # K not a multiple of 16, R and N off any tile
@@ -55,7 +58,7 @@ def f32_values(t: torch.Tensor) -> np.ndarray:
 
 
 def reference_step(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, dy: np.ndarray):
-    """(y, dx, dw, db) in f32 from kernels.stepmath, the products as exact int64 sums."""
+    """(y, dx, dw, db) in f32 from hslm_ptx.reference.stepmath, the products as exact int64 sums."""
     beta = stepmath.weight_scale(w)
     t = stepmath.ternary_codes(w, beta).astype(np.int64)
     s = stepmath.scales_of(stepmath.absmax(x, 1))
@@ -403,29 +406,29 @@ def test_inference_keeps_nothing_for_dw(monkeypatch):
 
 # ---- the prepared-weight cache -------------------------------------------------------------
 
-def test_every_forward_prepares_and_its_backward_reuses_that_preparation():
+def test_every_forward_prepares_and_its_backward_reuses_that_preparation(preparations):
     layer = TernaryLinear(16, 8)
     x = torch.randn(4, 16, requires_grad=True)
-    before = torch_ops.PREPARE_COUNT["count"]
+    before = preparations.count
     layer(x).sum().backward()
-    assert torch_ops.PREPARE_COUNT["count"] == before + 1  # forward prepared, backward reused it
+    assert preparations.count == before + 1  # forward prepared, backward reused it
     layer(x).sum().backward()  # the same weight: prepared again all the same (nothing says it is the same)
-    assert torch_ops.PREPARE_COUNT["count"] == before + 2
+    assert preparations.count == before + 2
 
 
-def test_a_cached_weight_is_prepared_once_per_stamp():
+def test_a_cached_weight_is_prepared_once_per_stamp(preparations):
     layer = TernaryLinear(16, 8, cache_weight=True)
     x = torch.randn(4, 16, requires_grad=True)
-    before = torch_ops.PREPARE_COUNT["count"]
+    before = preparations.count
     layer(x).sum().backward()
     layer(x).sum().backward()  # the same stamp: no preparation at all
-    assert torch_ops.PREPARE_COUNT["count"] == before + 1
+    assert preparations.count == before + 1
     torch.optim.SGD(layer.parameters(), lr=0.1).step()  # a step: a new stamp
     y = layer(x)
-    assert torch_ops.PREPARE_COUNT["count"] == before + 2
+    assert preparations.count == before + 2
     layer.cache_weight = False  # the attribute switches it off again
     assert torch.equal(layer(x), y)
-    assert torch_ops.PREPARE_COUNT["count"] == before + 3
+    assert preparations.count == before + 3
     assert torch.equal(twin(layer)(x), y)  # the new weight's codes, not the old ones
 
 
@@ -443,14 +446,14 @@ def test_the_cache_never_keeps_a_weight_alive_nor_confuses_two():
     assert alive() is None and len(torch_ops._PREPARED) == storages - 1
 
 
-def test_inference_mode_weights_have_no_version_and_are_prepared_each_time():
+def test_inference_mode_weights_have_no_version_and_are_prepared_each_time(preparations):
     x = torch.randn(3, 16)
     with torch.inference_mode():
         layer = TernaryLinear(16, 8)
-        before = torch_ops.PREPARE_COUNT["count"]
+        before = preparations.count
         y = layer(x)
         assert torch.equal(layer(x), y)
-    assert torch_ops.PREPARE_COUNT["count"] == before + 2
+    assert preparations.count == before + 2
     with torch.no_grad():
         twin = TernaryLinear(16, 8)
         twin.weight.copy_(layer.weight)
@@ -607,8 +610,8 @@ def test_a_missing_layer_step_is_one_line(monkeypatch):
     real = importlib.import_module
 
     def without_layer_step(name, *args):
-        if name == "kernels.layer_step":
-            raise ModuleNotFoundError("No module named 'kernels.layer_step'", name=name)
+        if name == "hslm_ptx.step.launches":
+            raise ModuleNotFoundError("No module named 'hslm_ptx.step.launches'", name=name)
         return real(name, *args)
 
     monkeypatch.setattr(importlib, "import_module", without_layer_step)
@@ -619,12 +622,12 @@ def test_a_missing_layer_step_is_one_line(monkeypatch):
     finally:
         torch_ops.runtime.cache_clear()
     assert str(info.value) == ("TernaryLinear: the 'emulator' and 'cuda' backends are not available yet "
-                               "(kernels/layer_step.py is missing); use backend='cpu' on CPU tensors")
+                               "(hslm_ptx/step/launches.py is missing); use backend='cpu' on CPU tensors")
 
 
 def step_kernels_registered() -> bool:
-    """Whether kernels.registry holds every kernel family kernels.layer_step launches."""
-    from kernels import registry
+    """Whether hslm_ptx.catalog.registry holds every kernel family hslm_ptx.step.launches launches."""
+    from hslm_ptx.catalog import registry
 
     kinds = ("wsum", "wprep", "qrows", "qcols", "quant", "fwd", "dx", "dw")
     return all(f"hslm_{kind}_f32" in registry.FAMILIES for kind in kinds)
@@ -633,7 +636,7 @@ def step_kernels_registered() -> bool:
 @pytest.mark.parametrize("dtype", list(FLOAT_TYPES), ids=list(FLOAT_TYPES.values()))
 def test_the_emulator_backend_equals_the_cpu_backend(dtype):
     if not step_kernels_registered():
-        pytest.skip("the layer step's kernels (hslm_wsum/wprep/qrows/qcols/quant) are not in kernels.registry yet")
+        pytest.skip("the layer step's kernels (hslm_wsum/wprep/qrows/qcols/quant) are not in hslm_ptx.catalog.registry yet")
     R, K, N = 19, 40, 24
     rng = np.random.default_rng(9)
     torch.manual_seed(9)
@@ -650,7 +653,7 @@ def test_the_emulator_backend_equals_the_cpu_backend(dtype):
 def test_the_emulator_backend_equals_the_cpu_backend_with_mixed_dtypes_and_nan():
     """f32 parameters, bf16 activations (the bias read in bf16 by both), a NaN row in x."""
     if not step_kernels_registered():
-        pytest.skip("the layer step's kernels (hslm_wsum/wprep/qrows/qcols/quant) are not in kernels.registry yet")
+        pytest.skip("the layer step's kernels (hslm_wsum/wprep/qrows/qcols/quant) are not in hslm_ptx.catalog.registry yet")
     rng = np.random.default_rng(13)
     torch.manual_seed(13)
     cpu, emulator = TernaryLinear(40, 24), TernaryLinear(40, 24, backend="emulator")
@@ -757,7 +760,7 @@ def test_the_issues_signed_zero_cases():
 @pytest.mark.parametrize("bias", [False, True], ids=["no_bias", "bias"])
 def test_the_emulator_backend_gives_the_cpu_backends_signed_zeros(bias, case):
     if not step_kernels_registered():
-        pytest.skip("the layer step's kernels are not in kernels.registry yet")
+        pytest.skip("the layer step's kernels are not in hslm_ptx.catalog.registry yet")
     x, _, dy = zero_cases(case)
     got = step(zero_case_layer(case, "emulator", bias), torch.from_numpy(x), torch.from_numpy(dy))
     want = step(zero_case_layer(case, "cpu", bias), torch.from_numpy(x), torch.from_numpy(dy))
@@ -870,7 +873,7 @@ def test_weights_below_the_scaled_range_sum_to_zero():
 @pytest.mark.parametrize("name", list(EDGE_CASES))
 def test_the_emulator_backend_agrees_at_the_range_edges(name):
     if not step_kernels_registered():
-        pytest.skip("the layer step's kernels are not in kernels.registry yet")
+        pytest.skip("the layer step's kernels are not in hslm_ptx.catalog.registry yet")
     got, want = (step(*edge_layer(name, backend)) for backend in ("emulator", "cpu"))
     for g, w in zip(got, want):
         if w is not None:
@@ -901,7 +904,7 @@ def cuda_or_skip() -> None:
         pytest.skip("GPU check: torch sees no CUDA device")
     pytest.importorskip("cupy", reason="GPU check: needs CuPy")
     if not step_kernels_registered():
-        pytest.skip("the layer step's kernels are not in kernels.registry yet")
+        pytest.skip("the layer step's kernels are not in hslm_ptx.catalog.registry yet")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
@@ -958,7 +961,7 @@ def test_trainer_imports_never_touch_ptxas():
 import importlib.abc, subprocess, sys
 class Block(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in ("nvidia", "pipeline"):
+        if name.split(".")[0] == "nvidia" or name.startswith("hslm_ptx.pipeline"):
             raise ImportError(f"blocked: {name}")
 sys.meta_path.insert(0, Block())
 def no_subprocess(*a, **k):
@@ -970,12 +973,12 @@ try:
 except ImportError:
     pass
 import torch
-import kernels
-from kernels import TernaryLinear, forward, pack
+import hslm_ptx
+from hslm_ptx import TernaryLinear, forward, pack
 layer = TernaryLinear(16, 8)
 layer(torch.randn(3, 16, requires_grad=True)).sum().backward()
 assert layer.weight.grad is not None
-print("ok", sorted(m for m in sys.modules if m.startswith(("nvidia", "pipeline"))))
+print("ok", sorted(m for m in sys.modules if m.startswith(("nvidia", "hslm_ptx.pipeline"))))
 """
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
@@ -993,11 +996,11 @@ def test_the_training_demo_runs(tmp_path):
 
 
 def test_every_export_is_documented():
-    import kernels
+    import hslm_ptx
 
-    assert "TernaryLinear" in kernels.__all__ and "forward" in kernels.__all__
-    for name in kernels.__all__:
-        doc = getattr(kernels, name).__doc__
+    assert "TernaryLinear" in hslm_ptx.__all__ and "forward" in hslm_ptx.__all__
+    for name in hslm_ptx.__all__:
+        doc = getattr(hslm_ptx, name).__doc__
         assert doc and doc.strip(), f"kernels.{name} has no docstring"
     with pytest.raises(AttributeError):
-        kernels.no_such_name  # noqa: B018
+        hslm_ptx.no_such_name  # noqa: B018

@@ -1,4 +1,4 @@
-"""pipeline.core.treememo and the checker's kept hashes: a value is kept exactly while the
+"""hslm_ptx.pipeline.core.treememo and the checker's kept hashes: a value is kept exactly while the
 files it came from are unchanged, and an edit is seen whatever it did to the mtime."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.core import checker, treememo
+from hslm_ptx.pipeline.core import checker, treememo
 
 
 @pytest.fixture

@@ -14,18 +14,17 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from kernels.registry import KERNELS
-from kernels.pitch import output_pitch, pitch
-from kernels.spec import Dims
-from kernels import backends
-from pipeline.core import config
-from pipeline.core.artifacts import read_model
-from pipeline.core.errors import ArtifactError, UserError
-from pipeline.stages.emit import emit
-from pipeline.core.models import Shape, VerifyReport
-from pipeline.stages.verify import (
-    check_work, compare, heartbeat, launch_stats, resolve_backend, seed, verdict, verify_cell,
-)
+from hslm_ptx.catalog.registry import KERNELS
+from hslm_ptx.formats.pitch import output_pitch, pitch
+from hslm_ptx.catalog.spec import Dims
+from hslm_ptx.runtime import backends
+from hslm_ptx.pipeline.core import config
+from hslm_ptx.pipeline.core.artifacts import read_model
+from hslm_ptx.pipeline.core.errors import ArtifactError, UserError
+from hslm_ptx.pipeline.stages.emit import emit
+from hslm_ptx.pipeline.core.models import Shape, VerifyReport
+from hslm_ptx.pipeline.stages.verify import (check_work, compare, heartbeat, launch_stats, resolve_backend, seed,
+                                             verdict, verify_cell)
 
 SHAPE = Shape(name="odd", R=33, K=31, N=9)
 SPEC = KERNELS["hslm_fwd_s8"]
@@ -188,9 +187,9 @@ def test_heartbeat_prints_while_a_long_cell_runs(capsys):
 
 def test_a_worker_whose_code_differs_from_the_drivers_is_refused(artifacts):
     """run_cell as an executor runs it: the driver's inputs hash must be the worker's own."""
-    from pipeline.core.models import EmitResult
-    from pipeline.stages.build_steps import cell_inputs
-    from pipeline.stages.verify import run_cell
+    from hslm_ptx.pipeline.core.models import EmitResult
+    from hslm_ptx.pipeline.stages.build_steps import cell_inputs
+    from hslm_ptx.pipeline.stages.verify import run_cell
 
     emitted = read_model(config.emit_json(SPEC.name), EmitResult)
     ptx = config.ptx_path(SPEC.name).read_text()

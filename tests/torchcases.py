@@ -29,3 +29,4 @@ def gradients(model: torch.nn.Module, params: list[torch.nn.Parameter], x: torch
     y = model(x)
     y.backward(dy)
     return y.detach(), x.grad, [p.grad for p in params]
+

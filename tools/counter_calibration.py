@@ -5,7 +5,7 @@ the same shape and inputs: what calibrates the emulator's traffic model.
     python3 tools/counter_calibration.py emulate KERNELS SHAPE --out EMU.json [--jobs N]
     python3 tools/counter_calibration.py compare NCU.csv EMU.json --out CAL.json
 
-``emulate`` runs each kernel's PTX once on the emulator (kernels.ptxemu) with the verify
+``emulate`` runs each kernel's PTX once on the emulator (hslm_ptx.emu) with the verify
 cell's inputs (tools/one_launch.py launches the same ones under ncu) and turns its launch
 counts into the totals ncu reports under the names of :data:`EMULATED`: warp
 instructions and mma executed, global requests and 32-byte sectors per instruction kind
@@ -30,15 +30,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # one_launch, beside t
 
 import numpy as np  # noqa: E402
 
-from pipeline.core.artifacts import read_json, write_model
+from hslm_ptx.pipeline.core.artifacts import read_json, write_model
 
-from pipeline.core.files import rel, write_atomic  # noqa: E402
-from pipeline.bench.cli import OneLineParser, run_cli  # noqa: E402
-from pipeline.bench.counters import METRICS, available, left_out, parse_ncu_csv  # noqa: E402
-from pipeline.core.errors import UserError  # noqa: E402
-from pipeline.core.models import Record  # noqa: E402
+from hslm_ptx.pipeline.core.files import rel, write_atomic  # noqa: E402
+from hslm_ptx.pipeline.core.cli import OneLineParser, run_cli  # noqa: E402
+from hslm_ptx.pipeline.bench.counters import METRICS, available, left_out, parse_ncu_csv  # noqa: E402
+from hslm_ptx.pipeline.core.errors import UserError  # noqa: E402
+from hslm_ptx.pipeline.core.models import Record  # noqa: E402
 
-# the extra names asked for beside pipeline.bench.counters.METRICS (the emulator counts them too)
+# the extra names asked for beside hslm_ptx.pipeline.bench.counters.METRICS (the emulator counts them too)
 EXTRA_METRICS = ("l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum",
                  "l1tex__t_requests_pipe_lsu_mem_global_op_red.sum",
                  "l1tex__t_sectors_pipe_lsu_mem_global_op_red.sum")
@@ -103,12 +103,12 @@ def emulated_figures(stats: Any) -> dict[str, float]:
 
 def emulate_one(name: str, shape_text: str) -> tuple[str, dict[str, float] | str]:
     """(kernel, its figures) or (kernel, why it could not run), on the emulator."""
-    from kernels import backends
-    from kernels.launch import launch_outputs
-    from kernels.registry import KERNELS
-    from kernels.spec import Dims
+    from hslm_ptx.runtime import backends
+    from hslm_ptx.runtime.launch import launch_outputs
+    from hslm_ptx.catalog.registry import KERNELS
+    from hslm_ptx.catalog.spec import Dims
     from one_launch import find_shape
-    from pipeline.stages.verify import launch_stats, one_line, seed
+    from hslm_ptx.pipeline.stages.verify import launch_stats, one_line, seed
 
     try:
         shape = find_shape(shape_text)
@@ -176,7 +176,7 @@ def _main(args: list[str]) -> int:
         print(",".join(available(query, wanted)))
         return 0
     if opts.command == "emulate":
-        from kernels.registry import KERNELS
+        from hslm_ptx.catalog.registry import KERNELS
         from one_launch import find_shape, pick_kernels
 
         names = pick_kernels(opts.kernels)

@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
-from pipeline.bench.cli import OneLineParser, run_cli  # noqa: E402
-from pipeline.core.errors import UserError  # noqa: E402
+from hslm_ptx.pipeline.core.cli import OneLineParser, run_cli  # noqa: E402
+from hslm_ptx.pipeline.core.errors import UserError  # noqa: E402
 
 AVAILABLE = "cuda.is_available"
 

@@ -41,8 +41,8 @@ from typing import NamedTuple
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run as a script from anywhere
 
-from pipeline.bench.cli import OneLineParser, run_cli  # noqa: E402
-from pipeline.core.errors import UserError  # noqa: E402
+from hslm_ptx.pipeline.core.cli import OneLineParser, run_cli  # noqa: E402
+from hslm_ptx.pipeline.core.errors import UserError  # noqa: E402
 
 COSTS_FILE = ROOT / "tools" / "device_costs.json"
 PLAN_FILE = ROOT / "tools" / "device-plan.txt"
@@ -143,9 +143,9 @@ def measure(kernels: list[str], shape_text: str) -> float:
     process of its own: its imports, then each kernel's inputs, PTX and reference."""
     import numpy as np
 
-    from kernels.registry import KERNELS
-    from kernels.spec import Dims
-    from pipeline.stages.verify import seed
+    from hslm_ptx.catalog.registry import KERNELS
+    from hslm_ptx.catalog.spec import Dims
+    from hslm_ptx.pipeline.stages.verify import seed
 
     sys.path.insert(0, str(ROOT / "tools"))
     from one_launch import find_shape
@@ -231,10 +231,10 @@ def plan(costs: dict[str, float], bench_rows: int, verify_s: float, kernels: int
 
 def default_plan(costs: dict[str, float] | None = None, torch_cases: int | None = None) -> Plan:
     """The plan of tools/on-device.sh's defaults."""
-    from kernels.registry import KERNELS
-    from pipeline.bench.run import row_count
-    from pipeline.core.config import VERIFY_SETS
-    from pipeline.core.shapes import select_sets
+    from hslm_ptx.catalog.registry import KERNELS
+    from hslm_ptx.pipeline.bench.run import row_count
+    from hslm_ptx.pipeline.core.config import VERIFY_SETS
+    from hslm_ptx.pipeline.core.shapes import select_sets
 
     sys.path.insert(0, str(ROOT / "tools"))
     import gpu_verify
@@ -288,7 +288,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("program", nargs="*", help=argparse.SUPPRESS)  # host: KERNELS SHAPE
     opts = p.parse_args(argv)
     if opts.command == "host":  # one program's host seconds, in a fresh process as on the device
-        from kernels.registry import KERNELS  # noqa: F401 (imported inside measure's clock, too)
+        from hslm_ptx.catalog.registry import KERNELS  # noqa: F401 (imported inside measure's clock, too)
 
         kernels, shape = opts.program
         print(measure(list(KERNELS) if kernels == "all" else kernels.split(","), shape))  # noqa: T201

@@ -24,12 +24,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the tools beside thi
 
 from counter_calibration import Calibration, table  # noqa: E402
 from gpu_verify import VerifySummary  # noqa: E402
-from pipeline.core.artifacts import read_model
-from pipeline.core.files import write_atomic  # noqa: E402
-from pipeline.bench.land import read_steps  # noqa: E402
-from pipeline.bench.record import BenchReport  # noqa: E402
-from pipeline.core.errors import one_line  # noqa: E402
-from pipeline.core.layer_records import LayerBenchReport  # noqa: E402
+from hslm_ptx.pipeline.core.artifacts import read_model
+from hslm_ptx.pipeline.core.files import write_atomic  # noqa: E402
+from hslm_ptx.pipeline.bench.land import read_steps  # noqa: E402
+from hslm_ptx.pipeline.bench.record import BenchReport  # noqa: E402
+from hslm_ptx.pipeline.core.errors import one_line  # noqa: E402
+from hslm_ptx.pipeline.core.layer_records import LayerBenchReport  # noqa: E402
 
 PLAN_LINE = re.compile(r"^=== plan: (\S+)\s+cap\s+(\d+) s, expected ~(\S+) s")
 SANITIZERS = ("memcheck", "racecheck", "synccheck", "initcheck")

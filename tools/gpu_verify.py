@@ -4,13 +4,13 @@
     python3 tools/gpu_verify.py [SET ...] --plan   (the cells and their estimated time; no GPU needed)
     python3 tools/gpu_verify.py --emit-only        (the PTX the bench and one_launch.py load)
 
-Emits each kernel's PTX, then runs every verify cell (pipeline.stages.verify.verify_cell,
+Emits each kernel's PTX, then runs every verify cell (hslm_ptx.pipeline.stages.verify.verify_cell,
 backend gpu: the same inputs, reference and report files as `doit verify
 backend=gpu`) and prints one line per cell. Cells run set by set in the order given
 (default smoke, tails, hslm), every kernel within a set, so a run the budget cuts short
 has still covered every kernel on the first set. ``--jobs N`` splits the kernels over N
 shards (kernel i to shard i % N), each one job of the local executor that `doit verify`
-uses (pipeline.stages.executor: a worker process each, with its own CUDA context): the
+uses (hslm_ptx.pipeline.stages.executor: a worker process each, with its own CUDA context): the
 integer CPU reference, not the GPU, is most of a cell's time. ``--budget-s``: no cell starts after
 that many seconds; the cells left are recorded as not run.
 
@@ -35,18 +35,18 @@ from typing import Literal
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
-from kernels.registry import KERNELS  # noqa: E402
-from kernels.spec import KernelSpec  # noqa: E402
-from pipeline.core.artifacts import write_model  # noqa: E402
-from pipeline.bench.cli import OneLineParser, run_cli  # noqa: E402
-from pipeline.bench.device import is_sticky  # noqa: E402
-from pipeline.core.config import VERIFY_SETS  # noqa: E402
-from pipeline.stages.emit import emit  # noqa: E402
-from pipeline.stages.executor import Job, LocalExecutor  # noqa: E402
-from pipeline.core.errors import UserError  # noqa: E402
-from pipeline.core.models import Record, Shape  # noqa: E402
-from pipeline.core.shapes import select_sets  # noqa: E402
-from pipeline.stages.verify import one_line, resolve_backend, verdict, verify_cell, work  # noqa: E402
+from hslm_ptx.catalog.registry import KERNELS  # noqa: E402
+from hslm_ptx.catalog.spec import KernelSpec  # noqa: E402
+from hslm_ptx.pipeline.core.artifacts import write_model  # noqa: E402
+from hslm_ptx.pipeline.core.cli import OneLineParser, run_cli  # noqa: E402
+from hslm_ptx.pipeline.bench.device import is_sticky  # noqa: E402
+from hslm_ptx.pipeline.core.config import VERIFY_SETS  # noqa: E402
+from hslm_ptx.pipeline.stages.emit import emit  # noqa: E402
+from hslm_ptx.pipeline.stages.executor import Job, LocalExecutor  # noqa: E402
+from hslm_ptx.pipeline.core.errors import UserError  # noqa: E402
+from hslm_ptx.pipeline.core.models import Record, Shape  # noqa: E402
+from hslm_ptx.pipeline.core.shapes import select_sets  # noqa: E402
+from hslm_ptx.pipeline.stages.verify import one_line, resolve_backend, verdict, verify_cell, work  # noqa: E402
 
 MAX_FRESH_PROCESSES = 8  # sticky errors after which the cells left are reported, not run
 # The time model of one cell on the GPU machine, measured on the CPU machine (the
@@ -192,7 +192,7 @@ def run_shard(sets: list[str], names: str, results: str, deadline: float | None)
 
 def run_jobs(opts: argparse.Namespace, kernels: list[KernelSpec], results: Path) -> None:
     """The kernels split over ``--jobs`` shards (kernel i to shard i % N), each one job of the
-    local executor (pipeline.stages.executor: one process each, its own CUDA context);
+    local executor (hslm_ptx.pipeline.stages.executor: one process each, its own CUDA context);
     their lines go straight to stdout."""
     jobs = max(1, min(opts.jobs, len(kernels)))
     sys.stdout.flush()

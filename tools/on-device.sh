@@ -29,10 +29,10 @@
 #                CPU reference (tools/gpu_verify.py: no ptxas, no doit; $VERIFY_JOBS processes;
 #                set by set, so a cut-short run has covered every kernel on the first set;
 #                no cell starts in the step's last VERIFY_TAIL_S s) -> verify.json in rest.tgz
-#   bench        python -m pipeline.bench.run $BENCH_SET -> bench-<set>.{json,md} (CSV and PNG in
+#   bench        python -m hslm_ptx.pipeline.bench.run $BENCH_SET -> bench-<set>.{json,md} (CSV and PNG in
 #                rest.tgz); the record is rewritten after every row and the bench stops
 #                starting rows before its cap, so a cut-off run still returns its rows
-#   layer        python -m pipeline.bench.layer (TernaryLinear fwd+bwd, eager
+#   layer        python -m hslm_ptx.pipeline.bench.layer (TernaryLinear fwd+bwd, eager
 #                and CUDA-graph replayed, against bf16 nn.Linear, the hslm shapes and
 #                R=8192 K=N=4096) -> bench-layer.json, rewritten after every row
 #   torch-tests  the tests of $TORCH_TESTS that skip without CUDA (tools/cuda_tests.py finds
@@ -54,7 +54,7 @@
 #   ncu.csv      the counters, as ncu --csv wrote them
 #   rest.tgz     artifacts/ (PTX, verify reports), bench-<set>.csv and .png, verify.json and the
 #                cells' verdicts, the emulator's counts and calibration.json, each step's log
-# Land it afterwards, on the CPU machine: python -m pipeline.bench.land <folder they came back in>
+# Land it afterwards, on the CPU machine: python -m hslm_ptx.pipeline.bench.land <folder they came back in>
 # (copies them to bench/results/<gpu>/ with results.json and README.md).
 # Knobs (environment): STEPS (names above, space-separated; default all), TOTAL_S (480),
 # PACKAGE_S (15), PACKAGE_TOOL_S (PACKAGE_S / 3: the bench's tables, the summary), PLAN
@@ -293,13 +293,13 @@ bench() {
   [ -n "$BENCH_KERNELS" ] && kernels=(--kernels "$BENCH_KERNELS")
   python3 tools/gpu_verify.py --emit-only > /dev/null || return
   local budget=$(( STEP_LIMIT_S - BENCH_TAIL_S ))
-  python3 -m pipeline.bench.run "$BENCH_SET" --out "$OUT" --stem "bench-$BENCH_SET" \
+  python3 -m hslm_ptx.pipeline.bench.run "$BENCH_SET" --out "$OUT" --stem "bench-$BENCH_SET" \
     --ceiling "$BENCH_CEILING" --budget-s $(( budget < MIN_BUDGET_S ? MIN_BUDGET_S : budget )) "${model[@]}" "${kernels[@]}"
 }
 
 layer() {
   local budget=$(( STEP_LIMIT_S - LAYER_TAIL_S ))
-  python3 -m pipeline.bench.layer --out "$OUT/bench-layer.json" --budget-s $(( budget < MIN_BUDGET_S ? MIN_BUDGET_S : budget ))
+  python3 -m hslm_ptx.pipeline.bench.layer --out "$OUT/bench-layer.json" --budget-s $(( budget < MIN_BUDGET_S ? MIN_BUDGET_S : budget ))
 }
 
 torch_tests() {
@@ -338,7 +338,7 @@ counters() {  # ncu in batches of COUNTER_BATCH launches; the emulator counts th
                --launch-count "${#batch[@]}" --csv --log-file "$WORK/ncu-$part.csv")
     if ! "${run[@]}" --metrics "$metrics" python3 tools/one_launch.py "$names" "$COUNTERS_SHAPE"; then
       echo "ncu failed with the full list on $names; once more with the core counters"
-      "${run[@]}" --metrics "$(python3 -m pipeline.bench.counters core)" \
+      "${run[@]}" --metrics "$(python3 -m hslm_ptx.pipeline.bench.counters core)" \
         python3 tools/one_launch.py "$names" "$COUNTERS_SHAPE" || status=1
     fi
     part=$(( part + 1 ))
@@ -359,7 +359,7 @@ counters() {  # ncu in batches of COUNTER_BATCH launches; the emulator counts th
     cat "$WORK/emulate.log"
   fi
   [ -s "$OUT/ncu.csv" ] || { echo "ncu wrote no counters"; return 1; }
-  python3 -m pipeline.bench.counters table "$OUT/ncu.csv"
+  python3 -m hslm_ptx.pipeline.bench.counters table "$OUT/ncu.csv"
   python3 tools/counter_calibration.py compare "$OUT/ncu.csv" "$WORK/emulated.json" --out "$WORK/calibration.json" \
     || status=1
   return $status
@@ -370,7 +370,7 @@ package() {
   note "=== packaging after $(( $(date +%s) - START )) s"
   local record="$OUT/bench-$BENCH_SET.json" f
   if [ -f "$record" ] && [ ! -f "${record%.json}.md" ]; then  # the bench was cut off: its tables now
-    timeout -k 2 "$PACKAGE_TOOL_S" python3 -m pipeline.bench.report "$record" >> "$LOG" 2>&1
+    timeout -k 2 "$PACKAGE_TOOL_S" python3 -m hslm_ptx.pipeline.bench.report "$record" >> "$LOG" 2>&1
   fi
   ON_DEVICE_RC=$RC timeout -k 2 "$PACKAGE_TOOL_S" python3 tools/device_summary.py "$OUT" "$WORK" >> "$LOG" 2>&1 \
     || note "=== summary.md not written (tools/device_summary.py failed or ran out of time)"
@@ -404,8 +404,8 @@ wanted facts && step facts facts
 wanted verify && step verify verify
 wanted bench && step bench bench
 if wanted layer; then
-  if [ -f pipeline/bench/layer.py ]; then step layer layer
-  else skip layer "pipeline/bench/layer.py is not in this tree"; fi
+  if [ -f hslm_ptx/pipeline/bench/layer.py ]; then step layer layer
+  else skip layer "hslm_ptx/pipeline/bench/layer.py is not in this tree"; fi
 fi
 if wanted torch-tests; then
   present=""; for f in $TORCH_TESTS; do [ -f "$f" ] && present+=" $f"; done

@@ -6,7 +6,7 @@ Nsight Compute watch.
 
 KERNEL: a kernel name, several joined by commas, or ``all``. SHAPE: a shape name from
 shapes.yaml (``attn_r27`` or ``hslm/attn_r27``) or ``RxKxN`` (``27x243x729``). Inputs
-are the verify cell's (same seed); each launch goes through kernels.launch.launch_outputs,
+are the verify cell's (same seed); each launch goes through hslm_ptx.runtime.launch.launch_outputs,
 is synchronized and every output compared with the reference as verify compares it, one
 line per kernel. After a sticky CUDA error (a kernel fault) the kernels left run in a
 fresh process (a child: the sanitizers and ncu follow it). CuPy's memory pool
@@ -25,16 +25,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a scri
 
 import numpy as np  # noqa: E402
 
-from kernels import backends  # noqa: E402
-from kernels.launch import launch_outputs  # noqa: E402
-from kernels.registry import KERNELS  # noqa: E402
-from kernels.spec import Dims  # noqa: E402
-from pipeline.core.errors import UserError  # noqa: E402
-from pipeline.bench.cli import OneLineParser, run_cli  # noqa: E402
-from pipeline.bench.device import is_sticky  # noqa: E402
-from pipeline.core.models import Shape  # noqa: E402
-from pipeline.core.shapes import load_shape_sets  # noqa: E402
-from pipeline.stages.verify import compare_outputs, one_line, resolve_backend, seed  # noqa: E402
+from hslm_ptx.runtime import backends  # noqa: E402
+from hslm_ptx.runtime.launch import launch_outputs  # noqa: E402
+from hslm_ptx.catalog.registry import KERNELS  # noqa: E402
+from hslm_ptx.catalog.spec import Dims  # noqa: E402
+from hslm_ptx.pipeline.core.errors import UserError  # noqa: E402
+from hslm_ptx.pipeline.core.cli import OneLineParser, run_cli  # noqa: E402
+from hslm_ptx.pipeline.bench.device import is_sticky  # noqa: E402
+from hslm_ptx.pipeline.core.models import Shape  # noqa: E402
+from hslm_ptx.pipeline.core.shapes import load_shape_sets  # noqa: E402
+from hslm_ptx.pipeline.stages.verify import compare_outputs, one_line, resolve_backend, seed  # noqa: E402
 
 
 

@@ -4,7 +4,7 @@
 # for the 13.0 set, /usr/local/bin/ptxas). Writes <version>/<case>.<arch>.stderr + .rc.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
-wheel=$(python -c 'from pipeline.stages.ptxas import wheel_ptxas; print(wheel_ptxas() or "")')
+wheel=$(python -c 'from hslm_ptx.pipeline.stages.ptxas import wheel_ptxas; print(wheel_ptxas() or "")')
 for ptxas in "$wheel" /usr/local/bin/ptxas; do
   [ -x "$ptxas" ] || continue
   ver=$("$ptxas" --version | sed -n 's/.*release \([0-9.]*\),.*/\1/p')

@@ -1,7 +1,7 @@
 """A stand-in for CuPy on numpy, so the GPU paths run on a machine without a GPU.
 
 Tests put this folder first on PYTHONPATH (or load it into sys.modules). Arrays are
-numpy arrays; a module's kernels run on the CPU PTX emulator (kernels.ptxemu), so our
+numpy arrays; a module's kernels run on the CPU PTX emulator (hslm_ptx.emu), so our
 PTX really executes and is checked. There is no cuBLAS (``from cupy.cuda import
 cublas`` fails, so those rows must come out as errors), no CUDA_R_32I (as in CuPy 14),
 graphs capture nothing, and timings are host time: this checks flows, records and error
@@ -13,7 +13,7 @@ device) and STANDIN_LAUNCH_LOG (a file each kernel launch appends its name to: w
 the stand-in ncu reads to know which launches it profiled).
 
 Memory is host memory: ``cuda.UnownedMemory`` over an address (a CPU torch tensor's, in
-the tests of kernels.layer_step.CudaRuntime) refuses a null pointer without a device id,
+the tests of hslm_ptx.step.launches.CudaRuntime) refuses a null pointer without a device id,
 as CuPy 14.2 does, and ``ndarray(shape, dtype, memptr=...)`` is a numpy array over it
 whose ``data`` is a MemoryPointer, as CuPy's is.
 """
@@ -25,7 +25,7 @@ import sys
 
 import numpy as np
 
-from kernels.ptxemu import Module as EmulatorModule
+from hslm_ptx.emu import Module as EmulatorModule
 
 __version__ = "0-standin"
 int32, float16, float32, float64 = np.int32, np.float16, np.float32, np.float64

@@ -1,0 +1,258 @@
+"""Weight preparation: the latent float W (nn.Linear's N x K) -> beta = mean|W| and the
+ternary planes forward and dX read, in two launches, with nothing read back to the host.
+
+1. ``hslm_wsum_<dt>`` (grid P = ceil(N K / 4096), 256 threads): CTA c sums |W| * 2^-32
+   (``stepmath.SUM_SCALE``: exact, and no sum of a u32 count of elements overflows) over
+   elements c*4096 .. c*4096 + 4095 in memory order, thread t taking elements
+   c*4096 + 256 i + t for i = 0 .. 15 in turn, then a tree over the threads: one partial
+   per CTA, :func:`hslm_ptx.reference.stepmath.abs_partials` bit for bit. Each load instruction of a
+   warp reads 32 consecutive elements (whole 32-byte sectors); the order is fixed by the
+   reference, which puts a thread's elements 256 apart, so wider loads would hand one
+   thread four threads' elements.
+2. ``hslm_wprep_<dt>`` (grid (Kp/64, Np/64), K and N padded to 128, 256 threads): every
+   CTA sums the P partials in :func:`hslm_ptx.reference.stepmath.abs_sum`'s order, so all CTAs hold
+   the same beta without a grid-wide sync; CTA (0, 0) stores it. Each CTA then codes a
+   64 x 64 tile of W (rows n, columns k), clip(rint(W / beta), -1, 1) as
+   (q > 1/2) - (q < -1/2) on q = W / beta (``div.rn.f32``; NaN compares false: code 0),
+   which is :func:`hslm_ptx.reference.stepmath.ternary_codes` exactly, and writes that tile's share
+   of both plane sets (hslm_ptx/formats/planes.py): forward's plane k/64, columns n (W as K x N),
+   and dX's plane n/64, columns k (W^T). Both are 1 KiB contiguous per CTA, one word
+   per thread, so every warp store covers whole lines.
+
+The tile reaches the two word orders through shared memory: each code as a byte in a
+row-major tile (forward: a word is 16 codes of one row) and, four rows packed in a word,
+in a column-major tile (dX: a word is 16 codes of one column). Both layouts are chosen
+so no access pattern of either phase has a bank conflict (see the offsets below).
+Tiles past N or K (the planes' padding to 128) are coded 0, as the host conversion pads.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from hslm_ptx.reference import stepmath
+from hslm_ptx.formats.floats import to_f32
+from hslm_ptx.formats.planes import FRAGMENTS, FRAGMENTS_T, shape as planes_shape
+from hslm_ptx.emit.ptx import Ptx
+from hslm_ptx.formats.layout import Plain
+from hslm_ptx.catalog.spec import BufferSpec, Dims, KernelSpec, Launch, ScalarSpec
+from hslm_ptx.emit.stepforms import CTA_THREADS, SHORT_NAMES, cta_tree_sum, element_address, load_f32, pack_bytes
+from hslm_ptx.formats.ternary import pack
+from hslm_ptx.reference.testdata import latent_weights
+
+DTYPES = ("float32", "bfloat16", "float16")
+TILE = 64  # rows and columns of W a preparation CTA codes: one plane chunk each way
+ITEMS = stepmath.SUM_ITEMS
+# shared tiles of the preparation CTA (bytes)
+ROW_TILE_PITCH = 80  # row-major codes: 20 words a row, so a row's 16-byte pieces of 8 rows sit in distinct banks
+COLUMN_TILE_BYTES = TILE * TILE  # column-major: 16 row-quads x 64 columns of words
+
+Operand = str | int
+
+
+def partial_count(count: int) -> int:
+    """P: the number of partial sums (and CTAs) of the first launch for ``count`` elements."""
+    return max(1, -(-count // stepmath.SUM_BLOCK))
+
+
+def _count(d: Dims) -> int:
+    return d.N * d.K
+
+
+# ---- hslm_wsum -----------------------------------------------------------------------
+
+
+def emit_wsum(dtype: str) -> str:
+    """One partial sum of |W| per CTA (:func:`hslm_ptx.reference.stepmath.abs_partials`)."""
+    ptx = Ptx(f"hslm_wsum_{SHORT_NAMES[dtype]}", [("partials", "u64"), ("w", "u64"), ("count", "u32")], CTA_THREADS)
+    p = {"partials": ptx.param_ptr("partials"), "w": ptx.param_ptr("w"), "count": ptx.param_u32("count")}
+    wsum_body(ptx, dtype, p, lambda: ptx.special("%ctaid.x"))
+    return ptx.render()
+
+
+def wsum_body(ptx: Ptx, dtype: str, p: dict[str, str], cta_of: Callable[[], str]) -> None:
+    """CTA ``cta_of()``'s partial sum (p: partials, w, count), every thread of the CTA
+    taking part (the tree has barriers)."""
+    partials, w, count = p["partials"], p["w"], p["count"]
+    tid, cta = ptx.special("%tid.x"), cta_of()
+    scratch = ptx.shared_array("sum_scratch", 4 * CTA_THREADS)
+    first = ptx.mad(cta, stepmath.SUM_BLOCK, tid)
+    values = []
+    for item in range(ITEMS):  # every load first: 16 independent requests in flight
+        index = ptx.add(first, item * stepmath.SUM_THREADS)
+        inside = ptx.setp("lt", index, count, "u32")
+        values.append(load_f32(ptx, dtype, element_address(ptx, w, index, dtype), guard=inside))
+    acc = ptx.fmov(0.0)
+    for value in values:  # in turn, as the reference adds
+        acc = ptx.fadd(acc, ptx.fmul(ptx.fabs(value), float(stepmath.SUM_SCALE)))  # exact: a power of two
+    total = cta_tree_sum(ptx, acc, tid, scratch)
+    ptx.store("global", "f32", ptx.byte_offset(partials, cta, 4), total, guard=ptx.setp("eq", tid, 0, "u32"))
+
+
+def wsum_geometry(d: Dims) -> Launch:
+    return Launch((partial_count(_count(d)), 1, 1), (CTA_THREADS, 1, 1))
+
+
+def wsum_spec(dtype: str) -> KernelSpec:
+    def make_inputs(d: Dims, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        return {"w": latent_weights(rng, d.N, d.K, dtype)}
+
+    def reference(d: Dims, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {"partials": stepmath.abs_partials(to_f32(inputs["w"], dtype))}
+
+    return KernelSpec(
+        name=f"hslm_wsum_{SHORT_NAMES[dtype]}", emit=lambda: emit_wsum(dtype), geometry=wsum_geometry,
+        params=(BufferSpec("partials", "float32", Plain(lambda d: (partial_count(_count(d)),))),
+                BufferSpec("w", dtype, Plain(lambda d: (d.N, d.K))),
+                ScalarSpec("count", _count)),
+        make_inputs=make_inputs, reference=reference,
+        outputs=("partials",), trip_elements=ITEMS * 32,
+    )
+
+
+# ---- hslm_wprep ----------------------------------------------------------------------
+
+
+def _beta(ptx: Ptx, p: dict[str, str], tid: str, scratch: str, broadcast: str) -> str:
+    """beta in every thread: the partials summed as stepmath.abs_sum does (thread t adds
+    partials t, t + 256, ... in turn, one uniform trip count with the loads past P off,
+    then the tree), divided by N K * SUM_SCALE (the partials are of |W| * SUM_SCALE);
+    thread 0 of CTA (0, 0) stores it."""
+    trips = ptx.shr(ptx.add(p["P"], CTA_THREADS - 1), 8)
+    acc, index, trip = ptx.fmov(0.0), ptx.mov(tid), ptx.mov(0)
+    ptx.label("partials_loop")
+    inside = ptx.setp("lt", index, p["P"], "u32")
+    value = load_f32(ptx, "float32", element_address(ptx, p["partials"], index, "float32"), guard=inside)
+    ptx.ins("add.rn.f32", acc, acc, value)
+    ptx.increment(index, CTA_THREADS)
+    ptx.increment(trip, 1)
+    ptx.branch("partials_loop", guard=ptx.setp("lt", trip, trips, "u32"))
+    total = cta_tree_sum(ptx, acc, tid, scratch)
+    count = ptx.fmul(ptx.cvt("f32", "u32", ptx.mul(p["N"], p["K"]), rnd="rn"), float(stepmath.SUM_SCALE))
+    beta = ptx.fdiv(total, count)
+    beta = ptx.selp_f32(1.0, beta, ptx.setp_f32("eq", beta, 0.0))
+    thread0 = ptx.setp("eq", tid, 0, "u32")
+    ptx.store("shared", "f32", broadcast, beta, guard=thread0)
+    corner = ptx.binop("or", ptx.binop("or", ptx.special("%ctaid.x"), ptx.special("%ctaid.y"), "b32"), tid, "b32")
+    ptx.store("global", "f32", p["beta"], beta, guard=ptx.setp("eq", corner, 0, "u32"))
+    ptx.barrier()
+    return ptx.load_f32("shared", broadcast)
+
+
+def _code(ptx: Ptx, value: str, beta: str) -> str:
+    """The 2-bit ternary code (0: 0, 1: +1, 2: -1) of value / beta."""
+    q = ptx.fdiv(value, beta)
+    negative = ptx.selp(2, 0, ptx.setp_f32("lt", q, -0.5))
+    return ptx.selp(1, negative, ptx.setp_f32("gt", q, 0.5))
+
+
+def _column_word(ptx: Ptx, column_tile: str, column: Operand, quad: Operand) -> str:
+    """Shared address of the word holding rows 4 quad .. 4 quad + 3 of tile column
+    ``column``: word 64 quad + (column + 8 quad) mod 64, so the 32 consecutive columns a
+    warp stores and the 8 columns x 4 quads a warp reads each fall in 32 distinct banks."""
+    rotated = ptx.band(ptx.add(column, ptx.shl(quad, 3) if isinstance(quad, str) else 8 * quad), TILE - 1)
+    word = ptx.add(rotated, ptx.shl(quad, 6) if isinstance(quad, str) else 64 * quad)
+    return ptx.mad(word, 4, column_tile)
+
+
+def _plane_word(ptx: Ptx, quads: list[str]) -> str:
+    """A planes word from four words of codes as bytes: word s holds the codes of chunk
+    indices 16 s + 4 w + u (u = byte) and they go to bit 4 u + 16 (s & 1) + 2 (s >> 1)
+    (hslm_ptx/formats/planes.py): x | x >> 4 puts byte pairs in nibbles, prmt gathers them."""
+    nibbles = [ptx.binop("or", q, ptx.shr(q, 4), "b32") for q in quads]
+    low = ptx.prmt(nibbles[0], nibbles[1], 0x6420)
+    high = ptx.prmt(nibbles[2], nibbles[3], 0x6420)
+    return ptx.binop("or", low, ptx.shl(high, 2), "b32")
+
+
+def emit_wprep(dtype: str) -> str:
+    """beta, then this CTA's 64 x 64 tile of W coded into both plane sets."""
+    names = ("planes", "planes_t", "beta", "w", "partials")
+    ptx = Ptx(f"hslm_wprep_{SHORT_NAMES[dtype]}", [(n, "u64") for n in names] + [(n, "u32") for n in ("N", "K", "P")],
+              CTA_THREADS)
+    p = {n: ptx.param_ptr(n) for n in names} | {n: ptx.param_u32(n) for n in ("N", "K", "P")}
+    tid = ptx.special("%tid.x")
+    scratch = ptx.shared_array("sum_scratch", 4 * CTA_THREADS)
+    broadcast = ptx.shared_array("beta_shared", 16)
+    row_tile = ptx.shared_array("row_codes", TILE * ROW_TILE_PITCH)
+    column_tile = ptx.shared_array("column_codes", COLUMN_TILE_BYTES)
+    beta = _beta(ptx, p, tid, scratch, broadcast)
+
+    ptx.comment("code the tile: warp w takes rows 4w..4w+3 and 32+4w..32+4w+3, lane l columns l and 32+l")
+    k0, n0 = ptx.shl(ptx.special("%ctaid.x"), 6), ptx.shl(ptx.special("%ctaid.y"), 6)
+    warp, lane = ptx.shr(tid, 5), ptx.band(tid, 31)
+    for column_half in (0, 32):
+        column = ptx.add(lane, column_half)
+        k = ptx.add(k0, column)
+        k_inside = ptx.setp("lt", k, p["K"], "u32")
+        for row_half in (0, 32):
+            quad = ptx.add(warp, row_half // 4)  # rows 4 quad .. 4 quad + 3
+            codes = []
+            for j in range(4):
+                row = ptx.add(ptx.shl(quad, 2), j)
+                n = ptx.add(n0, row)
+                inside = ptx.fresh("pred", "and.pred", k_inside, ptx.setp("lt", n, p["N"], "u32"))
+                index = ptx.mad(n, p["K"], k)
+                value = load_f32(ptx, dtype, element_address(ptx, p["w"], index, dtype), guard=inside)
+                code = _code(ptx, value, beta)
+                ptx.store("shared", "u8", ptx.add(ptx.mad(row, ROW_TILE_PITCH, row_tile), column), code)
+                codes.append(code)
+            ptx.store("shared", "u32", _column_word(ptx, column_tile, column, quad), pack_bytes(ptx, codes))
+    ptx.barrier()
+
+    ptx.comment("build the words: thread t owns word t % 4 of tile column (or row) t / 4")
+    owner, word = ptx.shr(tid, 2), ptx.band(tid, 3)
+    forward = [ptx.load("shared", "u32", ptx.add(ptx.mad(owner, ROW_TILE_PITCH, row_tile), ptx.shl(word, 2)), 16 * s)
+               for s in range(4)]
+    transposed = [ptx.load("shared", "u32", _column_word(ptx, column_tile, owner, ptx.add(word, 4 * s)))
+                  for s in range(4)]
+    # forward planes: plane k0/64 of W as K x N, columns n0.. (4 words each); dX's: plane n0/64, columns k0..
+    forward_row = ptx.shl(ptx.round_up(p["N"], 128), 2)  # words per plane
+    transposed_row = ptx.shl(ptx.round_up(p["K"], 128), 2)
+    at = ptx.mad(ptx.special("%ctaid.x"), forward_row, ptx.add(ptx.shl(n0, 2), tid))
+    ptx.store("global", "u32", ptx.byte_offset(p["planes"], at, 4), _plane_word(ptx, forward))
+    at_t = ptx.mad(ptx.special("%ctaid.y"), transposed_row, ptx.add(ptx.shl(k0, 2), tid))
+    ptx.store("global", "u32", ptx.byte_offset(p["planes_t"], at_t, 4), _plane_word(ptx, transposed))
+    return ptx.render()
+
+
+def wprep_geometry(d: Dims) -> Launch:
+    return Launch((planes_shape(d.K, 1)[0], planes_shape(d.N, 1)[0], 1), (CTA_THREADS, 1, 1))
+
+
+def prepared(d: Dims, w: np.ndarray, partials: np.ndarray) -> dict[str, np.ndarray]:
+    """beta from the partials, the codes of W (f32 values), and hslm_ptx/formats/planes.py's own
+    conversion of them (W as K x N packed, then each plane order)."""
+    beta = stepmath.scale_of_partials(partials, _count(d))
+    with np.errstate(invalid="ignore"):
+        codes = stepmath.ternary_codes(w, beta)
+    packed = pack(codes.T)
+    return {"planes": FRAGMENTS(packed, FRAGMENTS.shape(d)), "planes_t": FRAGMENTS_T(packed, FRAGMENTS_T.shape(d)),
+            "beta": np.array([beta], dtype=np.float32)}
+
+
+def wprep_spec(dtype: str) -> KernelSpec:
+    def make_inputs(d: Dims, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        """W, and the partials the first launch makes of it."""
+        w = latent_weights(rng, d.N, d.K, dtype)
+        return {"w": w, "partials": stepmath.abs_partials(to_f32(w, dtype))}
+
+    def reference(d: Dims, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return prepared(d, to_f32(inputs["w"], dtype), inputs["partials"])
+
+    return KernelSpec(
+        name=f"hslm_wprep_{SHORT_NAMES[dtype]}", emit=lambda: emit_wprep(dtype), geometry=wprep_geometry,
+        params=(BufferSpec("planes", "uint32", Plain(FRAGMENTS.shape)),
+                BufferSpec("planes_t", "uint32", Plain(FRAGMENTS_T.shape)),
+                BufferSpec("beta", "float32", Plain(lambda d: (1,))),
+                BufferSpec("w", dtype, Plain(lambda d: (d.N, d.K))),
+                BufferSpec("partials", "float32", Plain(lambda d: (partial_count(_count(d)),))),
+                ScalarSpec("N"), ScalarSpec("K"),
+                ScalarSpec("P", lambda d: partial_count(_count(d)))),
+        make_inputs=make_inputs, reference=reference,
+        outputs=("planes", "planes_t", "beta"), trip_elements=TILE * TILE // (CTA_THREADS // 32),
+    )
+
+
+SPECS = tuple(wsum_spec(dt) for dt in DTYPES) + tuple(wprep_spec(dt) for dt in DTYPES)
