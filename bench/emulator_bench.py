@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 from hslm_ptx.formats.floats import same_values  # noqa: E402
 from hslm_ptx.runtime.launch import launch_outputs  # noqa: E402
 from hslm_ptx.catalog.registry import KERNELS  # noqa: E402
-from hslm_ptx.catalog.spec import Dims  # noqa: E402
+from hslm_ptx.kernel.spec import Dims  # noqa: E402
 from hslm_ptx.emu import Module  # noqa: E402
 from hslm_ptx.pipeline.core.cli import OneLineParser, run_cli  # noqa: E402
 from hslm_ptx.pipeline.core.errors import UserError  # noqa: E402

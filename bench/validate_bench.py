@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 from hslm_ptx.formats import planes  # noqa: E402
 from hslm_ptx.reference.quant import quantize  # noqa: E402
-from hslm_ptx.catalog.spec import Dims  # noqa: E402
+from hslm_ptx.kernel.spec import Dims  # noqa: E402
 from hslm_ptx.formats.ternary import code_problem, codes_of, pack  # noqa: E402
 from hslm_ptx.pipeline.core.cli import OneLineParser, run_cli  # noqa: E402
 from hslm_ptx.pipeline.core.shapes import load_set  # noqa: E402

@@ -1,7 +1,7 @@
 """Int8 tensor-core kernels for HSLM's ternary linear layers, and what a trainer calls.
 
 The names below load on first use (PEP 562), so ``import hslm_ptx.emu`` or
-``hslm_ptx.catalog.spec`` stays as light as those modules, and the torch layer is only imported
+``hslm_ptx.kernel.spec`` stays as light as those modules, and the torch layer is only imported
 (with torch) when asked for. Nothing here needs ptxas or the nvcc wheel: the float
 ops emit their PTX in-process and run it on CuPy (GPU) or the emulator (numpy).
 

@@ -3,7 +3,7 @@
 Each op quantizes its float operands with symmetric int8 scales (hslm_ptx/reference/quant.py), launches
 the integer kernel through :func:`hslm_ptx.runtime.launch.launch`, and rescales the int32 result.
 The quantizing pass writes the int8 codes straight into the layout the kernel reads
-(hslm_ptx.formats.pitch.kernel_buffer: rows at a 16-byte aligned pitch for forward/dX, Xq^T and
+(hslm_ptx.kernel.pitch.kernel_buffer: rows at a 16-byte aligned pitch for forward/dX, Xq^T and
 dYq^T at a pitch for dW), handed to launch marked KernelLayout, so launch copies nothing:
 
 - forward  Y[r, j]  = s_r beta  * sum_i Xq[r, i] W[i, j]     (s_r: one scale per row of X)
@@ -37,10 +37,10 @@ from typing import Any, Callable
 import numpy as np
 
 from hslm_ptx.runtime.launch import launch
-from hslm_ptx.formats.pitch import KernelLayout, kernel_buffer
+from hslm_ptx.kernel.pitch import KernelLayout, kernel_buffer
 from hslm_ptx.reference.quant import codes_into, scale_of
 from hslm_ptx.catalog.registry import choose, get_kernel
-from hslm_ptx.catalog.spec import Dims, KernelSpec
+from hslm_ptx.kernel.spec import Dims, KernelSpec
 from hslm_ptx.validate import LaunchError, finite_scales, float_matrix, module_of, real_number, whole_number
 
 _FUNCTIONS: dict[tuple[str, str], Callable[..., Any]] = {}

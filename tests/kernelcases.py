@@ -32,10 +32,10 @@ import numpy as np
 import pytest
 
 from hslm_ptx.formats.floats import same_values
-from hslm_ptx.formats.pitch import WPlanes
+from hslm_ptx.kernel.pitch import WPlanes
 from hslm_ptx.emu import Function, Module
 from hslm_ptx.catalog.registry import FAMILIES, KERNELS
-from hslm_ptx.catalog.spec import Dims, KernelSpec
+from hslm_ptx.kernel.spec import Dims, KernelSpec
 from hslm_ptx.cost import model as cost
 from hslm_ptx.tile import rule
 from hslm_ptx.tile.geometry import Plan, Tile

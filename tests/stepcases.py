@@ -14,9 +14,9 @@ import pytest
 from hslm_ptx.formats import planes
 from hslm_ptx.catalog import registry
 from hslm_ptx.step.launches import sum_partials
-from hslm_ptx.formats.pitch import pitch
+from hslm_ptx.kernel.pitch import pitch
 from hslm_ptx.formats.layout import Plain
-from hslm_ptx.catalog.spec import BufferSpec, KernelSpec, Launch, Param, ScalarSpec
+from hslm_ptx.kernel.spec import BufferSpec, KernelSpec, Launch, Param, ScalarSpec
 
 SUFFIXES = ("f32", "f16", "bf16")
 FLOATS = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}

@@ -21,10 +21,10 @@ import pytest
 
 from hslm_ptx import arrays as array_ops
 from hslm_ptx.runtime.launch import kernel_args, launch
-from hslm_ptx.formats.pitch import KernelLayout
+from hslm_ptx.kernel.pitch import KernelLayout
 from hslm_ptx.reference.quant import codes_into, ternarize
 from hslm_ptx.catalog.registry import get_kernel
-from hslm_ptx.catalog.spec import Dims
+from hslm_ptx.kernel.spec import Dims
 from hslm_ptx.formats.ternary import PackError, pack
 from hslm_ptx.validate import LaunchError
 from hslm_ptx.pipeline.core import cmdline

@@ -17,7 +17,7 @@ import pytest
 
 from hslm_ptx.runtime.backends import gpu_available
 from hslm_ptx.catalog.registry import KERNELS
-from hslm_ptx.catalog.spec import Dims, GemmForm, Operand
+from hslm_ptx.kernel.spec import Dims, GemmForm, Operand
 from hslm_ptx.pipeline.bench import run as bench
 from hslm_ptx.pipeline.bench import baselines as bench_baselines
 from hslm_ptx.pipeline.bench import device as bench_device

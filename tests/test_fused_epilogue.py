@@ -17,7 +17,7 @@ from hslm_ptx.reference import stepmath
 from hslm_ptx.formats.floats import from_f32, same_values, to_f32
 from hslm_ptx.runtime.launch import kernel_args, launch, poisoned
 from hslm_ptx.catalog.registry import FAMILIES, KERNELS, choose
-from hslm_ptx.catalog.spec import Dims
+from hslm_ptx.kernel.spec import Dims
 from hslm_ptx.tile import geometry
 from hslm_ptx.pipeline.core.shapes import load_shape_sets
 

@@ -11,9 +11,9 @@ from kernelcases import (INT32_EPILOGUE, STAGED, TERNARY, TWO_STAGED, contractio
 
 from hslm_ptx.cost import model as cost
 from hslm_ptx.runtime.launch import LaunchError, launch, launch_outputs
-from hslm_ptx.formats.pitch import WPlanes
+from hslm_ptx.kernel.pitch import WPlanes
 from hslm_ptx.catalog.registry import KERNELS, get_kernel
-from hslm_ptx.catalog.spec import Dims
+from hslm_ptx.kernel.spec import Dims
 from hslm_ptx.emu import EmulatorError, Module
 from hslm_ptx.tile import epilogue, geometry
 

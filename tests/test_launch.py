@@ -7,10 +7,10 @@ import pytest
 from kernelcases import per_kernel
 
 from hslm_ptx.runtime.launch import OUTPUT_POISON, LaunchError, kernel_args, launch
-from hslm_ptx.formats.pitch import KernelLayout, WPlanes, kernel_buffer
+from hslm_ptx.kernel.pitch import KernelLayout, WPlanes, kernel_buffer
 from hslm_ptx.emu import Module
 from hslm_ptx.catalog.registry import KERNELS, get_kernel
-from hslm_ptx.catalog.spec import Dims
+from hslm_ptx.kernel.spec import Dims
 from hslm_ptx.formats import planes
 from hslm_ptx.formats.ternary import pack, packed_shape
 
@@ -235,7 +235,7 @@ def test_a_marked_buffer_not_in_the_kernel_layout_is_refused_in_one_line(buf, pr
         launch(get_kernel("hslm_fwd_s8"), never_called, DIMS, _fwd_x(buf))
     assert str(info.value) == (
         f"hslm_fwd_s8: input 'x' (marked KernelLayout) {problem} a C-contiguous int8(5, 32), the kernel's "
-        "layout for R=5 K=20 N=6; allocate it with hslm_ptx.formats.pitch.kernel_buffer, or pass the logical layout unmarked")
+        "layout for R=5 K=20 N=6; allocate it with hslm_ptx.kernel.pitch.kernel_buffer, or pass the logical layout unmarked")
 
 
 @pytest.mark.parametrize("name", WEIGHT_KERNELS)

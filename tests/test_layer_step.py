@@ -23,8 +23,8 @@ from hslm_ptx.runtime.emulator import POISON_BYTE, EmulatorRuntime
 from hslm_ptx.runtime.recording import FakeBuffer, Recording, RecordingRuntime
 from hslm_ptx.step.launches import (backward, forward, prepare_and_forward, prepare_weight, quant_dims,
                                     step_bytes_minimum, sum_partials, weight_dims)
-from hslm_ptx.formats.pitch import pitch
-from hslm_ptx.catalog.spec import Dims, KernelSpec
+from hslm_ptx.kernel.pitch import pitch
+from hslm_ptx.kernel.spec import Dims, KernelSpec
 from hslm_ptx.validate import LaunchError
 from stepcases import FLOATS, HSLM, SUFFIXES, install_standins, standin_spec, standin_specs
 
@@ -492,7 +492,7 @@ def test_the_grouped_backward_keeps_its_split_workspace_zeroed_between_steps():
     """ffn_up at R = 27: the backward's dX part splits 6 ways into its kept workspace (dW's
     part runs one split and is given none); a second backward finds it zeroed and gives
     the same bits, which are stepmath's."""
-    from hslm_ptx.emit import grouped
+    from hslm_ptx.tile import grouped
     from hslm_ptx.reference import stepmath
 
     R, K, N = 27, 243, 729

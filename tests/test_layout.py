@@ -1,4 +1,4 @@
-"""The Layout of each buffer parameter (hslm_ptx/formats/layout.py, hslm_ptx/formats/pitch.py): ``into`` and
+"""The Layout of each buffer parameter (hslm_ptx/formats/layout.py, hslm_ptx/kernel/pitch.py): ``into`` and
 ``view`` undo each other on every layout, copy only where the layouts differ, refuse a wrong
 shape in one line; W's planes are never a view to write into and are scanned in both
 layouts; scalars answer ``value`` from Dims or their rule."""
@@ -8,10 +8,10 @@ from hypothesis import given, settings, strategies as st
 
 from hslm_ptx.formats import planes
 from hslm_ptx.formats.layout import Layout, LayoutError, Plain
-from hslm_ptx.formats.pitch import (PITCH_ALIGN, PitchedOutput, PitchedRows, PitchedTranspose, WPlanes, kernel_buffer,
+from hslm_ptx.kernel.pitch import (PITCH_ALIGN, PitchedOutput, PitchedRows, PitchedTranspose, WPlanes, kernel_buffer,
                                     output_pitch, pitch)
 from hslm_ptx.catalog.registry import KERNELS
-from hslm_ptx.catalog.spec import BufferSpec, Dims, ScalarSpec
+from hslm_ptx.kernel.spec import BufferSpec, Dims, ScalarSpec
 from hslm_ptx.formats.ternary import pack, packed_shape
 
 ROWS = PitchedRows(lambda d: d.R, lambda d: d.K)  # forward's X: R x pitch(K)

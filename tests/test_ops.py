@@ -12,10 +12,10 @@ import pytest
 from quantbounds import assert_tight, check_bound, codes, data, dw_bound, dx_bound, fwd_bound
 
 from hslm_ptx import arrays as array_ops
-from hslm_ptx.formats import pitch
+from hslm_ptx.kernel import pitch
 from hslm_ptx.runtime.launch import launch
 from hslm_ptx.catalog.registry import choose, get_kernel
-from hslm_ptx.catalog.spec import Dims
+from hslm_ptx.kernel.spec import Dims
 from hslm_ptx.reference.quant import quantize_cols, quantize_rows, ternarize
 from hslm_ptx.formats.ternary import pack, packed_shape, unpack
 from hslm_ptx.validate import LaunchError, module_of
@@ -166,7 +166,7 @@ def test_ops_hand_the_kernel_the_bytes_the_old_copy_did_on_emulator(op):
 
 @pytest.mark.parametrize("op", list(OPS))
 def test_ops_make_no_launch_side_copy(op, monkeypatch):
-    """The pitched copy (hslm_ptx.formats.pitch.aligned_copy) never runs under the float ops; the
+    """The pitched copy (hslm_ptx.kernel.pitch.aligned_copy) never runs under the float ops; the
     old path, the negative, makes one per pitched operand and launch."""
     copies: list = []
     real = pitch.aligned_copy

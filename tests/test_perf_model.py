@@ -9,10 +9,11 @@ import math
 import pytest
 
 from hslm_ptx.cost import model as cost
-from hslm_ptx.emit import grouped
+from hslm_ptx.tile import grouped
 from hslm_ptx.catalog.registry import KERNELS
-from hslm_ptx.catalog.spec import Dims, Launch
+from hslm_ptx.kernel.spec import Dims, Launch
 from hslm_ptx.tile import rule
+from hslm_ptx.pipeline.stages import model_build
 from hslm_ptx.pipeline.core import config
 from hslm_ptx.pipeline.stages import perf_model
 from hslm_ptx.pipeline.stages import sass
@@ -351,9 +352,8 @@ def test_the_sweep_moves_every_ranged_figure_and_only_those():
 
 
 def test_the_large_layer_is_modelled_once_and_judged_by_its_own_target():
-    from hslm_ptx.pipeline.tasks import perf as tasks_perf
-    hslm = tasks_perf.layer_shapes("hslm", (Shape(name="a", R=27, K=243, N=243),))
+    hslm = model_build.layer_shapes("hslm", (Shape(name="a", R=27, K=243, N=243),))
     assert [(s.name, t) for s, t in hslm] == [("a", "hslm"), ("large_r8192", "large")]
-    large = tasks_perf.layer_shapes("large", (Shape(name="sq", R=4096, K=4096, N=4096),
+    large = model_build.layer_shapes("large", (Shape(name="sq", R=4096, K=4096, N=4096),
                                               Shape(name="r8192", R=8192, K=4096, N=4096)))
     assert [(s.name, t) for s, t in large] == [("sq", ""), ("r8192", "large")]  # no target for sq4096

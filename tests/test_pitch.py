@@ -2,9 +2,9 @@
 import numpy as np
 import pytest
 
-from hslm_ptx.formats.pitch import PITCH_ALIGN, KernelLayout, aligned_copy, kernel_buffer, pitch
+from hslm_ptx.kernel.pitch import PITCH_ALIGN, KernelLayout, aligned_copy, kernel_buffer, pitch
 from hslm_ptx.catalog.registry import get_kernel
-from hslm_ptx.catalog.spec import Dims
+from hslm_ptx.kernel.spec import Dims
 
 
 @pytest.mark.parametrize("width, want", [(1, 16), (16, 16), (17, 32), (243, 256), (729, 736)])

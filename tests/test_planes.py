@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from hslm_ptx.formats import planes
-from hslm_ptx.catalog.spec import Dims
+from hslm_ptx.kernel.spec import Dims
 from hslm_ptx.formats.ternary import VALUE_OF_CODE, pack
 
 ORDERS = [pytest.param(planes.FRAGMENTS, id="W"), pytest.param(planes.FRAGMENTS_T, id="W^T")]

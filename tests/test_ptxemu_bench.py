@@ -3,7 +3,7 @@ arguments are one error line, the table sums the headline launches, and a launch
 times is exact and counted."""
 from __future__ import annotations
 
-from hslm_ptx.emu import bench
+from hslm_ptx import emu_bench as bench
 from hslm_ptx.catalog.registry import KERNELS
 
 

@@ -6,7 +6,7 @@ from kernelcases import GEMMS, per_kernel
 
 from hslm_ptx.reference.quant import quantize_cols, quantize_rows, ternarize
 from hslm_ptx.catalog.registry import KERNELS
-from hslm_ptx.catalog.spec import Dims
+from hslm_ptx.kernel.spec import Dims
 from hslm_ptx.formats.ternary import pack, unpack
 
 DIMS = [Dims(1, 17, 3), Dims(27, 243, 29), Dims(5, 64, 8)]

@@ -113,14 +113,14 @@ def test_parses_are_kept_by_content(tmp_path, monkeypatch):
 
     monkeypatch.setattr(sources, "MEMO", sources._Memo(tmp_path / "cache" / "memo.json"))
     module = tmp_path / "m.py"
-    module.write_text("import hslm_ptx.catalog.spec\n")
-    assert imported_modules(module) == {"hslm_ptx.catalog.spec"}
+    module.write_text("import hslm_ptx.kernel.spec\n")
+    assert imported_modules(module) == {"hslm_ptx.kernel.spec"}
     first = sha256_file(module)
-    module.write_text("import hslm_ptx.formats.pitch\n")
-    assert imported_modules(module) == {"hslm_ptx.formats.pitch"}
+    module.write_text("import hslm_ptx.kernel.pitch\n")
+    assert imported_modules(module) == {"hslm_ptx.kernel.pitch"}
     sources.MEMO.save()
     kept = sources._Memo(tmp_path / "cache" / "memo.json").get()  # what the next process starts from
-    assert kept.imports[first] == ["hslm_ptx.catalog.spec"] and kept.imports[sha256_file(module)] == ["hslm_ptx.formats.pitch"]
+    assert kept.imports[first] == ["hslm_ptx.kernel.spec"] and kept.imports[sha256_file(module)] == ["hslm_ptx.kernel.pitch"]
 
 
 def test_an_unreadable_memo_is_recomputed(tmp_path, monkeypatch):

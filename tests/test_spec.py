@@ -10,7 +10,7 @@ from kernelcases import GEMMS, per_kernel
 from hslm_ptx.reference import products as reference
 from hslm_ptx.reference.products import exact_matmul, float64_is_exact
 from hslm_ptx.catalog.registry import KERNELS
-from hslm_ptx.catalog.spec import Dims
+from hslm_ptx.kernel.spec import Dims
 
 
 @pytest.mark.parametrize("kernel", per_kernel(GEMMS))

@@ -1,5 +1,5 @@
 """The layer step's weight-preparation and quantization kernels, and the multi-output,
-float-buffer side of the kernel framework they need (hslm_ptx.catalog.spec, hslm_ptx.runtime.launch,
+float-buffer side of the kernel framework they need (hslm_ptx.kernel.spec, hslm_ptx.runtime.launch,
 hslm_ptx.pipeline.stages.verify).
 
 Every kernel runs its emitted PTX on the CPU emulator against its numpy reference
@@ -24,7 +24,7 @@ from hslm_ptx.runtime.launch import POISON, LaunchError, kernel_args, launch, la
 from hslm_ptx.formats.planes import FRAGMENTS, FRAGMENTS_T
 from hslm_ptx.emu.parse import EmulatorError
 from hslm_ptx.catalog.registry import KERNELS
-from hslm_ptx.catalog.spec import Dims
+from hslm_ptx.kernel.spec import Dims
 from hslm_ptx.formats.ternary import pack
 from hslm_ptx.reference.testdata import float_activations, latent_weights
 from hslm_ptx.pipeline.stages.sass import SassArch, SassReport
@@ -317,7 +317,7 @@ def test_grouped_backward_is_both_kernels_bit_for_bit(kernel):
 
 def test_grouped_backward_splits_where_its_parts_do():
     """The shapes above run each part's split: dX 6 ways at R = 27, N = 729, dW 7 ways at R = 1782."""
-    from hslm_ptx.emit.grouped import idle_workspace
+    from hslm_ptx.tile.grouped import idle_workspace
     from hslm_ptx.families.hslm_grads import PARTS
 
     dx, _ = PARTS["hslm_grads_f32_f32_32x128n16_16x128n16"]

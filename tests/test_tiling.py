@@ -10,7 +10,7 @@ from kernelcases import family_configs, plans_scored, tile_of
 from hslm_ptx import arrays as array_ops
 from hslm_ptx.cost import model as cost
 from hslm_ptx.catalog.registry import FAMILIES, KERNELS, choose, forget_scores
-from hslm_ptx.catalog.spec import Dims
+from hslm_ptx.kernel.spec import Dims
 from hslm_ptx.formats.ternary import pack
 from hslm_ptx.tile import geometry, rule
 from hslm_ptx.pipeline.stages.perf_model import loop_entry

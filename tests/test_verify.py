@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from hslm_ptx.catalog.registry import KERNELS
-from hslm_ptx.formats.pitch import output_pitch, pitch
-from hslm_ptx.catalog.spec import Dims
+from hslm_ptx.kernel.pitch import output_pitch, pitch
+from hslm_ptx.kernel.spec import Dims
 from hslm_ptx.runtime import backends
 from hslm_ptx.pipeline.core import config
 from hslm_ptx.pipeline.core.artifacts import read_model

@@ -106,7 +106,7 @@ def emulate_one(name: str, shape_text: str) -> tuple[str, dict[str, float] | str
     from hslm_ptx.runtime import backends
     from hslm_ptx.runtime.launch import launch_outputs
     from hslm_ptx.catalog.registry import KERNELS
-    from hslm_ptx.catalog.spec import Dims
+    from hslm_ptx.kernel.spec import Dims
     from one_launch import find_shape
     from hslm_ptx.pipeline.stages.verify import launch_stats, one_line, seed
 

@@ -144,7 +144,7 @@ def measure(kernels: list[str], shape_text: str) -> float:
     import numpy as np
 
     from hslm_ptx.catalog.registry import KERNELS
-    from hslm_ptx.catalog.spec import Dims
+    from hslm_ptx.kernel.spec import Dims
     from hslm_ptx.pipeline.stages.verify import seed
 
     sys.path.insert(0, str(ROOT / "tools"))

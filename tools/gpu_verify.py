@@ -36,7 +36,7 @@ from typing import Literal
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 
 from hslm_ptx.catalog.registry import KERNELS  # noqa: E402
-from hslm_ptx.catalog.spec import KernelSpec  # noqa: E402
+from hslm_ptx.kernel.spec import KernelSpec  # noqa: E402
 from hslm_ptx.pipeline.core.artifacts import write_model  # noqa: E402
 from hslm_ptx.pipeline.core.cli import OneLineParser, run_cli  # noqa: E402
 from hslm_ptx.pipeline.bench.device import is_sticky  # noqa: E402

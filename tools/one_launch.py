@@ -28,7 +28,7 @@ import numpy as np  # noqa: E402
 from hslm_ptx.runtime import backends  # noqa: E402
 from hslm_ptx.runtime.launch import launch_outputs  # noqa: E402
 from hslm_ptx.catalog.registry import KERNELS  # noqa: E402
-from hslm_ptx.catalog.spec import Dims  # noqa: E402
+from hslm_ptx.kernel.spec import Dims  # noqa: E402
 from hslm_ptx.pipeline.core.errors import UserError  # noqa: E402
 from hslm_ptx.pipeline.core.cli import OneLineParser, run_cli  # noqa: E402
 from hslm_ptx.pipeline.bench.device import is_sticky  # noqa: E402

@@ -13,7 +13,7 @@ import functools
 import importlib
 import math
 
-from hslm_ptx.catalog.spec import Dims, KernelSpec
+from hslm_ptx.kernel.spec import Dims, KernelSpec
 from hslm_ptx.cost import model as cost
 from hslm_ptx.tile.specs import SCORE_CACHES
 

@@ -54,7 +54,7 @@ class Ptx:
         self.count = {kind: 0 for kind in REG_KINDS}
         self.shared: list[tuple[str, int, int]] = []
         self.body: list[str] = []
-        # A part of a grouped entry (hslm_ptx.emit.grouped) is emitted as if it were a kernel of
+        # A part of a grouped entry (hslm_ptx.tile.grouped) is emitted as if it were a kernel of
         # its own: its labels take ``scope`` as a prefix, and the special registers named
         # in ``specials`` (%ctaid.x ...) read the registers given there instead, or what
         # a function given there emits at each read.

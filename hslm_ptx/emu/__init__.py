@@ -9,7 +9,7 @@ ops (the instruction table), memory (global/shared with bounds, alignment and ra
 checks), traffic (memory request counts), float_ops (f32 and 16-bit float forms),
 warp_shuffle (shfl.sync), atomics, async_copy, ldmatrix (their forms), limits (launch
 and shared-memory limits, the instruction budget), machine (the lockstep min-PC
-executor, Module and Function), bench (``python -m hslm_ptx.emu.bench``: its speed on
+executor, Module and Function), bench (``python -m hslm_ptx.emu_bench``: its speed on
 our kernels). After a launch
 ``fn.stats`` (LaunchCounts) says how many warp instructions it issued, by opcode, and
 ``fn.stats.memory`` the global/shared traffic of each PTX line (AccessStats: requests,

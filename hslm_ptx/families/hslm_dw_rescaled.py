@@ -8,8 +8,8 @@ import numpy as np
 from hslm_ptx.families import hslm_dw_s8
 from hslm_ptx.formats.floats import from_f32
 from hslm_ptx.families.hslm_rescaled import OUT_TYPES, f32_vector, family, scales, workspace_of
-from hslm_ptx.formats.pitch import pitch_param, pitched_transpose
-from hslm_ptx.catalog.spec import Dims
+from hslm_ptx.kernel.pitch import pitch_param, pitched_transpose
+from hslm_ptx.kernel.spec import Dims
 from hslm_ptx.reference.stepmath import rescale_cols
 from hslm_ptx.tile import epilogue, specs
 

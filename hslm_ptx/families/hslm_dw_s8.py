@@ -8,7 +8,7 @@ bytes apart: A[m=j][k=r] = dYq^T and B[k=r][n=i] = Xq^T stored [i][r]. Both go g
 stages; 2 on the 256-row tile, whose stages of 384 rows fill the 48 KiB), and reach the
 tensor cores through ldmatrix. The float op quantizes straight into those
 transposed buffers; a caller passing Xq and dYq as R x K and R x N gets them copied
-by launch (``hslm_ptx/formats/pitch.py``). A's copies stop at R (src-size), so the padding of
+by launch (``hslm_ptx/kernel/pitch.py``). A's copies stop at R (src-size), so the padding of
 either copy is never multiplied by anything but zero.
 
 int32 is exact while R * 127 * 127 < 2^31, i.e. R <= 131071 (``MAX_ROWS``); the
@@ -20,10 +20,10 @@ from typing import Callable
 
 import numpy as np
 
-from hslm_ptx.formats.pitch import pitch_param, pitched_output, pitched_transpose
+from hslm_ptx.kernel.pitch import pitch_param, pitched_output, pitched_transpose
 from hslm_ptx.emit.ptx import Ptx
 from hslm_ptx.reference.products import exact_matmul
-from hslm_ptx.catalog.spec import Dims, GemmForm, Operand
+from hslm_ptx.kernel.spec import Dims, GemmForm, Operand
 from hslm_ptx.reference.testdata import saturating_int8
 from hslm_ptx.tile import geometry, specs
 from hslm_ptx.tile.operands import Coords, Ring, Source, StagedRows

@@ -9,7 +9,7 @@ from hslm_ptx.families import hslm_dx_s8
 from hslm_ptx.formats import planes
 from hslm_ptx.families.hslm_rescaled import (OUT_TYPES, rescaled_rows, row_inputs, row_rescale, row_rescaled_specs,
                                              workspace_of)
-from hslm_ptx.catalog.spec import Dims
+from hslm_ptx.kernel.spec import Dims
 
 
 def dx_specs(suffix: str, split: bool = False) -> tuple:

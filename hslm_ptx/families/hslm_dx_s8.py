@@ -13,7 +13,7 @@ import numpy as np
 
 from hslm_ptx.formats import planes
 from hslm_ptx.reference.products import exact_matmul
-from hslm_ptx.catalog.spec import Dims, GemmForm, Operand
+from hslm_ptx.kernel.spec import Dims, GemmForm, Operand
 from hslm_ptx.formats.ternary import unpack
 from hslm_ptx.reference.testdata import saturating_int8, ternary_weights
 from hslm_ptx.tile import geometry, specs

@@ -11,7 +11,7 @@ from hslm_ptx.formats.floats import from_f32, storage_dtype, to_f32
 from hslm_ptx.families.hslm_rescaled import (F32, OUT_TYPES, rescaled_rows, row_inputs, row_rescale, row_rescaled_specs,
                                              workspace_of)
 from hslm_ptx.formats.layout import Plain
-from hslm_ptx.catalog.spec import BufferSpec, Dims
+from hslm_ptx.kernel.spec import BufferSpec, Dims
 
 
 def forward_specs(suffix: str, split: bool = False) -> tuple:

@@ -3,7 +3,7 @@
 The forward product of an HSLM linear layer, on the staged tile
 (``hslm_ptx/tile/``), one PTX entry per CTA tile in ``TILES`` (built by
 ``hslm_ptx.tile.specs.ternary_specs``). D = Y (R x N). A = Xq, rows ``ldx`` bytes apart (a
-multiple of 16, ``hslm_ptx/formats/pitch.py``), copied with 16-byte cp.async into a 4-stage
+multiple of 16, ``hslm_ptx/kernel/pitch.py``), copied with 16-byte cp.async into a 4-stage
 ring, and reaching the tensor cores through ldmatrix; B = W, read in ``FRAGMENTS``
 planes (``hslm_ptx/formats/planes.py``: a chunk of every column side by side, each word the 16
 codes one lane holds as B), copied packed into the same ring once per CTA and decoded
@@ -16,7 +16,7 @@ import numpy as np
 
 from hslm_ptx.formats import planes
 from hslm_ptx.reference.products import exact_matmul
-from hslm_ptx.catalog.spec import Dims, GemmForm, Operand
+from hslm_ptx.kernel.spec import Dims, GemmForm, Operand
 from hslm_ptx.formats.ternary import unpack
 from hslm_ptx.reference.testdata import ternary_weights, saturating_int8
 from hslm_ptx.tile import geometry, specs

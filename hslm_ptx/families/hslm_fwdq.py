@@ -26,8 +26,8 @@ from hslm_ptx.families.hslm_quant import row_quantized
 from hslm_ptx.families.hslm_rescaled import (F32, OUT_TYPES, family, rescaled_rows, row_inputs, workspace_of, f32_vector)
 from hslm_ptx.formats.layout import Plain
 from hslm_ptx.formats.planes import FRAGMENTS
-from hslm_ptx.formats.pitch import planes_param
-from hslm_ptx.catalog.spec import BufferSpec, Dims, KernelSpec, ScalarSpec
+from hslm_ptx.kernel.pitch import planes_param
+from hslm_ptx.kernel.spec import BufferSpec, Dims, KernelSpec, ScalarSpec
 from hslm_ptx.reference.testdata import float_activations, ternary_weights
 from hslm_ptx.tile import epilogue, specs
 from hslm_ptx.tile.operands import FragmentTernary, QuantizedRows

@@ -1,7 +1,7 @@
 """hslm_fwdx_<out>: a training forward in one launch: ``hslm_fwdq_splitk_<out>``'s product
 (y from float x, each CTA quantizing its own rows of x) and ``hslm_qcols_<out>``'s column
 codes, scales and sums of the same x (what dW reads later), in one grid
-(``hslm_ptx.emit.grouped``: the product's CTAs first, then one CTA per 32 columns of x). The
+(``hslm_ptx.tile.grouped``: the product's CTAs first, then one CTA per 32 columns of x). The
 two share x and nothing else: neither reads what the other writes. So a forward that
 keeps what dW needs is one launch where it was two (``hslm_quant_<dt>``, then
 ``hslm_fwd_<out>``), and x's row codes are never written or read back.
@@ -15,11 +15,11 @@ coordinates afresh at each use (``grouped.staged_member``'s ``recompute``). ``sc
 from __future__ import annotations
 
 from hslm_ptx.families import hslm_fwd_s8, hslm_fwdq
-from hslm_ptx.emit.grouped import Member, grouped_spec, staged_member
+from hslm_ptx.tile.grouped import Member, grouped_spec, staged_member
 from hslm_ptx.families.hslm_quant import cols_body, qcols_spec
 from hslm_ptx.families.hslm_rescaled import OUT_TYPES
 from hslm_ptx.emit.ptx import Ptx
-from hslm_ptx.catalog.spec import KernelSpec
+from hslm_ptx.kernel.spec import KernelSpec
 from hslm_ptx.emit.stepforms import CTA_THREADS, WARP
 from hslm_ptx.tile.geometry import entry_name
 

@@ -3,7 +3,7 @@ and dW, in one launch (family ``hslm_grads_<dt>_<wdt>``, its 128 x 128 with 256 
 entry so named: dX written in dY's float type ``dt``, dW in the weight's ``wdt``).
 
 The two products read what the quantization of dY wrote and nothing either writes, so one
-grid holds both (``hslm_ptx.emit.grouped``): its first CTAs are ``hslm_dx_splitk_<dt>``'s grid,
+grid holds both (``hslm_ptx.tile.grouped``): its first CTAs are ``hslm_dx_splitk_<dt>``'s grid,
 the rest ``hslm_dw_splitk_<wdt>``'s, each part the very body of that kernel. Each part
 takes its split and its workspace as its kernel does (``partials`` and ``tickets``, here
 ``dx_partials`` ..., kept zeroed between launches); where a part runs one split it never
@@ -21,9 +21,9 @@ device us of each launch alone: the grouped launch is not modelled apart).
 from __future__ import annotations
 
 from hslm_ptx.families import hslm_dw_rescaled, hslm_dx_rescaled
-from hslm_ptx.emit.grouped import grouped_spec, staged_member
+from hslm_ptx.tile.grouped import grouped_spec, staged_member
 from hslm_ptx.families.hslm_rescaled import OUT_TYPES
-from hslm_ptx.catalog.spec import KernelSpec
+from hslm_ptx.kernel.spec import KernelSpec
 from hslm_ptx.tile import geometry
 
 SHARED_NAMES = ("R", "K", "N")  # the sizes both parts read: one parameter each

@@ -6,7 +6,7 @@ int8 codes in the exact layouts the GEMMs read, and their f32 scales.
   ``shfl.sync.bfly``), s = absmax / 127 (:func:`hslm_ptx.reference.stepmath.scales_of`), then the
   row's codes clip(rint(x / s), -127, 127) (``div.rn.f32``, ``cvt.rni.s32.f32``, which
   gives 0 for NaN, PTX ISA 9.7.9.21) written straight into the pitched R x ld buffer
-  (hslm_ptx/formats/pitch.py), the padding bytes up to ld written 0. Every load instruction of a
+  (hslm_ptx/kernel/pitch.py), the padding bytes up to ld written 0. Every load instruction of a
   warp reads 32 consecutive elements of its row and every store writes 32 consecutive
   codes (whole sectors); the row is read twice, the second time from cache.
 - ``hslm_qcols_<dt>``: one scale per column (dW reads Xq^T and dYq^T): a CTA per 32
@@ -35,10 +35,10 @@ import numpy as np
 
 from hslm_ptx.reference import stepmath
 from hslm_ptx.formats.floats import to_f32
-from hslm_ptx.formats.pitch import pitch, pitch_param
+from hslm_ptx.kernel.pitch import pitch, pitch_param
 from hslm_ptx.emit.ptx import Ptx
 from hslm_ptx.formats.layout import Plain
-from hslm_ptx.catalog.spec import BufferSpec, Dims, KernelSpec, Launch, ScalarSpec
+from hslm_ptx.kernel.spec import BufferSpec, Dims, KernelSpec, Launch, ScalarSpec
 from hslm_ptx.emit.stepforms import (CTA_THREADS, ELEMENT_BYTES, SHORT_NAMES, WARP, element_address, int8_code,
                                      load_f32, load_vector_f32, pack_bytes, scale_of_absmax, warp_max)
 from hslm_ptx.reference.testdata import float_activations

@@ -81,9 +81,9 @@ from typing import Any, Callable
 import numpy as np
 
 from hslm_ptx.formats.floats import from_f32
-from hslm_ptx.formats.pitch import output_pitch
+from hslm_ptx.kernel.pitch import output_pitch
 from hslm_ptx.formats.layout import Plain
-from hslm_ptx.catalog.spec import BufferSpec, Dims, KernelSpec
+from hslm_ptx.kernel.spec import BufferSpec, Dims, KernelSpec
 from hslm_ptx.reference.stepmath import rescale_rows
 from hslm_ptx.tile import epilogue, geometry, specs
 

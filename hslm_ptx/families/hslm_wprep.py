@@ -36,7 +36,7 @@ from hslm_ptx.formats.floats import to_f32
 from hslm_ptx.formats.planes import FRAGMENTS, FRAGMENTS_T, shape as planes_shape
 from hslm_ptx.emit.ptx import Ptx
 from hslm_ptx.formats.layout import Plain
-from hslm_ptx.catalog.spec import BufferSpec, Dims, KernelSpec, Launch, ScalarSpec
+from hslm_ptx.kernel.spec import BufferSpec, Dims, KernelSpec, Launch, ScalarSpec
 from hslm_ptx.emit.stepforms import CTA_THREADS, SHORT_NAMES, cta_tree_sum, element_address, load_f32, pack_bytes
 from hslm_ptx.formats.ternary import pack
 from hslm_ptx.reference.testdata import latent_weights

@@ -21,16 +21,21 @@ default here: :meth:`Layout.zeroed` (a zeroed kernel buffer and the view to writ
 An abstract base class rather than a ``typing.Protocol``: the shape checks of ``into`` and
 ``view`` and those defaults are shared code, not only a signature, and a layout that leaves
 out an operation is refused when it is built, not when a launch first needs it.
-The pitched layouts and W's planes are in ``hslm_ptx/formats/pitch.py``; :class:`Plain` is here.
+The pitched layouts and W's planes are in ``hslm_ptx/kernel/pitch.py``; :class:`Plain` is here.
 """
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable, NamedTuple
 
-if TYPE_CHECKING:  # hslm_ptx.catalog.spec imports this module for BufferSpec's field
-    from hslm_ptx.catalog.spec import Dims
+
+class Dims(NamedTuple):
+    """Problem size. R rows (tokens), K in-features, N out-features."""
+
+    R: int
+    K: int
+    N: int
 
 
 class LayoutError(ValueError):

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from hslm_ptx.catalog.spec import Dims
+from hslm_ptx.formats.layout import Dims
 from hslm_ptx.formats.ternary import CODES_PER_WORD, LOW_BITS, code_problem, codes_of, padded_k, words_of
 from hslm_ptx.validate import module_of
 
@@ -47,7 +47,7 @@ def _bit(register: int, byte: int) -> int:
 class Planes:
     """One order of the planes: ``place[q]`` = (word, bit) of contraction index q of a
     chunk; ``transposed``: the planes of W^T (dX, whose contraction is W's columns).
-    Called by its layout, ``hslm_ptx.formats.pitch.WPlanes`` (packed -> planes); ``problem`` scans planes as
+    Called by its layout, ``hslm_ptx.kernel.pitch.WPlanes`` (packed -> planes); ``problem`` scans planes as
     ``hslm_ptx.formats.ternary.code_problem`` scans the packed buffer, in W's own terms;
     ``packed`` undoes it."""
 

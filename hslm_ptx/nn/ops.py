@@ -158,7 +158,7 @@ def saved_shape(backend: str, R: int, K: int) -> tuple[int, int]:
     steps, the GEMM's transposed pitched layout K x pitch(R) from hslm_ptx.step.launches."""
     if backend == "cpu" or _degenerate(R, K, 1):
         return (R, K)
-    from hslm_ptx.formats.pitch import pitch
+    from hslm_ptx.kernel.pitch import pitch
 
     return (K, pitch(R))
 

@@ -48,13 +48,13 @@ def codes_for(x: Any, scale: Any) -> Any:
 def codes_into(x: Any, scale: Any, out: Any) -> None:
     """The codes of :func:`codes_for` written into ``out``, an int8 array or view of
     ``x``'s shape (any strides: the logical part of a pitched or transposed kernel
-    buffer, hslm_ptx.formats.pitch.kernel_buffer), so they land in the kernel's layout with no
+    buffer, hslm_ptx.kernel.pitch.kernel_buffer), so they land in the kernel's layout with no
     int8 array in between. The values are whole numbers in [-127, 127], so the
     assignment's float -> int8 cast is exact."""
     if tuple(out.shape) != tuple(x.shape) or str(out.dtype) != "int8":
         raise ValueError(f"codes_into: out is {out.dtype}{tuple(out.shape)}, expected int8{tuple(x.shape)} (x's shape)")
     if not getattr(getattr(out, "flags", None), "writeable", True):
-        raise ValueError("codes_into: out is read-only; pass a writeable int8 array (hslm_ptx.formats.pitch.kernel_buffer)")
+        raise ValueError("codes_into: out is read-only; pass a writeable int8 array (hslm_ptx.kernel.pitch.kernel_buffer)")
     out[...] = _rounded(x, scale)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hslm_ptx.catalog.spec import KernelSpec, Launch
+from hslm_ptx.kernel.spec import KernelSpec, Launch
 
 
 class Runtime:

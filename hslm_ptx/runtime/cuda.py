@@ -4,7 +4,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from hslm_ptx.catalog.spec import KernelSpec, Launch
+from hslm_ptx.kernel.spec import KernelSpec, Launch
 from hslm_ptx.formats.floats import storage_dtype
 from hslm_ptx.runtime.base import Runtime
 from hslm_ptx.validate import LaunchError

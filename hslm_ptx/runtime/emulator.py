@@ -5,7 +5,7 @@ from typing import Any
 
 import numpy as np
 
-from hslm_ptx.catalog.spec import KernelSpec, Launch
+from hslm_ptx.kernel.spec import KernelSpec, Launch
 from hslm_ptx.formats.floats import storage_dtype
 from hslm_ptx.runtime.base import Runtime
 

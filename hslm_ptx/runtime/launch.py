@@ -10,7 +10,7 @@ packed weights scanned once for code 3 and non-zero padding (hslm_ptx.formats.te
 strided inputs (Fortran-ordered, transposed, sliced) copied to C order: a kernel reads
 a buffer row-major from its base pointer (CuPy passes only that pointer), so a strided
 view would be read as garbage; the copy keeps the caller's meaning. A buffer marked
-:class:`hslm_ptx.formats.pitch.KernelLayout` is already in the kernel's layout: it must be
+:class:`hslm_ptx.kernel.pitch.KernelLayout` is already in the kernel's layout: it must be
 exactly that (shape, dtype, C order) and is passed on as it is. Every output is
 pre-filled with its type's poison (:data:`POISON`: a bit pattern no kernel stores), so
 an element the kernel never stores shows as a mismatch even where the exact result is
@@ -24,8 +24,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from hslm_ptx.formats.pitch import KernelLayout
-from hslm_ptx.catalog.spec import BufferSpec, Dims, KernelSpec
+from hslm_ptx.kernel.pitch import KernelLayout
+from hslm_ptx.kernel.spec import BufferSpec, Dims, KernelSpec
 from hslm_ptx.validate import LaunchError, check_dims, module_of
 
 GRID_LIMITS = (2**31 - 1, 65535, 65535)  # CUDA's maximum grid size per axis
@@ -42,11 +42,11 @@ def kernel_args(spec: KernelSpec, dims: Dims, out: Any, inputs: dict[str, Any]) 
     """Arguments in PTX parameter order: output buffers, checked C-ordered inputs, u32 scalars.
     ``out`` is the one output's buffer, or a dict of every output's by name.
 
-    An input is either marked :class:`hslm_ptx.formats.pitch.KernelLayout`, already in the layout
+    An input is either marked :class:`hslm_ptx.kernel.pitch.KernelLayout`, already in the layout
     the kernel reads (rows at a 16-byte aligned pitch for cp.async, transposed for dW):
     the float ops quantize straight into such buffers, and it is checked, never copied;
     or unmarked, in its logical layout (Xq R x K, dYq R x N, also for dW), and copied
-    into the kernel's layout here where that differs (``hslm_ptx.formats.pitch``: one extra pass,
+    into the kernel's layout here where that differs (``hslm_ptx.kernel.pitch``: one extra pass,
     R x width bytes read and R x pitch written, and one allocation)."""
     args: list[Any] = []
     outs = out if isinstance(out, dict) else {spec.output.name: out}
@@ -95,7 +95,7 @@ def _address(buf: Any) -> int:
 
 
 def _check_output(spec: KernelSpec, dims: Dims, param: BufferSpec, buf: Any) -> None:
-    """The output is written in the kernel's layout (rows at ``hslm_ptx.formats.pitch.output_pitch``
+    """The output is written in the kernel's layout (rows at ``hslm_ptx.kernel.pitch.output_pitch``
     words) with 16-byte vector stores: exactly that shape, C-ordered, 16-byte aligned."""
     want = tuple(param.layout.shape(dims))
     if _has(buf, param.storage, want) and buf.flags.c_contiguous and _address(buf) % 16 == 0:
@@ -120,7 +120,7 @@ def _check_kernel_layout(spec: KernelSpec, dims: Dims, param: BufferSpec, buf: A
     raise LaunchError(
         f"{spec.name}: input '{param.name}' (marked KernelLayout) is {got}, expected a C-contiguous "
         f"{param.dtype}{want}, the kernel's layout for R={dims.R} K={dims.K} N={dims.N}; allocate it "
-        "with hslm_ptx.formats.pitch.kernel_buffer, or pass the logical layout unmarked"
+        "with hslm_ptx.kernel.pitch.kernel_buffer, or pass the logical layout unmarked"
     )
 
 
@@ -146,7 +146,7 @@ def _checked_input(spec: KernelSpec, dims: Dims, param: BufferSpec, buf: Any) ->
         if marked:
             raise LaunchError(f"{spec.name}: input '{param.name}' (marked KernelLayout) starts at an address "
                               f"that is not 16-byte aligned (offset {_address(buf) % 16}); allocate it with "
-                              "hslm_ptx.formats.pitch.kernel_buffer, or pass the logical layout unmarked")
+                              "hslm_ptx.kernel.pitch.kernel_buffer, or pass the logical layout unmarked")
         buf = buf.copy()  # a view from inside another array: a fresh allocation is aligned
     return buf
 
@@ -160,7 +160,7 @@ def poisoned(param: BufferSpec, dims: Dims, xp: Any = np) -> Any:
 def launch(spec: KernelSpec, fn: Callable[..., Any], dims: Dims,
            inputs: dict[str, Any], xp: Any = np) -> Any:
     """Run ``spec`` once on ``inputs`` and return its freshly allocated output, seen in
-    its logical shape (a view of the pitched rows the kernel writes, ``hslm_ptx.formats.pitch``);
+    its logical shape (a view of the pitched rows the kernel writes, ``hslm_ptx.kernel.pitch``);
     for a kernel with several outputs, a dict of them by name (:func:`launch_outputs`)."""
     outs = launch_outputs(spec, fn, dims, inputs, xp)
     return outs[spec.output.name] if len(outs) == 1 else outs

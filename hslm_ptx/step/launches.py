@@ -23,7 +23,7 @@ contraction is 729 deep), and the runtime keeps its workspace between steps, zer
 The grouped backward holds the split families' bodies, each splitting where its rule says;
 a part of one split is passed no workspace (any valid pointer, never read).
 
-Each launch is driven by its kernel's :class:`hslm_ptx.catalog.spec.KernelSpec`: the configuration
+Each launch is driven by its kernel's :class:`hslm_ptx.kernel.spec.KernelSpec`: the configuration
 from :func:`hslm_ptx.catalog.registry.choose`, the grid, block and shared bytes from
 ``spec.geometry``, the argument order and every buffer's shape and dtype from
 ``spec.params``. Outputs are allocated at the shapes the specs declare, by the runtime.
@@ -51,12 +51,12 @@ from typing import Any, Iterable, Mapping, NamedTuple
 
 import numpy as np
 
-from hslm_ptx.emit import grouped
+from hslm_ptx.tile import grouped
 from hslm_ptx.families import hslm_grads
 from hslm_ptx.catalog import registry
 from hslm_ptx.formats.floats import FLOAT_DTYPES, storage_dtype
-from hslm_ptx.formats.pitch import pitch
-from hslm_ptx.catalog.spec import BufferSpec, Dims, KernelSpec
+from hslm_ptx.kernel.pitch import pitch
+from hslm_ptx.kernel.spec import BufferSpec, Dims, KernelSpec
 from hslm_ptx.reference.stepmath import SUM_BLOCK
 from hslm_ptx.runtime.base import Runtime
 from hslm_ptx.validate import LaunchError

@@ -12,7 +12,7 @@ from typing import Callable, NamedTuple
 
 from hslm_ptx.emit.ptx import Ptx
 from hslm_ptx.formats.layout import Plain
-from hslm_ptx.catalog.spec import BufferSpec, Dims, ScalarSpec
+from hslm_ptx.kernel.spec import BufferSpec, Dims, ScalarSpec
 from hslm_ptx.tile.geometry import TILE_N
 from hslm_ptx.tile.operands import Coords, Source
 
@@ -40,7 +40,7 @@ def staging_row_words(run: int) -> int:
 
 class Epilogue:
     """The CTA's tile.m x 128 int32 result; the output's rows are ``out_pitch`` words
-    apart, a multiple of 32 (``hslm_ptx.formats.pitch.output_pitch``), so every row starts on a
+    apart, a multiple of 32 (``hslm_ptx.kernel.pitch.output_pitch``), so every row starts on a
     128-byte line.
 
     One split (``store_fragments``): B's rows are ordered so that a lane's accumulators

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from hslm_ptx.emit.ptx import Ptx
-from hslm_ptx.catalog.spec import Launch, Param
+from hslm_ptx.kernel.spec import Launch, Param
 
 TILE_N = 128  # every configuration is TILE_N columns wide
 CHUNK_K = 64  # bytes of k per chunk: two k32 mma steps

@@ -10,7 +10,7 @@ calls to bring A and B into the mma's fragment registers.
   lane l addresses row (l & 7) + 8((l >> 3) & 1) at piece 2s + (l >> 4), which gives
   exactly the m16n8k32 A fragment of k step s; for B stored [n][k] lane l addresses
   row l & 7 at piece l >> 3, which gives the B fragments of one n8 tile for both k steps;
-- A (activations, int8 rows with a 16-byte aligned pitch, ``hslm_ptx/formats/pitch.py``) is
+- A (activations, int8 rows with a 16-byte aligned pitch, ``hslm_ptx/kernel/pitch.py``) is
   copied global -> shared with 16-byte ``cp.async.cg`` into a ring of ``stages`` chunks,
   ``stages - 1`` chunks ahead of the one being multiplied (:class:`StagedRows`). Tails
   need no separate code: a copy's src-size is the bytes left in its row (0 past the last

@@ -14,7 +14,7 @@ import math
 from functools import lru_cache
 
 from hslm_ptx.cost import model as cost
-from hslm_ptx.catalog.spec import Launch
+from hslm_ptx.kernel.spec import Launch
 from hslm_ptx.tile.geometry import CHUNK_K, Plan, Tile, geometry, output_tiles
 
 MIN_SPLIT_CHUNKS = 2  # a split runs at least this many chunks (its copy-ahead prologue amortised)

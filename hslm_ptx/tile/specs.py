@@ -10,10 +10,10 @@ import math
 from typing import Any, Callable
 
 from hslm_ptx.cost import model as cost
-from hslm_ptx.formats.pitch import output_pitch, pitch_param, pitched_output, pitched_rows, planes_param
+from hslm_ptx.kernel.pitch import output_pitch, pitch_param, pitched_output, pitched_rows, planes_param
 from hslm_ptx.formats.planes import Planes
 from hslm_ptx.emit.ptx import Ptx
-from hslm_ptx.catalog.spec import BufferSpec, Dims, KernelSpec, Part, ScalarSpec, buffer_bytes
+from hslm_ptx.kernel.spec import BufferSpec, Dims, KernelSpec, Part, ScalarSpec, buffer_bytes
 from hslm_ptx.tile.epilogue import Rescale, rescaled_output
 from hslm_ptx.tile.geometry import Plan, Tile, begin, entry_name, geometry
 from hslm_ptx.tile.mainloop import emit_staged
@@ -76,7 +76,7 @@ def staged_spec(family: str, tile: Tile, gemm: tuple[str, str, str], buffers: tu
     B keeps ``b_share`` bytes of each stage past A's rows: a chunk of TILE_N staged rows
     unless said; with A's rows, what a CTA copies a chunk, the cost model's L2 bytes) from
     the loaded parameters ``p``; the output's row pitch ``ldo``
-    (``hslm_ptx.formats.pitch.output_pitch`` words) follows ``pitch``. The tile rule
+    (``hslm_ptx.kernel.pitch.output_pitch`` words) follows ``pitch``. The tile rule
     (:func:`phase_cost`) times the launch on the loop counted from ptxas's SASS into
     hslm_ptx/cost/loop_counts.json (``hslm_ptx.cost.model.loop_counts``: this tile's entry of
     ``loop_family``, the int32 family whose main loop the kernel shares, its own by

@@ -14,10 +14,10 @@ from typing import Any, Callable
 import numpy as np
 
 from hslm_ptx.runtime.launch import OUTPUT_POISON, kernel_args
-from hslm_ptx.catalog.spec import Dims, KernelSpec
+from hslm_ptx.kernel.spec import Dims, KernelSpec
 from hslm_ptx.pipeline.bench.record import TOLERANCE
 from hslm_ptx.pipeline.core.models import Shape
-from hslm_ptx.pipeline.stages.verify import seed  # the verify cell's inputs: same data, same seed
+from hslm_ptx.pipeline.core.shapes import seed  # the verify cell's inputs: same data, same seed
 
 
 # Each kernel as the GEMM out = A @ Bt.T in its output's layout (A: M x inner, Bt: out x inner).

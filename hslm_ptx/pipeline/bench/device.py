@@ -17,7 +17,7 @@ from typing import Any
 from hslm_ptx.runtime.backends import device_info
 from hslm_ptx.pipeline.core.errors import UserError
 from hslm_ptx.pipeline.bench.record import Device, peak_for
-from hslm_ptx.pipeline.stages.verify import one_line
+from hslm_ptx.pipeline.core.errors import one_line
 
 # Which CuPy works: one wheel per CUDA major, matching the driver's major or older.
 CUPY_BUILDS = ("CuPy >= 13 built for the machine's CUDA major: cupy-cuda12x "

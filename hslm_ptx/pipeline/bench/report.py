@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from hslm_ptx.catalog.registry import KERNELS, choose
-from hslm_ptx.catalog.spec import Dims
+from hslm_ptx.kernel.spec import Dims
 from hslm_ptx.pipeline.core.artifacts import read_model, write_model
 from hslm_ptx.pipeline.core.files import rel, write_atomic
 from hslm_ptx.pipeline.core.cli import OneLineParser, run_cli

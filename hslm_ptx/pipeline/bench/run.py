@@ -37,7 +37,7 @@ import numpy as np
 
 from hslm_ptx.runtime.backends import load_function
 from hslm_ptx.catalog.registry import KERNELS
-from hslm_ptx.catalog.spec import Dims, KernelSpec
+from hslm_ptx.kernel.spec import Dims, KernelSpec
 from hslm_ptx.pipeline.core.artifacts import read_model, write_model
 from hslm_ptx.pipeline.core.files import rel, sha256_file
 from hslm_ptx.pipeline.core.errors import UserError
@@ -53,7 +53,7 @@ from hslm_ptx.pipeline.bench.timing import calls_per_sample, estimate_us, sets_n
 from hslm_ptx.pipeline.core.config import BENCH_DIR, ROOT, ptx_path
 from hslm_ptx.pipeline.core.models import Shape
 from hslm_ptx.pipeline.core.shapes import select_sets
-from hslm_ptx.pipeline.stages.verify import one_line
+from hslm_ptx.pipeline.core.errors import one_line
 
 DEFAULT_METHOD = Method(warmup=10, repeats=100, target_sample_us=200.0, l2_multiple=2.0)
 CEILING_N = 8192

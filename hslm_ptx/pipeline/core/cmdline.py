@@ -79,7 +79,7 @@ def bad_value(name: str, value: str) -> str | None:
     return None
 
 
-DATABASE = ".doit.db"  # DOIT_CONFIG["dep_file"] in dodo.py (doit clean removes it: hslm_ptx.pipeline.tasks.taskkit)
+DATABASE = ".doit.db"  # DOIT_CONFIG["dep_file"] in dodo.py (doit clean removes it: hslm_ptx.pipeline.stages.taskkit)
 
 
 def option(argv: list[str], name: str) -> str | None:

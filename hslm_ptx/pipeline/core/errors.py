@@ -1,6 +1,6 @@
 """Every error the pipeline raises on purpose, in one place, and the one-line form of any error.
 
-Each is caught at a task boundary (hslm_ptx.pipeline.tasks.taskkit.one_line_failure) or by the
+Each is caught at a task boundary (hslm_ptx.pipeline.stages.taskkit.one_line_failure) or by the
 gate's CLI and printed as one line, no traceback. The kernels' own errors
 (hslm_ptx.runtime.launch.LaunchError, hslm_ptx.formats.ternary.PackError, hslm_ptx.emu's EmulatorError)
 stay in kernels/, which never imports the pipeline.

@@ -7,6 +7,7 @@ a pydantic dump or a KeyError deep inside a task.
 from __future__ import annotations
 
 import functools
+import zlib
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -99,3 +100,9 @@ def select_sets(names: tuple[str, ...], path: Path = SHAPES_FILE) -> dict[str, t
 def load_set(name: str, path: Path = SHAPES_FILE) -> tuple[Shape, ...]:
     """The shapes of one named set (:class:`UserError` when unknown)."""
     return select_sets((name,), path)[name]
+
+
+def seed(kernel: str, shape: Shape) -> int:
+    """Input seed of one cell (verify's and the bench's, so both run the same data): crc32 of
+    "kernel/shape-name"."""
+    return zlib.crc32(f"{kernel}/{shape.name}".encode())

@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from pydantic import ValidationError
 
-from hslm_ptx.catalog.spec import KernelSpec
+from hslm_ptx.kernel.spec import KernelSpec
 from hslm_ptx.pipeline.core import config
 from hslm_ptx.pipeline.core.files import rel, sha256_bytes, sha256_file, write_atomic
 from hslm_ptx.pipeline.core.checker import content_sha256

@@ -85,7 +85,7 @@ import argparse
 import re
 import sys
 from pathlib import Path
-from typing import Callable, Iterable, Literal, NamedTuple
+from typing import Callable, Iterable
 
 from pydantic import ValidationError
 
@@ -96,6 +96,7 @@ from hslm_ptx.pipeline.core.config import ALLOWED_FILE, GATE_DIR, LEDGER_FILE, S
 from hslm_ptx.cost.model import COUNTS_FILE
 from hslm_ptx.pipeline.ratchet.dupbody import allowed_group, read_allowed, stale_allowances
 from hslm_ptx.pipeline.core.errors import ArtifactError, UserError
+from hslm_ptx.pipeline.ratchet.findings import SHOWN_MISMATCHES, Finding, Inputs
 from hslm_ptx.pipeline.ratchet.gate_new_kernel import fold_new_kernels
 from hslm_ptx.pipeline.ratchet.gate_counts import counts_findings
 from hslm_ptx.pipeline.stages.model_doc import doc_findings
@@ -110,40 +111,6 @@ from hslm_ptx.pipeline.ratchet.stores import (LEDGER as LEDGER_PATH, Snapshot, a
 from hslm_ptx.pipeline.ratchet.stores import loosenings as store_loosenings, working_tree
 from hslm_ptx.pipeline.stages.table import stage_rerun
 
-Kind = Literal["UNEXPECTED FAILURE", "UNEXPECTED PASS", "UNLISTED", "STALE", "OVER CAP",
-               "BAD REASON", "STALE SEAL", "UNSEALED", "BAD SEAL", "SEAL MISMATCH", "DUPLICATE BODY",
-               "SCHEMA DRIFT", "NOT RUN", "SLOWER", "FASTER", "MISSING", "ACCEPTED SLOWER", "LOOSENED",
-               "ACCEPTED LOOSENING", "NEW KERNEL", "UNSOURCED"]
-INFORMATIONAL: frozenset[str] = frozenset({"NOT RUN", "FASTER", "ACCEPTED SLOWER", "ACCEPTED LOOSENING"})
-SHOWN_MISMATCHES = 8  # per seal; the rest are counted on one more line
-
-
-class Finding(NamedTuple):
-    kind: Kind
-    subject: str  # the cell or the file
-    what: str
-    fix: str  # the command (or edit) that clears it
-
-    @property
-    def red(self) -> bool:
-        return self.kind not in INFORMATIONAL
-
-    def __str__(self) -> str:
-        return f"{'' if self.red else 'INFO '}{self.kind}  {self.subject}: {self.what}  -> {self.fix}"
-
-
-class Inputs(NamedTuple):
-    run: RunSummary
-    ledger: Ledger
-    seals: dict[str, Seal]
-    allowed: AllowedDuplicates
-    base: Ledger | None = None  # the ledger at ``base=REF``, when given
-    base_ref: str = ""
-    stores: Snapshot | None = None  # the committed stores now (hslm_ptx.pipeline.ratchet.stores)
-    base_stores: Snapshot | None = None  # and at ``base=REF``
-    counted: tuple[tuple[str, str, str, str], ...] = ()  # what the judges that count afresh found (see gather)
-
-
 Rule = Callable[[Inputs], Iterable[Finding]]
 LEDGER = rel(LEDGER_FILE)
 
@@ -152,9 +119,7 @@ def rerun(check: str, target: str) -> str:
     """The command that re-runs one cell's check: the stage's own (hslm_ptx.pipeline.stages.table)."""
     if check == "tests":
         return "doit kernel_tests"
-    from hslm_ptx.pipeline.tasks.build import PTXAS, VERIFY  # the stages the ledger's cells come from
-
-    return stage_rerun((PTXAS, VERIFY), check, target)
+    return stage_rerun(check, target)
 
 
 def verdicts(i: Inputs) -> Iterable[Finding]:

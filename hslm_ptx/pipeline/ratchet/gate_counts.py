@@ -19,7 +19,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, NamedTuple
 
-from hslm_ptx.cost import model as cost
 from hslm_ptx.catalog.registry import KERNELS
 from hslm_ptx.pipeline.core.artifacts import read_json, read_model
 from hslm_ptx.pipeline.core.files import rel

@@ -8,19 +8,14 @@ and the commands that record it (``doit seal`` pins what was verified, ``doit bl
 accept_new=1`` adds its cells to the ledger). A kernel that has a seal or any ledger
 entry is not new: its findings are left as they are.
 
-The gate's findings and inputs are read by attribute only (``kind``, ``subject``,
-``what``, ``fix``; ``run``, ``ledger``, ``seals``), so this module imports nothing of
-hslm_ptx.pipeline.ratchet.gate and hslm_ptx.pipeline.ratchet.gate can call it.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence, TypeVar
+from typing import Sequence, TypeVar
 
 from hslm_ptx.pipeline.core.files import rel
+from hslm_ptx.pipeline.ratchet.findings import Finding, Inputs
 from hslm_ptx.pipeline.ratchet.seal import seal_path
-
-if TYPE_CHECKING:
-    from hslm_ptx.pipeline.ratchet.gate import Finding, Inputs
 
 F = TypeVar("F", bound="Finding")
 

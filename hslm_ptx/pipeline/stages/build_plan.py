@@ -2,8 +2,8 @@
 
 emit, ptxas and verify create their tasks from a :class:`BuildPlan`: each kernel's name
 and source files, which ptxas, and each kernel's verify cells with their inputs hashes.
-Computing it (hslm_ptx.pipeline.stages.build_steps.compute_plan) imports every kernel and hashes
-every cell's inputs; a run that changed no file under kernels/ or pipeline/, nor
+Computing it (:func:`_compute`, on a miss) imports every kernel and hashes
+every cell's inputs; a run that changed no file under hslm_ptx/, nor
 shapes.yaml, dodo.py, the ptxas binary, its command-line variables or environment, takes
 it from ``artifacts/cache/plans/<key>.json`` (hslm_ptx.pipeline.core.treememo; one file per set of
 variables, so ``doit gate shape=smoke`` and ``doit verify`` keep theirs) and imports none
@@ -21,11 +21,14 @@ import importlib.util
 import json
 import os
 import sys
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from hslm_ptx.pipeline.core import config
 from hslm_ptx.pipeline.core.cmdline import given_variables
 from hslm_ptx.pipeline.core.treememo import remembered, stamp
+
+if TYPE_CHECKING:
+    from hslm_ptx.pipeline.core.models import Shape
 
 VARIABLES = ("shape", "backend", "force")  # the command-line variables the plan reads
 
@@ -77,10 +80,80 @@ def _key() -> dict:
             "nvcc": sorted(nvcc.submodule_search_locations or []) if nvcc else None}
 
 
-def _compute() -> dict:
-    from hslm_ptx.pipeline.stages.build_steps import compute_plan  # the kernels, numpy, pydantic: only on a miss
+# ---- computing it (on a miss: these import the kernels) ------------------------------------
 
-    return compute_plan()
+def chosen_sets() -> "dict[str, tuple[Shape, ...]]":
+    """The shape sets of ``shape=`` (default config.VERIFY_SETS), from shapes.yaml."""
+    from hslm_ptx.pipeline.core.cmdline import var
+    from hslm_ptx.pipeline.core.shapes import parse_set_names, select_sets
+
+    return select_sets(parse_set_names(var("shape")))
+
+
+@functools.lru_cache(maxsize=None)
+def found_ptxas() -> tuple[tuple[str, str | None], ...]:
+    """Which ptxas, looked up once a run. A missing ptxas is not an error here (``doit
+    emit`` must work without one)."""
+    from hslm_ptx.pipeline.core.errors import UserError
+    from hslm_ptx.pipeline.stages.ptxas import find_ptxas, ptxas_version
+
+    try:
+        ptxas = find_ptxas()
+        return (("ptxas", str(ptxas)), ("version", ptxas_version(ptxas)))
+    except UserError:
+        return (("ptxas", None),)
+
+
+class VerifyPlan(NamedTuple):
+    """The verify cells this command line asks for, and how to run them."""
+
+    cells: list[tuple[str, str, Shape]]  # (kernel, set, shape), registry then file order
+    backend: str
+    force: bool
+
+
+def verify_plan() -> VerifyPlan:
+    """From ``shape=``, ``backend=`` and ``force=``; :class:`UserError` on a bad one. The
+    tasks that depend on verify cells (seal, gate) read the same plan, so a bad input
+    fails them the same way instead of leaving them a dependency that does not exist."""
+    from hslm_ptx.catalog.registry import KERNELS
+    from hslm_ptx.pipeline.core.cmdline import var
+    from hslm_ptx.pipeline.stages.verify import resolve_backend
+
+    sets = chosen_sets()
+    cells = [(spec.name, shape_set, shape) for spec in KERNELS.values()
+             for shape_set, shapes in sets.items() for shape in shapes]
+    return VerifyPlan(cells, resolve_backend(var("backend")), var("force") == "1")
+
+
+def kernel_cells() -> list[KernelCells]:
+    """The stage's cells: the plan's cells grouped by kernel, with their inputs hashed."""
+    from hslm_ptx.pipeline.stages.verify import cell_inputs
+
+    plan = verify_plan()
+    grouped: dict[str, list[tuple[str, Shape]]] = {}
+    for kernel, shape_set, shape in plan.cells:
+        grouped.setdefault(kernel, []).append((shape_set, shape))
+    return [KernelCells(kernel, tuple((shape_set, shape.name) for shape_set, shape in shapes),
+                        tuple(cell_inputs(kernel, shape, plan.backend) for _, shape in shapes), plan.backend, plan.force)
+            for kernel, shapes in grouped.items()]
+
+
+def _compute() -> dict:
+    """:class:`BuildPlan` as JSON: what creating the build's tasks reads. It imports the
+    kernels, numpy and pydantic (each import below), so it runs only on a miss."""
+    from hslm_ptx.catalog.registry import KERNELS
+    from hslm_ptx.cost.model import CostInputError  # the tile rule reads hslm_ptx/cost/devices.json and the loop counts
+    from hslm_ptx.pipeline.core.errors import UserError
+    from hslm_ptx.pipeline.core.sources import source_files
+
+    try:
+        verify: list[dict] | str = [cells._asdict() for cells in kernel_cells()]
+    except (UserError, CostInputError) as exc:
+        verify = str(exc)
+    ptxas = found_ptxas()
+    return {"kernels": [{"name": spec.name, "sources": [str(p) for p in source_files(spec)]} for spec in KERNELS.values()],
+            "ptxas": ptxas, "ptxas_stamp": ptxas_stamp(dict(ptxas)["ptxas"]), "verify": verify}
 
 
 @functools.lru_cache(maxsize=None)

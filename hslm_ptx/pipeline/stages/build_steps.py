@@ -2,7 +2,7 @@
 the records, print the lines; and the plan their tasks are created from.
 
 hslm_ptx.pipeline.tasks.build declares the tasks and names these functions by their dotted
-path (hslm_ptx.pipeline.tasks.taskkit.Deferred), so this module, and the kernels, numpy and
+path (hslm_ptx.pipeline.stages.taskkit.Deferred), so this module, and the kernels, numpy and
 pydantic with it, is imported only by a run that has work to do.
 
 A cell records its evidence and succeeds, whatever the evidence says: a ptxas report
@@ -14,35 +14,25 @@ ledger, and whatever it ran is up to date for ``doit verify``.
 """
 from __future__ import annotations
 
-import functools
-import json
-from typing import NamedTuple, Sequence
+from typing import Sequence
 
 from doit.exceptions import TaskFailed
 
 from hslm_ptx.catalog.registry import KERNELS
-from hslm_ptx.catalog.spec import Dims, KernelSpec
 from hslm_ptx.pipeline.core import config
 from hslm_ptx.pipeline.stages import report
 from hslm_ptx.pipeline.core.artifacts import check_artifact, read_model, read_present, write_model
-from hslm_ptx.pipeline.core.files import rel, sha256_bytes, sha256_file
+from hslm_ptx.pipeline.core.files import rel, sha256_file
 from hslm_ptx.pipeline.core.cmdline import var
 from hslm_ptx.pipeline.stages.emit import emit
 from hslm_ptx.pipeline.core.errors import ArtifactError, UserError, one_line
-from hslm_ptx.pipeline.core.models import EmitResult, PtxasReport, Shape, VerifiedCell, VerifyIndex, VerifyReport
-from hslm_ptx.pipeline.stages.ptxas import assemble, find_ptxas, ptxas_version
-from hslm_ptx.pipeline.core.shapes import parse_set_names, select_sets
-from hslm_ptx.pipeline.core.sources import check_hash, source_files
-from hslm_ptx.pipeline.stages.build_plan import KernelCells
-from hslm_ptx.pipeline.tasks.taskkit import one_line_failure
+from hslm_ptx.pipeline.core.models import EmitResult, PtxasReport, VerifiedCell, VerifyIndex, VerifyReport
+from hslm_ptx.pipeline.stages.ptxas import assemble
+from hslm_ptx.pipeline.stages.build_plan import KernelCells, chosen_sets
+from hslm_ptx.pipeline.stages.taskkit import one_line_failure
 from hslm_ptx.pipeline.stages.executor import Executor, Job, executor, parse_devices
 from hslm_ptx.pipeline.stages.progress import PROGRESS
-from hslm_ptx.pipeline.stages.verify import backend_hash, check_work, resolve_backend, run_cell, seed, verdict
-
-
-def chosen_sets() -> dict[str, tuple[Shape, ...]]:
-    """The shape sets of ``shape=`` (default config.VERIFY_SETS), from shapes.yaml."""
-    return select_sets(parse_set_names(var("shape")))
+from hslm_ptx.pipeline.stages.verify import check_work, run_cell, verdict
 
 
 # ---- emit ----------------------------------------------------------------------------
@@ -54,17 +44,6 @@ def run_emit(kernel: str) -> None:
 
 
 # ---- ptxas ---------------------------------------------------------------------------
-
-@functools.lru_cache(maxsize=None)
-def _found_ptxas() -> tuple[tuple[str, str | None], ...]:
-    """Which ptxas, looked up once a run. A missing ptxas is not an error here (``doit
-    emit`` must work without one)."""
-    try:
-        ptxas = find_ptxas()
-        return (("ptxas", str(ptxas)), ("version", ptxas_version(ptxas)))
-    except UserError:
-        return (("ptxas", None),)
-
 
 @one_line_failure
 def run_ptxas(kernel: str) -> None:
@@ -100,63 +79,6 @@ def ptxas_summary(kernels: Sequence[str], ran: int) -> str:
 # per task, and a kernel's cells share its PTX, its reference and its emulator. A cell is
 # run again only when its inputs, its PTX or its report file changed since its entry in
 # the kernel's VerifyIndex was written (after each cell, so a killed run keeps what finished).
-
-class VerifyPlan(NamedTuple):
-    """The verify cells this command line asks for, and how to run them."""
-
-    cells: list[tuple[str, str, Shape]]  # (kernel, set, shape), registry then file order
-    backend: str
-    force: bool
-
-
-def verify_plan() -> VerifyPlan:
-    """From ``shape=``, ``backend=`` and ``force=``; :class:`UserError` on a bad one. The
-    tasks that depend on verify cells (seal, gate) read the same plan, so a bad input
-    fails them the same way instead of leaving them a dependency that does not exist."""
-    sets = chosen_sets()
-    cells = [(spec.name, shape_set, shape) for spec in KERNELS.values()
-             for shape_set, shapes in sets.items() for shape in shapes]
-    return VerifyPlan(cells, resolve_backend(var("backend")), var("force") == "1")
-
-
-def launch_config(spec: KernelSpec, shape: Shape) -> str:
-    """The cell's launch as data: grid, block, shared bytes and the scalar arguments. A
-    change to a tile or split-K rule that leaves the PTX bytes alone still changes how
-    the cell runs, so the cell re-runs; a comment edit changes none of it."""
-    dims = Dims(shape.R, shape.K, shape.N)
-    scalars = [p.value(dims) for p in spec.params if p.is_scalar]
-    return repr((tuple(spec.geometry(dims)), scalars))
-
-
-@functools.lru_cache(maxsize=None)
-def _check_hash(kernel: str) -> str:
-    return check_hash(KERNELS[kernel])  # one kernel's reference hash serves all its cells
-
-
-@functools.lru_cache(maxsize=None)
-def _backend_hash(backend: str) -> str:
-    return backend_hash(backend)
-
-
-def cell_inputs(kernel: str, shape: Shape, backend: str) -> str:
-    """sha256 of what a cell's verdict depends on besides the PTX: its shape, input seed,
-    launch, the reference's code and, on the emulator, the emulator's."""
-    params = {"R": shape.R, "K": shape.K, "N": shape.N, "backend": backend, "seed": seed(kernel, shape),
-              "reference": _check_hash(kernel), "emulator": _backend_hash(backend),
-              "launch": launch_config(KERNELS[kernel], shape)}
-    return sha256_bytes(json.dumps(params, sort_keys=True).encode())
-
-
-def kernel_cells() -> list[KernelCells]:
-    """The stage's cells: the plan's cells grouped by kernel, with their inputs hashed."""
-    plan = verify_plan()
-    grouped: dict[str, list[tuple[str, Shape]]] = {}
-    for kernel, shape_set, shape in plan.cells:
-        grouped.setdefault(kernel, []).append((shape_set, shape))
-    return [KernelCells(kernel, tuple((shape_set, shape.name) for shape_set, shape in shapes),
-                        tuple(cell_inputs(kernel, shape, plan.backend) for _, shape in shapes), plan.backend, plan.force)
-            for kernel, shapes in grouped.items()]
-
 
 def read_index(kernel: str) -> VerifyIndex:
     """The kernel's index; an empty one when there is none or it is unreadable (its cells
@@ -284,23 +206,6 @@ def verify_summary(kernels: Sequence[KernelCells], ran: int) -> str:
 
 def verify_table(kernels: Sequence[KernelCells]) -> str:
     return report.verify_table([cell for cells in kernels for cell in cells.named()])
-
-
-# ---- the plan ------------------------------------------------------------------------
-
-def compute_plan() -> dict:
-    """hslm_ptx.pipeline.stages.build_plan.BuildPlan as JSON: what creating the build's tasks reads."""
-    from hslm_ptx.pipeline.stages.build_plan import ptxas_stamp
-
-    from hslm_ptx.cost.model import CostInputError  # the tile rule reads hslm_ptx/cost/devices.json and the loop counts
-
-    try:
-        verify: list[dict] | str = [cells._asdict() for cells in kernel_cells()]
-    except (UserError, CostInputError) as exc:
-        verify = str(exc)
-    ptxas = _found_ptxas()
-    return {"kernels": [{"name": spec.name, "sources": [str(p) for p in source_files(spec)]} for spec in KERNELS.values()],
-            "ptxas": ptxas, "ptxas_stamp": ptxas_stamp(dict(ptxas)["ptxas"]), "verify": verify}
 
 
 # ---- report --------------------------------------------------------------------------

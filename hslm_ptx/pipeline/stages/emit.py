@@ -6,7 +6,7 @@ e.g. a comment in a kernel module, re-runs emit and nothing after it.
 """
 from __future__ import annotations
 
-from hslm_ptx.catalog.spec import KernelSpec
+from hslm_ptx.kernel.spec import KernelSpec
 from hslm_ptx.pipeline.core.artifacts import write_model
 from hslm_ptx.pipeline.core.files import rel, sha256_bytes, write_atomic
 from hslm_ptx.pipeline.core.config import emit_json, ptx_path

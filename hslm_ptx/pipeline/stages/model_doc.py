@@ -90,7 +90,7 @@ def build_reports(build: Callable[[str, str], ModelReport] | None = None) -> lis
     """The report of each (shape set, GPU) of :data:`DOC_MODELS` (``build``: the model stage's
     ``build_model``, from the artifacts on disk)."""
     if build is None:
-        from hslm_ptx.pipeline.tasks.perf import build_model as build  # the stage that owns the model's inputs
+        from hslm_ptx.pipeline.stages.model_build import build_model as build  # reads every GEMM's artifacts
     return [build(shape_set, gpu) for shape_set, gpu in DOC_MODELS]
 
 

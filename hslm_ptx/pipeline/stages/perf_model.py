@@ -32,11 +32,11 @@ import numpy as np
 from pydantic import Field, ValidationError, model_validator
 
 from hslm_ptx.cost import model as cost
-from hslm_ptx.emit import grouped
+from hslm_ptx.tile import grouped
 from hslm_ptx.runtime.backends import load_ptx
 from hslm_ptx.runtime.launch import launch
 from hslm_ptx.catalog.registry import KERNELS, choose
-from hslm_ptx.catalog.spec import Dims, KernelSpec
+from hslm_ptx.kernel.spec import Dims, KernelSpec
 from hslm_ptx.tile.geometry import CHUNK_K
 from hslm_ptx.tile import rule as tile_rule
 from hslm_ptx.tile.rule import output_wavefronts as staged_output_wavefronts
@@ -672,7 +672,7 @@ def launch_phases(layer: LayerShape, recorded: LayerLaunch, g: GpuModel,
 
 def grouped_phases(layer: LayerShape, recorded: LayerLaunch, members: tuple[KernelSpec, ...], g: GpuModel,
                    records: GemmRecords, dev: cost.Device) -> tuple[str, cost.Phases]:
-    """A grouped launch (hslm_ptx.emit.grouped) timed as its members one after another, each with
+    """A grouped launch (hslm_ptx.tile.grouped) timed as its members one after another, each with
     its own fixed cost: no overlap of one member's tail with the next is credited, so this
     is the slower side of what the grid can do. A member that is a GEMM is timed on its own
     loop entry's phases; any other member as a pass over the whole launch's bytes (which

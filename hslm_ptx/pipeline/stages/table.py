@@ -19,7 +19,7 @@ for every kernel, then ``ptxas:check``). From its one declaration come:
 - the gate's re-run command for one of the stage's cells (:func:`rerun`).
 
 A cell is plain data (a name, a tuple): its repr is what the judge's ``config_changed``
-keeps. The fields that read records are hslm_ptx.pipeline.tasks.taskkit.Deferred paths, so
+keeps. The fields that read records are hslm_ptx.pipeline.stages.taskkit.Deferred paths, so
 creating a stage's tasks imports no record module.
 """
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Callable, Hashable, Iterator, Sequence
 from doit.exceptions import TaskFailed
 from doit.tools import config_changed
 
-from hslm_ptx.pipeline.tasks.taskkit import fails_on_user_error, one_line_failure
+from hslm_ptx.pipeline.stages.taskkit import fails_on_user_error, one_line_failure
 
 Cell = Hashable  # a stage's unit of work: a kernel, (kernel, set, shape), a shape set
 
@@ -106,12 +106,16 @@ def judge(stage: Stage, cells: Sequence[Cell]) -> TaskFailed | dict:
     return TaskFailed(failing[0] + more)
 
 
-def stage_rerun(stages: Sequence[Stage], check: str, target: str) -> str:
+# The command that re-runs a cell of each stage whose cells the ledger holds: the stages'
+# declarations (hslm_ptx.pipeline.tasks.build) and the gate's fix lines read it here.
+RERUN = {"ptxas": "doit ptxas", "verify": "doit verify shape={set} backend=emulator"}
+
+
+def stage_rerun(check: str, target: str) -> str:
     """The command that re-runs the cell ``target`` of stage ``check`` (the gate's fix line)."""
-    for stage in stages:
-        if stage.name == check and stage.rerun:
-            return stage.rerun.format(set=target.split("/")[0])
-    raise KeyError(f"no stage '{check}' with a re-run command")
+    if check not in RERUN:
+        raise KeyError(f"no stage '{check}' with a re-run command")
+    return RERUN[check].format(set=target.split("/")[0])
 
 
 def summary_lines(stage: Stage, cells: Sequence[Cell], ran: int) -> list[str]:

@@ -19,10 +19,11 @@ has its live line instead: hslm_ptx.pipeline.stages.progress).
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
+import json
 import threading
 import time
-import zlib
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -31,12 +32,13 @@ import numpy as np
 from hslm_ptx.runtime import backends
 from hslm_ptx.runtime.backends import GPU_HINT, gpu_available
 from hslm_ptx.formats.floats import same_values, to_f32
-from hslm_ptx.catalog.spec import BufferSpec, Dims, KernelSpec
+from hslm_ptx.kernel.spec import BufferSpec, Dims, KernelSpec
 from hslm_ptx.pipeline.core.artifacts import check_artifact, read_model, write_model
 from hslm_ptx.pipeline.core.files import sha256_bytes
 from hslm_ptx.pipeline.core.config import (BACKENDS, EMULATOR_MACS_PER_SECOND, EMULATOR_WORK_BUDGET, emit_json,
                                            ptx_path, verify_json)
 from hslm_ptx.pipeline.core.errors import UserError, one_line
+from hslm_ptx.pipeline.core.shapes import seed
 from hslm_ptx.pipeline.core.models import EmitResult, LaunchStats, MemoryAccess, Mismatch, Shape, VerifyReport
 
 HEARTBEAT_SECONDS = 15.0
@@ -61,11 +63,6 @@ def backend_hash(backend: str) -> str:
     emulator = importlib.util.find_spec("hslm_ptx.emu")  # found, not imported: task creation stays light
     sources = sorted(Path(emulator.origin).parent.glob("*.py"))
     return sha256_bytes(b"".join(p.read_bytes() for p in sources))
-
-
-def seed(kernel: str, shape: Shape) -> int:
-    """Input seed of one cell: crc32 of "kernel/shape-name"."""
-    return zlib.crc32(f"{kernel}/{shape.name}".encode())
 
 
 def work(shape: Shape) -> int:
@@ -204,7 +201,6 @@ def run_cell(kernel: str, shape_set: str, shape: Shape, backend: str, force: boo
     spec = KERNELS[kernel]
     check_work(kernel, shape_set, shape, backend, force)
     if inputs:
-        from hslm_ptx.pipeline.stages.build_steps import cell_inputs
         if cell_inputs(kernel, shape, backend) != inputs:
             raise UserError(f"verify {kernel} {shape_set}/{shape.name} on {node_name()}: this worker's reference, "
                             "emulator or launch code differs from the driver's; install the driver's commit there")
@@ -249,3 +245,38 @@ def verdict(report: VerifyReport) -> str:
         return (f"{where}: {report.mismatches} mismatches{f' ({per})' if per else ''} (max |diff| {report.max_abs_diff}); "
                 f"first at {f'{m.output} ' if m.output else ''}(row {m.row}, col {m.col}): got {m.got}, want {m.want}")
     return f"{where}: ok, {report.rows_checked} rows exact on {report.backend} ({report.seconds:.2f}s)"
+
+
+# ---- what a cell's verdict depends on ----------------------------------------------------
+
+def launch_config(spec: KernelSpec, shape: Shape) -> str:
+    """The cell's launch as data: grid, block, shared bytes and the scalar arguments. A
+    change to a tile or split-K rule that leaves the PTX bytes alone still changes how
+    the cell runs, so the cell re-runs; a comment edit changes none of it."""
+    dims = Dims(shape.R, shape.K, shape.N)
+    scalars = [p.value(dims) for p in spec.params if p.is_scalar]
+    return repr((tuple(spec.geometry(dims)), scalars))
+
+
+@functools.lru_cache(maxsize=None)
+def _check_hash(kernel: str) -> str:
+    from hslm_ptx.catalog.registry import KERNELS
+    from hslm_ptx.pipeline.core.sources import check_hash
+
+    return check_hash(KERNELS[kernel])  # one kernel's reference hash serves all its cells
+
+
+@functools.lru_cache(maxsize=None)
+def _backend_hash(backend: str) -> str:
+    return backend_hash(backend)
+
+
+def cell_inputs(kernel: str, shape: Shape, backend: str) -> str:
+    """sha256 of what a cell's verdict depends on besides the PTX: its shape, input seed,
+    launch, the reference's code and, on the emulator, the emulator's."""
+    from hslm_ptx.catalog.registry import KERNELS
+
+    params = {"R": shape.R, "K": shape.K, "N": shape.N, "backend": backend, "seed": seed(kernel, shape),
+              "reference": _check_hash(kernel), "emulator": _backend_hash(backend),
+              "launch": launch_config(KERNELS[kernel], shape)}
+    return sha256_bytes(json.dumps(params, sort_keys=True).encode())

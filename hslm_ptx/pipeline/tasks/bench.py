@@ -20,7 +20,7 @@ from hslm_ptx.pipeline.core import config
 from hslm_ptx.pipeline.core.files import remove_folder
 from hslm_ptx.pipeline.bench.report import output_paths
 from hslm_ptx.pipeline.core.cmdline import describe, var
-from hslm_ptx.pipeline.tasks.taskkit import failing_task, one_line_failure
+from hslm_ptx.pipeline.stages.taskkit import failing_task, one_line_failure
 
 DEFAULT_SET = "hslm"
 BENCH_SOURCES = sorted(Path(__file__).resolve().parents[1].joinpath("bench").glob("*.py"))

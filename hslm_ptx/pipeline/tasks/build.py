@@ -39,8 +39,8 @@ from hslm_ptx.pipeline.core.checker import targets_intact
 from hslm_ptx.pipeline.core.cmdline import describe
 from hslm_ptx.pipeline.core.errors import UserError
 from hslm_ptx.pipeline.stages.build_plan import KernelCells, build_plan
-from hslm_ptx.pipeline.stages.table import Stage
-from hslm_ptx.pipeline.tasks.taskkit import Deferred, clean_leftovers, fails_on_user_error
+from hslm_ptx.pipeline.stages.table import RERUN, Stage
+from hslm_ptx.pipeline.stages.taskkit import Deferred, clean_leftovers, fails_on_user_error
 
 STEPS = "hslm_ptx.pipeline.stages.build_steps"
 
@@ -93,7 +93,7 @@ PTXAS = Stage(
     judge_doc="fail unless every kernel is within budget and spill-free on every arch",
     table=Deferred("hslm_ptx.pipeline.stages.report:ptxas_table"),
     summary=steps("ptxas_summary"),
-    rerun="doit ptxas",
+    rerun=RERUN["ptxas"],
 )
 
 
@@ -141,7 +141,7 @@ VERIFY = Stage(
     list_failing=True,
     table=steps("verify_table"),
     summary=steps("verify_summary"),
-    rerun="doit verify shape={set} backend=emulator",
+    rerun=RERUN["verify"],
 )
 
 
@@ -151,7 +151,7 @@ VERIFY = Stage(
 def task_report() -> Iterator[dict]:
     # its doc (`doit list`) names the variables: set after the definition
     from hslm_ptx.pipeline.core.cmdline import var
-    from hslm_ptx.pipeline.stages.build_steps import verify_plan
+    from hslm_ptx.pipeline.stages.build_plan import verify_plan
 
     fmt = var("format")
     if fmt not in ("text", "json"):

@@ -34,7 +34,7 @@ from hslm_ptx.pipeline.core.layer_records import LayerReport, LayerShape
 from hslm_ptx.pipeline.stages.report import table
 from hslm_ptx.pipeline.core.shapes import parse_set_names, select_sets
 from hslm_ptx.pipeline.stages.table import Stage
-from hslm_ptx.pipeline.tasks.taskkit import one_line_failure
+from hslm_ptx.pipeline.stages.taskkit import one_line_failure
 
 DEFAULT_LAYER_SET = "hslm"
 # the targets a step is measured against (printed beside the counts; the ledger ratchets them)

@@ -34,8 +34,8 @@ from hslm_ptx.pipeline.ratchet.results import summarize
 from hslm_ptx.pipeline.ratchet.seal import build_seal, seal_path, write_seal
 from hslm_ptx.pipeline.core.shapes import select_sets
 from hslm_ptx.pipeline.core.sources import source_sha256
-from hslm_ptx.pipeline.tasks.taskkit import failing_task, fails_on_user_error, one_line_failure
-from hslm_ptx.pipeline.stages.build_steps import verify_plan
+from hslm_ptx.pipeline.stages.taskkit import failing_task, fails_on_user_error, one_line_failure
+from hslm_ptx.pipeline.stages.build_plan import verify_plan
 from hslm_ptx.pipeline.tasks.build import verify_task_name
 
 

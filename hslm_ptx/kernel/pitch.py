@@ -43,7 +43,7 @@ from typing import Any, Callable
 
 from hslm_ptx.formats import planes
 from hslm_ptx.formats.layout import Layout, LayoutError
-from hslm_ptx.catalog.spec import BufferSpec, Dims, ScalarSpec
+from hslm_ptx.kernel.spec import BufferSpec, Dims, ScalarSpec
 from hslm_ptx.formats.ternary import code_problem, packed_shape
 
 PITCH_ALIGN = 16

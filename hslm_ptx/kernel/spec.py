@@ -14,16 +14,8 @@ from typing import Any, Callable, ClassVar, NamedTuple
 import numpy as np
 
 from hslm_ptx.formats.floats import FLOAT_DTYPES, storage_dtype
-from hslm_ptx.formats.layout import Layout
+from hslm_ptx.formats.layout import Dims, Layout  # Dims: the problem size every layout is a function of
 from hslm_ptx.formats.ternary import unpack
-
-
-class Dims(NamedTuple):
-    """Problem size. R rows (tokens), K in-features, N out-features."""
-
-    R: int
-    K: int
-    N: int
 
 
 class Launch(NamedTuple):
@@ -37,7 +29,7 @@ class Launch(NamedTuple):
 class BufferSpec(NamedTuple):
     """One global-buffer parameter (a ``.u64`` pointer in the PTX): its element type and its
     :class:`hslm_ptx.formats.layout.Layout`, the kernel's shape and the caller's, and the conversions
-    between them (``hslm_ptx.formats.pitch`` builds the pitched and planes ones)."""
+    between them (``hslm_ptx.kernel.pitch`` builds the pitched and planes ones)."""
 
     name: str
     dtype: str  # "int8", "uint32", "int32", or a float type: "float32", "float16", "bfloat16"

@@ -25,7 +25,7 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 
 from hslm_ptx.emit.ptx import Ptx
-from hslm_ptx.catalog.spec import Dims, KernelSpec, Launch, Param, ScalarSpec
+from hslm_ptx.kernel.spec import Dims, KernelSpec, Launch, Param, ScalarSpec
 from hslm_ptx.tile.geometry import TILE_N
 
 

@@ -1,4 +1,4 @@
-"""How fast the emulator runs our kernels: ``python -m hslm_ptx.emu.bench``.
+"""How fast the emulator runs our kernels: ``python -m hslm_ptx.emu_bench``.
 
 A benchmark, not a test: it prints figures and judges nothing. A fixed list of launches
 (:data:`LAUNCHES`: every tile configuration of the int8 families on the hslm shape
@@ -23,7 +23,7 @@ import numpy as np
 from hslm_ptx.runtime.launch import launch_outputs
 from hslm_ptx.emu.machine import Module
 from hslm_ptx.catalog.registry import FAMILIES, get_kernel
-from hslm_ptx.catalog.spec import Dims
+from hslm_ptx.kernel.spec import Dims
 
 SHAPES = {"ffn_up_r1782": Dims(1782, 243, 729), "ffn_down_r27": Dims(27, 729, 243)}
 FAMILIES_TIMED = ("hslm_fwd_s8", "hslm_dx_s8", "hslm_dw_s8")
@@ -104,7 +104,7 @@ def report(rows: list[Timing]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hslm_ptx.emu.bench",
+    parser = argparse.ArgumentParser(prog="python -m hslm_ptx.emu_bench",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=1, help="runs per launch (the fastest is kept)")
     parser.add_argument("--only", default=None, help="only the launches of this kernel")
