@@ -111,6 +111,21 @@ def test_ste_skips_the_gradients_not_asked_for():
     assert layer.weight.grad is None and x.grad.shape == (3, 8) and layer.bias.grad.shape == (4,)
 
 
+@pytest.mark.parametrize("backend", ["cpu", "emulator"])
+def test_ste_prepares_the_weight_once_a_step(preparations, backend):
+    """The backward's beta * W_t is the forward's preparation, never made again: one
+    preparation a step (the emulator backend's own, then the CPU codes its dX reads: two),
+    a new one after each optimizer step."""
+    layer = TernaryLinear(8, 4, grad="ste", backend=backend)
+    x = torch.randn(3, 8, requires_grad=True)
+    sgd = torch.optim.SGD(layer.parameters(), lr=0.1)
+    per_step = 1 if backend == "cpu" else 2
+    for step in (1, 2):
+        layer(x).sum().backward()
+        assert preparations.count == step * per_step
+        sgd.step()
+
+
 # ---- the converter ---------------------------------------------------------------------------
 
 class Tiny(torch.nn.Module):

@@ -111,6 +111,16 @@ def layers_agree(ours: torch.nn.Module, reference: torch.nn.Module, ids: torch.T
                    for name in names)
 
 
+def converted_copy(model: torch.nn.Module) -> tuple[torch.nn.Module, list[str]]:
+    """A copy of ``model`` with its linear layers converted, and their names: one per
+    projection of every layer, each a TernaryLinear."""
+    ours = copy.deepcopy(model)
+    converted = ternarize_model(ours)
+    assert len(converted) == LINEARS_PER_LAYER * model.config.num_hidden_layers
+    assert all(type(ours.get_submodule(name)) is TernaryLinear for name in converted)
+    return ours, converted
+
+
 def test_transformers_has_bitnet():
     assert hasattr(transformers, "BitNetForCausalLM") and hasattr(hf_bitnet, "AutoBitLinear")
 
@@ -119,11 +129,8 @@ def test_a_converted_bitnet_model_gives_transformers_logits(model_and_ids):
     model, ids = model_and_ids
     reference = copy.deepcopy(model)
     replace_linears(reference, hf_online)
-    ours = copy.deepcopy(model)
-    converted = ternarize_model(ours)
-    assert len(converted) == LINEARS_PER_LAYER * model.config.num_hidden_layers
+    ours, converted = converted_copy(model)
     assert type(ours.lm_head) is torch.nn.Linear  # kept in full precision
-    assert all(type(ours.get_submodule(name)) is TernaryLinear for name in converted)
     assert layers_agree(ours, reference, ids, converted) <= LAYER_BOUND
     assert rel_l2(logits(ours, ids), logits(reference, ids)) <= LOGITS_BOUND
 
@@ -140,10 +147,7 @@ def test_a_packed_bitnet_model_converts_to_the_same_logits(model_and_ids):
     model, ids = model_and_ids
     reference = copy.deepcopy(model)
     replace_linears(reference, hf_packed)
-    ours = copy.deepcopy(reference)
-    converted = ternarize_model(ours)
-    assert len(converted) == LINEARS_PER_LAYER * model.config.num_hidden_layers
-    assert all(type(ours.get_submodule(name)) is TernaryLinear for name in converted)
+    ours, converted = converted_copy(reference)
     assert layers_agree(ours, reference, ids, converted) <= LAYER_BOUND
     assert rel_l2(logits(ours, ids), logits(reference, ids)) <= LOGITS_BOUND
 

@@ -20,7 +20,7 @@ from hslm_ptx.pipeline.core import config
 from hslm_ptx.pipeline.core.artifacts import read_model
 from hslm_ptx.pipeline.core.models import VerifyIndex, VerifyReport
 from hslm_ptx.pipeline.core.shapes import select_sets
-from hslm_ptx.pipeline.stages import build_steps
+from hslm_ptx.pipeline.stages import build_steps, verify
 from hslm_ptx.pipeline.stages.build_plan import KernelCells
 from hslm_ptx.pipeline.stages.emit import emit
 from hslm_ptx.pipeline.stages.executor import Job, LocalExecutor, RayExecutor, node_name
@@ -52,7 +52,7 @@ def artifacts(tmp_path, monkeypatch):
 def cells() -> KernelCells:
     sets = select_sets(("smoke", "tails"))
     shapes = {(s, shape.name): shape for s, found in sets.items() for shape in found}
-    return KernelCells(KERNEL, SHAPES, tuple(build_steps.cell_inputs(KERNEL, shapes[key], "emulator") for key in SHAPES),
+    return KernelCells(KERNEL, SHAPES, tuple(verify.cell_inputs(KERNEL, shapes[key], "emulator") for key in SHAPES),
                        "emulator", False)
 
 

@@ -556,13 +556,14 @@ def test_print_to_pipe_swallows_only_a_closed_pipe(quiet):
 
 def test_clean_removes_everything_the_graph_wrote(project):
     """Runs last: `doit clean` leaves nothing under artifacts/ (temp files of killed runs
-    included, and the folders), and no database."""
+    included, and the folders), no database and no hypothesis example database."""
     assert (project / "artifacts" / "gate" / "run.json").exists() and (project / "artifacts" / "tests").exists()
     stray = project / "artifacts" / "verify" / ".x.json.tmp-999999999"
     stray.parent.mkdir(parents=True, exist_ok=True)
     stray.write_text("half")
+    (project / ".hypothesis" / "examples").mkdir(parents=True, exist_ok=True)  # what the kernel tests' hypothesis keeps
     assert list(project.glob(".doit.db*"))  # the database the earlier runs wrote
     run = doit(project, "clean")
     assert run.rc == 0 and "TaskError" not in run.out + run.err, run.out + run.err
     assert not (project / "artifacts").exists(), sorted(map(str, (project / "artifacts").rglob("*")))
-    assert list(project.glob(".doit.db*")) == []
+    assert list(project.glob(".doit.db*")) == [] and not (project / ".hypothesis").exists()

@@ -125,7 +125,7 @@ def test_zeroed_is_the_kernel_buffer_and_a_writable_view_of_its_logical_part(lay
 @pytest.mark.parametrize("layout", PLANES)
 def test_planes_are_never_a_view_to_write_into(layout):
     name = layout.order.name.upper()
-    with pytest.raises(LayoutError, match=rf"^packed W: make its planes .*kernels\.planes\.{name}\(packed, shape\)"):
+    with pytest.raises(LayoutError, match=rf"^packed W: make its planes .*hslm_ptx\.formats\.planes\.{name}\(packed, shape\)"):
         layout.zeroed(Dims(1, 16, 8), "uint32", np)
     with pytest.raises(LayoutError, match=rf"^kernel_buffer 'w': packed W: .*{name}"):
         kernel_buffer(BufferSpec("w", "uint32", layout), Dims(1, 16, 8), np)

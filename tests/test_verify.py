@@ -188,7 +188,7 @@ def test_heartbeat_prints_while_a_long_cell_runs(capsys):
 def test_a_worker_whose_code_differs_from_the_drivers_is_refused(artifacts):
     """run_cell as an executor runs it: the driver's inputs hash must be the worker's own."""
     from hslm_ptx.pipeline.core.models import EmitResult
-    from hslm_ptx.pipeline.stages.build_steps import cell_inputs
+    from hslm_ptx.pipeline.stages.verify import cell_inputs
     from hslm_ptx.pipeline.stages.verify import run_cell
 
     emitted = read_model(config.emit_json(SPEC.name), EmitResult)

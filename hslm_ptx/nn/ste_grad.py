@@ -39,9 +39,11 @@ def check_grad(grad: str) -> None:
 
 
 def dequantized_weight(weight: torch.Tensor) -> torch.Tensor:
-    """beta * W_t in f32 on the weight's device, from the CPU backend's cached preparation."""
+    """beta * W_t in f32 on the weight's device, from the CPU backend's preparation: on a CPU
+    weight the one its forward just made and kept (the stamp is unchanged since), so the
+    weight is prepared once a step."""
     if weight.device.type == "cpu":
-        prepared = torch_ops.prepared_weight(weight, "cpu", reuse=False)
+        prepared = torch_ops.prepared_weight(weight, "cpu", reuse=True)
     else:
         prepared = layer_cpu.prepare_weight(weight.detach().cpu())
     return prepared.codes.to(device=weight.device, dtype=torch.float32) * prepared.beta
@@ -54,23 +56,36 @@ def dequantized_rows(x: torch.Tensor) -> torch.Tensor:
     return layer_cpu.rounded_codes(x32 / s[:, None], layer_cpu.QMAX).mul_(s[:, None])
 
 
+@torch.library.custom_op("hslm::ste_forward_weight", mutates_args=())
+def ste_forward_weight(weight: torch.Tensor) -> torch.Tensor:
+    """beta * W_t (f32) as the forward used it, kept for dX (:func:`dequantized_weight`). An
+    operator (opaque to ``torch.compile``, like the step's own): the preparation is read
+    from the cache on the host."""
+    return dequantized_weight(weight)
+
+
+@ste_forward_weight.register_fake
+def _ste_forward_weight_fake(weight: torch.Tensor) -> torch.Tensor:
+    return weight.new_empty(weight.shape, dtype=torch.float32)
+
+
 @torch.library.custom_op("hslm::ste_backward", mutates_args=())
-def ste_backward(dy: torch.Tensor, rows: torch.Tensor, weight: torch.Tensor, need_dx: bool,
-                 need_dw: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """(dX = dY (beta W_t) in x's dtype, dW = dY^T x_q in the weight's), an empty tensor for
-    one not asked for. An operator (opaque to ``torch.compile``, like the step's own), since
-    the weight's preparation is made on the host."""
+def ste_backward(dy: torch.Tensor, rows: torch.Tensor, wq: torch.Tensor, weight_dtype: torch.dtype,
+                 need_dx: bool, need_dw: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(dX = dY wq in x's dtype, dW = dY^T x_q in ``weight_dtype``), an empty tensor for one
+    not asked for; ``wq`` is the forward's beta * W_t (empty when dX is not asked for)."""
     dy32 = layer_cpu.widened(dy.detach())
-    dx = (dy32 @ dequantized_weight(weight)).to(rows.dtype) if need_dx else rows.new_empty((0,))
-    dw = (dy32.T @ dequantized_rows(rows)).to(weight.dtype) if need_dw else weight.new_empty((0,))
+    dx = (dy32 @ wq).to(rows.dtype) if need_dx else rows.new_empty((0,))
+    dw = (dy32.T @ dequantized_rows(rows)).to(weight_dtype) if need_dw else rows.new_empty((0,), dtype=weight_dtype)
     return dx, dw
 
 
 @ste_backward.register_fake
-def _ste_backward_fake(dy: torch.Tensor, rows: torch.Tensor, weight: torch.Tensor, need_dx: bool,
-                       need_dw: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    (R, N), K = dy.shape, weight.shape[1]
-    return rows.new_empty((R, K) if need_dx else (0,)), weight.new_empty((N, K) if need_dw else (0,))
+def _ste_backward_fake(dy: torch.Tensor, rows: torch.Tensor, wq: torch.Tensor, weight_dtype: torch.dtype,
+                       need_dx: bool, need_dw: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    (R, N), K = dy.shape, rows.shape[1]
+    return (rows.new_empty((R, K) if need_dx else (0,)),
+            rows.new_empty((N, K) if need_dw else (0,), dtype=weight_dtype))
 
 
 class _FloatStraightThrough(torch.autograd.Function):
@@ -80,15 +95,17 @@ class _FloatStraightThrough(torch.autograd.Function):
     def forward(ctx: Any, rows: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                 backend: str) -> torch.Tensor:
         y, _, _ = torch_ops.linear(rows, weight, bias, backend, False)  # nothing kept: dW reads x_q
-        ctx.save_for_backward(rows, weight)
+        wq = ste_forward_weight(weight) if ctx.needs_input_grad[0] else weight.new_empty((0,), dtype=torch.float32)
+        ctx.save_for_backward(rows, wq)
         ctx.bias_dtype = None if bias is None else bias.dtype
+        ctx.weight_dtype = weight.dtype
         return y
 
     @staticmethod
     def backward(ctx: Any, dy: torch.Tensor) -> tuple[Any, Any, Any, None]:
-        rows, weight = ctx.saved_tensors
+        rows, wq = ctx.saved_tensors
         need_dx, need_dw, need_db = ctx.needs_input_grad[:3]
-        dx, dw = ste_backward(dy, rows, weight, need_dx, need_dw)
+        dx, dw = ste_backward(dy, rows, wq, ctx.weight_dtype, need_dx, need_dw)
         db = dy.float().sum(0).to(ctx.bias_dtype) if need_db and ctx.bias_dtype is not None else None
         return dx if need_dx else None, dw if need_dw else None, db, None
 

@@ -63,6 +63,7 @@ SASS_DIR = ARTIFACTS / "sass"
 TESTS_DIR = ARTIFACTS / "tests"
 TESTS_JSON = TESTS_DIR / "kernel_tests.json"
 TESTS_PYCACHE = TESTS_DIR / "pycache"
+HYPOTHESIS_DIR = ROOT / ".hypothesis"  # hypothesis's example database, which the kernel tests grow
 # The kernel tests re-run when a .py file under these changes.
 TEST_INPUT_DIRS: tuple[Path, ...] = (ROOT / "tests", ROOT / "hslm_ptx")
 GATE_DIR = ARTIFACTS / "gate"

@@ -5,7 +5,7 @@ and the gate's doc check render it afresh."""
 from __future__ import annotations
 
 from hslm_ptx.catalog.registry import KERNELS
-from hslm_ptx.catalog.spec import KernelSpec
+from hslm_ptx.kernel.spec import KernelSpec
 from hslm_ptx.cost import model as cost
 from hslm_ptx.pipeline.bench.layer import LARGE_LAYER
 from hslm_ptx.pipeline.core import config

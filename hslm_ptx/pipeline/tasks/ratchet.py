@@ -58,7 +58,7 @@ def task_kernel_tests() -> dict:
     deps = sorted(str(p) for folder in config.TEST_INPUT_DIRS for p in folder.rglob("*.py")
                   if "__pycache__" not in p.parts)
     return {"actions": [_kernel_tests], "file_dep": deps, "targets": [str(config.TESTS_JSON)], "verbosity": 2,
-            "clean": [(remove_folder, [config.TESTS_DIR])]}
+            "clean": [(remove_folder, [config.TESTS_DIR]), (remove_folder, [config.HYPOTHESIS_DIR])]}
 
 
 @one_line_failure
