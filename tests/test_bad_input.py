@@ -218,20 +218,25 @@ def test_doit_with_a_damaged_database_says_one_line_and_exits_2(tmp_path):
     ("base", " ", "error: base= is empty; give <git ref>, or leave base out for none"),
 ])
 def test_an_empty_or_unknown_value_is_refused_before_any_task(monkeypatch, capsys, name, value, says):
-    monkeypatch.setattr(cmdline.doit_cmd, "_CMDLINE_VARS", {name: value})
     with pytest.raises(SystemExit) as info:
-        cmdline.startup()
+        cmdline.startup(["doit", "verify", f"{name}={value}"])
     assert info.value.code == 3 and one_line(capsys.readouterr().err).startswith(says)
 
 
 def test_known_values_pass_startup(monkeypatch):
-    monkeypatch.setattr(cmdline.doit_cmd, "_CMDLINE_VARS", {"force": "1", "shape": "smoke"})
     monkeypatch.setattr(cmdline, "database_file", lambda argv: None)
     monkeypatch.setattr(cmdline.signal, "signal", lambda *a: None)
     monkeypatch.setattr(cmdline, "sweep_temp_files", lambda: [])
     monkeypatch.setattr(cmdline, "sweep_scratch_folders", lambda: [])
     monkeypatch.setattr(sys, "excepthook", sys.excepthook)
-    assert cmdline.startup() is None
+    assert cmdline.startup(["doit", "force=1", "verify", "shape=smoke"]) is None
+
+
+def test_an_unknown_variable_is_refused_before_any_task(capsys):
+    with pytest.raises(SystemExit) as info:
+        cmdline.startup(["doit", "verify", "shap=smoke"])
+    assert info.value.code == 3
+    assert one_line(capsys.readouterr().err).startswith("error: unknown variable 'shap'; known: shape, backend")
 
 
 def test_ctrl_c_says_ctrl_c(capsys):

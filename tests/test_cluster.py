@@ -19,8 +19,10 @@ from hslm_ptx.catalog.registry import KERNELS
 from hslm_ptx.pipeline.core import config
 from hslm_ptx.pipeline.core.artifacts import read_model
 from hslm_ptx.pipeline.core.models import VerifyIndex, VerifyReport
+from hslm_ptx.pipeline.core.request import Request
 from hslm_ptx.pipeline.core.shapes import select_sets
-from hslm_ptx.pipeline.stages import build_steps, verify
+from hslm_ptx.pipeline.stages import build_steps
+from hslm_ptx.pipeline.stages.verify import cell_inputs
 from hslm_ptx.pipeline.stages.build_plan import KernelCells
 from hslm_ptx.pipeline.stages.emit import emit
 from hslm_ptx.pipeline.stages.executor import Job, LocalExecutor, RayExecutor, node_name
@@ -52,15 +54,15 @@ def artifacts(tmp_path, monkeypatch):
 def cells() -> KernelCells:
     sets = select_sets(("smoke", "tails"))
     shapes = {(s, shape.name): shape for s, found in sets.items() for shape in found}
-    return KernelCells(KERNEL, SHAPES, tuple(verify.cell_inputs(KERNEL, shapes[key], "emulator") for key in SHAPES),
+    return KernelCells(KERNEL, SHAPES, tuple(cell_inputs(KERNEL, shapes[key], "emulator") for key in SHAPES),
                        "emulator", False)
 
 
 def verify(monkeypatch, executor, cell_fn=None) -> dict:
-    monkeypatch.setattr(build_steps, "run_executor", lambda: executor)
+    monkeypatch.setattr(build_steps, "run_executor", lambda request: executor)
     if cell_fn is not None:
         monkeypatch.setattr(build_steps, "run_cell", cell_fn)
-    return build_steps.run_verify(cells())
+    return build_steps.run_verify(cells(), Request())
 
 
 def reports() -> dict[str, VerifyReport]:
@@ -149,14 +151,15 @@ import sys
 from pathlib import Path
 import clustercases, ray
 from hslm_ptx.pipeline.core import config
+from hslm_ptx.pipeline.core.request import Request
 from hslm_ptx.pipeline.stages import build_steps
 from hslm_ptx.pipeline.stages.executor import RayExecutor
 import test_cluster
 config.PTX_DIR, config.VERIFY_DIR = Path(sys.argv[2]) / "ptx", Path(sys.argv[2]) / "verify"
 executor = RayExecutor(sys.argv[1])
-build_steps.run_executor = lambda: executor
+build_steps.run_executor = lambda request: executor
 build_steps.run_cell = clustercases.slowly
-print(build_steps.run_verify(test_cluster.cells()), flush=True)
+print(build_steps.run_verify(test_cluster.cells(), Request()), flush=True)
 """
 
 

@@ -14,7 +14,7 @@ import pytest
 from hslm_ptx.runtime import backends
 from hslm_ptx.families import hslm_dw_rescaled, hslm_dx_rescaled, hslm_fwd_rescaled, hslm_fwd_s8, hslm_rescaled
 from hslm_ptx.reference import stepmath
-from hslm_ptx.formats.floats import from_f32, same_values, to_f32
+from hslm_ptx.formats.floats import SHORT_NAMES, from_f32, same_values, to_f32
 from hslm_ptx.runtime.launch import kernel_args, launch, poisoned
 from hslm_ptx.catalog.registry import FAMILIES, KERNELS, choose
 from hslm_ptx.kernel.spec import Dims
@@ -144,7 +144,7 @@ def test_the_exact_check_sees_the_order_of_the_multiplies():
     assert same_values(got, spec.reference(dims, inputs), "float32").all()
 
 
-@pytest.mark.parametrize("suffix", list(hslm_rescaled.OUT_TYPES))
+@pytest.mark.parametrize("suffix", list(SHORT_NAMES.values()))
 def test_without_a_bias_nothing_is_added_not_even_a_zero(suffix):
     """has_bias = 0: (f32(acc) * s) * beta exactly, -0.0 included (the kernel adds -0.0, which
     changes nothing); a bias of +0.0 does change a -0.0 (so the check can fail)."""
@@ -221,7 +221,7 @@ def test_the_docstring_figures_are_the_rules():
         dims = shapes[shape]
         want = [(stated[i], stated[i + 1], int(stated[i + 2])) for i in (0, 3, 6)]
         assert figures(choose(f"hslm_{product}_s8", dims), dims) == want[0]
-        for suffix in hslm_rescaled.OUT_TYPES:
+        for suffix in SHORT_NAMES.values():
             assert figures(choose(f"hslm_{product}_{suffix}", dims), dims) == want[1]
             assert figures(choose(f"hslm_{product}_splitk_{suffix}", dims), dims) == want[2]
 

@@ -9,6 +9,7 @@ from gatecases import (ALLOWED_PAIR, BLOCKED, CALIBRATION_TEXT, COPY, FASTER, LE
                        evidence_of, green, layer_text, result, seal, snapshot)
 
 from hslm_ptx.pipeline.ratchet import gate, stores
+from hslm_ptx.pipeline.ratchet.findings import Kind
 from hslm_ptx.pipeline.core.artifacts import write_model
 from hslm_ptx.pipeline.core.errors import ArtifactError
 from hslm_ptx.pipeline.ratchet.ledger import dump_ledger, make_ledger
@@ -177,7 +178,7 @@ def test_a_gate_without_one_rule_misses_its_planted_cases(rule):
 
 
 def test_only_not_run_faster_and_the_accepted_ones_are_informational():
-    assert {k for k in gate.Kind.__args__ if not gate.Finding(k, "", "", "").red} == {
+    assert {k for k in Kind.__args__ if not gate.Finding(k, "", "", "").red} == {
         "NOT RUN", "FASTER", "ACCEPTED SLOWER", "ACCEPTED LOOSENING"}
     line = str(findings(PLANTED["unexpected pass"][0](green()))[0])
     assert line.startswith("UNEXPECTED PASS  kern_b ptxas sm_90: ledger blocked, now pass  -> doit bless")
@@ -277,11 +278,11 @@ def test_unreadable_run_exits_2(world, monkeypatch, capsys):
 def test_doit_gate_passes_the_exit_status_through(tmp_path, tmp_doit):
     """`doit gate` is a python-action raising SystemExit(code): doit must not flatten 2 into 1."""
     dodo = """
-        from hslm_ptx.pipeline.ratchet import gate, stores
-        from hslm_ptx.pipeline.stages import tasks_ratchet
-        from hslm_ptx.pipeline.stages.build_steps import VerifyPlan
+        from hslm_ptx.pipeline.ratchet import gate
+        from hslm_ptx.pipeline.stages.build_plan import VerifyPlan
+        from hslm_ptx.pipeline.tasks import ratchet as tasks_ratchet
         gate.main = lambda argv: int(open("code").read())
-        tasks_ratchet.KERNELS, tasks_ratchet.verify_plan = {}, lambda: VerifyPlan([], "emulator", False)
+        tasks_ratchet.KERNELS, tasks_ratchet.verify_plan = {}, lambda request: VerifyPlan([], "emulator", False)
         from hslm_ptx.pipeline.tasks.ratchet import task_gate
 
         def task_kernel_tests():  # the gate's one dependency left: a no-op here

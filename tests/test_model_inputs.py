@@ -14,6 +14,7 @@ from doit.exceptions import TaskFailed
 from hslm_ptx.cost import model as cost
 from hslm_ptx.catalog import registry
 from hslm_ptx.kernel.spec import Dims
+from hslm_ptx.pipeline.core.request import Request
 from hslm_ptx.tile import rule
 from hslm_ptx.pipeline.stages import build_plan, perf_model
 from hslm_ptx.pipeline.tasks import layer as tasks_layer, perf as tasks_perf
@@ -149,7 +150,7 @@ def test_bad_loop_counts_are_one_line_where_the_tile_rule_reads_them(value, tmp_
     with pytest.raises(cost.CostInputError) as info:
         registry.choose("hslm_fwd_s8", Dims(27, 243, 729))
     assert "loop_counts.json: " in one_line(str(info.value))
-    plan = build_plan._compute()
+    plan = build_plan._compute(Request())
     assert isinstance(plan["verify"], str) and "loop_counts.json: " in one_line(plan["verify"])
 
 

@@ -8,11 +8,10 @@ same f32 values as the numpy references in hslm_ptx.reference.stepmath.
 """
 from __future__ import annotations
 
-from hslm_ptx.reference import stepmath
 from hslm_ptx.emit.ptx import Ptx
+from hslm_ptx.formats.floats import ELEMENT_BYTES, SHORT_NAMES
+from hslm_ptx.reference import stepmath
 
-ELEMENT_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
-SHORT_NAMES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}  # kernel name suffixes, PTX type names
 CTA_THREADS = 256
 WARP = 32
 

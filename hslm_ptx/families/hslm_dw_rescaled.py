@@ -6,16 +6,15 @@ from __future__ import annotations
 import numpy as np
 
 from hslm_ptx.families import hslm_dw_s8
-from hslm_ptx.formats.floats import from_f32
-from hslm_ptx.families.hslm_rescaled import OUT_TYPES, f32_vector, family, scales, workspace_of
+from hslm_ptx.formats.floats import FLOAT_DTYPES, from_f32
+from hslm_ptx.families.hslm_rescaled import f32_vector, scales, workspace_of
 from hslm_ptx.kernel.pitch import pitch_param, pitched_transpose
-from hslm_ptx.kernel.spec import Dims
+from hslm_ptx.kernel.spec import Dims, family_name
 from hslm_ptx.reference.stepmath import rescale_cols
 from hslm_ptx.tile import epilogue, specs
 
 
-def dw_specs(suffix: str, split: bool = False) -> tuple:
-    dtype = OUT_TYPES[suffix]
+def dw_specs(dtype: str, split: bool = False) -> tuple:
     workspace, zeros, named = workspace_of(split, lambda d: d.N, lambda d: d.K, hslm_dw_s8.TILES)
 
     def make_inputs(d: Dims, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -31,7 +30,7 @@ def dw_specs(suffix: str, split: bool = False) -> tuple:
         dtype, buffers=(f32_vector("u", lambda d: d.K), f32_vector("v", lambda d: d.N), *workspace),
         row_scales="v", col_scales="u", **named)
     return tuple(specs.staged_spec(
-        family("dw", suffix, split), tile, gemm=("N", "K", "R"),
+        family_name("dw", dtype, split=split), tile, gemm=("N", "K", "R"),
         buffers=(epilogue.rescaled_output("dw", rescale, lambda d: d.N, lambda d: d.K),
                  pitched_transpose("x_t", lambda d: d.R, lambda d: d.K),  # Xq^T, K x pitch(R)
                  pitched_transpose("dy_t", lambda d: d.R, lambda d: d.N)),  # dYq^T, N x pitch(R)
@@ -41,4 +40,4 @@ def dw_specs(suffix: str, split: bool = False) -> tuple:
     ) for tile in hslm_dw_s8.TILES)
 
 
-SPECS = tuple(spec for split in (False, True) for suffix in OUT_TYPES for spec in dw_specs(suffix, split))
+SPECS = tuple(spec for split in (False, True) for dtype in FLOAT_DTYPES for spec in dw_specs(dtype, split))

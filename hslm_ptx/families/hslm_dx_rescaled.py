@@ -7,13 +7,13 @@ import numpy as np
 
 from hslm_ptx.families import hslm_dx_s8
 from hslm_ptx.formats import planes
-from hslm_ptx.families.hslm_rescaled import (OUT_TYPES, rescaled_rows, row_inputs, row_rescale, row_rescaled_specs,
+from hslm_ptx.formats.floats import FLOAT_DTYPES
+from hslm_ptx.families.hslm_rescaled import (rescaled_rows, row_inputs, row_rescale, row_rescaled_specs,
                                              workspace_of)
 from hslm_ptx.kernel.spec import Dims
 
 
-def dx_specs(suffix: str, split: bool = False) -> tuple:
-    dtype = OUT_TYPES[suffix]
+def dx_specs(dtype: str, split: bool = False) -> tuple:
     workspace, zeros, named = workspace_of(split, lambda d: d.R, lambda d: d.K, hslm_dx_s8.TILES)
 
     def make_inputs(d: Dims, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -23,8 +23,8 @@ def dx_specs(suffix: str, split: bool = False) -> tuple:
         return rescaled_rows(hslm_dx_s8.reference(d, inputs), inputs, dtype)
 
     return row_rescaled_specs(
-        "dx", hslm_dx_s8, suffix, split, row_rescale(dtype, workspace, named), out="dx", rows="dy", row_pitch="ldy",
+        "dx", hslm_dx_s8, split, row_rescale(dtype, workspace, named), out="dx", rows="dy", row_pitch="ldy",
         contraction="N", cols="K", order=planes.FRAGMENTS_T, make_inputs=make_inputs, reference=reference)
 
 
-SPECS = tuple(spec for split in (False, True) for suffix in OUT_TYPES for spec in dx_specs(suffix, split))
+SPECS = tuple(spec for split in (False, True) for dtype in FLOAT_DTYPES for spec in dx_specs(dtype, split))

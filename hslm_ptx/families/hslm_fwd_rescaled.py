@@ -7,15 +7,14 @@ import numpy as np
 
 from hslm_ptx.families import hslm_fwd_s8
 from hslm_ptx.formats import planes
-from hslm_ptx.formats.floats import from_f32, storage_dtype, to_f32
-from hslm_ptx.families.hslm_rescaled import (F32, OUT_TYPES, rescaled_rows, row_inputs, row_rescale, row_rescaled_specs,
+from hslm_ptx.formats.floats import FLOAT_DTYPES, from_f32, storage_dtype, to_f32
+from hslm_ptx.families.hslm_rescaled import (F32, rescaled_rows, row_inputs, row_rescale, row_rescaled_specs,
                                              workspace_of)
 from hslm_ptx.formats.layout import Plain
 from hslm_ptx.kernel.spec import BufferSpec, Dims
 
 
-def forward_specs(suffix: str, split: bool = False) -> tuple:
-    dtype = OUT_TYPES[suffix]
+def forward_specs(dtype: str, split: bool = False) -> tuple:
     workspace, zeros, named = workspace_of(split, lambda d: d.R, lambda d: d.N, hslm_fwd_s8.TILES)
 
     def make_inputs(d: Dims, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -27,8 +26,8 @@ def forward_specs(suffix: str, split: bool = False) -> tuple:
 
     rescale = row_rescale(dtype, workspace, named, bias=BufferSpec("bias", dtype, Plain(lambda d: (d.N,))))
     return row_rescaled_specs(
-        "fwd", hslm_fwd_s8, suffix, split, rescale, out="y", rows="x", row_pitch="ldx", contraction="K", cols="N",
+        "fwd", hslm_fwd_s8, split, rescale, out="y", rows="x", row_pitch="ldx", contraction="K", cols="N",
         order=planes.FRAGMENTS, make_inputs=make_inputs, reference=reference)
 
 
-SPECS = tuple(spec for split in (False, True) for suffix in OUT_TYPES for spec in forward_specs(suffix, split))
+SPECS = tuple(spec for split in (False, True) for dtype in FLOAT_DTYPES for spec in forward_specs(dtype, split))

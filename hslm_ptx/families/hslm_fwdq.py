@@ -21,20 +21,19 @@ from __future__ import annotations
 import numpy as np
 
 from hslm_ptx.families import hslm_fwd_s8
-from hslm_ptx.formats.floats import from_f32, storage_dtype, to_f32
+from hslm_ptx.formats.floats import FLOAT_DTYPES, from_f32, storage_dtype, to_f32
 from hslm_ptx.families.hslm_quant import row_quantized
-from hslm_ptx.families.hslm_rescaled import (F32, OUT_TYPES, family, rescaled_rows, row_inputs, workspace_of, f32_vector)
+from hslm_ptx.families.hslm_rescaled import (F32, rescaled_rows, row_inputs, workspace_of, f32_vector)
 from hslm_ptx.formats.layout import Plain
 from hslm_ptx.formats.planes import FRAGMENTS
 from hslm_ptx.kernel.pitch import planes_param
-from hslm_ptx.kernel.spec import BufferSpec, Dims, KernelSpec, ScalarSpec
+from hslm_ptx.kernel.spec import BufferSpec, Dims, KernelSpec, ScalarSpec, family_name
 from hslm_ptx.reference.testdata import float_activations, ternary_weights
 from hslm_ptx.tile import epilogue, specs
 from hslm_ptx.tile.operands import FragmentTernary, QuantizedRows
 
 
-def forward_specs(suffix: str, split: bool = False) -> tuple[KernelSpec, ...]:
-    dtype = OUT_TYPES[suffix]
+def forward_specs(dtype: str, split: bool = False) -> tuple[KernelSpec, ...]:
     workspace, zeros, named = workspace_of(split, lambda d: d.R, lambda d: d.N, hslm_fwd_s8.TILES)
 
     def make_inputs(d: Dims, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -60,13 +59,13 @@ def forward_specs(suffix: str, split: bool = False) -> tuple[KernelSpec, ...]:
         return a, FragmentTernary(ptx, at, ring, p["w"], cols=p["N"], k_limit=p["K"])
 
     return tuple(specs.staged_spec(
-        family("fwdq", suffix, split), tile, gemm=("R", "N", "K"),
+        family_name("fwdq", dtype, split=split), tile, gemm=("R", "N", "K"),
         buffers=(epilogue.rescaled_output("y", rescale, lambda d: d.R, lambda d: d.N),
                  BufferSpec("x", dtype, Plain(lambda d: (d.R, d.K))), planes_param("w", FRAGMENTS)),
         pitch=ScalarSpec("ldx", lambda d: d.K),  # x's elements a row: contiguous
         operands=operands, b_share=FragmentTernary.SHARE, loop_family=hslm_fwd_s8.FAMILY, rescale=rescale,
-        occupancy_of=family("fwd", suffix, split), make_inputs=make_inputs, reference=reference,
+        occupancy_of=family_name("fwd", dtype, split=split), make_inputs=make_inputs, reference=reference,
     ) for tile in hslm_fwd_s8.TILES)
 
 
-SPECS = tuple(spec for split in (False, True) for suffix in OUT_TYPES for spec in forward_specs(suffix, split))
+SPECS = tuple(spec for split in (False, True) for dtype in FLOAT_DTYPES for spec in forward_specs(dtype, split))

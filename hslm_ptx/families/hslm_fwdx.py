@@ -17,9 +17,9 @@ from __future__ import annotations
 from hslm_ptx.families import hslm_fwd_s8, hslm_fwdq
 from hslm_ptx.tile.grouped import Member, grouped_spec, staged_member
 from hslm_ptx.families.hslm_quant import cols_body, qcols_spec
-from hslm_ptx.families.hslm_rescaled import OUT_TYPES
+from hslm_ptx.formats.floats import FLOAT_DTYPES
 from hslm_ptx.emit.ptx import Ptx
-from hslm_ptx.kernel.spec import KernelSpec
+from hslm_ptx.kernel.spec import KernelSpec, family_name
 from hslm_ptx.emit.stepforms import CTA_THREADS, WARP
 from hslm_ptx.tile.geometry import entry_name
 
@@ -28,8 +28,8 @@ SHARED_NAMES = ("R", "K", "N", "x")  # the sizes, and x: both read it
 # its 128 registers a thread (ptxas 13.0; f16 and bf16 do not), so f32 has the 32-row ones
 
 
-def tiles_of(suffix: str) -> tuple:
-    return tuple(tile for tile in hslm_fwd_s8.TILES if suffix != "f32" or tile.m == 32)
+def tiles_of(dtype: str) -> tuple:
+    return tuple(tile for tile in hslm_fwd_s8.TILES if dtype != "float32" or tile.m == 32)
 
 def columns_member(dtype: str) -> Member:
     """``hslm_qcols``' body as a member: a CTA per 32 columns of x."""
@@ -42,18 +42,18 @@ def columns_member(dtype: str) -> Member:
     return Member(qcols_spec(dtype), "cols", CTA_THREADS, lambda ptx, p: p["C"], count, emit)
 
 
-def forward_specs(suffix: str) -> tuple[KernelSpec, ...]:
-    family = f"hslm_fwdx_{suffix}"
-    products = hslm_fwdq.forward_specs(suffix, split=True)
+def forward_specs(dtype: str) -> tuple[KernelSpec, ...]:
+    family = family_name("fwdx", dtype)
+    products = hslm_fwdq.forward_specs(dtype, split=True)
     out = []
-    tiles = tiles_of(suffix)
+    tiles = tiles_of(dtype)
     for tile in tiles:
         product = next(spec for spec in products if spec.tile == tile.label)
         name = family if tile == tiles[0] else entry_name(family, tile)  # the first: the family's own name
         out.append(grouped_spec(name, family, tile.label,
-                                (staged_member(product, "fwd", recompute=True), columns_member(OUT_TYPES[suffix])),
+                                (staged_member(product, "fwd", recompute=True), columns_member(dtype)),
                                 SHARED_NAMES, tile.min_ctas, cost=product.cost))
     return tuple(out)
 
 
-SPECS = tuple(spec for suffix in OUT_TYPES for spec in forward_specs(suffix))
+SPECS = tuple(spec for dtype in FLOAT_DTYPES for spec in forward_specs(dtype))

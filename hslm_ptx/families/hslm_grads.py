@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from hslm_ptx.families import hslm_dw_rescaled, hslm_dx_rescaled
 from hslm_ptx.tile.grouped import grouped_spec, staged_member
-from hslm_ptx.families.hslm_rescaled import OUT_TYPES
-from hslm_ptx.kernel.spec import KernelSpec
+from hslm_ptx.formats.floats import FLOAT_DTYPES
+from hslm_ptx.kernel.spec import KernelSpec, family_name
 from hslm_ptx.tile import geometry
 
 SHARED_NAMES = ("R", "K", "N")  # the sizes both parts read: one parameter each
@@ -38,7 +38,8 @@ PARTS: dict[str, tuple[KernelSpec, KernelSpec]] = {}  # each entry's (dX, dW) ke
 
 
 def family(dtype: str, weight_dtype: str) -> str:
-    return f"hslm_grads_{dtype}_{weight_dtype}"
+    """hslm_grads_<dy's type>_<the weight's type>."""
+    return family_name("grads", dtype, weight_dtype)
 
 
 def grads_spec(dx: KernelSpec, dw: KernelSpec, dtype: str, weight_dtype: str) -> KernelSpec:
@@ -64,4 +65,4 @@ def _family_specs(dtype: str, weight_dtype: str) -> tuple[KernelSpec, ...]:
                  for dx_tile, dw_tile in PAIRS)
 
 
-SPECS = tuple(spec for dt in OUT_TYPES for wdt in OUT_TYPES for spec in _family_specs(dt, wdt))
+SPECS = tuple(spec for dt in FLOAT_DTYPES for wdt in FLOAT_DTYPES for spec in _family_specs(dt, wdt))

@@ -34,16 +34,15 @@ from typing import Callable
 import numpy as np
 
 from hslm_ptx.reference import stepmath
-from hslm_ptx.formats.floats import to_f32
+from hslm_ptx.formats.floats import ELEMENT_BYTES, FLOAT_DTYPES, to_f32
 from hslm_ptx.kernel.pitch import pitch, pitch_param
 from hslm_ptx.emit.ptx import Ptx
 from hslm_ptx.formats.layout import Plain
-from hslm_ptx.kernel.spec import BufferSpec, Dims, KernelSpec, Launch, ScalarSpec
-from hslm_ptx.emit.stepforms import (CTA_THREADS, ELEMENT_BYTES, SHORT_NAMES, WARP, element_address, int8_code,
+from hslm_ptx.kernel.spec import BufferSpec, Dims, KernelSpec, Launch, ScalarSpec, family_name
+from hslm_ptx.emit.stepforms import (CTA_THREADS, WARP, element_address, int8_code,
                                      load_f32, load_vector_f32, pack_bytes, scale_of_absmax, warp_max)
 from hslm_ptx.reference.testdata import float_activations
 
-DTYPES = ("float32", "float16", "bfloat16")
 WARPS = CTA_THREADS // WARP
 UNROLL = 4  # elements per lane per trip of a row loop: independent loads in flight
 VECTOR_BYTES = 16
@@ -73,7 +72,7 @@ def _uniform_loop(ptx: Ptx, name: str, trips: str, body) -> None:
 
 def emit_qrows(dtype: str) -> str:
     """Per-row scales and codes, a warp per row (:func:`_rows_body`)."""
-    ptx = Ptx(f"hslm_qrows_{SHORT_NAMES[dtype]}", [("codes", "u64"), ("scales", "u64"), ("x", "u64"),
+    ptx = Ptx(family_name("qrows", dtype), [("codes", "u64"), ("scales", "u64"), ("x", "u64"),
                                                   ("R", "u32"), ("C", "u32"), ("ld", "u32")], CTA_THREADS)
     p = {n: ptx.param_ptr(n) for n in ("codes", "scales", "x")} | {n: ptx.param_u32(n) for n in ("R", "C", "ld")}
     _rows_body(ptx, dtype, p, lambda: ptx.special("%ctaid.x"))
@@ -205,7 +204,7 @@ def _quantization_spec(kind: str, dtype: str, axis: int, emit: Callable[[str], s
         return quantized(d, to_f32(inputs["x"], dtype))
 
     return KernelSpec(
-        name=f"hslm_{kind}_{SHORT_NAMES[dtype]}", emit=lambda: emit(dtype), geometry=geometry,
+        name=family_name(kind, dtype), emit=lambda: emit(dtype), geometry=geometry,
         params=(*outputs,
                 BufferSpec("x", dtype, Plain(lambda d: (d.R, d.K))),
                 ScalarSpec("R"),
@@ -239,7 +238,7 @@ def _tile_piece(ptx: Ptx, tile: str, column: str, piece: str) -> str:
 
 def emit_qcols(dtype: str) -> str:
     """Per-column scales, sums and transposed codes, a CTA per 32 columns (:func:`cols_body`)."""
-    ptx = Ptx(f"hslm_qcols_{SHORT_NAMES[dtype]}", [("codes_t", "u64"), ("scales", "u64"), ("sums", "u64"),
+    ptx = Ptx(family_name("qcols", dtype), [("codes_t", "u64"), ("scales", "u64"), ("sums", "u64"),
                                                   ("x", "u64"), ("R", "u32"), ("C", "u32"), ("ldr", "u32")],
               CTA_THREADS)
     p = {n: ptx.param_ptr(n) for n in ("codes_t", "scales", "sums", "x")} | {n: ptx.param_u32(n) for n in ("R", "C", "ldr")}
@@ -370,7 +369,7 @@ def emit_quant(dtype: str) -> str:
     fixed launch-and-teardown time."""
     pointers = ("codes", "row_scales", "codes_t", "col_scales", "sums", "x")
     sizes = ("R", "C", "ld", "ldr")
-    ptx = Ptx(f"hslm_quant_{SHORT_NAMES[dtype]}", [(n, "u64") for n in pointers] + [(n, "u32") for n in sizes],
+    ptx = Ptx(family_name("quant", dtype), [(n, "u64") for n in pointers] + [(n, "u32") for n in sizes],
               CTA_THREADS)
     p = {n: ptx.param_ptr(n) for n in pointers} | {n: ptx.param_u32(n) for n in sizes}
     cta = ptx.special("%ctaid.x")
@@ -410,12 +409,12 @@ def quant_spec(dtype: str) -> KernelSpec:
         return Launch((sum(quant_ctas(d)), 1, 1), (CTA_THREADS, 1, 1))
 
     return KernelSpec(
-        name=f"hslm_quant_{SHORT_NAMES[dtype]}", emit=lambda: emit_quant(dtype), geometry=geometry,
+        name=family_name("quant", dtype), emit=lambda: emit_quant(dtype), geometry=geometry,
         params=(*outputs, BufferSpec("x", dtype, Plain(lambda d: (d.R, d.K))), *sizes),
         make_inputs=make_inputs, reference=reference,
         outputs=tuple(buffer.name for buffer in outputs), trip_elements=WARP * UNROLL,  # a row trip, as qrows
     )
 
 
-SPECS = (tuple(qrows_spec(dt) for dt in DTYPES) + tuple(qcols_spec(dt) for dt in DTYPES)
-         + tuple(quant_spec(dt) for dt in DTYPES))
+SPECS = (tuple(qrows_spec(dt) for dt in FLOAT_DTYPES) + tuple(qcols_spec(dt) for dt in FLOAT_DTYPES)
+         + tuple(quant_spec(dt) for dt in FLOAT_DTYPES))

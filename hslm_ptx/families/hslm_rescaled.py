@@ -83,11 +83,10 @@ import numpy as np
 from hslm_ptx.formats.floats import from_f32
 from hslm_ptx.kernel.pitch import output_pitch
 from hslm_ptx.formats.layout import Plain
-from hslm_ptx.kernel.spec import BufferSpec, Dims, KernelSpec
+from hslm_ptx.kernel.spec import BufferSpec, Dims, KernelSpec, family_name
 from hslm_ptx.reference.stepmath import rescale_rows
 from hslm_ptx.tile import epilogue, geometry, specs
 
-OUT_TYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}  # family suffix -> float type
 F32 = np.float32
 
 
@@ -123,11 +122,6 @@ def split_workspace(rows: Callable[[Dims], int], cols: Callable[[Dims], int],
     return buffers, lambda d: {name: np.zeros(shape, np.int32) for name, shape in shapes(d).items()}
 
 
-def family(product: str, suffix: str, split: bool) -> str:
-    """hslm_fwd_bf16, or hslm_fwd_splitk_bf16 for the split one."""
-    return f"hslm_{product}_{'splitk_' if split else ''}{suffix}"
-
-
 def workspace_of(split: bool, rows: Callable[[Dims], int], cols: Callable[[Dims], int],
                  tiles: tuple[geometry.Tile, ...]) -> tuple[tuple[BufferSpec, ...], Callable[[Dims], dict], dict[str, str]]:
     """A split family's workspace buffers (on ``tiles``, the family's), their zeroed inputs,
@@ -157,10 +151,11 @@ def row_rescale(dtype: str, workspace: tuple[BufferSpec, ...], named: dict[str, 
         row_scales="row_scales", beta="beta", **biased, **named)
 
 
-def row_rescaled_specs(product: str, int32_module: types.ModuleType, suffix: str, split: bool,
+def row_rescaled_specs(product: str, int32_module: types.ModuleType, split: bool,
                        rescale: epilogue.Rescale, **operands: Any) -> tuple[KernelSpec, ...]:
-    """The family ``hslm_<product>[_splitk]_<suffix>``: ``int32_module``'s product (its
+    """The family ``hslm_<product>[_splitk]_<out>`` (``rescale.dtype``'s short name):
+    ``int32_module``'s product (its
     tiles, its main loop's instruction counts) written through ``rescale``; ``operands``
     are the rest of ``specs.ternary_specs``' arguments."""
-    return specs.ternary_specs(family(product, suffix, split), int32_module.TILES,
+    return specs.ternary_specs(family_name(product, rescale.dtype, split=split), int32_module.TILES,
                                      loop_family=int32_module.FAMILY, rescale=rescale, **operands)

@@ -32,16 +32,15 @@ from typing import Callable
 import numpy as np
 
 from hslm_ptx.reference import stepmath
-from hslm_ptx.formats.floats import to_f32
+from hslm_ptx.formats.floats import FLOAT_DTYPES, to_f32
 from hslm_ptx.formats.planes import FRAGMENTS, FRAGMENTS_T, shape as planes_shape
 from hslm_ptx.emit.ptx import Ptx
 from hslm_ptx.formats.layout import Plain
-from hslm_ptx.kernel.spec import BufferSpec, Dims, KernelSpec, Launch, ScalarSpec
-from hslm_ptx.emit.stepforms import CTA_THREADS, SHORT_NAMES, cta_tree_sum, element_address, load_f32, pack_bytes
+from hslm_ptx.kernel.spec import BufferSpec, Dims, KernelSpec, Launch, ScalarSpec, family_name
+from hslm_ptx.emit.stepforms import CTA_THREADS, cta_tree_sum, element_address, load_f32, pack_bytes
 from hslm_ptx.formats.ternary import pack
 from hslm_ptx.reference.testdata import latent_weights
 
-DTYPES = ("float32", "bfloat16", "float16")
 TILE = 64  # rows and columns of W a preparation CTA codes: one plane chunk each way
 ITEMS = stepmath.SUM_ITEMS
 # shared tiles of the preparation CTA (bytes)
@@ -65,7 +64,7 @@ def _count(d: Dims) -> int:
 
 def emit_wsum(dtype: str) -> str:
     """One partial sum of |W| per CTA (:func:`hslm_ptx.reference.stepmath.abs_partials`)."""
-    ptx = Ptx(f"hslm_wsum_{SHORT_NAMES[dtype]}", [("partials", "u64"), ("w", "u64"), ("count", "u32")], CTA_THREADS)
+    ptx = Ptx(family_name("wsum", dtype), [("partials", "u64"), ("w", "u64"), ("count", "u32")], CTA_THREADS)
     p = {"partials": ptx.param_ptr("partials"), "w": ptx.param_ptr("w"), "count": ptx.param_u32("count")}
     wsum_body(ptx, dtype, p, lambda: ptx.special("%ctaid.x"))
     return ptx.render()
@@ -102,7 +101,7 @@ def wsum_spec(dtype: str) -> KernelSpec:
         return {"partials": stepmath.abs_partials(to_f32(inputs["w"], dtype))}
 
     return KernelSpec(
-        name=f"hslm_wsum_{SHORT_NAMES[dtype]}", emit=lambda: emit_wsum(dtype), geometry=wsum_geometry,
+        name=family_name("wsum", dtype), emit=lambda: emit_wsum(dtype), geometry=wsum_geometry,
         params=(BufferSpec("partials", "float32", Plain(lambda d: (partial_count(_count(d)),))),
                 BufferSpec("w", dtype, Plain(lambda d: (d.N, d.K))),
                 ScalarSpec("count", _count)),
@@ -169,7 +168,7 @@ def _plane_word(ptx: Ptx, quads: list[str]) -> str:
 def emit_wprep(dtype: str) -> str:
     """beta, then this CTA's 64 x 64 tile of W coded into both plane sets."""
     names = ("planes", "planes_t", "beta", "w", "partials")
-    ptx = Ptx(f"hslm_wprep_{SHORT_NAMES[dtype]}", [(n, "u64") for n in names] + [(n, "u32") for n in ("N", "K", "P")],
+    ptx = Ptx(family_name("wprep", dtype), [(n, "u64") for n in names] + [(n, "u32") for n in ("N", "K", "P")],
               CTA_THREADS)
     p = {n: ptx.param_ptr(n) for n in names} | {n: ptx.param_u32(n) for n in ("N", "K", "P")}
     tid = ptx.special("%tid.x")
@@ -242,7 +241,7 @@ def wprep_spec(dtype: str) -> KernelSpec:
         return prepared(d, to_f32(inputs["w"], dtype), inputs["partials"])
 
     return KernelSpec(
-        name=f"hslm_wprep_{SHORT_NAMES[dtype]}", emit=lambda: emit_wprep(dtype), geometry=wprep_geometry,
+        name=family_name("wprep", dtype), emit=lambda: emit_wprep(dtype), geometry=wprep_geometry,
         params=(BufferSpec("planes", "uint32", Plain(FRAGMENTS.shape)),
                 BufferSpec("planes_t", "uint32", Plain(FRAGMENTS_T.shape)),
                 BufferSpec("beta", "float32", Plain(lambda d: (1,))),
@@ -255,4 +254,4 @@ def wprep_spec(dtype: str) -> KernelSpec:
     )
 
 
-SPECS = tuple(wsum_spec(dt) for dt in DTYPES) + tuple(wprep_spec(dt) for dt in DTYPES)
+SPECS = tuple(wsum_spec(dt) for dt in FLOAT_DTYPES) + tuple(wprep_spec(dt) for dt in FLOAT_DTYPES)

@@ -12,10 +12,28 @@ results treat every NaN as equal: :func:`same_values`).
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 BF16_QUIET_NAN = np.uint16(0x7FFF)  # what cvt.rn.bf16.f32 gives for a NaN (canonical NaN)
-FLOAT_DTYPES = ("float32", "float16", "bfloat16")  # the float types a layer step reads and writes
+
+
+class FloatType(NamedTuple):
+    """One float type of the layer step: its numpy/torch name, its short name (the PTX
+    type, and the suffix of every kernel name built on it), its bytes an element."""
+
+    dtype: str
+    short: str
+    element_bytes: int
+
+
+# The float axis of the product, declared here once: every family over float types, the
+# step's kernel lookups and the torch op iterate this table, in this order.
+FLOAT_TYPES = (FloatType("float32", "f32", 4), FloatType("float16", "f16", 2), FloatType("bfloat16", "bf16", 2))
+FLOAT_DTYPES = tuple(t.dtype for t in FLOAT_TYPES)  # the float types a layer step reads and writes
+SHORT_NAMES = {t.dtype: t.short for t in FLOAT_TYPES}  # "bfloat16" -> "bf16"
+ELEMENT_BYTES = {t.dtype: t.element_bytes for t in FLOAT_TYPES}
 
 
 def bf16_to_f32(bits: np.ndarray) -> np.ndarray:

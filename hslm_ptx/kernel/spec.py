@@ -13,9 +13,17 @@ from typing import Any, Callable, ClassVar, NamedTuple
 
 import numpy as np
 
-from hslm_ptx.formats.floats import FLOAT_DTYPES, storage_dtype
+from hslm_ptx.formats.floats import FLOAT_DTYPES, SHORT_NAMES, storage_dtype
 from hslm_ptx.formats.layout import Dims, Layout  # Dims: the problem size every layout is a function of
 from hslm_ptx.formats.ternary import unpack
+
+
+def family_name(product: str, *float_types: str, split: bool = False) -> str:
+    """A family's name, the one way one is built: ``hslm_<product>[_splitk]_<short>...`` from
+    its product (``fwd``, ``quant``, ...) and the float types it reads or writes, in order
+    (``family_name("grads", "float32", "bfloat16")`` is ``hslm_grads_f32_bf16``). A tile
+    configuration of the family appends its tile to this (hslm_ptx.tile.specs)."""
+    return "_".join(["hslm", product] + (["splitk"] if split else []) + [SHORT_NAMES[t] for t in float_types])
 
 
 class Launch(NamedTuple):

@@ -38,14 +38,15 @@ import numpy as np
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
+from hslm_ptx.formats.floats import FLOAT_DTYPES
 from hslm_ptx.nn import cpu_step as layer_cpu
 from hslm_ptx.runtime import runtime_for
 from hslm_ptx.step import launches
 
 BACKENDS = ("cpu", "emulator", "cuda")
 BACKEND_DEVICE = {"cpu": "cpu", "emulator": "cpu", "cuda": "cuda"}
-STEP_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-_DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
+STEP_DTYPES = tuple(getattr(torch, name) for name in FLOAT_DTYPES)  # torch names its float types as numpy does
+_DTYPE_NAMES = {getattr(torch, name): name for name in FLOAT_DTYPES}
 
 
 @functools.lru_cache(maxsize=None)

@@ -5,7 +5,7 @@ import weakref
 from typing import Any
 
 from hslm_ptx.kernel.spec import KernelSpec, Launch
-from hslm_ptx.formats.floats import storage_dtype
+from hslm_ptx.formats.floats import FLOAT_DTYPES, storage_dtype
 from hslm_ptx.runtime.base import Runtime
 from hslm_ptx.validate import LaunchError
 
@@ -38,8 +38,7 @@ class CudaRuntime(Runtime):
         self._functions: dict[str, Any] = {}
         self._streams: dict[tuple[int, int], Any] = {}
         self._tensors: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()
-        self._torch_dtypes = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
-                              "int8": torch.int8, "int32": torch.int32, "uint32": torch.int32,
+        self._torch_dtypes = {**{name: getattr(torch, name) for name in FLOAT_DTYPES}, "int8": torch.int8, "int32": torch.int32, "uint32": torch.int32,
                               "uint16": torch.int16}
 
     def empty(self, shape: tuple[int, ...], dtype: str) -> Any:

@@ -56,12 +56,11 @@ from hslm_ptx.families import hslm_grads
 from hslm_ptx.catalog import registry
 from hslm_ptx.formats.floats import FLOAT_DTYPES, storage_dtype
 from hslm_ptx.kernel.pitch import pitch
-from hslm_ptx.kernel.spec import BufferSpec, Dims, KernelSpec
+from hslm_ptx.kernel.spec import BufferSpec, Dims, KernelSpec, family_name
 from hslm_ptx.reference.stepmath import SUM_BLOCK
 from hslm_ptx.runtime.base import Runtime
 from hslm_ptx.validate import LaunchError
 
-DTYPE_SUFFIX = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}  # kernel name suffix per float type
 
 
 class PreparedWeight(NamedTuple):
@@ -168,7 +167,7 @@ def _checked(spec: KernelSpec, dims: Dims, param: BufferSpec, buf: Any, want: tu
 
 def _float_type(rt: Runtime, op: str, name: str, array: Any) -> str:
     dtype = rt.dtype_of(array)
-    if dtype not in DTYPE_SUFFIX:
+    if dtype not in FLOAT_DTYPES:
         raise LaunchError(f"{op}: {name} is {dtype}; the layer step reads {', '.join(FLOAT_DTYPES)}")
     return dtype
 
@@ -203,8 +202,8 @@ def prepare_weight(rt: Runtime, w: Any) -> PreparedWeight:
     the partials the same way, so all agree on beta). Done once per weight version; the
     first forward of a version can take the first launch along (:func:`prepare_and_forward`)."""
     N, K = _matrix("prepare_weight", "w", w, "N x K")
-    dt = DTYPE_SUFFIX[_float_type(rt, "prepare_weight", "w", w)]
-    first = _launch(rt, f"hslm_wsum_{dt}", weight_dims(N, K), {"w": w}, allocate=("partials",),
+    dt = _float_type(rt, "prepare_weight", "w", w)
+    first = _launch(rt, family_name("wsum", dt), weight_dims(N, K), {"w": w}, allocate=("partials",),
                     scalars={"count": N * K})
     return _planes(rt, w, first["partials"])
 
@@ -212,28 +211,27 @@ def prepare_weight(rt: Runtime, w: Any) -> PreparedWeight:
 def _planes(rt: Runtime, w: Any, partials: Any) -> PreparedWeight:
     """The second preparation launch: beta and both plane sets from W and its partial sums."""
     N, K = w.shape
-    dt = DTYPE_SUFFIX[rt.dtype_of(w)]
-    second = _launch(rt, f"hslm_wprep_{dt}", weight_dims(N, K), {"w": w, "partials": partials},
+    second = _launch(rt, family_name("wprep", rt.dtype_of(w)), weight_dims(N, K), {"w": w, "partials": partials},
                      allocate=("planes", "planes_t", "beta"), scalars={"N": N, "K": K, "P": sum_partials(N * K)})
     return PreparedWeight(second["beta"], second["planes"], second["planes_t"], N, K, rt.dtype_of(w))
 
 
 def _product(product: str, dt: str) -> tuple[str, str]:
     """A fused GEMM's families: unsplit first, split-K second (see :func:`pick`)."""
-    return (f"hslm_{product}_{dt}", f"hslm_{product}_splitk_{dt}")
+    return (family_name(product, dt), family_name(product, dt, split=True))
 
 
 def _quantize_rows(rt: Runtime, a: Any, dt: str) -> dict[str, Any]:
     """Row scales and codes of ``a`` (rows x cols) in the GEMMs' pitched layout."""
     rows, cols = a.shape
-    return _launch(rt, f"hslm_qrows_{dt}", quant_dims(rows, cols), {"x": a}, allocate=("codes", "scales"),
+    return _launch(rt, family_name("qrows", dt), quant_dims(rows, cols), {"x": a}, allocate=("codes", "scales"),
                    scalars={"R": rows, "C": cols, "ld": pitch(cols)})
 
 
 def _quantize_cols(rt: Runtime, a: Any, dt: str) -> dict[str, Any]:
     """Column scales, transposed codes (cols x pitch(rows)) and column sums of ``a``."""
     rows, cols = a.shape
-    return _launch(rt, f"hslm_qcols_{dt}", quant_dims(rows, cols), {"x": a},
+    return _launch(rt, family_name("qcols", dt), quant_dims(rows, cols), {"x": a},
                    allocate=("codes_t", "scales", "sums"), scalars={"R": rows, "C": cols, "ldr": pitch(rows)})
 
 
@@ -249,7 +247,7 @@ def _quantize_both(rt: Runtime, a: Any, dt: str) -> tuple[dict[str, Any], dict[s
     """:func:`_quantize_rows` and :func:`_quantize_cols` of ``a`` in one launch
     (``hslm_quant_<dt>``), returned as theirs would be."""
     rows, cols = a.shape
-    return _quantized(_launch(rt, f"hslm_quant_{dt}", quant_dims(rows, cols), {"x": a}, allocate=QUANT_OUTPUTS,
+    return _quantized(_launch(rt, family_name("quant", dt), quant_dims(rows, cols), {"x": a}, allocate=QUANT_OUTPUTS,
                               scalars=_quant_scalars(rows, cols)))
 
 
@@ -258,7 +256,7 @@ def _activations(rt: Runtime, op: str, x: Any, in_features: int) -> tuple[int, i
     R, K = _matrix(op, "x", x, "R x K")
     if K != in_features:
         raise LaunchError(f"{op}: x has {K} columns, the weight has in_features={in_features}")
-    return R, K, DTYPE_SUFFIX[_float_type(rt, op, "x", x)]
+    return R, K, _float_type(rt, op, "x", x)
 
 
 def forward(rt: Runtime, x: Any, prepared: PreparedWeight, bias: Any = None,
@@ -270,7 +268,7 @@ def forward(rt: Runtime, x: Any, prepared: PreparedWeight, bias: Any = None,
     R, K, dt = _activations(rt, "forward", x, prepared.K)
     if not keep_columns:
         return _quantizing_product(rt, x, prepared, bias), None
-    dims, family = Dims(R, K, prepared.N), f"hslm_fwdx_{dt}"
+    dims, family = Dims(R, K, prepared.N), family_name("fwdx", dt)
     idle = grouped.idle_workspace(pick(family, dims), dims)  # one split: any valid pointer, never read
     given = {"x": x, "w": prepared.planes, "beta": prepared.beta, "bias": prepared.beta if bias is None else bias,
              **{name: prepared.beta for name in idle}}  # no bias: any valid pointer, never read
@@ -284,7 +282,7 @@ def forward(rt: Runtime, x: Any, prepared: PreparedWeight, bias: Any = None,
 def _quantizing_product(rt: Runtime, x: Any, prepared: PreparedWeight, bias: Any) -> Any:
     """y from float x in one launch: the forward GEMM quantizing its own rows of x."""
     R, K = x.shape
-    dt, N = DTYPE_SUFFIX[rt.dtype_of(x)], prepared.N
+    dt, N = rt.dtype_of(x), prepared.N
     given = {"x": x, "w": prepared.planes, "beta": prepared.beta,
              "bias": prepared.beta if bias is None else bias}  # no bias: any valid pointer, never read
     return _launch(rt, _product("fwdq", dt), Dims(R, K, N), given, allocate=("y",),
@@ -319,7 +317,7 @@ def backward(rt: Runtime, dy: Any, saved: SavedActivations, prepared: PreparedWe
     if (R, N) != (saved.R, prepared.N):
         raise LaunchError(f"backward: dy has shape {(R, N)}, expected ({saved.R}, {prepared.N}) from forward")
     dtype = _float_type(rt, "backward", "dy", dy)
-    dt, K = DTYPE_SUFFIX[dtype], prepared.K
+    dt, K = dtype, prepared.K
     dx = dw = db = None
     need_cols = need_dw or need_db
     if need_dx and need_cols:
@@ -332,7 +330,7 @@ def backward(rt: Runtime, dy: Any, saved: SavedActivations, prepared: PreparedWe
     dx_given = {"dy": rows["codes"], "w": prepared.planes_t, "row_scales": rows["scales"],
                 "beta": prepared.beta} if need_dx else {}
     dw_given = {"x_t": saved.x_t, "dy_t": cols["codes_t"], "u": saved.u, "v": cols["scales"]} if need_dw else {}
-    dims, wdt = Dims(R, K, N), DTYPE_SUFFIX[prepared.dtype]
+    dims, wdt = Dims(R, K, N), prepared.dtype
     if need_dx and need_dw:  # both products in one launch
         family = hslm_grads.family(dt, wdt)
         idle = grouped.idle_workspace(pick(family, dims), dims)  # a part of one split: any valid pointer

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Callable, NamedTuple
 
 from hslm_ptx.emit.ptx import Ptx
+from hslm_ptx.formats.floats import SHORT_NAMES
 from hslm_ptx.formats.layout import Plain
 from hslm_ptx.kernel.spec import BufferSpec, Dims, ScalarSpec
 from hslm_ptx.tile.geometry import TILE_N
@@ -168,7 +169,6 @@ class Epilogue:
 
 # -0.0 is the bias where there is none: x + -0.0 is x for every x, +0 and -0 included
 NEGATIVE_ZERO_HALF = 0x8000  # -0.0 in f16 and in bf16 alike (the sign bit alone)
-PTX_FLOAT = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}  # PTX type of each float dtype
 
 
 def smaller_first(ptx: Ptx, a: str, b: str) -> tuple[str, str]:
@@ -270,7 +270,7 @@ class RescaledRows:
                 else:
                     half = ptx.fresh("b16", "mov.b16", NEGATIVE_ZERO_HALF)
                     ptx.load("global", "b16", at, 64 * c, guard=guard, into=half)
-                    self.bias.append(ptx.cvt("f32", PTX_FLOAT[rescale.dtype], half))
+                    self.bias.append(ptx.cvt("f32", SHORT_NAMES[rescale.dtype], half))
 
     def write_row(self, row: str, j: int) -> None:
         """Rescale and store read-back row ``j`` of this warp (D row ``row``)."""
@@ -300,7 +300,7 @@ class RescaledRows:
             if self.bytes == 4:
                 ptx.store("global", "f32", ptr, value, 128 * c, guard=self.in_cols[c])
             else:
-                ptx.store("global", "b16", ptr, ptx.cvt(PTX_FLOAT[rescale.dtype], "f32", value, rnd="rn"), 64 * c,
+                ptx.store("global", "b16", ptr, ptx.cvt(SHORT_NAMES[rescale.dtype], "f32", value, rnd="rn"), 64 * c,
                           guard=self.in_cols[c])
 
 

@@ -33,7 +33,8 @@ from abc import ABC, abstractmethod
 
 from hslm_ptx.reference import stepmath
 from hslm_ptx.emit.ptx import TERNARY_PRMT_TABLE, Ptx, decode_ternary
-from hslm_ptx.emit.stepforms import ELEMENT_BYTES, int8_code, load_f32, pack_bytes, scale_of_absmax, warp_max
+from hslm_ptx.formats.floats import ELEMENT_BYTES
+from hslm_ptx.emit.stepforms import int8_code, load_f32, pack_bytes, scale_of_absmax, warp_max
 from hslm_ptx.tile.geometry import CHUNK_K, PIECE, PIECES, SHARED_ALIGN, STAGE_BYTES, TILE_N, Tile
 
 class Ring:

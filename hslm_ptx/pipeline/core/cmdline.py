@@ -1,8 +1,9 @@
-"""The command-line variables (``doit verify shape=smoke backend=emulator``), in one table.
+"""What every doit run checks before a task exists: its variables, its database, and
+how an interrupted run ends.
 
 doit passes any ``name=value`` through, so a misspelt one (``shap=smoke``) would be
-silently ignored and the default used; :func:`startup` refuses it before any task
-is created, listing the known ones. :func:`var` reads a known variable or its default.
+silently ignored and the default used; :func:`startup` refuses it, listing the known
+ones (hslm_ptx.pipeline.core.request.VARIABLES), and any empty or out-of-choice value.
 """
 from __future__ import annotations
 
@@ -11,72 +12,11 @@ import signal
 import sqlite3
 import sys
 from pathlib import Path
-from typing import NamedTuple
-
-from doit import doit_cmd, get_var
 
 from hslm_ptx.pipeline.core import config
 from hslm_ptx.pipeline.core.checker import keep_hashes
 from hslm_ptx.pipeline.core.files import sweep_scratch_folders, sweep_temp_files
-
-
-class Variable(NamedTuple):
-    default: str
-    values: str  # allowed values, for the help text and the error line
-    used_by: str
-    choices: tuple[str, ...] = ()  # the only values accepted, checked before any task exists
-
-
-VARIABLES: dict[str, Variable] = {
-    "shape": Variable(",".join(config.VERIFY_SETS), "<set,...> (shapes.yaml)",
-                      "verify, seal, gate, report; layer (default hslm)"),
-    "backend": Variable(config.DEFAULT_BACKEND, "|".join(config.BACKENDS), "verify, seal, gate"),
-    "force": Variable("0", "0|1", "verify: 1 runs emulator cells over the work budget", ("0", "1")),
-    "gpu": Variable("h200", "h200|h100|rtx4090|a100|a800_pcie (hslm_ptx/cost/devices.json)", "model"),
-    "model": Variable("", "<artifacts/model/SET-GPU.predictions.json>",
-                      "bench: the model's prediction beside each row (`doit model` writes the file)"),
-    "ceiling": Variable("8192", "<n>", "bench: n of the n^3 cuBLAS int8 ceiling run, 0 skips it"),
-    "accept_new": Variable("0", "0|1", "bless: 1 raises the cap by the new not-passing entries", ("0", "1")),
-    "format": Variable("text", "text|json", "report"),
-    "accept_slower": Variable("", "<reason> (hslm_ptx.pipeline.ratchet.ledger.REASONS)",
-                              "bless: records a SASS per IMMA rise with that reason"),
-    "base": Variable("", "<git ref>", "gate: every loosening of the ledger against that commit, one line each"),
-    "executor": Variable("local", "local|ray", "verify: where cells run (docs/cluster.md)", ("local", "ray")),
-    "address": Variable("", "<host:port>|auto", "verify executor=ray: the cluster (default $RAY_ADDRESS, else auto)"),
-    "devices": Variable("", "<sm_XY,...>", "verify backend=gpu executor=ray: the arch resource GPU cells ask for"),
-}
-
-
-def var(name: str, default: str | None = None) -> str:
-    """The value of a known variable; when not given, ``default`` or the table's default."""
-    fallback = VARIABLES[name].default if default is None else default
-    return get_var(name, fallback) or fallback
-
-
-def describe(*names: str) -> str:
-    """'shape=<...> (default ...), ...' for a task's help line (doit shows one line)."""
-    return ", ".join(f"{n}={VARIABLES[n].values} (default {VARIABLES[n].default or 'none'})" for n in names)
-
-
-def given_variables() -> dict[str, str]:
-    # doit keeps the parsed name=value pairs in this module global; it has no public accessor
-    return dict(doit_cmd._CMDLINE_VARS or {})
-
-
-def unknown_variables() -> list[str]:
-    return sorted(set(given_variables()) - set(VARIABLES))
-
-
-def bad_value(name: str, value: str) -> str | None:
-    """Why ``name=value`` is refused (None when it is accepted): an empty value would
-    silently mean the default, and a variable with fixed choices takes only those."""
-    known = VARIABLES[name]
-    default = f"the default ({known.default})" if known.default else "none"
-    if not value.strip():
-        return f"error: {name}= is empty; give {known.values}, or leave {name} out for {default}"
-    if known.choices and value not in known.choices:
-        return f"error: {name}={value}: expected one of {', '.join(known.choices)}"
-    return None
+from hslm_ptx.pipeline.core.request import VARIABLES, bad_value, given_variables
 
 
 DATABASE = ".doit.db"  # DOIT_CONFIG["dep_file"] in dodo.py (doit clean removes it: hslm_ptx.pipeline.stages.taskkit)
@@ -145,22 +85,24 @@ def database_problem(path: Path) -> str | None:
     return None
 
 
-def startup() -> None:
+def startup(argv: list[str] | None = None) -> None:
     """What every doit run does first: refuse unknown variables (exit 3, doit's status for a
     bad command line), sweep temp files of killed runs, start from the file hashes the last
     run kept (hslm_ptx.pipeline.core.checker.keep_hashes), and turn SIGTERM into
     KeyboardInterrupt: doit saves its database only when a run ends (all its backends
     keep it in memory until then), and it does so on an exception, so the cells that
     finished before a Ctrl-C or a SIGTERM are not redone. A SIGKILL still loses them."""
-    unknown = unknown_variables()
+    argv = sys.argv if argv is None else argv
+    given = given_variables(argv)
+    unknown = sorted(set(given) - set(VARIABLES))
     if unknown:
         print(f"error: unknown variable '{unknown[0]}'; known: {', '.join(VARIABLES)}", file=sys.stderr)
         raise SystemExit(3)
-    for name, value in given_variables().items():
+    for name, value in given.items():
         if problem := bad_value(name, value):
             print(problem, file=sys.stderr)
             raise SystemExit(3)
-    database = database_file(sys.argv)
+    database = database_file(argv)
     if database is not None and (problem := database_problem(database)):
         print(f"error: the doit database {database} is damaged ({problem}); remove it (rm {database}) "
               "and run again: every task then re-runs once", file=sys.stderr)

@@ -24,7 +24,7 @@ import sys
 from typing import TYPE_CHECKING, NamedTuple
 
 from hslm_ptx.pipeline.core import config
-from hslm_ptx.pipeline.core.cmdline import given_variables
+from hslm_ptx.pipeline.core.request import Request, current
 from hslm_ptx.pipeline.core.treememo import remembered, stamp
 
 if TYPE_CHECKING:
@@ -72,8 +72,8 @@ def ptxas_stamp(ptxas: str | None) -> list:
     return stamp((), [ptxas]) if ptxas else []
 
 
-def _key() -> dict:
-    given = given_variables()
+def _key(request: Request) -> dict:
+    given = dict(request.given)
     nvcc = importlib.util.find_spec("nvidia.cuda_nvcc") if importlib.util.find_spec("nvidia") else None
     return {"variables": {name: given.get(name) for name in VARIABLES}, "python": sys.version,
             "PTXAS": os.environ.get("PTXAS"), "PATH": os.environ.get("PATH"),
@@ -81,14 +81,6 @@ def _key() -> dict:
 
 
 # ---- computing it (on a miss: these import the kernels) ------------------------------------
-
-def chosen_sets() -> "dict[str, tuple[Shape, ...]]":
-    """The shape sets of ``shape=`` (default config.VERIFY_SETS), from shapes.yaml."""
-    from hslm_ptx.pipeline.core.cmdline import var
-    from hslm_ptx.pipeline.core.shapes import parse_set_names, select_sets
-
-    return select_sets(parse_set_names(var("shape")))
-
 
 @functools.lru_cache(maxsize=None)
 def found_ptxas() -> tuple[tuple[str, str | None], ...]:
@@ -112,25 +104,24 @@ class VerifyPlan(NamedTuple):
     force: bool
 
 
-def verify_plan() -> VerifyPlan:
+def verify_plan(request: Request) -> VerifyPlan:
     """From ``shape=``, ``backend=`` and ``force=``; :class:`UserError` on a bad one. The
     tasks that depend on verify cells (seal, gate) read the same plan, so a bad input
     fails them the same way instead of leaving them a dependency that does not exist."""
     from hslm_ptx.catalog.registry import KERNELS
-    from hslm_ptx.pipeline.core.cmdline import var
     from hslm_ptx.pipeline.stages.verify import resolve_backend
 
-    sets = chosen_sets()
+    sets = request.sets()  # default: config.VERIFY_SETS
     cells = [(spec.name, shape_set, shape) for spec in KERNELS.values()
              for shape_set, shapes in sets.items() for shape in shapes]
-    return VerifyPlan(cells, resolve_backend(var("backend")), var("force") == "1")
+    return VerifyPlan(cells, resolve_backend(request.value("backend")), request.flag("force"))
 
 
-def kernel_cells() -> list[KernelCells]:
+def kernel_cells(request: Request) -> list[KernelCells]:
     """The stage's cells: the plan's cells grouped by kernel, with their inputs hashed."""
     from hslm_ptx.pipeline.stages.verify import cell_inputs
 
-    plan = verify_plan()
+    plan = verify_plan(request)
     grouped: dict[str, list[tuple[str, Shape]]] = {}
     for kernel, shape_set, shape in plan.cells:
         grouped.setdefault(kernel, []).append((shape_set, shape))
@@ -139,7 +130,7 @@ def kernel_cells() -> list[KernelCells]:
             for kernel, shapes in grouped.items()]
 
 
-def _compute() -> dict:
+def _compute(request: Request) -> dict:
     """:class:`BuildPlan` as JSON: what creating the build's tasks reads. It imports the
     kernels, numpy and pydantic (each import below), so it runs only on a miss."""
     from hslm_ptx.catalog.registry import KERNELS
@@ -148,7 +139,7 @@ def _compute() -> dict:
     from hslm_ptx.pipeline.core.sources import source_files
 
     try:
-        verify: list[dict] | str = [cells._asdict() for cells in kernel_cells()]
+        verify: list[dict] | str = [cells._asdict() for cells in kernel_cells(request)]
     except (UserError, CostInputError) as exc:
         verify = str(exc)
     ptxas = found_ptxas()
@@ -159,15 +150,16 @@ def _compute() -> dict:
 @functools.lru_cache(maxsize=None)
 def build_plan() -> BuildPlan:
     """This command line's plan, computed once a run, from the memo when nothing changed."""
+    request = current()
     if importlib.util.find_spec("cupy") is not None:
-        found = _compute()
+        found = _compute(request)
     else:
-        key = _key()
+        key = _key(request)
         memo = config.PLAN_DIR / f"{hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]}.json"
         found = remembered(memo, key, (config.ROOT / "hslm_ptx",),
-                           (config.SHAPES_FILE, config.ROOT / "dodo.py"), _compute)
+                           (config.SHAPES_FILE, config.ROOT / "dodo.py"), lambda: _compute(request))
         if found["ptxas_stamp"] != ptxas_stamp(dict(found["ptxas"]).get("ptxas")):
-            found = _compute()  # that ptxas was replaced, upgraded or removed
+            found = _compute(request)  # that ptxas was replaced, upgraded or removed
     verify = found["verify"]
     return BuildPlan(
         kernels=tuple(KernelSources(k["name"], tuple(k["sources"])) for k in found["kernels"]),

@@ -23,12 +23,13 @@ from hslm_ptx.pipeline.core import config
 from hslm_ptx.pipeline.stages import report
 from hslm_ptx.pipeline.core.artifacts import check_artifact, read_model, read_present, write_model
 from hslm_ptx.pipeline.core.files import rel, sha256_file
-from hslm_ptx.pipeline.core.cmdline import var
+from hslm_ptx.pipeline.core.request import Request
+from hslm_ptx.pipeline.core.shapes import select_sets
 from hslm_ptx.pipeline.stages.emit import emit
 from hslm_ptx.pipeline.core.errors import ArtifactError, UserError, one_line
 from hslm_ptx.pipeline.core.models import EmitResult, PtxasReport, VerifiedCell, VerifyIndex, VerifyReport
 from hslm_ptx.pipeline.stages.ptxas import assemble
-from hslm_ptx.pipeline.stages.build_plan import KernelCells, chosen_sets
+from hslm_ptx.pipeline.stages.build_plan import KernelCells
 from hslm_ptx.pipeline.stages.taskkit import one_line_failure
 from hslm_ptx.pipeline.stages.executor import Executor, Job, executor, parse_devices
 from hslm_ptx.pipeline.stages.progress import PROGRESS
@@ -98,25 +99,25 @@ def indexed(found: VerifyReport, inputs: str, report_sha256: str) -> VerifiedCel
                         backend=found.backend, passed=found.passed, line=verdict(found))
 
 
-def run_executor() -> Executor:
+def run_executor(request: Request) -> Executor:
     """The executor of ``executor=`` and ``address=`` (hslm_ptx.pipeline.stages.executor)."""
-    return executor(var("executor"), var("address"))
+    return executor(request.value("executor"), request.value("address"))
 
 
-def gpu_arch(backend: str) -> str | None:
+def gpu_arch(backend: str, request: Request) -> str | None:
     """The arch resource a GPU cell asks a cluster for: the one of ``devices=`` (a verify
     report is one device's evidence per cell, so more than one is refused)."""
-    devices = parse_devices(var("devices"))
+    devices = parse_devices(request.value("devices"))
     if backend != "gpu" or not devices:
         return None
     if len(devices) > 1:
-        raise UserError(f"devices={var('devices')}: verify records one device per cell; "
+        raise UserError(f"devices={request.value('devices')}: verify records one device per cell; "
                         "name one arch (devices=sm_90) and run once per arch")
     return devices[0]
 
 
 @one_line_failure
-def run_verify(cells: KernelCells) -> dict | TaskFailed:
+def run_verify(cells: KernelCells, request: Request) -> dict | TaskFailed:
     """Run the kernel's cells that are not current; ``{"ran": n}`` for the reporter. The
     cells go to the run's executor together and each report is written here, with the
     index, as it arrives, so a run killed next keeps it. A cell refused (over the
@@ -128,7 +129,8 @@ def run_verify(cells: KernelCells) -> dict | TaskFailed:
     check_artifact(ptx_path, emitted.ptx_sha256)
     index = read_index(kernel)
     entries = dict(index.cells)
-    shapes = {(shape_set, shape.name): shape for shape_set, found in chosen_sets().items() for shape in found}
+    named_sets = tuple(dict.fromkeys(shape_set for shape_set, _ in cells.shapes))
+    shapes = {(shape_set, shape.name): shape for shape_set, found in select_sets(named_sets).items() for shape in found}
     todo, refused = [], []
     for (shape_set, name), inputs, key in zip(cells.shapes, cells.inputs, cells.keys()):
         path = config.verify_json(kernel, shape_set, name)
@@ -145,13 +147,13 @@ def run_verify(cells: KernelCells) -> dict | TaskFailed:
             PROGRESS.skip()
             continue
         todo.append((key, inputs, shape_set, shapes[shape_set, name]))
-    ptx, arch = ptx_path.read_text() if todo else "", gpu_arch(cells.backend)
+    ptx, arch = ptx_path.read_text() if todo else "", gpu_arch(cells.backend, request)
     jobs = [Job(run_cell, (kernel, shape_set, shape, cells.backend, cells.force, ptx, emitted, inputs),
                 gpu=cells.backend == "gpu", arch=arch) for _, inputs, shape_set, shape in todo]
     if jobs:
         PROGRESS.start()
     ran = 0
-    for i, found in run_executor().run(jobs):
+    for i, found in run_executor(request).run(jobs):
         key, inputs, shape_set, shape = todo[i]
         PROGRESS.advance()
         if isinstance(found, BaseException):

@@ -19,7 +19,8 @@ from hslm_ptx.catalog.registry import KERNELS
 from hslm_ptx.pipeline.core import config
 from hslm_ptx.pipeline.core.files import remove_folder
 from hslm_ptx.pipeline.bench.report import output_paths
-from hslm_ptx.pipeline.core.cmdline import describe, var
+from hslm_ptx.pipeline.core.errors import UserError
+from hslm_ptx.pipeline.core.request import current, describe
 from hslm_ptx.pipeline.stages.taskkit import failing_task, one_line_failure
 
 DEFAULT_SET = "hslm"
@@ -35,7 +36,12 @@ def _bench(shape_set: str, ceiling_n: int, model: str) -> None:
 
 def task_bench() -> dict:
     """Time every kernel on shape=<set> (default hslm) against cuBLAS and torch; GPU only."""
-    shape_set, model, ceiling = var("shape", DEFAULT_SET), var("model"), var("ceiling")
+    request = current()
+    model, ceiling = request.value("model"), request.value("ceiling")
+    try:
+        shape_set = request.one_set(DEFAULT_SET)
+    except UserError as exc:
+        return failing_task(str(exc))
     if not ceiling.isdigit():
         from hslm_ptx.pipeline.bench.run import CEILING_N
 

@@ -36,7 +36,7 @@ from doit.tools import config_changed
 
 from hslm_ptx.pipeline.core import config
 from hslm_ptx.pipeline.core.checker import targets_intact
-from hslm_ptx.pipeline.core.cmdline import describe
+from hslm_ptx.pipeline.core.request import current, describe
 from hslm_ptx.pipeline.core.errors import UserError
 from hslm_ptx.pipeline.stages.build_plan import KernelCells, build_plan
 from hslm_ptx.pipeline.stages.table import RERUN, Stage
@@ -118,7 +118,7 @@ def planned_cells() -> tuple[KernelCells, ...]:
 def verify_task(cells: KernelCells) -> dict:
     return {
         "name": cells.kernel,
-        "actions": [(steps("run_verify"), [cells])],
+        "actions": [(steps("run_verify"), [cells, current()])],
         "file_dep": [str(config.ptx_path(cells.kernel))],
         "task_dep": [f"ptxas:{cells.kernel}"],
         "targets": [str(config.verify_json(*cell)) for cell in cells.named()] + [str(config.verify_index(cells.kernel))],
@@ -150,13 +150,13 @@ VERIFY = Stage(
 @fails_on_user_error
 def task_report() -> Iterator[dict]:
     # its doc (`doit list`) names the variables: set after the definition
-    from hslm_ptx.pipeline.core.cmdline import var
     from hslm_ptx.pipeline.stages.build_plan import verify_plan
 
-    fmt = var("format")
+    request = current()
+    fmt = request.value("format")
     if fmt not in ("text", "json"):
         raise UserError(f"format={fmt}: expected text or json")
-    kernels, cells = PTXAS.cells(), [(k, s, shape.name) for k, s, shape in verify_plan().cells]
+    kernels, cells = PTXAS.cells(), [(k, s, shape.name) for k, s, shape in verify_plan(request).cells]
     yield {"name": "last", "actions": [(steps("run_report"), [kernels, cells, fmt])], "uptodate": [False],
            "verbosity": 2, "meta": {"quiet": True}}
 

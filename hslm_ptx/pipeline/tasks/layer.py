@@ -27,12 +27,12 @@ from hslm_ptx.pipeline.stages import layer_count
 from hslm_ptx.pipeline.core import layer_records
 from hslm_ptx.pipeline.core.artifacts import write_model
 from hslm_ptx.pipeline.core.files import remove_folder
-from hslm_ptx.pipeline.core.cmdline import VARIABLES, var
+from hslm_ptx.pipeline.core.request import VARIABLES, current
 from hslm_ptx.pipeline.stages.layer_count import STEP_DTYPE, build_report
 from hslm_ptx.pipeline.ratchet.layer_ratchet import LAYER_DIR, report_path, step_source_files, step_source_sha256
 from hslm_ptx.pipeline.core.layer_records import LayerReport, LayerShape
 from hslm_ptx.pipeline.stages.report import table
-from hslm_ptx.pipeline.core.shapes import parse_set_names, select_sets
+from hslm_ptx.pipeline.core.shapes import select_sets
 from hslm_ptx.pipeline.stages.table import Stage
 from hslm_ptx.pipeline.stages.taskkit import one_line_failure
 
@@ -85,9 +85,7 @@ def _layer(shape_set: str) -> TaskFailed | None:
 
 def layer_sets() -> list[str]:
     """The sets of ``shape=`` (default hslm); an unknown one is a UserError, one line."""
-    sets = parse_set_names(var("shape", DEFAULT_LAYER_SET))
-    select_sets(sets)
-    return list(sets)
+    return list(current().sets(DEFAULT_LAYER_SET))
 
 
 def layer_task(shape_set: str) -> dict:

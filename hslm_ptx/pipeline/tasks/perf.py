@@ -33,7 +33,7 @@ from hslm_ptx.pipeline.stages import sass
 from hslm_ptx.pipeline.core.artifacts import read_model, write_model
 from hslm_ptx.pipeline.core.files import rel, remove_folder, write_atomic
 from hslm_ptx.pipeline.bench.record import Prediction as BenchPrediction  # the bench file's row; perf_model's is ConfigPrediction
-from hslm_ptx.pipeline.core.cmdline import var
+from hslm_ptx.pipeline.core.request import current
 from hslm_ptx.pipeline.core.config import MODEL_DIR, SASS_DIR, sass_json
 from hslm_ptx.pipeline.core.errors import UserError
 from hslm_ptx.pipeline.core.models import PtxasReport
@@ -289,10 +289,12 @@ MODEL_SUBTASKS = ("counts", "run", "docs", "calibrate")
 def task_model() -> Iterator[dict]:
     """Cost-model MODEL of each GEMM kernel x shape (shape=<set>, default hslm; gpu=h200|h100|rtx4090|a100|a800_pcie);
     model:counts writes hslm_ptx/cost/loop_counts.json, model:calibrate the calibration table."""
-    shape_set, gpu_name = var("shape", DEFAULT_MODEL_SET), var("gpu")
-    try:  # a bad devices.json or an unknown gpu: every subtask fails with its one line (each name exists)
+    request = current()
+    gpu_name = request.value("gpu")
+    try:  # a bad devices.json, an unknown gpu or set: every subtask fails with its one line (each name exists)
         perf_model.gpu(perf_model.load_assumptions(), gpu_name)
-        shapes = select_sets((shape_set,))[shape_set]
+        shape_set = request.one_set(DEFAULT_MODEL_SET)
+        shapes = request.sets(DEFAULT_MODEL_SET)[shape_set]
     except (UserError, cost.CostInputError) as exc:
         for name in MODEL_SUBTASKS:
             yield failing_task(str(exc), name=name)

@@ -25,7 +25,7 @@ from hslm_ptx.catalog.registry import KERNELS
 from hslm_ptx.pipeline.core import config
 from hslm_ptx.pipeline.core.artifacts import read_model
 from hslm_ptx.pipeline.core.files import rel, remove_folder, sweep_temp_files
-from hslm_ptx.pipeline.core.cmdline import describe, var
+from hslm_ptx.pipeline.core.request import Request, current, describe
 from hslm_ptx.pipeline.core.errors import UserError
 from hslm_ptx.pipeline.ratchet.kernel_tests import run_kernel_tests
 from hslm_ptx.pipeline.ratchet.ledger import bless_file
@@ -76,7 +76,7 @@ def _seal(kernel: str) -> None:
 def task_seal() -> Iterator[dict]:
     """Seal each kernel (ledger/seals/<kernel>.json) once its sealed sets verify."""
     # seal:<k> waits for the kernel's verify task when this command line asks for a sealed set
-    verified = {kernel for kernel, shape_set, _ in verify_plan().cells if shape_set in config.VERIFY_SETS}
+    verified = {kernel for kernel, shape_set, _ in verify_plan(current()).cells if shape_set in config.VERIFY_SETS}
     for kernel in KERNELS:
         verify = [verify_task_name(kernel)] if kernel in verified else []
         yield {"name": kernel, "actions": [(_seal, [kernel])],
@@ -85,10 +85,10 @@ def task_seal() -> Iterator[dict]:
 
 
 @one_line_failure
-def _bless() -> None:
+def _bless(request: Request) -> None:
     run = summarize(config.VERIFY_SETS)
-    ledger, notes = bless_file(run.cells, run.results, var("accept_new") == "1", sass=run.sass,
-                               accept_slower=var("accept_slower") or None)
+    ledger, notes = bless_file(run.cells, run.results, request.flag("accept_new"), sass=run.sass,
+                               accept_slower=request.value("accept_slower") or None)
     print(f"blessed {rel(config.LEDGER_FILE)}: {len(ledger.entries)} entries {dict(ledger.counts)}, "
           f"max_not_pass {ledger.max_not_pass}")
     for note in notes:
@@ -99,13 +99,12 @@ def task_bless() -> dict:
     """Write ledger/ledger.json from the last run (accept_new=1 raises the cap by the new entries;
     accept_slower=<reason> records a SASS per IMMA rise with that reason), ledger/layer.json and
     the pins of the committed stores and test files (ledger/stores.json)."""
-    return {"actions": [_bless], "uptodate": [False], "verbosity": 2}
+    return {"actions": [(_bless, [current()])], "uptodate": [False], "verbosity": 2}
 
 
-def _gate(sets: list[str]) -> None:
+def _gate(sets: list[str], base: str) -> None:
     from hslm_ptx.pipeline.ratchet import gate  # the judge and its rules: imported only when the gate runs
 
-    base = var("base")
     code = gate.main(["--sets", ",".join(sets)] + (["--base", base] if base else []))
     if code:
         raise SystemExit(code)  # doit exits with it: 1 red, 2 unreadable input
@@ -115,12 +114,13 @@ def task_gate() -> dict:
     """CI's gate: brings emit, ptxas, sass, verify (shape=, default the sealed sets) and the kernel
     tests up to date, then judges them against ledger, seals and the duplicate-body rule."""
     try:
-        cells = verify_plan().cells
+        request = current()
+        cells = verify_plan(request).cells
     except UserError as exc:
         return failing_task(str(exc))
     deps = [f"{task}:{k}" for task in ("emit", "ptxas", "sass") for k in KERNELS]
     sets = list(dict.fromkeys(shape_set for _, shape_set, _ in cells))
-    return {"actions": [(_gate, [sets])], "task_dep": deps + [verify_task_name(k) for k in dict.fromkeys(k for k, _, _ in cells)]
+    return {"actions": [(_gate, [sets, request.value("base")])], "task_dep": deps + [verify_task_name(k) for k in dict.fromkeys(k for k, _, _ in cells)]
             + ["kernel_tests"],
             "uptodate": [False], "verbosity": 2,
             "clean": [(remove_folder, [config.GATE_DIR]), (_sweep_all_temp_files, [])]}
