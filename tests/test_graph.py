@@ -1,6 +1,6 @@
 """The doit graph re-runs exactly the stale stages, judged by content, never by mtime.
 
-One copy of the project (dodo.py, kernels/, pipeline/, shapes.yaml, ledger/) per module
+One copy of the project (dodo.py, hslm_ptx/, shapes.yaml, ledger/) per module
 in a temp folder; each test runs ``python -m doit`` there and reads which tasks ran
 (``.  name``) from doit's output; up-to-date tasks are only counted, in one line per
 stage (hslm_ptx.pipeline.tasks.reporter). Tests run in file order and each leaves the copy up to date
@@ -122,7 +122,7 @@ def imported(project: Path, *args: str) -> set[str]:
 
 
 def settle(project: Path) -> None:
-    """Wait until every file the build plan is stamped with (kernels/, pipeline/,
+    """Wait until every file the build plan is stamped with (hslm_ptx/,
     shapes.yaml, dodo.py) last changed more than RACY_NS ago. A plan computed from a file
     that changed within it is not kept (git's racy-clean rule, hslm_ptx.pipeline.core.treememo), so
     on a fast machine a run right after an earlier test's edit plans again, as it should."""

@@ -9,6 +9,7 @@ import sys
 import pytest
 from doit.exceptions import TaskFailed
 
+from hslm_ptx.pipeline.core.request import parse
 from hslm_ptx.pipeline.bench import layer as bench_layer
 from hslm_ptx.pipeline.stages import layer_count
 from hslm_ptx.pipeline.ratchet import layer_ratchet
@@ -110,12 +111,12 @@ def test_the_stage_writes_its_report(standins, monkeypatch, tmp_path, capsys):
 
 
 def test_task_creator(monkeypatch):
-    monkeypatch.setattr(tasks_layer, "var", lambda name, default=None: "smoke,hslm")
+    monkeypatch.setattr(tasks_layer, "current", lambda: parse(["doit", "layer", "shape=smoke,hslm"]))
     tasks = list(tasks_layer.task_layer())
     assert [t["name"] for t in tasks] == ["smoke", "hslm"]
     assert str(ROOT / "hslm_ptx" / "step" / "launches.py") in tasks[0]["file_dep"]
     assert tasks[1]["targets"] == [str(layer_ratchet.report_path("hslm"))]
-    monkeypatch.setattr(tasks_layer, "var", lambda name, default=None: "nope")
+    monkeypatch.setattr(tasks_layer, "current", lambda: parse(["doit", "layer", "shape=nope"]))
     (bad,) = list(tasks_layer.task_layer())
     assert bad["name"] == "error" and "unknown shape set 'nope'" in str(bad["actions"][0][1][0])
 

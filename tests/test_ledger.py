@@ -134,7 +134,7 @@ def test_doit_bless_refuses_in_one_line_and_accept_new_prints_the_accounting(tmp
     dodo = """
         import functools, pathlib
         from hslm_ptx.pipeline.ratchet import ledger
-        from hslm_ptx.pipeline.stages import tasks_ratchet
+        from hslm_ptx.pipeline.tasks import ratchet as tasks_ratchet
         from hslm_ptx.pipeline.core.models import RunSummary
         tasks_ratchet.summarize = lambda sets: RunSummary.model_validate_json(pathlib.Path("run.json").read_text())
         tasks_ratchet.bless_file = functools.partial(ledger.bless_file, path=pathlib.Path("ledger.json").resolve())

@@ -85,7 +85,7 @@ def test_a_bad_devices_file_is_one_line_under_every_command(fault, tmp_path, mon
     edit, field = DEVICE_FAULTS[fault]
     bad = planted_devices(tmp_path, edit)
     forget(monkeypatch, devices=bad)
-    # kernels/ alone (the tile rule under `doit layer`, `doit verify`)
+    # the kernel side alone (the tile rule under `doit layer`, `doit verify`)
     with pytest.raises(cost.CostInputError) as info:
         cost.load_devices()
     assert one_line(str(info.value)).startswith(f"{bad}: ") and field in str(info.value)

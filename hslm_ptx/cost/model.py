@@ -4,7 +4,7 @@ Both the tile rule (``hslm_ptx.tile.rule.phase_cost``, called by
 ``hslm_ptx.catalog.registry.choose``) and ``doit model`` (``hslm_ptx.pipeline.stages.perf_model``) call it on the
 same launch (``hslm_ptx.tile.rule.staged_work``), so the configuration a caller gets is the
 one the model predicts fastest, from the same numbers.
-Only numpy and the standard library: kernels/ must import without pipeline/.
+Only numpy and the standard library: the kernel side must import without hslm_ptx.pipeline.
 
 Inputs, all read from files, never typed into a kernel module:
 

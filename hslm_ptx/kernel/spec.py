@@ -134,7 +134,7 @@ class KernelSpec:
     (:meth:`expected` gives the dict either way). ``gemm_form`` is None for a kernel
     that is not an int8 GEMM (a quantizer, the weight preparation): bench, the model and
     the SASS-per-IMMA figures leave such a kernel out.
-    The kernel's source is its module and what that imports from kernels/
+    The kernel's source is its module and what that imports from hslm_ptx (outside hslm_ptx.pipeline)
     (hslm_ptx.pipeline.core.sources walks the imports), so nothing here lists files by hand.
     """
 

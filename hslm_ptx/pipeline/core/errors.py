@@ -3,7 +3,7 @@
 Each is caught at a task boundary (hslm_ptx.pipeline.stages.taskkit.one_line_failure) or by the
 gate's CLI and printed as one line, no traceback. The kernels' own errors
 (hslm_ptx.runtime.launch.LaunchError, hslm_ptx.formats.ternary.PackError, hslm_ptx.emu's EmulatorError)
-stay in kernels/, which never imports the pipeline.
+stay in the kernel side of hslm_ptx, which never imports hslm_ptx.pipeline.
 """
 from __future__ import annotations
 

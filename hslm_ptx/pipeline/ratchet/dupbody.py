@@ -1,5 +1,5 @@
-"""The duplicate-body rule: no function body is copied between files under kernels/ and
-pipeline/ (import it instead), unless ledger/allowed_duplicates.yaml lists the pair
+"""The duplicate-body rule: no function body is copied between files under hslm_ptx/
+(import it instead), unless ledger/allowed_duplicates.yaml lists the pair
 with a reason.
 
 Bodies are compared after normalizing their AST: statements that do nothing dropped

@@ -100,6 +100,8 @@ from hslm_ptx.pipeline.ratchet.findings import SHOWN_MISMATCHES, Finding, Inputs
 from hslm_ptx.pipeline.ratchet.gate_new_kernel import fold_new_kernels
 from hslm_ptx.pipeline.ratchet.gate_counts import counts_findings
 from hslm_ptx.pipeline.stages.model_doc import doc_findings
+
+PACKAGE_COUNTS = COUNTS_FILE  # the file the package ships; a test may point COUNTS_FILE at its own
 from hslm_ptx.pipeline.ratchet.layer_ratchet import LAYER_LEDGER, gate_findings as layer_findings
 from hslm_ptx.pipeline.ratchet.ledger import CELL_REASONS, RANK, REASONS, cell_name, loosenings, read_ledger
 from hslm_ptx.pipeline.core.models import AllowedDuplicates, Ledger, RunSummary, Seal
@@ -401,9 +403,12 @@ def read_base(ref: str) -> tuple[Ledger, Snapshot]:
 def gather(project: bool) -> tuple[tuple[str, str, str, str], ...]:
     """Run the judges that count or render afresh (they read the artifacts and the committed
     files themselves): the layer step's counts, the loop counts, the model's tables. A ledger
-    folder other than the project's (a test's) need not hold layer levels or loop counts."""
+    folder other than the project's (a test's) need not hold layer levels; the loop counts
+    ship in the package, so they are judged in the project and in a world that brought its
+    own (``COUNTS_FILE`` pointed elsewhere), not in one that merely reads the package's."""
     found = layer_findings(REASONS, LEDGER_FILE.with_name(LAYER_LEDGER.name), required=project)
-    found += counts_findings(COUNTS_FILE, required=project)
+    if project or COUNTS_FILE != PACKAGE_COUNTS:
+        found += counts_findings(COUNTS_FILE, required=project)
     if project:  # the project's documentation quotes the model's tables
         found += doc_findings()
     return tuple(tuple(f) for f in found)

@@ -5,7 +5,7 @@ The counts are those ``doit layer`` writes (hslm_ptx.pipeline.tasks.layer, artif
 which the gate and bless take afresh (hslm_ptx.pipeline.stages.layer_count, milliseconds); the committed
 ledger/layer.json holds, per set and shape, the level each count is held to
 (hslm_ptx.pipeline.core.layer_records.COUNTS), and seals the step source those levels were counted from
-(hslm_ptx/step/launches.py and the kernels/ modules it imports, the step kernels' specs
+(hslm_ptx/step/launches.py and the hslm_ptx modules it imports, the step kernels' specs
 among them).
 
 - :func:`judge_layer` (the gate's): a count above its level is ``SLOWER`` (red), below it

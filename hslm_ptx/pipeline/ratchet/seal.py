@@ -1,6 +1,6 @@
 """Seals: ledger/seals/<kernel>.json pins what was verified, by content.
 
-A seal records the kernel's source hash (its module and the kernels/ modules it
+A seal records the kernel's source hash (its module and the hslm_ptx modules it
 imports: hslm_ptx.pipeline.core.sources), its PTX
 sha256 and size, ptxas figures per arch, the SASS per IMMA and LSU per IMMA of its loop
 bodies per arch (hslm_ptx.pipeline.ratchet.sass_ratchet), the verify evidence of every shape of the

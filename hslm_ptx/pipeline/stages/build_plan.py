@@ -55,7 +55,7 @@ def index_key(shape_set: str, shape: str) -> str:
 
 class KernelSources(NamedTuple):
     name: str
-    sources: tuple[str, ...]  # the module and its kernels/ closure: emit's file_dep
+    sources: tuple[str, ...]  # the module and its hslm_ptx closure: emit's file_dep
 
 
 class BuildPlan(NamedTuple):

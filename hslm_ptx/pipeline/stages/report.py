@@ -115,7 +115,28 @@ def last_run(kernels: Sequence[str], cells: Sequence[VerifyCell], fmt: str) -> s
                            "bench": [p.name for p in bench]}, indent=2)
     parts = [table(PTXAS_COLUMNS, [row for r in ptxas for row in ptxas_rows(r)]) if ptxas else "ptxas: no reports",
              table(VERIFY_COLUMNS, [verify_row(r) for r in verify]) if verify else "verify: no reports"]
-    return "\n\n".join(parts + [p.read_text().rstrip() for p in bench])
+    return "\n\n".join(parts + [p.read_text().rstrip() for p in bench] + [summary(kernels, cells, ptxas, verify, bench)])
+
+
+def summary(kernels: Sequence[str], cells: Sequence[VerifyCell], ptxas: Sequence[PtxasReport],
+            verify: Sequence[VerifyReport], bench: Sequence[Path]) -> str:
+    """The report's last lines, so a long report need not be read to its end: what the
+    tables above add up to, and how many of the asked kernels and cells have no report."""
+    bad = [r.kernel for r in ptxas if not r.ok]
+    failed = [f"{r.kernel} {r.shape_set}/{r.shape}" for r in verify if not r.passed]
+    backends = ", ".join(sorted({r.backend for r in verify})) or "-"
+    lines = [
+        f"ptxas: {len(ptxas)} of {len(kernels)} kernels reported; "
+        + (f"{len(bad)} over budget, spilling or refused (first: {bad[0]})" if bad
+           else f"all within budget on {', '.join(config.ARCHS)}" if ptxas else "nothing to judge"),
+        f"verify: {len(verify)} of {len(cells)} cells reported, on {backends}; "
+        + (f"{len(failed)} not exact (first: {failed[0]})" if failed else "all exact" if verify else "nothing to judge"),
+        f"bench: {len(bench)} table{'s' if len(bench) != 1 else ''}",
+    ]
+    missing = len(kernels) - len(ptxas) + len(cells) - len(verify)
+    if missing:
+        lines.append(f"{missing} asked for have no report: run doit verify (or doit gate) first")
+    return "summary\n" + "\n".join(f"  {line}" for line in lines)
 
 
 def print_to_pipe(text: str) -> bool:

@@ -11,7 +11,7 @@ list; then prints one table. Nothing is computed, so it takes milliseconds on an
 
 The counts are ratcheted in ledger/layer.json (hslm_ptx.pipeline.ratchet.layer_ratchet): a rise is red at
 ``doit gate``, which counts the ledger's sets afresh (no dependency on this task). The stage re-runs when the step's source (hslm_ptx/step/launches.py and the
-kernels/ modules it imports, the step kernels' specs among them), shapes.yaml or the
+hslm_ptx modules it imports, the step kernels' specs among them), shapes.yaml or the
 stage's own code changes. Its cells are the sets of ``shape=``, declared as one
 :class:`hslm_ptx.pipeline.stages.table.Stage` (:data:`LAYER`), listed in ``dodo.py``.
 """

@@ -1,7 +1,7 @@
 """The ratchet half of the doit graph: kernel_tests, seal, bless, gate.
 
 - ``doit kernel_tests``: the kernel-marked tests under the assertcount plugin ->
-  artifacts/tests/kernel_tests.json (re-runs when a .py under tests/, kernels/ or
+  artifacts/tests/kernel_tests.json (re-runs when a .py under tests/, hslm_ptx/ or
   pipeline/ changes). A failing test is evidence; only a run that wrote no counts fails.
 - ``doit seal`` (``seal:<kernel>``): verify of the sealed sets (config.VERIFY_SETS), the
   SASS counts and the kernel tests first, then ledger/seals/<kernel>.json; refuses,
