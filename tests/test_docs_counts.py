@@ -7,6 +7,7 @@ from pathlib import Path
 
 from hslm_ptx.catalog.registry import KERNELS
 from hslm_ptx.pipeline.core import config
+from hslm_ptx.pipeline.core.request import VARIABLES
 from hslm_ptx.pipeline.core.shapes import select_sets
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,6 +31,8 @@ def stated(n: dict[str, int]) -> list[tuple[str, str]]:
                              f"{n['shapes'] + n['archs'] + 1})"),
         ("docs/adding-a-stage.md", f"`verify: {n['verify']} cells on emulator (all up to date): all exact`"),
         ("docs/cluster.md", f"`120/{n['verify']} cells done"),
+        ("docs/adding-a-kernel.md", f"NEW KERNEL my_kernel: {n['shapes'] + n['archs'] + 1} cells "
+                                    f"({n['shapes'] + n['archs'] + 1} pass, 0 not passing, 0 not run)"),
     ]
 
 
@@ -48,3 +51,10 @@ def test_a_stale_count_is_caught():
     stale = {**counts(), "kernels": counts()["kernels"] - 1}
     missing = [s for page, s in stated(stale) if s not in " ".join((ROOT / page).read_text().split())]
     assert len(missing) >= 3  # every sentence naming the kernel count
+
+
+def test_the_variables_table_lists_every_variable_once():
+    """docs/pipeline.md's table of command-line variables: its first column is VARIABLES, in order."""
+    text = (ROOT / "docs" / "pipeline.md").read_text()
+    table = text.split("| variable | values | default | read by |\n| --- | --- | --- | --- |\n", 1)[1].split("\n\n", 1)[0]
+    assert [row.split("`")[1] for row in table.splitlines()] == list(VARIABLES)
