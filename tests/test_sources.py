@@ -5,7 +5,9 @@ import dataclasses
 
 from hslm_ptx.catalog.registry import KERNELS
 from hslm_ptx.pipeline.core.config import ROOT
-from hslm_ptx.pipeline.core.sources import check_hash, code_sha256, imported_modules, source_files, source_sha256
+from hslm_ptx.pipeline.core import sources
+from hslm_ptx.pipeline.core.sources import (SCORING, check_hash, closure, code_sha256, computed_check_hash,
+                                            imported_modules, source_files, source_sha256)
 
 
 def test_closure_follows_the_imports():
@@ -49,6 +51,36 @@ def test_check_hash_covers_reference_and_inputs_not_the_emitter():
     by_module = {s.module: source_sha256(s) for s in KERNELS.values()}  # a family's configurations share a module
     assert len(set(by_module.values())) == len(by_module) >= 3
     assert all(source_sha256(s) == by_module[s.module] for s in KERNELS.values())
+
+
+SCORING_FILES = {ROOT / "hslm_ptx" / "cost" / "model.py", ROOT / "hslm_ptx" / "tile" / "rule.py"}
+
+
+def test_the_scoring_modules_are_in_a_kernels_source_but_not_its_verdict():
+    spec = KERNELS["hslm_fwd_bf16"]
+    assert SCORING_FILES <= set(source_files(spec))  # the seal and emit's file_dep still pin them
+    assert not SCORING_FILES & set(closure(spec.module, SCORING))
+    assert set(closure(spec.module, SCORING)) < set(closure(spec.module))
+
+
+def edited_hash(monkeypatch, spec, path) -> str:
+    """The verdict hash of ``spec`` as if ``path``'s code had changed."""
+    real = sources.code_sha256
+    monkeypatch.setattr(sources, "code_sha256", lambda p: "edited" if p == path else real(p))
+    try:
+        return computed_check_hash(spec)
+    finally:
+        monkeypatch.setattr(sources, "code_sha256", real)
+
+
+def test_a_model_edit_leaves_every_verdict_hash_and_a_tile_edit_does_not(monkeypatch):
+    """A cost-model or tile-rule edit changes a cell only through its launch (in the cell's
+    inputs as data); an edit of a module the reference reads changes its verdict hash."""
+    for name in ("hslm_fwd_bf16", "hslm_dw_splitk_f16", "hslm_grads_f32_bf16", "hslm_fwdx_bf16"):
+        spec, base = KERNELS[name], computed_check_hash(KERNELS[name])
+        assert all(edited_hash(monkeypatch, spec, path) == base for path in SCORING_FILES)
+    spec = KERNELS["hslm_fwd_bf16"]
+    assert edited_hash(monkeypatch, spec, ROOT / "hslm_ptx" / "reference" / "stepmath.py") != computed_check_hash(spec)
 
 
 def kernel_copy(tmp_path, text: str):

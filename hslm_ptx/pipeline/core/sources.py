@@ -7,7 +7,11 @@ emit's file_dep, and the source hash a seal pins.
 :func:`check_hash` covers what decides a verify verdict besides the PTX: the kernel's
 input generator and reference, the functions of its module they call, and the
 source closure of the other modules they use; an edit elsewhere in the kernel
-module (its emitter) does not re-run verify.
+module (its emitter) does not re-run verify. Nor does an edit of the modules that only
+score configurations (:data:`SCORING`: the cost model and the tile rule): what they
+decide for a cell, its launch, is in the cell's inputs as data (its grid, block, shared
+bytes and scalars), so a model edit that leaves every launch alone re-runs no cell, and
+one that changes a launch re-runs exactly the cells whose launch changed.
 
 Both hash meaning, not text (:func:`code_sha256`): the code's syntax tree without
 docstrings, line numbers or comments (the tokenizer drops those before the tree is
@@ -128,16 +132,20 @@ def parsed_imports(path: Path) -> set[str]:
     return names
 
 
+SCORING = frozenset({"hslm_ptx.cost.model", "hslm_ptx.tile.rule"})  # they score launches; a verdict reads the launch
+
+
 @functools.lru_cache(maxsize=None)
-def closure(module: str) -> tuple[Path, ...]:
-    """``module``'s file and the files of every package module it imports, transitively."""
+def closure(module: str, skip: frozenset[str] = frozenset()) -> tuple[Path, ...]:
+    """``module``'s file and the files of every package module it imports, transitively,
+    but for the imported modules in ``skip`` (and what only they import)."""
     seen: dict[str, Path] = {}
     todo = [module]
     while todo:
         name = todo.pop()
         if name not in seen:
             seen[name] = module_file(name)
-            todo.extend(imported_modules(seen[name]) - set(seen))
+            todo.extend(imported_modules(seen[name]) - set(seen) - skip)
     return tuple(sorted(set(seen.values())))
 
 
@@ -220,7 +228,7 @@ def check_hash(spec: KernelSpec) -> str:
     sites = [(Path(fn.__code__.co_filename), f"{fn.__qualname__}@{fn.__code__.co_firstlineno}")
              for fn in (spec.make_inputs, spec.reference)]
     files = tuple(sorted(set(closure(spec.module)) | {path for path, _ in sites if path.is_file()}))
-    key = f"{spec.name}:{closure_bytes_sha256(files)}:{' '.join(site for _, site in sites)}"
+    key = f"{spec.name}:{closure_bytes_sha256(files)}:{' '.join(site for _, site in sites)}:{' '.join(sorted(SCORING))}"
     found = MEMO.get().checks.get(key)
     return found if found is not None else MEMO.put("checks", key, computed_check_hash(spec))
 
@@ -236,6 +244,6 @@ def computed_check_hash(spec: KernelSpec) -> str:
     modules: set[str] = set()
     for fn in (spec.make_inputs, spec.reference):
         _used_by(fn, spec.module, functions, modules)
-    files = sorted({path for module in modules for path in closure(module)})
+    files = sorted({path for module in modules for path in closure(module, SCORING)})
     parts = [functions[k] for k in sorted(functions)] + [f"{rel(p)}\0{code_sha256(p)}" for p in files]
     return sha256_bytes("\n".join(parts).encode())
