@@ -14,6 +14,9 @@ from hslm_ptx.pipeline.stages.sass import Body, SassArch, SassReport
 SHAPES = {"smoke": (Shape(name="tiny", R=4, K=16, N=8), Shape(name="tail", R=3, K=17, N=5))}
 
 
+GPU_NAMES = {"sm_80": "A100", "sm_89": "RTX 4090", "sm_90": "H200"}
+
+
 class FakeArtifacts:
     """Writes the stage results a run would leave, with whatever verdicts a test needs."""
 
@@ -41,10 +44,14 @@ class FakeArtifacts:
         return report
 
     def verify(self, emitted: EmitResult, shape_set: str, shape: Shape, mismatches: int = 0,
-               error: str | None = None, backend: str = "emulator", ptx_sha256: str | None = None) -> VerifyReport:
+               error: str | None = None, backend: str = "emulator", ptx_sha256: str | None = None,
+               arch: str | None = None) -> VerifyReport:
+        gpu = backend == "gpu"
         report = VerifyReport(
             kernel=emitted.kernel, shape_set=shape_set, shape=shape.name, R=shape.R, K=shape.K, N=shape.N,
-            backend=backend, device="cpu-emulator" if backend == "emulator" else "H200", mismatches=mismatches,
+            backend=backend, device=GPU_NAMES.get(arch, "H200") if gpu else "cpu-emulator",
+            driver="12.8" if gpu else None, arch=arch if gpu else None, node=f"node-{arch}" if gpu else "here",
+            mismatches=mismatches,
             rows_checked=0 if error else shape.R, max_abs_diff=mismatches, seconds=0.01,
             first_mismatch=Mismatch(row=0, col=0, got=1, want=0) if mismatches else None,
             ptx_sha256=ptx_sha256 or emitted.ptx_sha256, error=error)
@@ -66,11 +73,15 @@ class FakeArtifacts:
         write_model(config.sass_json(emitted.kernel), report)
         return report
 
-    def all_pass(self, kernel: str, source: str = "src") -> EmitResult:
-        emitted = self.emit(kernel, source)
+    def all_pass(self, kernel: str, source: str = "src", ptx: str = "// ptx\n") -> EmitResult:
+        emitted = self.emit(kernel, source, ptx)
         self.ptxas(emitted)
         self.sass(emitted)
+        self.verified(emitted)
+        return emitted
+
+    def verified(self, emitted: EmitResult, backend: str = "emulator", arch: str | None = None) -> None:
+        """Every shape of the sealed sets passes on ``backend`` (a GPU of ``arch``)."""
         for shape_set, shapes in SHAPES.items():
             for shape in shapes:
-                self.verify(emitted, shape_set, shape)
-        return emitted
+                self.verify(emitted, shape_set, shape, backend=backend, arch=arch)

@@ -79,3 +79,36 @@ def start_cluster() -> Cluster:
         cluster.add_node(num_cpus=1, num_gpus=1, resources={arch: 1})
     cluster.wait_for_nodes()
     return cluster
+
+
+def assigned_arch() -> str | None:
+    """The arch resource this Ray task was given (its node's GPU kind)."""
+    return next((name for name in ray.get_runtime_context().get_assigned_resources() if name.startswith("sm_")), None)
+
+
+def fake_bench(shape_set: str, ceiling_n: int, ptx: dict[str, str], predictions: str | None):
+    """bench_on_node without a GPU: a synthetic record naming where it ran, each kernel's
+    first shape a row not run."""
+    import hashlib
+
+    from hslm_ptx.catalog.registry import KERNELS
+    from hslm_ptx.pipeline.bench.record import BenchReport, Device, summarize
+    from hslm_ptx.pipeline.bench.run import DEFAULT_METHOD, _row_without_run
+    from hslm_ptx.pipeline.core.shapes import select_sets
+    from hslm_ptx.runtime.backends import node_name
+
+    arch = assigned_arch()
+    first = select_sets((shape_set,))[shape_set][0]
+    rows = [_row_without_run(KERNELS[k], first, "ours", f"not run: a fake bench on {arch}").model_copy(
+        update={"family": KERNELS[k].family_name}) for k in ptx]
+    return BenchReport(shape_set=shape_set, created="2026-01-01T00:00:00+00:00", synthetic=True,
+                       device=Device(name=f"fake {arch}", driver="fake 1.0", arch=arch, node=node_name()),
+                       method=DEFAULT_METHOD, rows=rows, summary=summarize(rows, None),
+                       ptx_sha256={k: hashlib.sha256(text.encode()).hexdigest() for k, text in ptx.items()})
+
+
+def fake_bench_failing_on_sm_89(*args):
+    """fake_bench, but the sm_89 node's bench fails as a GPU that is gone would."""
+    if assigned_arch() == "sm_89":
+        raise RuntimeError("cudaErrorNoDevice on the sm_89 node")
+    return fake_bench(*args)

@@ -58,7 +58,15 @@ def seal(kernel: str, ptx: str = "p") -> Seal:
         verify=SealedVerify(backend="emulator", device="cpu-emulator", shapes=[
             SealedShape(shape_set="smoke", shape="tiny", R=1, K=1, N=1, mismatches=0, rows_checked=1)]),
         tests=TestCounts(passed=2, failed=0, skipped=0, total=2, vacuous=0, invariants=1),
-        sass={a: LEVEL for a in config.ARCHS}, sealed_at="2025-01-01")
+        sass={a: LEVEL for a in config.ARCHS}, gpu={a: gpu_verify(a) for a in config.GPU_EVIDENCE_ARCHS},
+        sealed_at="2025-01-01")
+
+
+def gpu_verify(arch: str, **shape) -> SealedVerify:
+    """The sealed set verified on a GPU of ``arch`` (``shape``: a change to its one shape's row)."""
+    return SealedVerify(backend="gpu", device=f"GPU {arch}", driver="12.8", node=f"node-{arch}", shapes=[
+        SealedShape(shape_set="smoke", shape="tiny", R=1, K=1, N=1, mismatches=0, rows_checked=1).model_copy(
+            update=shape)])
 
 
 def green() -> gate.Inputs:

@@ -365,3 +365,16 @@ def test_python_m_bench_bad_arguments_are_one_line(args, fragment, capsys):
     assert bench.main(["smoke", *args]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and fragment in err and err.count("\n") == 1
+
+
+@pytest.mark.skipif(gpu_available(), reason="the no-GPU line; a GPU machine runs the bench instead")
+def test_a_cluster_bench_job_without_a_gpu_is_one_line_and_no_record():
+    from hslm_ptx.pipeline.bench.remote import bench_on_node
+
+    with pytest.raises(UserError, match=r"bench on .*: exit 2, no record; error: bench needs a CUDA GPU"):
+        bench_on_node("smoke", 0, {"hslm_fwd_s8": "// ptx\n"}, None)
+
+
+def test_the_bench_refuses_a_ptx_folder_that_is_not_there(capsys):
+    assert bench.main(["smoke", "--ptx-dir", "/nonexistent/ptx"]) == 2
+    assert capsys.readouterr().err.strip() == "error: --ptx-dir /nonexistent/ptx: no such folder"

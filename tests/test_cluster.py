@@ -1,8 +1,10 @@
-"""verify on a real Ray cluster on this machine (ray.cluster_utils.Cluster: a head and two
-one-CPU nodes, their custom resources standing in for two GPU kinds): the same records
-as the local executor, a killed worker's cells retried and each recorded once, a node
-removed mid-run, a GPU cell routed by its arch, a killed driver's next run re-running
-only the cells with no record. The cells are one small kernel's on tiny shapes."""
+"""verify, sass and bench on a real Ray cluster on this machine (ray.cluster_utils.Cluster:
+a head and two one-CPU nodes, their custom resources standing in for two GPU kinds): the
+same records as the local executor, a killed worker's cells retried and each recorded
+once, a node removed mid-run, a GPU cell routed by its arch, a killed driver's next run
+re-running only the cells with no record; the SASS counts of a kernel's archs as the
+local executor gives them; one bench per arch, each on its arch's node, its record
+written on the driver. The cells are one small kernel's on tiny shapes."""
 from __future__ import annotations
 
 import signal
@@ -13,13 +15,20 @@ import time
 from pathlib import Path
 
 import pytest
-from clustercases import attempts, cluster_environment, killed_first_time, ray, slowly, start_cluster
+from clustercases import (attempts, cluster_environment, fake_bench, fake_bench_failing_on_sm_89, killed_first_time,
+                          ray, slowly, start_cluster)
 
 from hslm_ptx.catalog.registry import KERNELS
 from hslm_ptx.pipeline.core import config
 from hslm_ptx.pipeline.core.artifacts import read_model
 from hslm_ptx.pipeline.core.models import VerifyIndex, VerifyReport
+from hslm_ptx.pipeline.bench import run as bench_run
+from hslm_ptx.pipeline.bench.record import BenchReport
+from hslm_ptx.pipeline.core.errors import UserError
+from hslm_ptx.pipeline.core.files import sha256_file
 from hslm_ptx.pipeline.core.request import Request
+from hslm_ptx.pipeline.stages import sass
+from hslm_ptx.pipeline.tasks import bench as bench_task
 from hslm_ptx.pipeline.core.shapes import select_sets
 from hslm_ptx.pipeline.stages import build_steps
 from hslm_ptx.pipeline.stages.verify import cell_inputs
@@ -118,6 +127,45 @@ def test_a_gpu_cell_runs_on_a_node_of_its_arch(cluster):
     assert executor.options(Job(node_name, ())) == {"num_cpus": 1}  # a CPU cell asks for no GPU
 
 
+def arch_nodes() -> dict[str, str]:
+    """arch -> the id of the live node that declares it."""
+    return {arch: node["NodeID"] for node in ray.nodes() if node["Alive"]
+            for arch in ("sm_89", "sm_90") if node["Resources"].get(arch)}
+
+
+def test_sass_on_ray_counts_what_the_local_executor_counts(cluster, artifacts):
+    ptx = config.ptx_path(KERNEL)
+    local = sass.sass_report(KERNEL, KERNEL, ptx, config.ARCHS, bodies=True, runner=LocalExecutor(workers=2))
+    remote = sass.sass_report(KERNEL, KERNEL, ptx, config.ARCHS, bodies=True, runner=RayExecutor(cluster[0].address))
+    assert [a.arch for a in remote.archs] == list(config.ARCHS) and remote == local
+    assert remote.archs[0].fast is not None and remote.archs[0].fast.imma > 0  # a GEMM's loop body was found
+
+
+def bench_on_cluster(*args, job=fake_bench):
+    """The bench task's action itself (not its one-line wrapper, which turns a failure into doit's TaskFailed)."""
+    return bench_task._bench_on_cluster.__wrapped__(*args, job=job)
+
+
+def test_a_bench_runs_once_per_arch_on_its_node_and_is_written_here(cluster, artifacts, monkeypatch):
+    monkeypatch.setattr(config, "BENCH_DIR", artifacts / "bench")
+    monkeypatch.setattr(bench_run, "GEMM_KERNELS", (KERNEL,))
+    request = Request((("executor", "ray"), ("address", cluster[0].address), ("devices", "sm_89,sm_90")))
+    bench_on_cluster("hslm", 0, "", request)
+    nodes, host = arch_nodes(), node_name().split()[0]
+    for arch in ("sm_89", "sm_90"):
+        record = read_model(artifacts / "bench" / f"hslm.{arch}.json", BenchReport)
+        assert (record.device.arch, record.device.name) == (arch, f"fake {arch}")
+        assert record.device.node == f"{host} ray:{nodes[arch][:12]}"  # on the node that declares the arch
+        assert record.ptx_sha256 == {KERNEL: sha256_file(config.ptx_path(KERNEL))}  # the driver's PTX was timed
+        assert (artifacts / "bench" / f"hslm.{arch}.md").is_file()
+    # one arch's bench failing is that arch's line; the other's record is still written
+    for path in (artifacts / "bench").iterdir():
+        path.unlink()
+    with pytest.raises(UserError, match=r"1 of 2 archs gave no record \(sm_89: .*cudaErrorNoDevice on the sm_89 node"):
+        bench_on_cluster("hslm", 0, "", request, job=fake_bench_failing_on_sm_89)
+    assert sorted(p.name for p in (artifacts / "bench").glob("*.json")) == ["hslm.sm_90.json"]
+
+
 def test_a_node_removed_mid_run_costs_only_its_running_cells(cluster, artifacts, monkeypatch):
     found, marks = cluster[0], cleared(cluster[1])
     victim = next(node for node in found.worker_nodes if node.node_id)
@@ -178,3 +226,4 @@ def test_a_killed_driver_leaves_only_the_unrecorded_cells_to_run(cluster, artifa
     assert again == {"ran": len(SHAPES) - len(first)}  # only the cells with no record
     # the recorded ones were not run again: their reports are as the killed driver wrote them, time and node too
     assert len(reports()) == len(SHAPES) and all(reports()[key] == report for key, report in first.items())
+

@@ -132,3 +132,15 @@ def test_a_sass_cell_error_names_the_kernels_ptx_not_the_workers_copy(tmp_path):
         sass.sass_report("broken", "broken", ptx, ("sm_80", "sm_90"))  # two archs: two cells on the pool
     message = str(caught.value)
     assert message.startswith(f"{ptx} (sm_80): ") and "line 4" in message and "sass-" not in message
+
+
+def test_a_sass_cell_on_a_worker_with_other_tools_is_refused():
+    from hslm_ptx.pipeline.stages import sass
+    from hslm_ptx.pipeline.stages.ptxas import find_ptxas, ptxas_version
+
+    ptx = ".version 8.0\n.target sm_80\n.address_size 64\n.visible .entry empty() { ret; }\n"
+    here = (ptxas_version(find_ptxas()), sass.disassembler_version(sass.find_nvdisasm()))
+    listing, counted = sass.sass_arch("empty", ptx, "sm_80", False, "empty.ptx", here)  # the driver's tools: counted
+    assert counted.arch == "sm_80" and "empty" in listing
+    with pytest.raises(UserError, match=r"sass empty sm_80 on .*: this worker has ptxas .*; the driver has 0\.0\.0, 0\.0\.0"):
+        sass.sass_arch("empty", ptx, "sm_80", False, "empty.ptx", ("0.0.0", "0.0.0"))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gatecases import (ALLOWED_PAIR, BLOCKED, CALIBRATION_TEXT, COPY, FASTER, LEVEL, SHAPES_TEXT, SLOWER, STEP, TINY,
-                       evidence_of, green, layer_text, result, seal, snapshot)
+                       evidence_of, gpu_verify, green, layer_text, result, seal, snapshot)
 
 from hslm_ptx.pipeline.ratchet import gate, stores
 from hslm_ptx.pipeline.ratchet.findings import Kind
@@ -48,6 +48,19 @@ def resealed(i: gate.Inputs, kernel: str = "kern_a", **fields) -> gate.Inputs:
     changed = i.seals[kernel].model_copy(update=fields)
     run = i.run.model_copy(update={"evidence": {**i.run.evidence, kernel: evidence_of(changed)}})
     return i._replace(run=run, seals={**i.seals, kernel: changed})
+
+
+def with_gpu(i: gate.Inputs, kernel: str = "kern_a", **gpu) -> gate.Inputs:
+    """The world with one seal's GPU evidence replaced (arch -> SealedVerify; None drops the arch)."""
+    s = i.seals[kernel]
+    kept = {a: v for a, v in {**s.gpu, **gpu}.items() if v is not None}
+    return i._replace(seals={**i.seals, kernel: s.model_copy(update={"gpu": kept})})
+
+
+def gpu_run(i: gate.Inputs, arch: str, kernel: str = "kern_a", **shape) -> gate.Inputs:
+    """The world in which this run verified ``kernel`` on a GPU of ``arch`` (its rows changed by ``shape``)."""
+    ran = gpu_verify(arch, **shape)
+    return with_evidence(i, kernel, verify=ran.shapes, runs=[(ran.backend, ran.device, ran.driver)], arch=arch)
 
 
 def with_result(i: gate.Inputs, key, verdict: str) -> gate.Inputs:
@@ -125,6 +138,13 @@ PLANTED = {
     "sass rise with a bad reason": (lambda i: accepted(i, reason="flaky"), "BAD REASON", gate.sass_levels),
     "sass reason without rose_from": (lambda i: with_sass_entry(i, SassEntry(
         kernel="kern_a", arch="sm_90", level=LEVEL, reason="known-bug")), "BAD REASON", gate.sass_levels),
+    "seal lacks an arch's GPU evidence": (lambda i: with_gpu(i, sm_89=None), "NO GPU EVIDENCE", gate.gpu_evidence),
+    "seal's GPU evidence has mismatches": (lambda i: with_gpu(i, sm_90=gpu_verify("sm_90", mismatches=3)), "BAD SEAL",
+                                          gate.sealed_evidence),
+    "seal's GPU evidence lacks a cell": (lambda i: with_gpu(i, sm_80=gpu_verify("sm_80").model_copy(
+        update={"shapes": []})), "BAD SEAL", gate.sealed_evidence),
+    "a GPU run not as its arch sealed it": (lambda i: gpu_run(i, "sm_89", rows_checked=0), "SEAL MISMATCH",
+                                            gate.sealed_against_run),
     "seal says 32 registers": (lambda i: with_seal(i, forged=True, ptxas={"registers": 32}), "SEAL MISMATCH",
                                gate.sealed_against_run),
     "shape shrunk under its name": (lambda i: with_evidence(i, defined=[
@@ -177,11 +197,27 @@ def test_a_gate_without_one_rule_misses_its_planted_cases(rule):
         assert findings(planted, tuple(r for r in gate.RULES if r is not rule)) == []
 
 
-def test_only_not_run_faster_and_the_accepted_ones_are_informational():
+def test_only_not_run_faster_no_gpu_evidence_and_the_accepted_ones_are_informational():
     assert {k for k in Kind.__args__ if not gate.Finding(k, "", "", "").red} == {
-        "NOT RUN", "FASTER", "ACCEPTED SLOWER", "ACCEPTED LOOSENING"}
+        "NOT RUN", "FASTER", "ACCEPTED SLOWER", "ACCEPTED LOOSENING", "NO GPU EVIDENCE"}
     line = str(findings(PLANTED["unexpected pass"][0](green()))[0])
     assert line.startswith("UNEXPECTED PASS  kern_b ptxas sm_90: ledger blocked, now pass  -> doit bless")
+
+
+def test_a_gpu_run_is_judged_against_its_own_arch_and_a_missing_arch_is_named():
+    i = green()
+    assert findings(gpu_run(i, "sm_89")) == []  # the sm_89 run is what the seal holds for sm_89
+    short = findings(gpu_run(with_gpu(i, sm_89=gpu_verify("sm_89", rows_checked=0)), "sm_89", rows_checked=0))
+    assert [(f.kind, f.subject, f.what) for f in short] == [  # sealed as it ran: not a mismatch, a bad seal
+        ("BAD SEAL", "ledger/seals/kern_a.json", "gpu sm_89 verify smoke/tiny: 0 mismatches, 0 of 1 rows checked")]
+    lacking = findings(with_gpu(with_gpu(i, sm_89=None), "kern_b", sm_89=None, sm_80=None))
+    assert [(f.kind, f.subject, f.red) for f in lacking] == [("NO GPU EVIDENCE", "sm_80", False),
+                                                             ("NO GPU EVIDENCE", "sm_89", False)]
+    assert lacking[1].what.startswith("2 of 2 current seals have no verify run on an sm_89 GPU (kern_a, kern_b)")
+    assert "doit verify backend=gpu && doit seal" in lacking[0].fix
+    stale_only = i._replace(seals={**with_gpu(i, sm_89=None).seals, "kern_a": with_gpu(i, sm_89=None).seals[
+        "kern_a"].model_copy(update={"ptx_sha256": "old"})})
+    assert "NO GPU EVIDENCE" not in {f.kind for f in findings(stale_only)}  # a stale seal is its own finding
 
 
 def test_cells_without_a_verdict_are_reported_not_failed():

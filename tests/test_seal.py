@@ -46,6 +46,32 @@ def test_seal_refuses_and_writes_nothing(fake_artifacts, tmp_path, damage, messa
     assert not seal_path("k", tmp_path / "seals").exists()
 
 
+def test_gpu_evidence_is_kept_per_arch_and_dropped_with_the_ptx(fake_artifacts, tmp_path):
+    emitted = fake_artifacts.all_pass("k")
+    on_emulator = build_seal("k", "src", SHAPES, TESTS)
+    assert on_emulator.gpu == {}
+    fake_artifacts.verified(emitted, "gpu", "sm_90")
+    h200 = build_seal("k", "src", SHAPES, TESTS, on_emulator)
+    assert h200.verify == on_emulator.verify  # the emulator evidence CI re-checks stays
+    assert sorted(h200.gpu) == ["sm_90"] and h200.gpu["sm_90"].device == "H200"
+    assert h200.gpu["sm_90"].node == "node-sm_90" and [s.rows_checked for s in h200.gpu["sm_90"].shapes] == [4, 3]
+    fake_artifacts.verified(emitted, "gpu", "sm_89")
+    both = build_seal("k", "src", SHAPES, TESTS, h200)  # sealed on the sm_89 machine with the sm_90 seal checked out
+    assert sorted(both.gpu) == ["sm_89", "sm_90"] and both.gpu["sm_90"] == h200.gpu["sm_90"]
+    assert both.gpu["sm_89"].device == "RTX 4090" and both.verify == on_emulator.verify
+    fake_artifacts.verified(emitted)  # back on the emulator: the GPU evidence of this PTX stays
+    assert build_seal("k", "src", SHAPES, TESTS, both).gpu == both.gpu
+    moved = fake_artifacts.all_pass("k", ptx="// other ptx\n")
+    again = build_seal("k", "src", SHAPES, TESTS, both)
+    assert again.ptx_sha256 == moved.ptx_sha256 and again.gpu == {}  # of other bytes: every arch's is gone
+    fake_artifacts.verified(moved, "gpu", "sm_90")
+    first = build_seal("k", "src", SHAPES, TESTS, both)  # GPU first on new PTX: its run is the seal's verify too
+    assert first.verify.backend == "gpu" and sorted(first.gpu) == ["sm_90"]
+    fake_artifacts.verify(moved, "smoke", SHAPES["smoke"][0], backend="gpu", arch=None)
+    with pytest.raises(SealRefused, match="names no arch"):
+        build_seal("k", "src", SHAPES, TESTS, both)
+
+
 def test_seal_refuses_failed_or_uncollectable_tests(fake_artifacts):
     fake_artifacts.all_pass("k")
     failing = KernelTestRun(exitstatus=1, kernels={"k": COUNTS.model_copy(update={"failed": 1})},

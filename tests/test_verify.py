@@ -123,7 +123,7 @@ def test_backend_choice():
     with pytest.raises(UserError, match=r"^unknown backend 'cuda'; known: auto, gpu, emulator$"):
         resolve_backend("cuda")
     assert backends.array_module("emulator") is np
-    assert backends.device_info("emulator") == ("cpu-emulator", None)
+    assert backends.device_info("emulator") == ("cpu-emulator", None, None)
 
 
 def test_forced_gpu_without_device_is_refused():

@@ -3,6 +3,7 @@
     python tools/durations.py verify-cold   # artifacts/ removed, then `doit verify`
     python tools/durations.py verify-noop   # `doit verify` with nothing to re-run, 8 times
     python tools/durations.py pytest        # the README's test command (CI=true)
+    python tools/durations.py verify-ray    # the hslm set of 8 kernels on a Ray cluster of 1, then 2 one-CPU nodes
 
 Each measurement replaces its own row of docs/durations.json (the record) and the page
 docs/durations.md is rendered from the record, so a re-measure is a change to those two
@@ -31,7 +32,10 @@ COMMANDS = {
     "verify-cold": "doit verify, from nothing (artifacts/ removed first)",
     "verify-noop": "doit verify, nothing to re-run (8 runs)",
     "pytest": "pytest -n auto --dist loadgroup, CI=true",
+    "verify-ray": "doit verify executor=ray shape=hslm, 8 kernels (48 cells), 2 one-CPU nodes against 1",
 }
+RAY_KERNELS = ("hslm_fwd_s8", "hslm_fwd_s8_m32", "hslm_fwd_s8_m32n16", "hslm_dx_s8", "hslm_dx_s8_m32",
+               "hslm_dx_s8_m32n16", "hslm_dw_s8", "hslm_dw_s8_m64")
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -54,7 +58,54 @@ def clock(seconds: float) -> str:
     return f"{minutes} min {rest} s" if minutes else f"{seconds:.2f} s"
 
 
+def on_cluster(nodes: int) -> float:
+    """Wall seconds of the hslm cells of :data:`RAY_KERNELS` on a Ray cluster on this machine:
+    a head that runs no cell and ``nodes`` one-CPU nodes (ray.cluster_utils.Cluster), the
+    kernels' verify records removed first; the second of two runs (the first starts the
+    workers and imports the project there)."""
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    try:
+        for _ in range(nodes):
+            cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+        command = ["doit", "-n", "2", "-P", "thread", *(f"verify:{k}" for k in RAY_KERNELS),
+                   "shape=hslm", "executor=ray", f"address={cluster.address}"]
+        took = 0.0
+        for _ in range(2):
+            for kernel in RAY_KERNELS:
+                shutil.rmtree(ROOT / "artifacts" / "verify" / kernel, ignore_errors=True)
+            took, _ = run(command)
+        return took
+    finally:
+        cluster.shutdown()
+
+
+SPIN = "x = 0\nfor i in range(20_000_000):\n    x += i\n"
+
+
+def two_at_once() -> float:
+    """This machine's own two-way ceiling: the wall time of two copies of a CPU-bound loop
+    run at once over that of the two run one after the other (0.5 on two free cores)."""
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", SPIN], check=True)
+    one = time.perf_counter() - start
+    start = time.perf_counter()
+    pair = [subprocess.Popen([sys.executable, "-c", SPIN]) for _ in range(2)]
+    for process in pair:
+        process.wait()
+    return (time.perf_counter() - start) / (2 * one)
+
+
 def measure(what: str) -> dict:
+    if what == "verify-ray":
+        run(["doit", "emit"])
+        one, two = on_cluster(1), on_cluster(2)
+        ceiling = statistics.median(two_at_once() for _ in range(3))
+        return {"figure": f"{two / one:.2f}x ({two:.1f} s against {one:.1f} s)", "seconds": round(two, 1),
+                "detail": f"{len(RAY_KERNELS) * 6} cells; this machine runs two CPU-bound processes at once "
+                          f"in {ceiling:.2f}x the time of one after the other"}
     if what == "verify-cold":
         shutil.rmtree(ROOT / "artifacts", ignore_errors=True)
         took, out = run(["doit", "verify"])

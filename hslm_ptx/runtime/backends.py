@@ -9,8 +9,10 @@ float ops use it as much as the build pipeline does, so it imports nothing from 
 from __future__ import annotations
 
 import functools
+import socket
+import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
@@ -65,14 +67,30 @@ def load_function(backend: str, ptx: Path, entry: str) -> Callable[..., Any]:
     return load_ptx(backend, Path(ptx).read_text(), entry)
 
 
-def device_info(backend: str) -> tuple[str, str | None]:
-    """(device name, CUDA driver version or None) for the report of who ran a check."""
+class DeviceInfo(NamedTuple):
+    """Who ran a check, for its report: the device's name, its CUDA driver, its arch."""
+
+    name: str
+    driver: str | None  # None on the emulator
+    arch: str | None  # "sm_90" (the compute capability); None on the emulator
+
+
+def node_name() -> str:
+    """Where a check ran, for its record: the host, and on a Ray worker the node's id."""
+    host = socket.gethostname()
+    ray = sys.modules.get("ray")  # loaded on a Ray worker; a local worker does not pay its import
+    if ray is not None and ray.is_initialized():
+        return f"{host} ray:{ray.get_runtime_context().get_node_id()[:12]}"
+    return host
+
+
+def device_info(backend: str) -> DeviceInfo:
     if backend != "gpu":
-        return EMULATOR_DEVICE, None
+        return DeviceInfo(EMULATOR_DEVICE, None, None)
     import cupy
 
     props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
     name = props["name"]
     version = cupy.cuda.runtime.driverGetVersion()
-    return (name.decode() if isinstance(name, bytes) else str(name),
-            f"{version // 1000}.{version % 1000 // 10}")
+    return DeviceInfo(name.decode() if isinstance(name, bytes) else str(name),
+                      f"{version // 1000}.{version % 1000 // 10}", f"sm_{props['major']}{props['minor']}")

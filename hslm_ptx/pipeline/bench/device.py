@@ -14,7 +14,7 @@ import re
 import subprocess
 from typing import Any
 
-from hslm_ptx.runtime.backends import device_info
+from hslm_ptx.runtime.backends import device_info, node_name
 from hslm_ptx.pipeline.core.errors import UserError
 from hslm_ptx.pipeline.bench.record import Device, peak_for
 from hslm_ptx.pipeline.core.errors import one_line
@@ -108,7 +108,7 @@ def nvidia_smi() -> dict[str, str] | None:
 
 def probe_device(cp: Any, torch: Any) -> Device:
     """Name, driver, clocks (read after the timed loops, while the clocks are up), L2, peak."""
-    name, cuda_driver = device_info("gpu")
+    name, cuda_driver, arch = device_info("gpu")
     dev = cp.cuda.Device()
     props = cp.cuda.runtime.getDeviceProperties(dev.id)
     attrs = dev.attributes
@@ -132,7 +132,7 @@ def probe_device(cp: Any, torch: Any) -> Device:
     return Device(
         name=name, driver=driver or f"CUDA driver {cuda_driver}",
         cuda_runtime=str(cp.cuda.runtime.runtimeGetVersion()),
-        compute_capability=f"{props['major']}.{props['minor']}",
+        compute_capability=f"{props['major']}.{props['minor']}", arch=arch, node=node_name(),
         sm_count=attrs.get("MultiProcessorCount"), l2_bytes=attrs.get("L2CacheSize"),
         clocks=clocks, clocks_source=source, libraries=libs,
         peak_int8_tops=peak, peak_source=peak_source)

@@ -178,6 +178,8 @@ class Device(Record):
     driver: str | None = None
     cuda_runtime: str | None = None
     compute_capability: str | None = None
+    arch: str | None = None  # "sm_90": the bench evidence is kept per arch
+    node: str = ""  # the machine that ran it (and its Ray node id on a cluster)
     sm_count: int | None = None
     l2_bytes: int | None = None
     clocks: dict[str, str] = {}  # e.g. {"sm_mhz": "1980", "mem_mhz": "3201", ...}

@@ -50,6 +50,7 @@ from hslm_ptx.pipeline.bench.record import (BASELINES, IMPLS, BenchReport, Check
                                             summarize, with_predictions)
 from hslm_ptx.pipeline.bench.report import markdown, output_paths, write_outputs
 from hslm_ptx.pipeline.bench.timing import calls_per_sample, estimate_us, sets_needed, time_graph, time_stream
+from hslm_ptx.pipeline.core import config
 from hslm_ptx.pipeline.core.config import BENCH_DIR, ROOT, ptx_path
 from hslm_ptx.pipeline.core.models import Shape
 from hslm_ptx.pipeline.core.shapes import select_sets
@@ -226,7 +227,8 @@ def _check_same_ptx(resume: Path, earlier: BenchReport) -> None:
 def _fresh_process(resume: Path, model: Path | None, deadline: float | None, fresh: int) -> None:
     """Run ``python -m hslm_ptx.pipeline.bench.run --resume`` for the rows left and wait for it: this
     process's CUDA context is lost, a new process has a new one."""
-    cmd = [sys.executable, "-m", "hslm_ptx.pipeline.bench.run", "--resume", str(resume.resolve()), "--fresh", str(fresh)]
+    cmd = [sys.executable, "-m", "hslm_ptx.pipeline.bench.run", "--resume", str(resume.resolve()), "--fresh", str(fresh),
+           "--ptx-dir", str(config.PTX_DIR.resolve())]
     if model:
         cmd += ["--model", str(Path(model).resolve())]
     if deadline is not None:
@@ -355,6 +357,8 @@ def parser() -> OneLineParser:
     p.add_argument("--kernels", help="comma-separated kernel names (default: every int8 GEMM kernel)")
     p.add_argument("--resume", type=Path, help="carry on from this partial record (what a fresh process "
                                                "after a sticky CUDA error is given)")
+    p.add_argument("--ptx-dir", type=Path, help=f"read the kernels' PTX from here (default {rel(config.PTX_DIR)}; "
+                                                "a cluster's bench job: the driver's PTX)")
     p.add_argument("--fresh", type=int, default=0, help=argparse.SUPPRESS)
     return p
 
@@ -369,6 +373,10 @@ def _main(args: list[str]) -> int:
     unknown = [k for k in kernels or () if k not in GEMM_KERNELS]
     if unknown:
         raise UserError(f"--kernels: '{unknown[0]}' is not an int8 GEMM kernel; known: {', '.join(GEMM_KERNELS)}")
+    if opts.ptx_dir is not None:
+        if not opts.ptx_dir.is_dir():
+            raise UserError(f"--ptx-dir {opts.ptx_dir}: no such folder")
+        config.PTX_DIR = opts.ptx_dir  # this process is the bench's alone
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # a time limit's TERM: keep what was measured
     try:
         run_bench(opts.set, out_dir=opts.out, kernels=kernels, ceiling_n=opts.ceiling,

@@ -16,6 +16,7 @@ ARTIFACTS = ROOT / "artifacts"
 # Every arch the PTX is assembled for. The kernels use mma.sync m16n8k32 s8,
 # sm_80 and newer, so one PTX (.target sm_80) serves them all.
 ARCHS: tuple[str, ...] = ("sm_80", "sm_86", "sm_89", "sm_90")
+GPU_EVIDENCE_ARCHS: tuple[str, ...] = ("sm_80", "sm_89", "sm_90")  # the GPU kinds a seal wants verify evidence from
 
 
 class Budget(NamedTuple):

@@ -150,6 +150,7 @@ class VerifyReport(Document):
     backend: Literal["gpu", "emulator"]
     device: str  # GPU name, or "cpu-emulator"
     driver: str | None = None  # CUDA driver version when a GPU ran it
+    arch: str | None = None  # the GPU's arch ("sm_90") when a GPU ran it: the seal keeps GPU evidence per arch
     node: str = ""  # the machine that ran it (and its Ray node id on a cluster: hslm_ptx.pipeline.stages.executor)
     mismatches: int
     rows_checked: int
@@ -239,6 +240,7 @@ class SealedVerify(Record):
     backend: Literal["gpu", "emulator"]
     device: str
     driver: str | None = None
+    node: str = ""  # where it ran (GPU evidence: the machine and its Ray node id)
     shapes: list[SealedShape]
 
 
@@ -291,6 +293,7 @@ class Seal(Document):
     tests: TestCounts
     test_files: dict[str, str] = {}  # path -> sha256 of each test file the kernel's tests are in
     sass: dict[str, SassLevel] = {}  # arch -> figures of the sealed PTX
+    gpu: dict[str, SealedVerify] = {}  # arch ("sm_90") -> the sealed sets verified on a GPU of that arch, this PTX
     sealed_at: str
 
 
@@ -309,6 +312,7 @@ class SealEvidence(Record):
     defined: list[SealedShape] = []
     verify: list[SealedShape] = []
     runs: list[tuple[str, str, str | None]] = []  # distinct (backend, device, driver) of those reports
+    arch: str | None = None  # the GPU arch of those reports, when they are one GPU's
     tests: TestCounts | None = None
     test_files: dict[str, str] | None = None
     sass: dict[str, SassLevel] | None = None

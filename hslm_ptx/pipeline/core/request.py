@@ -39,9 +39,9 @@ VARIABLES: dict[str, Variable] = {
     "accept_slower": Variable("", "<reason> (hslm_ptx.pipeline.ratchet.ledger.REASONS)",
                               "bless: records a SASS per IMMA rise with that reason"),
     "base": Variable("", "<git ref>", "gate: every loosening of the ledger against that commit, one line each"),
-    "executor": Variable("local", "local|ray", "verify: where cells run (docs/cluster.md)", ("local", "ray")),
-    "address": Variable("", "<host:port>|auto", "verify executor=ray: the cluster (default $RAY_ADDRESS, else auto)"),
-    "devices": Variable("", "<sm_XY,...>", "verify backend=gpu executor=ray: the arch resource GPU cells ask for"),
+    "executor": Variable("local", "local|ray", "verify, sass, bench: where cells run (docs/cluster.md)", ("local", "ray")),
+    "address": Variable("", "<host:port>|auto", "executor=ray: the cluster (default $RAY_ADDRESS, else auto)"),
+    "devices": Variable("", "<sm_XY,...>", "executor=ray: the archs GPU cells ask for (verify: one; bench: one run each)"),
 }
 
 

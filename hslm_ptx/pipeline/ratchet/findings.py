@@ -10,8 +10,9 @@ from hslm_ptx.pipeline.ratchet.stores import Snapshot
 Kind = Literal["UNEXPECTED FAILURE", "UNEXPECTED PASS", "UNLISTED", "STALE", "OVER CAP",
                "BAD REASON", "STALE SEAL", "UNSEALED", "BAD SEAL", "SEAL MISMATCH", "DUPLICATE BODY",
                "SCHEMA DRIFT", "NOT RUN", "SLOWER", "FASTER", "MISSING", "ACCEPTED SLOWER", "LOOSENED",
-               "ACCEPTED LOOSENING", "NEW KERNEL", "UNSOURCED"]
-INFORMATIONAL: frozenset[str] = frozenset({"NOT RUN", "FASTER", "ACCEPTED SLOWER", "ACCEPTED LOOSENING"})
+               "ACCEPTED LOOSENING", "NEW KERNEL", "UNSOURCED", "NO GPU EVIDENCE"]
+INFORMATIONAL: frozenset[str] = frozenset({"NOT RUN", "FASTER", "ACCEPTED SLOWER", "ACCEPTED LOOSENING",
+                                           "NO GPU EVIDENCE"})
 SHOWN_MISMATCHES = 8  # per seal; the rest are counted on one more line
 
 

@@ -20,8 +20,8 @@ committed stores (now and at the base); :func:`compare` is a pure function of th
 (:class:`Inputs`) built from the small rules in :data:`RULES`, the one list every
 finding comes from.
 
-Findings (all red but NOT RUN, FASTER, ACCEPTED SLOWER and ACCEPTED LOOSENING, which are
-informational):
+Findings (all red but NOT RUN, FASTER, ACCEPTED SLOWER, ACCEPTED LOOSENING and NO GPU
+EVIDENCE, which are informational):
 
 - UNEXPECTED FAILURE: a cell ran worse than its ledger verdict (pass < pass_vacuous <
   blocked < fail).
@@ -77,7 +77,10 @@ informational):
   reason, or a reason without ``rose_from``, is BAD REASON.
 - NOT RUN (informational): ledger cells this gate has no verdict for (the verify sets
   CI does not run, e.g. ``hslm``), one line per check and set, so a green gate never
-  reads as more than it checked.
+  reads as more than it checked. NO GPU EVIDENCE (informational): per arch of
+  config.GPU_EVIDENCE_ARCHS, the current seals with no verify run on a GPU of that arch
+  (a seal keeps its GPU evidence per arch: hslm_ptx.pipeline.ratchet.seal.build_seal); a
+  seal's GPU evidence that does not pass is BAD SEAL like its own.
 """
 from __future__ import annotations
 
@@ -202,11 +205,14 @@ def seal_problems(seal: Seal, verify_targets: Iterable[str]) -> list[str]:
         elif a.registers > limit.max_registers or a.shared_bytes > limit.max_shared_bytes:
             problems.append(f"{arch} over budget: {a.registers} registers, {a.shared_bytes} bytes shared")
     problems += [f"no SASS figures for {arch}" for arch in config.ARCHS if arch not in seal.sass]
-    sealed = {f"{s.shape_set}/{s.shape}": s for s in seal.verify.shapes}
-    for s in seal.verify.shapes:
-        if s.mismatches or s.rows_checked != s.R:
-            problems.append(f"verify {s.shape_set}/{s.shape}: {s.mismatches} mismatches, {s.rows_checked} of {s.R} rows checked")
-    problems += [f"verify {t}: not in the seal" for t in verify_targets if t not in sealed]
+    verify_targets = list(verify_targets)
+    for where, evidence in (("verify", seal.verify), *((f"gpu {arch} verify", e) for arch, e in seal.gpu.items())):
+        sealed = {f"{s.shape_set}/{s.shape}": s for s in evidence.shapes}
+        for s in evidence.shapes:
+            if s.mismatches or s.rows_checked != s.R:
+                problems.append(f"{where} {s.shape_set}/{s.shape}: {s.mismatches} mismatches, "
+                                f"{s.rows_checked} of {s.R} rows checked")
+        problems += [f"{where} {t}: not in the seal" for t in verify_targets if t not in sealed]
     t = seal.tests
     if t.failed or t.vacuous or t.passed == 0:
         problems.append(f"tests {t.passed} passed, {t.failed} failed, {t.vacuous} vacuous")
@@ -366,10 +372,26 @@ def not_run(i: Inputs) -> Iterable[Finding]:
                       rerun(check, target))
 
 
+def gpu_evidence(i: Inputs) -> Iterable[Finding]:
+    """Which GPU kinds (config.GPU_EVIDENCE_ARCHS) the current seals have no verify
+    evidence from, one line per arch: information, since no GPU runs in CI, so that a
+    green gate never reads as GPU-verified."""
+    current = {s.kernel: s for s in i.run.kernels}
+    held = [seal for kernel, seal in i.seals.items() if kernel in current and not stale(seal, current[kernel])]
+    for arch in config.GPU_EVIDENCE_ARCHS:
+        lacking = sorted(seal.kernel for seal in held if arch not in seal.gpu)
+        if lacking:
+            named = ", ".join(lacking[:3]) + (f" and {len(lacking) - 3} more" if len(lacking) > 3 else "")
+            yield Finding("NO GPU EVIDENCE", arch, f"{len(lacking)} of {len(held)} current seals have no verify "
+                          f"run on an {arch} GPU ({named})",
+                          f"on an {arch} machine: doit verify backend=gpu && doit seal, commit ledger/seals/")
+
+
 # The gate's rules, in the order their findings print; a new ratchet adds its rule here.
 RULES: tuple[Rule, ...] = (verdicts, unlisted, stale_entries, over_cap, loose_cap, bad_reasons, seals,
                            sealed_evidence, sealed_against_run, duplicates, schemas, sass_levels, loose_sass,
-                           counted_afresh, committed_stores, against_base, stores_against_base, not_run)
+                           counted_afresh, committed_stores, against_base, stores_against_base, gpu_evidence,
+                           not_run)
 
 
 def compare(run: RunSummary, ledger: Ledger, sealed: dict[str, Seal], allowed: AllowedDuplicates,

@@ -196,6 +196,12 @@ def sealed_shapes(sets: dict[str, tuple[Shape, ...]]) -> list[SealedShape]:
                         rows_checked=0) for s in config.VERIFY_SETS if s in sets for shape in sets[s]]
 
 
+def one_gpu_arch(reports: Iterable[VerifyReport]) -> str | None:
+    """The arch of a set of reports that one kind of GPU produced (None: the emulator's, or mixed)."""
+    archs = {r.arch if r.backend == "gpu" else None for r in reports}
+    return archs.pop() if len(archs) == 1 else None
+
+
 def evidence_of(kernel: str, emitted: EmitResult, sets: dict[str, tuple[Shape, ...]], ran: Iterable[str],
                 tests: KernelTestRun, sass: dict[str, SassLevel] | None) -> SealEvidence:
     """What this run shows of ``kernel`` (its emit result is of the current source), in a
@@ -213,6 +219,7 @@ def evidence_of(kernel: str, emitted: EmitResult, sets: dict[str, tuple[Shape, .
         verify=[SealedShape(shape_set=r.shape_set, shape=r.shape, R=r.R, K=r.K, N=r.N, mismatches=r.mismatches,
                             rows_checked=r.rows_checked) for r in reports],
         runs=sorted({(r.backend, r.device, r.driver) for r in reports}, key=str),
+        arch=one_gpu_arch(reports),
         tests=tests.kernels.get(kernel, zero), test_files=hashes_of_test_files(tests.files.get(kernel, [])),
         sass=sass,
     )

@@ -37,9 +37,16 @@ def seal_path(kernel: str, folder: Path = SEALS_DIR) -> Path:
 
 
 def build_seal(kernel: str, source_sha256: str, sets: dict[str, tuple[Shape, ...]],
-               tests: KernelTestRun) -> Seal:
+               tests: KernelTestRun, previous: Seal | None = None) -> Seal:
     """The seal of ``kernel`` from the artifacts of its current source; raises
-    :class:`SealRefused` naming the first thing that is missing or did not pass."""
+    :class:`SealRefused` naming the first thing that is missing or did not pass.
+
+    GPU evidence is kept per arch: verify reports from a GPU go in ``gpu[<arch>]`` beside
+    what ``previous`` (the seal on disk) holds for the other archs of the same PTX, and
+    ``verify`` stays the previous seal's when it is of this PTX; so an sm_90 run and an
+    sm_89 run, sealed one after the other on their own machines, are both in the seal,
+    and the emulator's evidence CI re-checks is not replaced by either. A new PTX drops
+    every arch's evidence: it was of other bytes."""
     emitted = read_model(emit_json(kernel), EmitResult)
     if emitted.source_sha256 != source_sha256:
         raise SealRefused(f"seal {kernel}: {rel(emit_json(kernel))} is older than the source; run doit emit")
@@ -65,18 +72,27 @@ def build_seal(kernel: str, source_sha256: str, sets: dict[str, tuple[Shape, ...
     if counts is not None and counts.failed:
         raise SealRefused(f"seal {kernel}: {tests.failures.get(kernel, f'{counts.failed} tests failed')}")
     first = reports[0] if reports else None
+    same_ptx = previous is not None and previous.ptx_sha256 == emitted.ptx_sha256
+    ran = SealedVerify(
+        backend=first.backend if first else "emulator", device=first.device if first else "none",
+        driver=first.driver if first else None, node=first.node if first and first.backend == "gpu" else "",
+        shapes=[SealedShape(shape_set=r.shape_set, shape=r.shape, R=r.R, K=r.K, N=r.N,
+                            mismatches=r.mismatches, rows_checked=r.rows_checked) for r in reports],
+    )
+    gpu = dict(previous.gpu) if same_ptx else {}
+    if first is not None and first.backend == "gpu":
+        if not first.arch:
+            raise SealRefused(f"seal {kernel}: {rel(verify_json(kernel, first.shape_set, first.shape))} "
+                              "names no arch; re-run doit verify backend=gpu")
+        gpu[first.arch] = ran
+        if same_ptx:
+            ran = previous.verify
     return Seal(
         kernel=kernel, source_sha256=source_sha256, ptx_sha256=emitted.ptx_sha256,
-        ptx_bytes=emitted.ptx_bytes, ptxas_version=ptxas.ptxas_version, ptxas=ptxas.archs,
-        verify=SealedVerify(
-            backend=first.backend if first else "emulator", device=first.device if first else "none",
-            driver=first.driver if first else None,
-            shapes=[SealedShape(shape_set=r.shape_set, shape=r.shape, R=r.R, K=r.K, N=r.N,
-                                mismatches=r.mismatches, rows_checked=r.rows_checked) for r in reports],
-        ),
+        ptx_bytes=emitted.ptx_bytes, ptxas_version=ptxas.ptxas_version, ptxas=ptxas.archs, verify=ran,
         tests=counts or TestCounts.model_validate(dict.fromkeys(TestCounts.model_fields, 0)),
         test_files=hashes_of_test_files(tests.files.get(kernel, [])),
-        sass=current_figures([counted]).get(kernel, {}),
+        sass=current_figures([counted]).get(kernel, {}), gpu=dict(sorted(gpu.items())),
         sealed_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
     )
 
@@ -161,12 +177,13 @@ def mismatches(seal: Seal, now: SealEvidence) -> list[Mismatch]:
                         {f"{a.arch} {f}": getattr(a, f) for a in now.ptxas for f in PTXAS_FIGURES})
     if now.defined:
         found += _keyed("shape", _shape_rows(seal.verify.shapes, SHAPE_FIGURES), _shape_rows(now.defined, SHAPE_FIGURES))
+    against = seal.gpu.get(now.arch, seal.verify) if now.arch else seal.verify  # a GPU run: its arch's evidence
     if now.verify:
         ran = {f"{s.shape_set}/{s.shape}" for s in now.verify}
-        sealed = [s for s in seal.verify.shapes if f"{s.shape_set}/{s.shape}" in ran]
+        sealed = [s for s in against.shapes if f"{s.shape_set}/{s.shape}" in ran]
         found += _keyed("verify", _shape_rows(sealed, ROW_FIGURES), _shape_rows(now.verify, ROW_FIGURES))
     if now.runs:
-        sealed_run = (seal.verify.backend, seal.verify.device, seal.verify.driver)
+        sealed_run = (against.backend, against.device, against.driver)
         if [tuple(r) for r in now.runs] != [sealed_run]:
             found.append(("verify backend", "/".join(map(_shown, sealed_run)),
                           ", ".join("/".join(map(_shown, r)) for r in now.runs)))

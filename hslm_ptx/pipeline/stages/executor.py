@@ -28,11 +28,11 @@ from __future__ import annotations
 import atexit
 import os
 import socket
-import sys
 import threading
 from typing import Any, Callable, Iterator, NamedTuple, Protocol, Sequence
 
 from hslm_ptx.pipeline.core.errors import UserError, one_line
+from hslm_ptx.runtime.backends import node_name  # noqa: F401  (where a job ran: the records name it)
 
 EXECUTORS = ("local", "ray")
 RAY_RETRIES = 3  # system failures (a worker process or its node gone) Ray retries a task for
@@ -182,15 +182,6 @@ def _call(fn: Callable[..., Any], *args: Any, local: bool = False) -> Any:
         return fn(*args)
     except Exception as exc:  # the job's result, judged by the driver
         return exc
-
-
-def node_name() -> str:
-    """Where a job ran, for its record: the host, and on Ray the node's id."""
-    host = socket.gethostname()
-    ray = sys.modules.get("ray")  # loaded on a Ray worker; a local worker does not pay its import
-    if ray is not None and ray.is_initialized():
-        return f"{host} ray:{ray.get_runtime_context().get_node_id()[:12]}"
-    return host
 
 
 def check_reachable(address: str) -> None:

@@ -26,12 +26,15 @@ import subprocess
 import tempfile
 from collections import Counter
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from hslm_ptx.pipeline.core.files import rel, sha256_file, write_atomic
 from hslm_ptx.pipeline.core.errors import ArtifactError, UserError
 from hslm_ptx.pipeline.core.models import Record
 from hslm_ptx.pipeline.stages.ptxas import PtxasError, find_ptxas, first_error, ptxas_version, tool_version
+
+if TYPE_CHECKING:
+    from hslm_ptx.pipeline.stages.executor import Executor
 
 NVDISASM_HINT = "pip install nvidia-cuda-nvdisasm (or set NVDISASM=/path/to/nvdisasm)"
 CUOBJDUMP_HINT = "pip install nvidia-cuda-cuobjdump (or set CUOBJDUMP=/path/to/cuobjdump)"
@@ -437,19 +440,22 @@ def analyse(listing: Listing, arch: str, bodies: bool = True) -> SassArch:
 
 
 def sass_report(kernel: str, entry: str, ptx: Path, archs: tuple[str, ...],
-                sass_dir: Path | None = None, bodies: bool = True) -> SassReport:
+                sass_dir: Path | None = None, bodies: bool = True, runner: Executor | None = None) -> SassReport:
     """Assemble and disassemble ``ptx`` per arch and count; the listings are kept in
     ``sass_dir`` as ``<kernel>.<arch>.sass`` when given (for reading, not re-parsed).
     ``bodies``: find the fast and tail loop bodies (GEMMs; see :func:`analyse`).
 
-    Each arch is one cell of the run's local executor (hslm_ptx.pipeline.stages.executor): the
-    archs' ptxas and nvdisasm run side by side on this machine's cores."""
+    Each arch is one cell of ``runner`` (default: this machine's cores; ``doit sass
+    executor=ray``: a Ray cluster, hslm_ptx.pipeline.stages.executor): the archs' ptxas and
+    nvdisasm run side by side. A worker uses its own tools, and refuses the cell when
+    their versions are not the driver's, which the report records."""
     from hslm_ptx.pipeline.stages.executor import Job, executor
 
     ptxas, nvdisasm = find_ptxas(), find_nvdisasm()  # here: a missing tool is one line before any cell
+    versions = (ptxas_version(ptxas), disassembler_version(nvdisasm))
     text = ptx.read_text()
-    jobs = [Job(sass_arch, (entry, text, arch, bodies, rel(ptx), str(ptxas), str(nvdisasm))) for arch in archs]
-    found = dict(executor("local").run(jobs))
+    jobs = [Job(sass_arch, (entry, text, arch, bodies, rel(ptx), versions)) for arch in archs]
+    found = dict((runner or executor("local")).run(jobs))
     results = []
     for i, arch in enumerate(archs):
         if isinstance(found[i], BaseException):
@@ -458,19 +464,27 @@ def sass_report(kernel: str, entry: str, ptx: Path, archs: tuple[str, ...],
         if sass_dir is not None:
             write_atomic(sass_dir / f"{kernel}.{arch}.sass", listing)
         results.append(counted)
-    return SassReport(kernel=kernel, ptx_sha256=sha256_file(ptx), ptxas_version=ptxas_version(ptxas),
-                      nvdisasm_version=disassembler_version(nvdisasm), archs=results)
+    return SassReport(kernel=kernel, ptx_sha256=sha256_file(ptx), ptxas_version=versions[0],
+                      nvdisasm_version=versions[1], archs=results)
 
 
-def sass_arch(entry: str, ptx: str, arch: str, bodies: bool, name: str, ptxas: str, nvdisasm: str
+def sass_arch(entry: str, ptx: str, arch: str, bodies: bool, name: str, versions: tuple[str, str]
               ) -> tuple[str, SassArch]:
     """One arch of a kernel, where an executor runs it: the PTX comes as text, the listing
-    and its counts go back; ``name`` is the PTX file an error names."""
+    and its counts go back; ``name`` is the PTX file an error names; ``versions``: the
+    driver's ptxas and nvdisasm versions, which this worker's own tools must have."""
+    from hslm_ptx.runtime.backends import node_name
+
+    ptxas, nvdisasm = find_ptxas(), find_nvdisasm()
+    here = (ptxas_version(ptxas), disassembler_version(nvdisasm))
+    if here != tuple(versions):
+        raise UserError(f"sass {entry} {arch} on {node_name()}: this worker has ptxas {here[0]}, nvdisasm {here[1]}; "
+                        f"the driver has {versions[0]}, {versions[1]}: install the driver's (the nvidia-cuda-nvcc-cu12 wheel)")
     with tempfile.TemporaryDirectory(prefix="sass-") as tmp:
         source = Path(tmp) / f"{entry}.ptx"
         source.write_text(ptx)
         try:
-            text = disassemble(cubin(source, arch, Path(tmp) / f"{arch}.cubin", Path(ptxas)), Path(nvdisasm))
+            text = disassemble(cubin(source, arch, Path(tmp) / f"{arch}.cubin", ptxas), nvdisasm)
         except PtxasError as exc:
             raise PtxasError(str(exc).replace(rel(source), name)) from None
     return text, analyse(parse_listing(text, entry), arch, bodies)

@@ -196,7 +196,7 @@ def run_cell(kernel: str, shape_set: str, shape: Shape, backend: str, force: boo
     refused, so a node left on another commit cannot record under this one's hash."""
     from hslm_ptx.runtime.launch import launch_outputs  # with the emulator behind it: loaded when a cell runs
     from hslm_ptx.catalog.registry import KERNELS
-    from hslm_ptx.pipeline.stages.executor import node_name
+    from hslm_ptx.runtime.backends import node_name
 
     spec = KERNELS[kernel]
     check_work(kernel, shape_set, shape, backend, force)
@@ -207,7 +207,7 @@ def run_cell(kernel: str, shape_set: str, shape: Shape, backend: str, force: boo
     dims = Dims(shape.R, shape.K, shape.N)
     inputs = spec.make_inputs(dims, np.random.default_rng(seed(kernel, shape)))
     want = spec.expected(dims, inputs)
-    device, driver = backends.device_info(backend)
+    device, driver, arch = backends.device_info(backend)
     xp = backends.array_module(backend)
     mismatches = max_abs = rows = 0
     first = error = stats = None
@@ -227,7 +227,7 @@ def run_cell(kernel: str, shape_set: str, shape: Shape, backend: str, force: boo
         rows = dims.R  # the whole output was compared: every problem row contributed
     return VerifyReport(
         kernel=kernel, shape_set=shape_set, shape=shape.name, R=shape.R, K=shape.K, N=shape.N,
-        backend=backend, device=device, driver=driver, node=node_name(), mismatches=mismatches, rows_checked=rows,
+        backend=backend, device=device, driver=driver, arch=arch, node=node_name(), mismatches=mismatches, rows_checked=rows,
         max_abs_diff=max_abs, first_mismatch=first, seconds=round(seconds, 4),
         output_mismatches=per_output if len(spec.output_params) > 1 else {},
         ptx_sha256=emitted.ptx_sha256, error=error, launch_stats=stats,

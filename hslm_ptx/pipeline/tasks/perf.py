@@ -33,7 +33,8 @@ from hslm_ptx.pipeline.stages import sass
 from hslm_ptx.pipeline.core.artifacts import read_model, write_model
 from hslm_ptx.pipeline.core.files import rel, remove_folder, write_atomic
 from hslm_ptx.pipeline.bench.record import Prediction as BenchPrediction  # the bench file's row; perf_model's is ConfigPrediction
-from hslm_ptx.pipeline.core.request import current
+from hslm_ptx.pipeline.core.request import Request, current, describe
+from hslm_ptx.pipeline.stages.build_steps import run_executor
 from hslm_ptx.pipeline.core.config import MODEL_DIR, SASS_DIR, sass_json
 from hslm_ptx.pipeline.core.errors import UserError
 from hslm_ptx.pipeline.core.models import PtxasReport
@@ -79,8 +80,9 @@ def sass_rows(report: SassReport) -> list[list[Any]]:
 
 
 @one_line_failure
-def _sass(kernel: str) -> None:
-    report = sass_report(kernel, kernel, config.ptx_path(kernel), config.ARCHS, SASS_DIR, bodies=KERNELS[kernel].is_gemm)
+def _sass(kernel: str, request: Request) -> None:
+    report = sass_report(kernel, kernel, config.ptx_path(kernel), config.ARCHS, SASS_DIR,
+                         bodies=KERNELS[kernel].is_gemm, runner=run_executor(request))
     write_model(sass_json(kernel), report)
     print(f"{kernel}: SASS counted on {', '.join(config.ARCHS)} "
           f"(ptxas {report.ptxas_version}, nvdisasm {report.nvdisasm_version})")
@@ -117,11 +119,11 @@ def _sass_summary(kernels: list[str]) -> None:
 
 def task_sass() -> Iterator[dict]:
     """Count each kernel's SASS per loop trip (fast and tail bodies) per arch; print the table."""
-    versions = _tool_versions()
+    versions, request = _tool_versions(), current()
     for kernel in KERNELS:
         yield {
             "name": kernel,
-            "actions": [(_sass, [kernel])],
+            "actions": [(_sass, [kernel, request])],
             "file_dep": [str(config.ptx_path(kernel)), sass.__file__],
             "targets": [str(sass_json(kernel))] + [str(SASS_DIR / f"{kernel}.{a}.sass") for a in config.ARCHS],
             "uptodate": [config_changed(versions)],
@@ -134,6 +136,9 @@ def task_sass() -> Iterator[dict]:
         "file_dep": [str(sass_json(k)) for k in KERNELS],
         "verbosity": 2,
     }
+
+
+task_sass.__doc__ = f"Count each kernel's SASS per loop trip per arch and print the table: {describe('executor', 'address')}"
 
 
 # ---- model ---------------------------------------------------------------------------

@@ -29,7 +29,7 @@ from hslm_ptx.pipeline.core.request import Request, current, describe
 from hslm_ptx.pipeline.core.errors import UserError
 from hslm_ptx.pipeline.ratchet.kernel_tests import run_kernel_tests
 from hslm_ptx.pipeline.ratchet.ledger import bless_file
-from hslm_ptx.pipeline.core.models import KernelTestRun
+from hslm_ptx.pipeline.core.models import KernelTestRun, Seal
 from hslm_ptx.pipeline.ratchet.results import summarize
 from hslm_ptx.pipeline.ratchet.seal import build_seal, seal_path, write_seal
 from hslm_ptx.pipeline.core.shapes import select_sets
@@ -63,8 +63,9 @@ def task_kernel_tests() -> dict:
 
 @one_line_failure
 def _seal(kernel: str) -> None:
+    path = seal_path(kernel)
     seal = build_seal(kernel, source_sha256(KERNELS[kernel]), select_sets(config.VERIFY_SETS),
-                      read_model(config.TESTS_JSON, KernelTestRun))
+                      read_model(config.TESTS_JSON, KernelTestRun), read_model(path, Seal) if path.is_file() else None)
     written = write_seal(seal)
     print(f"{kernel}: {'sealed' if written else 'seal unchanged'} in {rel(seal_path(kernel))} "
           f"({len(seal.verify.shapes)} shapes on {seal.verify.backend}, tests {seal.tests.passed}/"
