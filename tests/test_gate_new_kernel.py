@@ -25,7 +25,10 @@ def seal(kernel: str) -> Seal:
             SealedShape(shape_set="smoke", shape=s.name, R=s.R, K=s.K, N=s.N, mismatches=0, rows_checked=s.R)
             for s in SETS["smoke"]]),
         tests=TestCounts(passed=2, failed=0, skipped=0, total=2, vacuous=0, invariants=1),
-        sass={a: LEVEL for a in config.ARCHS}, sealed_at="2025-01-01")
+        sass={a: LEVEL for a in config.ARCHS}, sealed_at="2025-01-01",
+        gpu={a: SealedVerify(backend="gpu", device=f"GPU {a}", shapes=[
+            SealedShape(shape_set="smoke", shape=s.name, R=s.R, K=s.K, N=s.N, mismatches=0, rows_checked=s.R)
+            for s in SETS["smoke"]]) for a in config.GPU_EVIDENCE_ARCHS})
 
 
 def world(old=("kern_a",), new=("kern_new", "kern_newer"), failing: tuple[str, str, str] | None = None) -> gate.Inputs:
