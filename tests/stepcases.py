@@ -88,6 +88,15 @@ def standin_specs() -> list[KernelSpec]:
                 _scalar("R"), _scalar("K"), _scalar("N"), _scalar("ldy"), _scalar("ldr")),
                 lambda d: Launch((-(-d.K // 128) * (-(-d.R // 32) + -(-d.N // 16)), 1, 1), (256, 1, 1), 0),
                 ("dx", "dw")))
+            specs.append(standin_spec(f"hslm_bwd_{dt}_{wdt}", (  # the whole backward from float dY
+                _buffer("dx", f, lambda d: (d.R, d.K)), _buffer("dy", f, lambda d: (d.R, d.N)),
+                _buffer("w", "uint32", planes.FRAGMENTS_T.shape), _buffer("beta", "float32", lambda d: (1,)),
+                _buffer("dw", FLOATS[wdt], lambda d: (d.N, d.K)), _buffer("x_t", "int8", lambda d: (d.K, pitch(d.R))),
+                _buffer("u", "float32", lambda d: (d.K,)), _buffer("db", "float32", lambda d: (d.N,)),
+                _scalar("R"), _scalar("K"), _scalar("N"), _scalar("ldy"), _scalar("ldr")),
+                lambda d: Launch((-(-d.K // 128) * (-(-d.R // 32) + -(-d.N // 16)) + -(-d.N // 32), 1, 1),
+                                 (256, 1, 1), 0),
+                ("dx", "dw", "db")))
         specs.append(standin_spec(f"hslm_fwd_{dt}", (
             _buffer("y", f, lambda d: (d.R, d.N)), _buffer("x", "int8", lambda d: (d.R, pitch(d.K))),
             _buffer("w", "uint32", planes.FRAGMENTS.shape), _buffer("row_scales", "float32", lambda d: (d.R,)),

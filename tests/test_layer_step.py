@@ -28,7 +28,7 @@ from hslm_ptx.kernel.spec import Dims, KernelSpec
 from hslm_ptx.validate import LaunchError
 from stepcases import FLOATS, HSLM, SUFFIXES, install_standins, standin_spec, standin_specs
 
-STEP_LAUNCHES = 5  # 3 to prepare W and run forward, 2 backward
+STEP_LAUNCHES = 4  # 3 to prepare W and run forward, 1 backward
 
 
 def run_step(rt, R: int, K: int, N: int, dtype: str = "bfloat16", weight_dtype: str = "bfloat16",
@@ -55,8 +55,7 @@ def test_hslm_step_meets_its_targets(standins, shape):
     y, (dx, dw, db) = run_step(rt, R, K, N)
     rec = rt.recording
     assert [launch.kernel for launch in rec.launches] == [
-        "hslm_wsum_bf16", "hslm_wprep_bf16", "hslm_fwdx_bf16",
-        "hslm_quant_bf16", "hslm_grads_bf16_bf16"]
+        "hslm_wsum_bf16", "hslm_wprep_bf16", "hslm_fwdx_bf16", "hslm_bwd_bf16_bf16"]
     assert (rec.host_syncs, rec.h2d_copies, rec.foreign_allocations) == ([], [], [])
     minimum = step_bytes_minimum(R, K, N, "bfloat16", "bfloat16", bias=True)
     assert minimum <= rec.bytes_moved <= 3 * minimum
@@ -76,7 +75,7 @@ def test_hslm_step_on_the_registered_kernels_meets_its_targets(monkeypatch, shap
     rt.recording = Recording()
     run_step(rt, R, K, N)
     rec = rt.recording
-    assert len(rec.launches) == STEP_LAUNCHES and rec.allocations == 15  # every output and scratch buffer
+    assert len(rec.launches) == STEP_LAUNCHES and rec.allocations == 11  # every output and scratch buffer
     assert (rec.host_syncs, rec.h2d_copies, rec.foreign_allocations) == ([], [], [])
     minimum = step_bytes_minimum(R, K, N, "bfloat16", "bfloat16", bias=True)
     assert minimum <= rec.bytes_moved <= 3 * minimum
@@ -97,6 +96,17 @@ def test_a_split_is_picked_only_where_it_pays():
     assert split["attn_r27"] == [False, False, False]
 
 
+def test_the_backward_is_one_launch_where_the_rule_scores_it_no_higher():
+    """bf16 at every HSLM shape: one launch (hslm_bwd); at K = N = 4096, where each of its CTAs
+    would read dY's floats again (32 CTAs along the other axis), the two launches of codes."""
+    assert {shape: layer_step.backward_launches(Dims(*HSLM[shape]), "bfloat16", "bfloat16") for shape in HSLM} == {
+        shape: 1 for shape in HSLM}
+    assert layer_step.backward_launches(Dims(8192, 4096, 4096), "bfloat16", "bfloat16") == 2
+    one = layer_step.pick("hslm_bwd_bf16_bf16", Dims(8192, 4096, 4096))
+    two = layer_step.pick("hslm_grads_bf16_bf16", Dims(8192, 4096, 4096))
+    assert one.cost(Dims(8192, 4096, 4096)) > two.cost(Dims(8192, 4096, 4096))
+
+
 def test_geometry_and_bytes_come_from_the_specs(standins):
     rt = RecordingRuntime()
     run_step(rt, 27, 243, 729)
@@ -109,12 +119,12 @@ def test_geometry_and_bytes_come_from_the_specs(standins):
     assert dict((n, b) for n, b, _ in by_name["hslm_fwdx_bf16"].buffers) == {
         "y": 27 * 729 * 2, "x": 27 * 243 * 2, "w": math.prod(planes.FRAGMENTS.shape(Dims(27, 243, 729))) * 4,
         "beta": 4, "bias": 729 * 2, "codes_t": 243 * pitch(27), "scales": 243 * 4, "sums": 243 * 4}
-    assert [n for n, _, written in by_name["hslm_quant_bf16"].buffers if written] == [
-        "codes", "row_scales", "codes_t", "col_scales", "sums"]
-    quant = registry.KERNELS["hslm_quant_bf16"] if "hslm_quant_bf16" in registry.KERNELS else None
-    if quant is not None:  # one launch: qrows' CTAs, then qcols'
-        rows, cols = (registry.KERNELS[f"hslm_{k}_bf16"].geometry(Dims(27, 729, 729)).grid[0] for k in ("qrows", "qcols"))
-        assert by_name["hslm_quant_bf16"].grid == quant.geometry(Dims(27, 729, 729)).grid == (rows + cols, 1, 1)
+    # the backward reads dY itself (no launch quantized it), the planes of W^T, beta, x's codes and scales
+    assert dict((n, b) for n, b, _ in by_name["hslm_bwd_bf16_bf16"].buffers) == {
+        "dx": 27 * 243 * 2, "dy": 27 * 729 * 2, "w": math.prod(planes.FRAGMENTS_T.shape(Dims(27, 243, 729))) * 4,
+        "beta": 4, "dw": 729 * 243 * 2, "x_t": 243 * pitch(27), "u": 243 * 4, "db": 729 * 4}
+    assert [n for n, _, written in by_name["hslm_bwd_bf16_bf16"].buffers if written] == ["dx", "dw", "db"]
+    assert "hslm_quant_bf16" not in by_name  # dY is quantized by the products that read it
 
 
 def test_parameter_order_is_the_specs(monkeypatch):
@@ -196,13 +206,13 @@ def test_mixed_float_types_name_their_kernels(standins):
     rt = RecordingRuntime()
     run_step(rt, 3, 17, 5, dtype="float16", weight_dtype="float32")
     names = [launch.kernel for launch in rt.recording.launches]
-    assert names[:3] == ["hslm_wsum_f32", "hslm_wprep_f32", "hslm_fwdx_f16"] and names[-1] == "hslm_grads_f16_f32"
+    assert names[:3] == ["hslm_wsum_f32", "hslm_wprep_f32", "hslm_fwdx_f16"] and names[-1] == "hslm_bwd_f16_f32"
 
 
 @settings(max_examples=40, deadline=None)
 @given(R=st.integers(1, 3000), K=st.integers(1, 900), N=st.integers(1, 900),
        dtype=st.sampled_from(sorted(FLOATS.values())), bias=st.booleans())
-def test_every_shape_is_five_launches_and_at_least_the_minimum(R, K, N, dtype, bias):
+def test_every_shape_is_four_launches_and_at_least_the_minimum(R, K, N, dtype, bias):
     with pytest.MonkeyPatch.context() as mp:
         install_standins(mp)
         rt = RecordingRuntime()
@@ -216,33 +226,34 @@ def test_every_shape_is_five_launches_and_at_least_the_minimum(R, K, N, dtype, b
 # ---- negative: what the stand-in catches -------------------------------------------------------
 
 def test_a_planted_host_sync_is_counted(standins, monkeypatch):
-    real = layer_step._quantized
+    real = layer_step._launch
 
-    def checking(out):
-        rows, cols = real(out)
-        if bool(rows["scales"].any()):  # a value check: the host waits for the device
+    def checking(rt, family, *args, **kwargs):
+        out = real(rt, family, *args, **kwargs)
+        if family.startswith("hslm_bwd_") and bool(out["db"].any()):  # a value check: the host waits for the device
             pass
-        return rows, cols
+        return out
 
-    monkeypatch.setattr(layer_step, "_quantized", checking)
+    monkeypatch.setattr(layer_step, "_launch", checking)
     rt = RecordingRuntime()
     run_step(rt, 27, 243, 243)
-    assert len(rt.recording.host_syncs) == 1  # backward's dY
+    assert len(rt.recording.host_syncs) == 1  # backward's db
     assert all(__file__ in where for where in rt.recording.host_syncs)
     assert len(rt.recording.launches) == STEP_LAUNCHES + 1  # and the .any() is a launch of its own
 
 
 def test_a_planted_extra_launch_is_counted(standins, monkeypatch):
-    real = layer_step._quantize_both
+    real = layer_step._launch
 
-    def twice(rt, a, dt):
-        real(rt, a, dt)
-        return real(rt, a, dt)
+    def twice(rt, family, *args, **kwargs):
+        if family.startswith("hslm_bwd_"):
+            real(rt, family, *args, **kwargs)
+        return real(rt, family, *args, **kwargs)
 
-    monkeypatch.setattr(layer_step, "_quantize_both", twice)
+    monkeypatch.setattr(layer_step, "_launch", twice)
     rt = RecordingRuntime()
     run_step(rt, 27, 243, 243)
-    assert len(rt.recording.launches) == STEP_LAUNCHES + 1  # dY quantized twice
+    assert len(rt.recording.launches) == STEP_LAUNCHES + 1  # the backward run twice
 
 
 def test_a_planted_foreign_op_is_a_launch_and_an_allocation(standins, monkeypatch):
@@ -331,13 +342,13 @@ def test_bad_inputs_are_one_line(standins, x, message):
 
 
 def test_a_batch_past_dws_row_bound_is_refused(monkeypatch):
-    bounded = ("hslm_dw_f32", "hslm_grads_f32_f32")  # dW alone, and dW with dX in one launch
+    bounded = ("hslm_dw_f32", "hslm_bwd_f32_f32")  # dW alone, and dW with dX in one launch
     specs = [s if s.name not in bounded else KernelSpec(**{**s.__dict__, "max_rows": 8}) for s in standin_specs()]
     install_standins(monkeypatch, specs)
     rt = RecordingRuntime()
     prepared = prepare_weight(rt, rt.input((8, 16), "float32"))
     _, saved = forward(rt, rt.input((9, 16), "float32"), prepared)
-    with pytest.raises(LaunchError, match="hslm_grads_f32_f32: R=9 rows is over 8, where its int32 sums could"):
+    with pytest.raises(LaunchError, match="hslm_bwd_f32_f32: R=9 rows is over 8, where its int32 sums could"):
         backward(rt, rt.input((9, 8), "float32"), saved, prepared)
     with pytest.raises(LaunchError, match="hslm_dw_f32: R=9 rows is over 8, where its int32 sums could overflow"):
         backward(rt, rt.input((9, 8), "float32"), saved, prepared, need_dx=False)

@@ -338,6 +338,62 @@ def test_a_wrong_cta_of_the_grouped_backward_is_caught():
         run(kernel, GRADS[kernel], ptx=ptx[:second] + "rem.u32" + ptx[second + len("div.u32"):])
 
 
+# ---- the whole backward from float dY in one launch ----------------------------------------
+
+BWD = {  # every tile pair once, mixed float types, shapes where dX (R = 27, N = 729) or dW (R = 1782) splits
+    "hslm_bwd_f32_f32": Dims(27, 243, 729),
+    "hslm_bwd_bf16_f32_32x128n16_32x128n16": Dims(1782, 243, 243),
+    "hslm_bwd_f16_bf16_32x128n16_64x128": Dims(67, 97, 131),
+    "hslm_bwd_f32_f16_32x128_64x128": Dims(33, 31, 9),
+    "hslm_bwd_bf16_bf16": Dims(1, 1, 1),
+}
+
+
+@pytest.mark.parametrize("kernel", BWD)
+def test_backward_from_float_dy_is_exact(kernel):
+    """dX, dW and db from float dY: the codes and scales each CTA makes are hslm_quant's,
+    so every output is the two-launch backward's reference bit for bit."""
+    got, want = run(kernel, BWD[kernel])
+    assert mismatches(kernel, got, want) == {"dx": 0, "dw": 0, "db": 0}
+
+
+@pytest.mark.kernel("hslm_bwd_f32_f16_32x128_64x128", "hslm_grads_f32_f16_32x128_64x128", "hslm_quant_f32")
+def test_backward_from_float_dy_equals_the_two_launch_backward():
+    """On the same dY, x codes and weight: hslm_quant then hslm_grads gives the same bits as
+    hslm_bwd (the references are each kernel's own: this ties them together)."""
+    d = Dims(33, 31, 9)
+    bwd, grads, quant = (KERNELS[n] for n in ("hslm_bwd_f32_f16_32x128_64x128", "hslm_grads_f32_f16_32x128_64x128",
+                                              "hslm_quant_f32"))
+    inputs = bwd.make_inputs(d, np.random.default_rng(3))
+    one = launch_outputs(bwd, emulated(bwd.name), d, inputs)
+    q = launch_outputs(quant, emulated(quant.name), Dims(d.R, d.N, d.N), {"x": inputs["dy"]})
+    two_inputs = grads.make_inputs(d, np.random.default_rng(3))
+    two_inputs |= {"dy": q["codes"][:, : d.N], "w": inputs["w"], "row_scales": q["row_scales"], "beta": inputs["beta"],
+                   "x_t": inputs["x_t"], "dy_t": q["codes_t"][:, : d.R].T, "u": inputs["u"], "v": q["col_scales"]}
+    two = launch_outputs(grads, emulated(grads.name), d, two_inputs)
+    assert np.array_equal(one["dx"].view(np.uint8), two["dx"].view(np.uint8))
+    assert np.array_equal(one["dw"].view(np.uint8), two["dw"].view(np.uint8))
+    assert np.array_equal(one["db"].view(np.uint8), q["sums"].view(np.uint8))
+
+
+@pytest.mark.kernel("hslm_bwd_bf16_f32_32x128n16_32x128n16")
+def test_a_column_scale_taken_over_one_split_is_caught():
+    """dW's column scales from the CTA's own split of R only (the scales pass starting at the
+    split's first row, not row 0): at R = 1782, where dW splits, the codes differ."""
+    kernel = "hslm_bwd_bf16_f32_32x128n16_32x128n16"
+    from hslm_ptx.families.hslm_bwd import PARTS
+
+    assert PARTS[kernel][1].geometry(BWD[kernel]).grid[2] > 1
+    ptx = KERNELS[kernel].emit()
+    scope = ptx.index("dw_row_absmax:")
+    start = ptx.rindex("shl.b32", 0, scope)  # k_at = piece << 4: the whole column, whatever the split
+    line_end = ptx.index("\n", start)
+    dst, src = ptx[start:line_end].split()[1].rstrip(","), ptx[start:line_end].split()[2].rstrip(",")
+    planted = ptx[:start] + f"mad.lo.u32 {dst}, {src}, 16, 448;" + ptx[line_end:]  # 7 chunks in: a split's start
+    got, want = run(kernel, BWD[kernel], ptx=planted)
+    assert mismatches(kernel, got, want)["dw"] > 0
+
+
 # ---- the forward that quantizes its own rows of x -----------------------------------------
 
 FWDQ = {  # each tile and type, the split family where it splits (R = 27, K = 729: 6 ways)

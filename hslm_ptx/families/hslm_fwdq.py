@@ -10,8 +10,9 @@ stages each chunk) and rescales with those scales, kept in shared memory. x's co
 row scales are never written, so there is nothing a later launch could read of them: the
 layer step runs this forward where nothing but y is wanted of it (an inference forward, or
 one whose weight takes no gradient), and ``hslm_quant_<dt>`` + ``hslm_fwd_<out>`` where dW
-needs x's column codes, which no CTA of a product can make (a column's scale is over all R
-rows, every row tile's).
+needs x's column codes, which no CTA of the forward can make (a column's scale is over all R
+rows, every row tile's; dW's own CTAs can, ``hslm_ptx.tile.operands.QuantizedColumns``, but
+they read dY's columns, not x's).
 
 The tile rule scores a configuration as it does ``hslm_fwd_<out>``'s (its loop counts and
 its ptxas occupancy): the scales pass and the codes in the loop are not in the model.

@@ -248,18 +248,22 @@ def emit_qcols(dtype: str) -> str:
 
 def cols_body(ptx: Ptx, dtype: str, p: dict[str, str], cta: Callable[[], str]) -> None:
     """CTA ``cta()``'s 32 columns (p: codes_t, scales, sums, x, R, C, ldr), every thread of
-    the CTA taking part (it has barriers)."""
-    codes_t, scales, sums, x = (p[n] for n in ("codes_t", "scales", "sums", "x"))
-    R, C, ldr = p["R"], p["C"], p["ldr"]
+    the CTA taking part (it has barriers). Without codes_t (p: sums, x, R, C) only the
+    column sums: the first pass's adds and the groups' tree (the bias gradient of
+    ``hslm_grads``)."""
+    coded = "codes_t" in p
+    sums, x, R, C = (p[n] for n in ("sums", "x", "R", "C"))
     tid = ptx.special("%tid.x")
     warp, lane = ptx.shr(tid, 5), ptx.band(tid, WARP - 1)
     c0 = ptx.shl(cta(), 5)
     column = ptx.add(c0, lane)
     column_inside = ptx.setp("lt", column, C, "u32")
-    group_maxima = ptx.shared_array("group_max", 4 * GROUPS * WARP)
+    if coded:  # declared in this order: the quantizers' PTX as it was before sums alone existed
+        group_maxima = ptx.shared_array("group_max", 4 * GROUPS * WARP)
     group_sums = ptx.shared_array("group_sum", 4 * GROUPS * WARP)
-    column_scales = ptx.shared_array("column_scale", 4 * WARP)
-    tile = ptx.shared_array("code_tile", WARP * TILE_ROWS)
+    if coded:
+        column_scales = ptx.shared_array("column_scale", 4 * WARP)
+        tile = ptx.shared_array("code_tile", WARP * TILE_ROWS)
 
     ptx.comment("pass 1: group g = warp adds rows g, g + 8, ... of its column in turn")
     rows_per_trip = GROUPS * PIECE
@@ -273,13 +277,15 @@ def cols_body(ptx: Ptx, dtype: str, p: dict[str, str], cta: Callable[[], str]) -
             values.append(load_f32(ptx, dtype, element_address(ptx, x, ptx.mad(at, C, column), dtype), guard=inside))
         for value in values:
             ptx.ins("add.rn.f32", total, total, value)
-            ptx.ins("max.NaN.f32", absmax, absmax, ptx.fabs(value))
+            if coded:
+                ptx.ins("max.NaN.f32", absmax, absmax, ptx.fabs(value))
         ptx.increment(row, rows_per_trip)
 
     _uniform_loop(ptx, "group_loop", _trips(ptx, R, rows_per_trip), group_trip)
     slot = ptx.mad(tid, 4, 0)
     ptx.store("shared", "f32", ptx.add(slot, group_sums), total)
-    ptx.store("shared", "f32", ptx.add(slot, group_maxima), absmax)
+    if coded:
+        ptx.store("shared", "f32", ptx.add(slot, group_maxima), absmax)
     ptx.barrier()
 
     ptx.comment("warp 0: the groups' tree (g + 4, then + 2, then + 1) and the scale of its column")
@@ -290,6 +296,11 @@ def cols_body(ptx: Ptx, dtype: str, p: dict[str, str], cta: Callable[[], str]) -
     while len(group) > 1:
         half = len(group) // 2
         group = [ptx.fadd(group[i], group[i + half]) for i in range(half)]
+    if not coded:
+        ptx.store("global", "f32", ptx.byte_offset(sums, column, 4), group[0], guard=column_inside)
+        ptx.label("groups_done")
+        return
+    codes_t, scales, ldr = p["codes_t"], p["scales"], p["ldr"]
     maxima = [ptx.load_f32("shared", ptx.add(lane_slot, group_maxima), 4 * WARP * g) for g in range(GROUPS)]
     absmax = maxima[0]
     for other in maxima[1:]:

@@ -10,11 +10,15 @@ the bias gradient). Every GPU operation in it is one of the step's PTX kernels:
   column scales and transposed codes (kept for dW) made in the same grid: 1 launch; with
   no weight gradient to come (inference, a frozen weight) ``hslm_fwdq_<out>``, the GEMM
   alone: 1;
-- ``backward``: ``hslm_quant_<dt>`` on dY (its column sums are the bias gradient; only
-  ``hslm_qrows_<dt>`` or ``hslm_qcols_<dt>`` when dX or dW alone is asked for), then
-  ``hslm_grads_<dt>_<wdt>`` (dX's and dW's products in one grid, hslm_ptx/families/hslm_grads.py;
-  ``hslm_dx_<out>`` or ``hslm_dw_<wdt>`` when one alone is asked for): 2 launches, so a
-  training step with a new weight version is 5 launches, 3 with a kept one.
+- ``backward`` with dX and dW: ``hslm_bwd_<dt>_<wdt>``, the whole backward from float dY
+  (dX's CTAs quantize their rows of dY, dW's their columns, a few more CTAs sum dY's
+  columns for the bias gradient; hslm_ptx/families/hslm_bwd.py): 1 launch, where the tile
+  rule scores it no higher than the two it replaces (:func:`backward_launches`: every HSLM
+  shape in bf16 and f16); else ``hslm_quant_<dt>`` on dY (row and column codes, column
+  sums), then ``hslm_grads_<dt>_<wdt>`` (both products of the codes in one grid): 2. With
+  dX or dW alone: ``hslm_qrows_<dt>`` or ``hslm_qcols_<dt>``, then ``hslm_dx_<out>`` or
+  ``hslm_dw_<wdt>``. So a training step with a new weight version is 4 launches at the
+  HSLM shapes (5 at the large ones), 2 with a kept weight (3).
 
 Each fused GEMM has an unsplit family and a split-K one (``hslm_fwd_splitk_<out>`` ...,
 which reduces in int32 into a workspace it leaves zeroed); :func:`pick` runs the split one
@@ -51,8 +55,9 @@ from typing import Any, Iterable, Mapping, NamedTuple
 
 import numpy as np
 
-from hslm_ptx.tile import grouped
-from hslm_ptx.families import hslm_grads
+from hslm_ptx.cost import model as cost
+from hslm_ptx.tile import grouped, rule
+from hslm_ptx.families import hslm_bwd, hslm_grads
 from hslm_ptx.catalog import registry
 from hslm_ptx.formats.floats import FLOAT_DTYPES, storage_dtype
 from hslm_ptx.kernel.pitch import pitch
@@ -310,7 +315,8 @@ def _quantized(out: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
 def backward(rt: Runtime, dy: Any, saved: SavedActivations, prepared: PreparedWeight,
              need_dx: bool = True, need_dw: bool = True, need_db: bool = False) -> tuple[Any, Any, Any]:
     """(dX in dY's float type, dW N x K in the weight's, db as f32 column sums of dY); each
-    None when not asked for. Up to 2 launches: the quantization of dY (rows for dX, columns
+    None when not asked for. With both products: 1 launch (``hslm_bwd_<dt>_<wdt>``) where
+    :func:`backward_launches` says so; else 2: the quantization of dY (rows for dX, columns
     for dW and db: one launch when both are asked), then dX and dW in one launch
     (``hslm_grads_<dt>_<wdt>``), or the one of them asked for."""
     R, N = _matrix("backward", "dy", dy, "R x N")
@@ -320,6 +326,14 @@ def backward(rt: Runtime, dy: Any, saved: SavedActivations, prepared: PreparedWe
     dt, K = dtype, prepared.K
     dx = dw = db = None
     need_cols = need_dw or need_db
+    dims, wdt = Dims(R, K, N), prepared.dtype
+    if need_dx and need_dw and backward_launches(dims, dt, wdt) == 1:  # the whole backward from float dY
+        family = hslm_bwd.family(dt, wdt)
+        idle = grouped.idle_workspace(pick(family, dims), dims)  # a product of one split: any valid pointer
+        given = {"dy": dy, "w": prepared.planes_t, "beta": prepared.beta, "x_t": saved.x_t, "u": saved.u}
+        out = _launch(rt, family, dims, given | {name: prepared.beta for name in idle}, allocate=("dx", "dw", "db"),
+                      scalars={"R": R, "K": K, "N": N, "ldy": N, "ldr": pitch(R)}, unused=idle)
+        return out["dx"], out["dw"], out["db"] if need_db else None
     if need_dx and need_cols:
         rows, cols = _quantize_both(rt, dy, dt)
     elif need_dx:
@@ -330,7 +344,6 @@ def backward(rt: Runtime, dy: Any, saved: SavedActivations, prepared: PreparedWe
     dx_given = {"dy": rows["codes"], "w": prepared.planes_t, "row_scales": rows["scales"],
                 "beta": prepared.beta} if need_dx else {}
     dw_given = {"x_t": saved.x_t, "dy_t": cols["codes_t"], "u": saved.u, "v": cols["scales"]} if need_dw else {}
-    dims, wdt = Dims(R, K, N), prepared.dtype
     if need_dx and need_dw:  # both products in one launch
         family = hslm_grads.family(dt, wdt)
         idle = grouped.idle_workspace(pick(family, dims), dims)  # a part of one split: any valid pointer
@@ -345,6 +358,24 @@ def backward(rt: Runtime, dy: Any, saved: SavedActivations, prepared: PreparedWe
         dw = _launch(rt, _product("dw", wdt), dims, dw_given, allocate=("dw",),
                      scalars={"R": R, "K": K, "N": N, "ldr": pitch(R)})["dw"]
     return dx, dw, db
+
+
+def backward_launches(dims: Dims, dtype: str, weight_dtype: str) -> int:
+    """How many launches the backward with both gradients takes on ``dims``: 1 (``hslm_bwd``,
+    every CTA quantizing the dY it stages) where the tile rule scores it no higher than
+    ``hslm_quant`` on dY then ``hslm_grads``, 2 where it does. The quantizing products'
+    scores count dY's floats read twice by every CTA along the other axis, so at the HSLM
+    shapes one launch's fixed cost outweighs the re-reads and at the large ones (K = N =
+    4096: dY read 32 times over) the two launches win. The quantization is scored as a
+    stream of its buffers' bytes (``hslm_ptx.cost.model.stream_phases``). MODEL figures
+    both: where they are close the first GPU run decides."""
+    one = pick(hslm_bwd.family(dtype, weight_dtype), dims)
+    two = pick(hslm_grads.family(dtype, weight_dtype), dims)
+    if one.cost is None or two.cost is None:  # no rule to weigh them by: the one launch
+        return 1
+    quant = registry.get_kernel(family_name("quant", dtype))
+    quant_us = cost.stream_phases(rule.rule_device(), quant.buffer_bytes(quant_dims(dims.R, dims.N))).device_us
+    return 1 if one.cost(dims) <= two.cost(dims) + quant_us else 2
 
 
 def step_bytes_minimum(R: int, K: int, N: int, dtype: str, weight_dtype: str, bias: bool) -> int:

@@ -25,11 +25,17 @@ calls to bring A and B into the mma's fragment registers.
   (``stages - 1`` chunks ahead, once per CTA: the warps of one column of warps share
   them).
 
+- A may instead be floats the CTA quantizes as it stages them (:class:`QuantizedRows`:
+  x's or dY's rows, a scale a row; :class:`QuantizedColumns`: dY's columns, a scale a
+  column over all R rows), a scales pass first, then each chunk's codes stored where the
+  copies would have landed.
+
 :class:`Source` is the interface the loop and the epilogue call on B.
 """
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import Iterator
 
 from hslm_ptx.reference import stepmath
 from hslm_ptx.emit.ptx import TERNARY_PRMT_TABLE, Ptx, decode_ternary
@@ -380,9 +386,11 @@ class QuantizedRows(StagedRows):
     it fits, and by every CTA along N: the bytes a quantization launch would have written
     and the product read back are not moved at all."""
 
-    def __init__(self, ptx: Ptx, at: Coords, ring: Ring, ptr: str, dtype: str, rows: str, k_limit: str):
+    def __init__(self, ptx: Ptx, at: Coords, ring: Ring, ptr: str, dtype: str, rows: str, k_limit: str,
+                 row_bytes: str | int | None = None):
         self.dtype, self.element = dtype, ELEMENT_BYTES[dtype]
-        super().__init__(ptx, at, ring, ptr, ptx.mul(k_limit, self.element), rows, k_limit)
+        row_bytes = ptx.mul(k_limit, self.element) if row_bytes is None else row_bytes
+        super().__init__(ptx, at, ring, ptr, row_bytes, rows, k_limit)
         tile = at.tile
         self.row_inside = [ptx.setp("lt", r, rows, "u32") for r in self.rows_j]
         if self.copier is not None:
@@ -390,16 +398,21 @@ class QuantizedRows(StagedRows):
         self.scales_at = ptx.shared_array("row_scale", 4 * tile.m)
         self.scale = self._row_scales(at)
 
+    def _piece_addresses(self, j: int, k_at: str) -> Iterator[tuple[str, int]]:
+        """(register, byte offset) of each of the 16 elements of this thread's piece of copy
+        ``j`` at k = ``k_at`` .. + 15: one address, the elements an element apart."""
+        first = self.ptx.byte_offset(self.rows_at[j], k_at, self.element)
+        return [(first, e * self.element) for e in range(PIECE)]
+
     def _piece_values(self, j: int, k_at: str) -> list[str]:
         """The 16 elements of this thread's piece of copy ``j`` at k = ``k_at`` .. + 15, as f32
         (+0 past K, past the last row, or in a thread that copies nothing)."""
         ptx = self.ptx
-        first = ptx.byte_offset(self.rows_at[j], k_at, self.element)
         values = []
-        for e in range(PIECE):
+        for e, (address, offset) in enumerate(self._piece_addresses(j, k_at)):
             inside = ptx.fresh("pred", "and.pred", self.row_inside[j],
                                ptx.setp("lt", ptx.add(k_at, e), self.k_limit, "u32"))
-            values.append(load_f32(ptx, self.dtype, first, guard=inside, offset=e * self.element))
+            values.append(load_f32(ptx, self.dtype, address, guard=inside, offset=offset))
         return values
 
     def _row_scales(self, at: Coords) -> list[str]:
@@ -433,3 +446,33 @@ class QuantizedRows(StagedRows):
             words = [pack_bytes(ptx, codes[i:i + 4]) for i in range(0, PIECE, 4)]
             ptx.store("shared", "v4.b32", dst, words, j * self.step_rows * CHUNK_K, guard=self.copier)
         ptx.increment(self.k_at, CHUNK_K)
+
+
+class QuantizedColumns(QuantizedRows):
+    """A = the columns of a float matrix (``dtype``, ``k_limit`` x ``rows`` contiguous: dY,
+    R x N, whose column j is A's row j and whose row r is A's k = r), quantized per column
+    as the CTA stages it: the dW product from float dY, A = dYq^T. Each column's scale is
+    over all R rows, so every CTA (and every split of R) takes it whole in the scales pass,
+    as :class:`QuantizedRows` does a row's; the codes are ``hslm_qcols``' bit for bit
+    (``hslm_ptx.reference.stepmath``: the same absmax, scale and rounding).
+
+    Thread ``tid`` still stages piece ``tid & 3`` of A row (column) ``tid >> 2`` + P j: its 16
+    elements are 16 rows of the matrix, ``rows`` elements apart, so each of its loads takes
+    its own address, one 64-bit add from the last; the 8 A rows of a warp's load are 8
+    adjacent columns of one matrix row (32 bytes of f32, 16 of f16 / bf16)."""
+
+    def __init__(self, ptx: Ptx, at: Coords, ring: Ring, ptr: str, dtype: str, rows: str, k_limit: str):
+        element = ELEMENT_BYTES[dtype]
+        self.row_step = ptx.mul(rows, element)  # bytes from one matrix row to the next (u32)
+        self.row_step_wide = ptx.widen(self.row_step)
+        super().__init__(ptx, at, ring, ptr, dtype, rows, k_limit, row_bytes=element)
+
+    def _piece_addresses(self, j: int, k_at: str) -> Iterator[tuple[str, int]]:
+        """Each element's address as its load asks for it (one 64-bit add from the last), so
+        no element's address is live before its load."""
+        ptx = self.ptx
+        address = ptx.byte_offset(self.rows_at[j], k_at, self.row_step)
+        yield address, 0
+        for _ in range(PIECE - 1):
+            address = ptx.add(address, self.row_step_wide, "s64")
+            yield address, 0

@@ -15,7 +15,7 @@ from hslm_ptx.formats.planes import Planes
 from hslm_ptx.emit.ptx import Ptx
 from hslm_ptx.kernel.spec import BufferSpec, Dims, KernelSpec, Part, ScalarSpec, buffer_bytes
 from hslm_ptx.tile.epilogue import Rescale, rescaled_output
-from hslm_ptx.tile.geometry import Plan, Tile, begin, entry_name, geometry
+from hslm_ptx.tile.geometry import CHUNK_K, Plan, Tile, begin, entry_name, geometry
 from hslm_ptx.tile.mainloop import emit_staged
 from hslm_ptx.tile.operands import Coords, FragmentTernary, Ring, Source, StagedRows
 from hslm_ptx.tile.rule import phase_cost, split_k, split_plans
@@ -65,7 +65,7 @@ def staged_spec(family: str, tile: Tile, gemm: tuple[str, str, str], buffers: tu
                 pitch: ScalarSpec,
                 operands: Callable[[Ptx, Coords, Ring, dict[str, str]], tuple["StagedRows", "Source"]],
                 b_share: int = StagedRows.B_SHARE, loop_family: str | None = None, rescale: "Rescale | None" = None,
-                occupancy_of: str | None = None, **fields: Any) -> KernelSpec:
+                occupancy_of: str | None = None, a_reads: int = 1, **fields: Any) -> KernelSpec:
     """``family`` on ``tile`` as a KernelSpec: what every staged kernel shares, so a kernel
     module says only what differs.
 
@@ -81,7 +81,10 @@ def staged_spec(family: str, tile: Tile, gemm: tuple[str, str, str], buffers: tu
     hslm_ptx/cost/loop_counts.json (``hslm_ptx.cost.model.loop_counts``: this tile's entry of
     ``loop_family``, the int32 family whose main loop the kernel shares, its own by
     default) with this entry's own ptxas occupancy (``hslm_ptx.cost.model.occupancy``; that of this
-    tile's entry of the family ``occupancy_of`` where given); ``fields``
+    tile's entry of the family ``occupancy_of`` where given); ``a_reads``: the L2 bytes
+    A's rows take per element of a chunk (1: int8 codes copied once; an operand quantized
+    from floats as it is staged reads each float twice, the scales pass and the codes:
+    2 x the element's bytes); ``fields``
     are the rest of the KernelSpec (make_inputs, reference, gemm_form, max_rows).
 
     With ``rescale`` the output is the rescaled float tile (:class:`Rescale`): its
@@ -93,7 +96,7 @@ def staged_spec(family: str, tile: Tile, gemm: tuple[str, str, str], buffers: tu
     :func:`split_plans`: one split skips the split-K epilogue (``KernelCounts.outside``),
     so at a short contraction it can beat the shorter chunk loop of a split."""
     name = entry_name(family, tile)
-    chunk_bytes = Ring.copied(tile, b_share)
+    chunk_bytes = Ring.copied(tile, b_share) + tile.m * CHUNK_K * (a_reads - 1)
     rows, cols, contraction = gemm
     split_rescale = bool(rescale and rescale.splits)
     workspace = tuple(n for n in (rescale.partials, rescale.tickets) if n) if rescale else ()

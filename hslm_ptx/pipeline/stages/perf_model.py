@@ -621,9 +621,10 @@ def model_row(spec: KernelSpec, shape: Shape, g: GpuModel, sass: SassArch, count
 
 
 LAYER_FAMILIES = ("hslm_fwd_s8", "hslm_dx_s8", "hslm_dw_s8")
-# a forward that quantizes its own rows runs hslm_fwd's loop; its scales pass over float x
-# is not in the model (docs/performance-model.md: what only a GPU can settle)
-SAME_LOOP = {"hslm_fwdq_": "hslm_fwd_s8"}
+# a product that quantizes its own A runs its int32 family's loop: the forward's scales pass
+# over float x is not in the model (docs/performance-model.md: what only a GPU can settle);
+# the backward's products (hslm_bwd) count dY's floats read twice a chunk in their L2 bytes
+SAME_LOOP = {"hslm_fwdq_": "hslm_fwd_s8", "hslm_dxq_": "hslm_dx_s8", "hslm_dwq_": "hslm_dw_s8"}
 # the layer step's targets against torch bf16 nn.Linear: the HSLM shapes within this
 # ratio of its time, the large layer at least this many times faster
 HSLM_STEP_MAX_RATIO = 1.5
@@ -684,7 +685,9 @@ def grouped_phases(layer: LayerShape, recorded: LayerLaunch, members: tuple[Kern
         if entry is None:
             parts.append(cost.stream_phases(dev, recorded.bytes))
             continue
-        sass, counts, ptxas = records(entry, member.name)
+        # a member that is a kernel of its own has its own ptxas record; one built only as a
+        # part (hslm_bwd's products) runs at the registers of the entry that holds it
+        sass, counts, ptxas = records(entry, member.name if member.name in KERNELS else recorded.kernel)
         entries.append(entry)
         parts.append(cost.staged_phases(dev, staged_work(member, dims, g, sass, counts, ptxas)[1]))
     slowest = max(parts, key=lambda p: p.device_us)
