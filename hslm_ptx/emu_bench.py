@@ -25,11 +25,14 @@ from hslm_ptx.emu.machine import Module
 from hslm_ptx.catalog.registry import FAMILIES, get_kernel
 from hslm_ptx.kernel.spec import Dims
 
-SHAPES = {"ffn_up_r1782": Dims(1782, 243, 729), "ffn_down_r27": Dims(27, 729, 243)}
+SHAPES = {"ffn_up_r1782": Dims(1782, 243, 729), "ffn_down_r27": Dims(27, 729, 243),
+          "ffn_down_r1782": Dims(1782, 729, 243)}
 FAMILIES_TIMED = ("hslm_fwd_s8", "hslm_dx_s8", "hslm_dw_s8")
 LAUNCHES: tuple[tuple[str, str], ...] = tuple(
     (spec.name, "ffn_up_r1782") for family in FAMILIES_TIMED for spec in FAMILIES[family]
-) + (("hslm_dx_s8_m32", "ffn_down_r27"),)
+) + (("hslm_dx_s8_m32", "ffn_down_r27"),
+     # the step's fused grids, whose CTAs take different members: the CTA groups' case
+     ("hslm_grads_bf16_bf16", "ffn_down_r1782"), ("hslm_bwd_bf16_bf16", "ffn_down_r1782"))
 # the launches the headline figure sums (warp instructions over CPU seconds)
 HEADLINE = (("hslm_fwd_s8_m32n16", "ffn_up_r1782"), ("hslm_dw_s8_m64", "ffn_up_r1782"),
             ("hslm_fwd_s8", "ffn_up_r1782"), ("hslm_dx_s8_m32", "ffn_down_r27"))

@@ -9,9 +9,18 @@ import numpy as np
 import pytest
 
 from emucases import PROLOGUE, Z, expect, line_of, module
-from hslm_ptx.emu import EmulatorError, Module
+from hslm_ptx.emu import EmulatorError, Module, machine
 
 U = np.uint32
+
+
+@pytest.fixture(autouse=True, params=["one lockstep group", "a group a CTA"])
+def cta_groups(request, monkeypatch):
+    """Every race is caught whether the CTAs run in one lockstep array or one after
+    another (machine.GROUP_THREADS: a launch's CTAs run in groups)."""
+    if request.param == "a group a CTA":
+        monkeypatch.setattr(machine, "GROUP_THREADS", 1)
+    return request.param
 
 # %p1: thread 0 of CTA 1; %p2: thread 0 of CTA 0
 FIRST_THREADS = ("  setp.eq.u32 %p3, %r1, 0;\n  setp.eq.u32 %p4, %r2, 1;\n  and.pred %p1, %p3, %p4;\n"
@@ -24,8 +33,12 @@ def run(text: str, grid=(2,), block=(32,), args=None):
     fn(grid, block, args if args is not None else [np.zeros(128, U), Z, Z, Z])
 
 
-def test_a_cta_reading_a_word_another_cta_stored_is_a_race():
+def test_a_cta_reading_a_word_another_cta_stored_is_a_race(cta_groups):
     body = FIRST_THREADS + "  @%p1 st.global.u32 [%rd20], %r1;\n  @%p2 ld.global.u32 %r20, [%rd20];"
+    if cta_groups == "a group a CTA":   # CTA 0 has read the word before CTA 1 stores it
+        e = expect(module(PROLOGUE + body), "race", "@%p1 st.global", (1, 0, 0), (0, 0, 0), block=(32,))
+        assert "where CTA ctaid=(0,0,0) read" in str(e)
+        return
     e = expect(module(PROLOGUE + body), "race", "@%p2 ld.global", (0, 0, 0), (0, 0, 0), block=(32,))
     assert "load of buffer 0 'out' where CTA ctaid=(1,0,0) stored" in str(e)
 

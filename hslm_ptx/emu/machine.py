@@ -1,4 +1,15 @@
-"""The lockstep executor: every thread of every CTA of a launch in one set of arrays.
+"""The lockstep executor: the threads of a group of CTAs of a launch in one set of arrays.
+
+A launch runs as consecutive groups of whole CTAs (at most ``GROUP_THREADS`` threads a
+group, one CTA at least), each group to its end before the next starts, in increasing
+CTA index. CTAs share nothing but global memory, so a grid whose CTAs take different
+paths (the fused kernels: dX, dW and db members in one grid) no longer pays every
+member's steps over every thread, and the arrays stay cache-sized. This is a legal
+hardware schedule (the CUDA model lets a CTA run to completion before another starts);
+a kernel that spins on another CTA's flag would hang here, and none of ours does. The
+global race tracking (which CTA stored or read each cell, and when, on the launch's one
+synchronisation clock) spans the groups, so a race between CTAs of different groups is
+refused as within one.
 
 Scheduling is min-PC: each step runs the instruction at the smallest PC among the
 threads still running, for exactly the threads at that PC. Uniform code therefore
@@ -48,6 +59,9 @@ from hslm_ptx.emu.traffic import FIELDS, AccessStats, Traffic, loop_lines
 
 DONE = np.iinfo(np.int32).max      # the PC of an exited thread
 WAIT = DONE - 1                     # the PC of a thread waiting at a bar.sync
+# A launch runs as consecutive groups of whole CTAs, each in its own lockstep arrays of
+# at most this many threads (one CTA at least). See Function.__call__ for why.
+GROUP_THREADS = 16384
 
 
 class Step(NamedTuple):
@@ -113,6 +127,7 @@ class Function:
         self.stats: LaunchCounts | None = None  # of the last launch
         self.instruction_budget: int | None = None
         self._dynamic_opt_in: int | None = None
+        self._first_thread = 0      # global index of the running CTA group's thread 0
         offsets, end, ext_align = {}, 0, 0
         for sym, align, nbytes, _ in entry.shared:
             if nbytes is not None:
@@ -214,25 +229,14 @@ class Function:
                                     self._dynamic_opt_in is not None, self.static_shared,
                                     self.arch, line)
         params, buffers = self._bind(args)
+        self._first_thread = 0
         window = self.static_shared
         if self.extern_offset is not None:
             window = max(window, self.extern_offset + int(shared_mem))
         T = tpc * ctas
-        tl, cl = np.arange(T, dtype=np.uint32) % tpc, np.arange(T, dtype=np.uint32) // tpc
-        special: dict[str, Any] = {"laneid": tl % 32}
-        for reg, lin, dims in (("tid", tl, b), ("ctaid", cl, g)):
-            special[f"{reg}.x"] = lin % dims[0]
-            special[f"{reg}.y"] = (lin // dims[0]) % dims[1]
-            special[f"{reg}.z"] = lin // (dims[0] * dims[1])
-        for reg, dims in (("ntid", b), ("nctaid", g)):
-            for axis, v in zip("xyz", dims):
-                special[f"{reg}.{axis}"] = np.uint32(v)
-        warps = np.arange(T) // tpc * -(-tpc // 32) + tl // 32
-        traffic = Traffic(warps, tl % 32)
-        gmem = GlobalMemory(buffers, cl if ctas > 1 else None, g, self.store_grain)
-        st = State(T, special, params, gmem,
-                   SharedMemory(ctas, tpc, window, self.strict_shared_init, self.grain),
-                   tpc, traffic)
+        cl_all = np.arange(T, dtype=np.uint32) // tpc
+        gmem = GlobalMemory(buffers, cl_all if ctas > 1 else None, g, self.store_grain)
+        traffic = None
         self._grid, self._block = g, b
         issued = np.zeros(len(self.steps), np.int64)
         budget = self.instruction_budget
@@ -242,7 +246,34 @@ class Function:
         elif not isinstance(budget, (int, np.integer)) or isinstance(budget, bool) or budget < 1:
             raise EmulatorError("launch", line, "", "instruction_budget must be None (sized "
                                 f"from the launch) or an int >= 1, got {budget!r}")
-        steps = self._run(st, issued, warps, budget)
+        steps, per_group = 0, max(1, GROUP_THREADS // tpc)
+        for first in range(0, ctas, per_group):
+            n = min(per_group, ctas - first)
+            Tg = tpc * n
+            tl = np.arange(Tg, dtype=np.uint32) % tpc
+            cl = cl_all[first * tpc:(first + n) * tpc]
+            special: dict[str, Any] = {"laneid": tl % 32}
+            for reg, lin, dims in (("tid", tl, b), ("ctaid", cl, g)):
+                special[f"{reg}.x"] = lin % dims[0]
+                special[f"{reg}.y"] = (lin // dims[0]) % dims[1]
+                special[f"{reg}.z"] = lin // (dims[0] * dims[1])
+            for reg, dims in (("ntid", b), ("nctaid", g)):
+                for axis, v in zip("xyz", dims):
+                    special[f"{reg}.{axis}"] = np.uint32(v)
+            warps = np.arange(Tg) // tpc * -(-tpc // 32) + tl // 32
+            if traffic is None:
+                traffic = Traffic(warps, tl % 32)
+            else:
+                traffic.bind(warps, tl % 32)
+            if gmem.ctas is not None:
+                gmem.ctas = cl
+            gmem.copies = None          # the last group's threads have all exited
+            st = State(Tg, special, params, gmem,
+                       SharedMemory(n, tpc, window, self.strict_shared_init, self.grain),
+                       tpc, traffic)
+            self._first_thread = first * tpc
+            steps += self._run(st, issued, warps, budget)
+        self._first_thread = 0
         by_opcode: dict[str, int] = {}
         for step, count in zip(self.steps, issued.tolist()):
             if count:
@@ -257,7 +288,7 @@ class Function:
         """Global thread index -> (ctaid, tid)."""
         (bx, by, bz), (gx, gy, _) = self._block, self._grid  # z: what is left of c after x and y
         tpc = bx * by * bz
-        c, t = divmod(int(thread), tpc)
+        c, t = divmod(int(thread) + self._first_thread, tpc)
         return ((c % gx, c // gx % gy, c // (gx * gy)), (t % bx, t // bx % by, t // (bx * by)))
 
     def _fail(self, kind: str, ins: Instr, thread: int, detail: str = "",

@@ -98,12 +98,17 @@ class Traffic:
     """
 
     def __init__(self, warps: np.ndarray, lanes: np.ndarray):
+        self.by_line: dict[int, tuple[str, str, np.ndarray]] = {}
+        self.seen: dict[tuple, tuple] = {}     # (line, addr[0] % 128, n) -> last pattern
+        self.bind(warps, lanes)
+
+    def bind(self, warps: np.ndarray, lanes: np.ndarray) -> None:
+        """Count the accesses of the threads ``warps``/``lanes`` describe from now on (the
+        next CTA group of the launch); the counts so far are kept."""
         self.warps, self.lanes = warps, lanes
         self.nwarps = int(warps[-1]) + 1
         self.dense = warps.size == 32 * self.nwarps        # no partial warps: reshape only
         self.slots = warps.astype(np.int64) * 32 + lanes
-        self.by_line: dict[int, tuple[str, str, np.ndarray]] = {}
-        self.seen: dict[tuple, tuple] = {}     # (line, addr[0] % 128, n) -> last pattern
 
     def _grid(self, threads: np.ndarray, values: np.ndarray, partial: bool) -> np.ndarray:
         """``values`` ([threads, k]) at lane slots: rows of 32 (k rows per warp)."""
