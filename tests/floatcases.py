@@ -54,6 +54,7 @@ BODIES = {
                 "  or.b32 %r10, %r10, %r11;",
     "selp": "  setp.gt.f32 %p1, %f1, %f2;\n" + f32_result("selp.f32 %f10, %f1, 0fBF800000, %p1"),
     "selp_regs": "  setp.lt.f32 %p1, %f1, %f2;\n" + f32_result("selp.f32 %f10, %f1, %f2, %p1"),
+    "selp_imms": "  setp.gt.f32 %p1, %f1, %f2;\n" + f32_result("selp.f32 %f10, 0f5F800000, 0f3F800000, %p1"),
     "mov_hex": f32_result("mov.f32 %f10, 0f3FC00000"),
     "mov_decimal": f32_result("mov.f32 %f10, 0.1"),
     "mov_double": f32_result("mov.f32 %f10, 0d3FF8000000000000"),

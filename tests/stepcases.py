@@ -58,8 +58,8 @@ def standin_specs() -> list[KernelSpec]:
         specs.append(standin_spec(f"hslm_wprep_{dt}", (
             _buffer("planes", "uint32", planes.FRAGMENTS.shape), _buffer("planes_t", "uint32", planes.FRAGMENTS_T.shape),
             _buffer("beta", "float32", lambda d: (1,)), _buffer("w", f, lambda d: (d.N, d.K)),
-            _buffer("partials", "float32", lambda d: (sum_partials(count(d)),)),
-            _scalar("N"), _scalar("K"), _scalar("P")),
+            _buffer("w_partials", "float32", lambda d: (sum_partials(count(d)),)),
+            _scalar("N"), _scalar("K")),
             lambda d: _grid(d.N), ("planes", "planes_t", "beta")))
         specs.append(standin_spec(f"hslm_qrows_{dt}", (
             _buffer("codes", "int8", lambda d: (d.R, pitch(d.K))), _buffer("scales", "float32", lambda d: (d.R,)),
@@ -88,6 +88,20 @@ def standin_specs() -> list[KernelSpec]:
                 _scalar("R"), _scalar("K"), _scalar("N"), _scalar("ldy"), _scalar("ldr")),
                 lambda d: Launch((-(-d.K // 128) * (-(-d.R // 32) + -(-d.N // 16)), 1, 1), (256, 1, 1), 0),
                 ("dx", "dw")))
+            specs.append(standin_spec(f"hslm_fwdw_{dt}_{wdt}", (  # forward of a new weight version
+                _buffer("y", f, lambda d: (d.R, d.N)), _buffer("x", f, lambda d: (d.R, d.K)),
+                _buffer("w", FLOATS[wdt], lambda d: (d.N, d.K)),
+                _buffer("w_partials", "float32", lambda d: (sum_partials(d.N * d.K),)),
+                _buffer("bias", f, lambda d: (d.N,)),
+                _buffer("codes_t", "int8", lambda d: (d.K, pitch(d.R))), _buffer("scales", "float32", lambda d: (d.K,)),
+                _buffer("sums", "float32", lambda d: (d.K,)),
+                _buffer("planes", "uint32", planes.FRAGMENTS.shape), _buffer("planes_t", "uint32", planes.FRAGMENTS_T.shape),
+                _buffer("beta", "float32", lambda d: (1,)),
+                _scalar("R"), _scalar("K"), _scalar("N"), _scalar("ldx"), _scalar("has_bias"), _scalar("C"),
+                _scalar("ldr")),
+                lambda d: Launch((-(-d.N // 128) * -(-d.R // 32) + -(-d.K // 32) + -(-d.N // 64) * -(-d.K // 64), 1, 1),
+                                 (256, 1, 1), 0),
+                ("y", "codes_t", "scales", "sums", "planes", "planes_t", "beta")))
             specs.append(standin_spec(f"hslm_bwd_{dt}_{wdt}", (  # the whole backward from float dY
                 _buffer("dx", f, lambda d: (d.R, d.K)), _buffer("dy", f, lambda d: (d.R, d.N)),
                 _buffer("w", "uint32", planes.FRAGMENTS_T.shape), _buffer("beta", "float32", lambda d: (1,)),

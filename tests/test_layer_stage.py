@@ -48,9 +48,9 @@ def test_hslm_report_meets_the_targets_and_round_trips(standins, tmp_path):
     assert [s.name for s in report.shapes] == list(HSLM)
     for s in report.shapes:
         assert tasks_layer.missed_targets(s) == []
-        assert (s.launches, s.host_syncs, s.h2d_copies, s.foreign_allocations) == (4, 0, 0, 0)
-        assert len(s.launch_list) == 4 and sum(x.bytes for x in s.launch_list) == s.bytes_moved
-        assert (s.kept_weight_launches, s.inference_launches) == (2, 1)  # fwdx, bwd; fwdq
+        assert (s.launches, s.host_syncs, s.h2d_copies, s.foreign_allocations) == (3, 0, 0, 0)
+        assert len(s.launch_list) == 3 and sum(x.bytes for x in s.launch_list) == s.bytes_moved
+        assert (s.kept_weight_launches, s.inference_launches) == (2, 1)  # wsum, fwdw, bwd; fwdx, bwd; fwdq
     write_model(tmp_path / "hslm.json", report)
     assert read_model(tmp_path / "hslm.json", LayerReport) == report
     text = tasks_layer.layer_table(report)
@@ -66,18 +66,18 @@ def test_a_planted_launch_in_the_inference_forward_is_counted(standins, monkeypa
 
     monkeypatch.setattr(layer_step, "_quantizing_product", twice)
     counted = layer_count.count_step(shape("attn_r27", *HSLM["attn_r27"]))
-    assert (counted.launches, counted.kept_weight_launches, counted.inference_launches) == (4, 2, 2)
+    assert (counted.launches, counted.kept_weight_launches, counted.inference_launches) == (3, 2, 2)
 
 
 def test_a_planted_sync_misses_the_target(standins, monkeypatch):
-    real = layer_step._planes
+    real = layer_step.prepare_and_forward
 
-    def peeking(rt, w, partials):
-        prepared = real(rt, w, partials)
+    def peeking(rt, *args):
+        prepared, y, saved = real(rt, *args)
         float(prepared.beta[0])  # float(beta): the host waits
-        return prepared
+        return prepared, y, saved
 
-    monkeypatch.setattr(layer_step, "_planes", peeking)
+    monkeypatch.setattr(layer_step, "prepare_and_forward", peeking)
     counted = layer_count.count_step(shape())
     assert counted.host_syncs == 1 and counted.sync_sites[0].startswith(__file__)
     assert tasks_layer.missed_targets(counted) == ["host syncs 1 > 0"]
@@ -88,16 +88,16 @@ def test_missed_targets_name_each():
         "name": "a", "R": 1, "K": 1, "N": 1, "dtype": "bfloat16", "weight_dtype": "bfloat16", "bias": True,
         "launches": 11, "host_syncs": 0, "h2d_copies": 2, "foreign_allocations": 0, "bytes_moved": 31,
         "bytes_minimum": 10, "first_step_launches": 11, "launch_list": [], "kept_weight_launches": 3}]})
-    assert tasks_layer.missed_targets(rec.shapes[0]) == ["launches 11 > 4", "kept weight launches 3 > 2",
+    assert tasks_layer.missed_targets(rec.shapes[0]) == ["launches 11 > 3", "kept weight launches 3 > 2",
                                                          "h2d copies 2 > 0", "bytes moved > 2.5 x minimum"]
 
 
 def test_a_missing_kernel_fails_the_stage_in_one_line(monkeypatch, tmp_path):
-    monkeypatch.delitem(registry.FAMILIES, "hslm_fwdx_bf16", raising=False)
+    monkeypatch.delitem(registry.FAMILIES, "hslm_fwdw_bf16_bf16", raising=False)
     monkeypatch.setattr(tasks_layer, "report_path", lambda s: tmp_path / f"{s}.json")
     result = tasks_layer._layer("smoke")
     assert isinstance(result, TaskFailed)
-    assert result.message.startswith("layer smoke/tiny: layer step: unknown kernel family 'hslm_fwdx_bf16'")
+    assert result.message.startswith("layer smoke/tiny: layer step: unknown kernel family 'hslm_fwdw_bf16_bf16'")
     assert "\n" not in result.message and not (tmp_path / "smoke.json").exists()
 
 

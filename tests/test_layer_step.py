@@ -28,7 +28,7 @@ from hslm_ptx.kernel.spec import Dims, KernelSpec
 from hslm_ptx.validate import LaunchError
 from stepcases import FLOATS, HSLM, SUFFIXES, install_standins, standin_spec, standin_specs
 
-STEP_LAUNCHES = 4  # 3 to prepare W and run forward, 1 backward
+STEP_LAUNCHES = 3  # |W|'s sums, the forward preparing W in its grid, 1 backward
 
 
 def run_step(rt, R: int, K: int, N: int, dtype: str = "bfloat16", weight_dtype: str = "bfloat16",
@@ -55,7 +55,7 @@ def test_hslm_step_meets_its_targets(standins, shape):
     y, (dx, dw, db) = run_step(rt, R, K, N)
     rec = rt.recording
     assert [launch.kernel for launch in rec.launches] == [
-        "hslm_wsum_bf16", "hslm_wprep_bf16", "hslm_fwdx_bf16", "hslm_bwd_bf16_bf16"]
+        "hslm_wsum_bf16", "hslm_fwdw_bf16_bf16", "hslm_bwd_bf16_bf16"]
     assert (rec.host_syncs, rec.h2d_copies, rec.foreign_allocations) == ([], [], [])
     minimum = step_bytes_minimum(R, K, N, "bfloat16", "bfloat16", bias=True)
     assert minimum <= rec.bytes_moved <= 3 * minimum
@@ -79,8 +79,8 @@ def test_hslm_step_on_the_registered_kernels_meets_its_targets(monkeypatch, shap
     assert (rec.host_syncs, rec.h2d_copies, rec.foreign_allocations) == ([], [], [])
     minimum = step_bytes_minimum(R, K, N, "bfloat16", "bfloat16", bias=True)
     assert minimum <= rec.bytes_moved <= 3 * minimum
-    fwd = layer_step.pick("hslm_fwdx_bf16", Dims(R, K, N))
-    assert rec.launches[2].kernel == fwd.name and rec.launches[2].grid == fwd.geometry(Dims(R, K, N)).grid
+    fwd = layer_step.pick("hslm_fwdw_bf16_bf16", Dims(R, K, N))
+    assert rec.launches[1].kernel == fwd.name and rec.launches[1].grid == fwd.geometry(Dims(R, K, N)).grid
 
 
 def test_a_split_is_picked_only_where_it_pays():
@@ -94,6 +94,21 @@ def test_a_split_is_picked_only_where_it_pays():
     assert split["attn_r1782"] == split["ffn_up_r1782"] == split["ffn_down_r1782"] == [False, False, True]
     assert split["ffn_down_r27"] == [True, False, False] and split["ffn_up_r27"] == [False, True, False]
     assert split["attn_r27"] == [False, False, False]
+
+
+def test_the_new_weight_forward_is_one_grid_where_the_rule_scores_it_no_higher():
+    """bf16 at every HSLM shape: hslm_fwdw after the |W| sums; at K = N = 4096, R = 8192,
+    where every CTA along M would read W's floats again (64 row tiles), the preparation and
+    the forward on its planes."""
+    assert {shape: layer_step.forward_launches(Dims(*HSLM[shape]), "bfloat16", "bfloat16") for shape in HSLM} == {
+        shape: 1 for shape in HSLM}
+    big = Dims(8192, 4096, 4096)
+    assert layer_step.forward_launches(big, "bfloat16", "bfloat16") == 2
+    assert layer_step.pick("hslm_fwdw_bf16_bf16", big).cost(big) > layer_step.pick("hslm_fwdx_bf16", big).cost(big)
+    rt = RecordingRuntime()
+    prepare_and_forward(rt, rt.input((8192, 4096), "bfloat16"), rt.input((4096, 4096), "bfloat16"))
+    step = [x.kernel for x in rt.recording.launches if x.kernel.startswith("hslm_")]  # past the zero fills
+    assert step[:2] == ["hslm_wsum_bf16", "hslm_wprep_bf16"] and step[2].startswith("hslm_fwdx_bf16")
 
 
 def test_the_backward_is_one_launch_where_the_rule_scores_it_no_higher():
@@ -111,14 +126,17 @@ def test_geometry_and_bytes_come_from_the_specs(standins):
     rt = RecordingRuntime()
     run_step(rt, 27, 243, 729)
     by_name = {launch.kernel: launch for launch in rt.recording.launches}
-    fwd = registry.KERNELS["hslm_fwdx_bf16"]
-    assert by_name["hslm_fwdx_bf16"].grid == fwd.geometry(Dims(27, 243, 729)).grid
+    fwd = registry.KERNELS["hslm_fwdw_bf16_bf16"]
+    assert by_name["hslm_fwdw_bf16_bf16"].grid == fwd.geometry(Dims(27, 243, 729)).grid
     first = by_name["hslm_wsum_bf16"]  # |W|'s partial sums
     assert first.grid == (sum_partials(243 * 729), 1, 1) and first.block == (256, 1, 1)
-    # forward reads x itself, the planes, beta and the bias; writes y and x's column codes, scales and sums
-    assert dict((n, b) for n, b, _ in by_name["hslm_fwdx_bf16"].buffers) == {
-        "y": 27 * 729 * 2, "x": 27 * 243 * 2, "w": math.prod(planes.FRAGMENTS.shape(Dims(27, 243, 729))) * 4,
-        "beta": 4, "bias": 729 * 2, "codes_t": 243 * pitch(27), "scales": 243 * 4, "sums": 243 * 4}
+    # forward reads x, W's floats, their partial sums and the bias; writes y, x's column codes,
+    # scales and sums, beta and both plane sets
+    assert dict((n, b) for n, b, _ in by_name["hslm_fwdw_bf16_bf16"].buffers) == {
+        "y": 27 * 729 * 2, "x": 27 * 243 * 2, "w": 729 * 243 * 2, "w_partials": sum_partials(243 * 729) * 4,
+        "bias": 729 * 2, "codes_t": 243 * pitch(27), "scales": 243 * 4, "sums": 243 * 4,
+        "planes": math.prod(planes.FRAGMENTS.shape(Dims(27, 243, 729))) * 4,
+        "planes_t": math.prod(planes.FRAGMENTS_T.shape(Dims(27, 243, 729))) * 4, "beta": 4}
     # the backward reads dY itself (no launch quantized it), the planes of W^T, beta, x's codes and scales
     assert dict((n, b) for n, b, _ in by_name["hslm_bwd_bf16_bf16"].buffers) == {
         "dx": 27 * 243 * 2, "dy": 27 * 729 * 2, "w": math.prod(planes.FRAGMENTS_T.shape(Dims(27, 243, 729))) * 4,
@@ -153,7 +171,7 @@ def test_parameter_order_is_the_specs(monkeypatch):
 def test_no_bias_is_neither_read_nor_counted(standins):
     rt = RecordingRuntime()
     run_step(rt, 27, 243, 243, bias=False)
-    fwd = next(launch for launch in rt.recording.launches if launch.kernel == "hslm_fwdx_bf16")
+    fwd = next(launch for launch in rt.recording.launches if launch.kernel == "hslm_fwdw_bf16_bf16")
     assert "bias" not in [n for n, _, _ in fwd.buffers]
     assert len(rt.recording.launches) == STEP_LAUNCHES
 
@@ -176,14 +194,15 @@ def test_backward_launches_only_what_is_asked(standins):
     assert [launch.kernel for launch in rt.recording.launches[before:]] == ["hslm_quant_f32", "hslm_dx_f32"]
 
 
-def test_preparing_with_the_forward_is_prepare_then_forward(standins):
-    """prepare_and_forward is prepare_weight + forward, launch for launch: |W|'s sums, beta
-    and the planes, then the one forward launch."""
+def test_preparing_with_the_forward_is_two_launches(standins):
+    """prepare_and_forward: |W|'s sums, then one grid for the forward and the preparation,
+    where prepare_weight + forward take three launches."""
     apart, fused = RecordingRuntime(), RecordingRuntime()
     forward(apart, apart.input((5, 40), "float16"), prepare_weight(apart, apart.input((24, 40), "float32")))
     prepare_and_forward(fused, fused.input((5, 40), "float16"), fused.input((24, 40), "float32"))
-    assert [launch.kernel for launch in fused.recording.launches] == ["hslm_wsum_f32", "hslm_wprep_f32", "hslm_fwdx_f16"]
-    assert fused.recording.launches == apart.recording.launches
+    assert [launch.kernel for launch in fused.recording.launches] == ["hslm_wsum_f32", "hslm_fwdw_f16_f32"]
+    assert [launch.kernel for launch in apart.recording.launches] == ["hslm_wsum_f32", "hslm_wprep_f32", "hslm_fwdx_f16"]
+    assert fused.recording.bytes_moved < apart.recording.bytes_moved
 
 
 def test_a_forward_without_dw_to_come_is_one_launch(standins):
@@ -206,13 +225,13 @@ def test_mixed_float_types_name_their_kernels(standins):
     rt = RecordingRuntime()
     run_step(rt, 3, 17, 5, dtype="float16", weight_dtype="float32")
     names = [launch.kernel for launch in rt.recording.launches]
-    assert names[:3] == ["hslm_wsum_f32", "hslm_wprep_f32", "hslm_fwdx_f16"] and names[-1] == "hslm_bwd_f16_f32"
+    assert names[:2] == ["hslm_wsum_f32", "hslm_fwdw_f16_f32"] and names[-1] == "hslm_bwd_f16_f32"
 
 
 @settings(max_examples=40, deadline=None)
 @given(R=st.integers(1, 3000), K=st.integers(1, 900), N=st.integers(1, 900),
        dtype=st.sampled_from(sorted(FLOATS.values())), bias=st.booleans())
-def test_every_shape_is_four_launches_and_at_least_the_minimum(R, K, N, dtype, bias):
+def test_every_shape_is_three_launches_and_at_least_the_minimum(R, K, N, dtype, bias):
     with pytest.MonkeyPatch.context() as mp:
         install_standins(mp)
         rt = RecordingRuntime()

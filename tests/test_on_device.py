@@ -670,6 +670,10 @@ def test_the_stated_default_plan_is_the_scripts():
     assert "LAUNCH_KERNELS:-all}" in text  # every kernel under the sanitizers
     assert "MIN_BUDGET_S:-5}" in text  # a tool is given 5 s at least (a test gives less, to wait less)
     assert f"TORCH_TESTS:-{' '.join(device_plan.TORCH_TESTS)}}}" in text
+    # the counters the plan costs are the ones the script profiles, in batches of the same size
+    assert f"COUNTER_KERNELS:-{','.join(device_plan.COUNTER_KERNELS)}}}" in text
+    assert f"COUNTER_BATCH:-{device_plan.COUNTER_BATCH}}}" in text
+    assert all(name in KERNELS for name in device_plan.COUNTER_KERNELS)
     for name, tail in device_plan.TAILS.items():
         knob = {"verify": "VERIFY_TAIL_S", "bench": "BENCH_TAIL_S", "layer": "LAYER_TAIL_S",
                 "counters": "COUNTER_TAIL_S"}[name]

@@ -183,6 +183,8 @@ def test_selp_and_literals():
     # both sources registers: the smaller of a and b (b where a < b is false, NaN included)
     c = np.array([1.0, 5.0, np.nan, -0.0] * 16, np.float32)
     assert launch("selp_regs", a, c)[:4].tolist() == [0x3F800000, 0xC0400000, 0x7FC00000, 0x80000000]
+    # both sources literals: 2^64 where a > b, else 1 (NaN compares false)
+    assert launch("selp_imms", a, b)[:4].tolist() == [0x5F800000, 0x3F800000, 0x3F800000, 0x3F800000]
     assert (launch("mov_hex", a) == 0x3FC00000).all()
     assert (launch("mov_decimal", a) == np.float32(0.1).view(U)).all()      # 0x3DCCCCCD
     assert (launch("mov_double", a) == 0x3FC00000).all()

@@ -167,6 +167,9 @@ CASES: list[Case] = [
          lambda i: [A[i ^ 1], B[i ^ 1], C[i ^ 1], i ^ 1] if A[i ^ 1] & 1 else [i ^ 1] * 4,
          pre="  st.shared.v4.b32 [%r21], {%r4, %r4, %r4, %r4};\n  bar.sync 0;",
          post="  bar.sync 0;\n  ld.shared.v4.b32 {%r10, %r11, %r12, %r13}, [%r22];"),
+    Case("  st.shared.v2.b32 [%r21+8], {%r5, %r6};", lambda i: [A[i ^ 1], B[i ^ 1]] * 2,  # the upper half over C, i
+         pre="  st.shared.v4.b32 [%r21], {%r5, %r6, %r7, %r4};",
+         post="  bar.sync 0;\n  ld.shared.v4.b32 {%r10, %r11, %r12, %r13}, [%r22];"),
     Case("  bar.sync 0;", lambda i: [C[i ^ 1]], pre="  st.shared.v4.b32 [%r21], {%r5, %r6, %r7, %r4};",
          post="  ld.shared.b32 %r10, [%r22+8];"),
     # moves and conversions (PTX ISA mov, cvt: truncate / zero-extend unsigned)

@@ -115,7 +115,7 @@ def test_weight_preparation_chain(dtype):
     short = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}[dtype]
     partials = launch(KERNELS[f"hslm_wsum_{short}"], emulated(f"hslm_wsum_{short}"), dims, {"w": w})
     prep = launch(KERNELS[f"hslm_wprep_{short}"], emulated(f"hslm_wprep_{short}"), dims,
-                  {"w": w, "partials": partials})
+                  {"w": w, "w_partials": partials})
     values = to_f32(w, dtype)
     beta = stepmath.weight_scale(values)
     packed = pack(stepmath.ternary_codes(values, beta).T)
@@ -125,21 +125,18 @@ def test_weight_preparation_chain(dtype):
 
 
 def test_every_cta_sums_many_partials_alike():
-    """P over 256 partials: the threads take several each (stepmath.strided_sum), and
-    every CTA's planes follow from the same beta."""
+    """P over 256 partials (W of over 256 x 4096 elements): the threads take several each
+    (stepmath.strided_sum), and every CTA's planes follow from the same beta."""
     spec = KERNELS["hslm_wprep_f32"]
-    N, K, P = 70, 130, 700
+    N, K = 300, 3600
+    P = partial_count(N * K)
     rng = np.random.default_rng(8)
-    partials = (rng.random(P) * 50).astype(np.float32)
+    partials = (rng.random(P) * 50).astype(np.float32)  # not W's own: any partials give one beta
     w = latent_weights(rng, N, K, "float32")
     dims = Dims(1, K, N)
-    outs = {p.name: np.full(p.layout.shape(dims), POISON["uint32"], dtype=np.uint32) for p in spec.output_params[:2]}
-    outs["beta"] = np.zeros(1, dtype=np.float32)
-    args = kernel_args(spec, dims, outs, {"w": w, "partials": np.zeros(partial_count(N * K), np.float32)})
-    args[4], args[7] = partials, np.uint32(P)  # more partials than the shape's own
-    emulated(spec.name)(spec.geometry(dims).grid, spec.geometry(dims).block, args)
+    outs = launch(spec, emulated(spec.name), dims, {"w": w, "w_partials": partials})
     beta = stepmath.scale_of_partials(partials, N * K)
-    assert outs["beta"][0] == beta and beta != stepmath.scale_of_partials(partials[:256], N * K)
+    assert P > 256 and outs["beta"][0] == beta and beta != stepmath.scale_of_partials(partials[:256], N * K)
     packed = pack(stepmath.ternary_codes(w, beta).T)
     assert np.array_equal(outs["planes"], FRAGMENTS(packed, FRAGMENTS.shape(dims)))
 

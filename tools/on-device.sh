@@ -64,8 +64,8 @@
 # BENCH_CEILING (8192; 0 skips the cuBLAS ceiling run), BENCH_KERNELS (all int8 GEMMs), MODEL_FILE
 # (artifacts/model/$BENCH_SET-h200.predictions.json), TORCH_TESTS (test files), LAUNCH_KERNELS
 # (all: the kernels under the sanitizers, or a comma list), PROBE_SHAPE (tiny), SANITIZE_SHAPE
-# (300x330x270), SANITIZE_KERNELS (representative: each configuration once), COUNTER_KERNELS (19 representative kernels, below), COUNTERS_SHAPE
-# (ffn_up_r1782), COUNTER_BATCH (5), CALIBRATION_JOBS (8), MIN_BUDGET_S (5: the least --budget-s a
+# (300x330x270), SANITIZE_KERNELS (representative: each configuration once), COUNTER_KERNELS (16 representative kernels, below), COUNTERS_SHAPE
+# (ffn_up_r1782), COUNTER_BATCH (8), CALIBRATION_JOBS (8), MIN_BUDGET_S (5: the least --budget-s a
 # step's tool is given), SITE.
 # It never changes the card's settings (clocks, power, persistence, MIG).
 # Exit 0 when every step passed, 1 when any failed, or was skipped for time or because
@@ -102,9 +102,9 @@ export PROBE_S=${PROBE_S:-12}  # each of the two probes: facts stays inside its 
 # 4-stage ring wraps, and no dimension is a multiple of 16: the tails' predicates run too
 export SANITIZE_SHAPE=${SANITIZE_SHAPE:-300x330x270}
 # one of each kind of kernel the layer step launches (bf16, as bench_layer runs it) and the int8 GEMMs
-export COUNTER_KERNELS=${COUNTER_KERNELS:-hslm_fwd_s8,hslm_fwd_s8_m32,hslm_fwd_s8_m32n16,hslm_dx_s8,hslm_dw_s8,hslm_dw_s8_m16n16,hslm_dw_s8_m256,hslm_fwd_bf16,hslm_fwd_splitk_bf16,hslm_dx_bf16,hslm_dx_splitk_bf16,hslm_dw_bf16,hslm_dw_splitk_bf16,hslm_wsum_bf16,hslm_wprep_bf16,hslm_fwdx_bf16,hslm_grads_bf16_bf16,hslm_qrows_bf16,hslm_quant_bf16}
+export COUNTER_KERNELS=${COUNTER_KERNELS:-hslm_fwd_s8,hslm_fwd_s8_m32,hslm_fwd_s8_m32n16,hslm_dx_s8,hslm_dw_s8,hslm_dw_s8_m16n16,hslm_dw_s8_m256,hslm_fwd_bf16,hslm_fwd_splitk_bf16,hslm_dx_bf16,hslm_dx_splitk_bf16,hslm_dw_bf16,hslm_dw_splitk_bf16,hslm_wsum_bf16,hslm_fwdw_bf16_bf16,hslm_bwd_bf16_bf16}
 export COUNTERS_SHAPE=${COUNTERS_SHAPE:-ffn_up_r1782}
-export COUNTER_BATCH=${COUNTER_BATCH:-5}     # kernels per ncu run: a run cut off loses only its batch
+export COUNTER_BATCH=${COUNTER_BATCH:-8}     # kernels per ncu run: a run cut off loses only its batch
 export COUNTER_TAIL_S=${COUNTER_TAIL_S:-12}  # of the counters cap: no batch starts in it
 export CALIBRATION_JOBS=${CALIBRATION_JOBS:-8}
 # name:cap_s:expected_s, each step's arithmetic after a '#' (tools/device_plan.py writes it)

@@ -20,7 +20,7 @@ from hslm_ptx.tile.specs import SCORE_CACHES
 # The catalogue of families: one module of hslm_ptx/families/ each, in the order tables and
 # reports list them. Adding a family is its module and its name here.
 FAMILY_MODULES = ("hslm_fwd_s8", "hslm_dx_s8", "hslm_dw_s8", "hslm_fwd_rescaled", "hslm_dx_rescaled", "hslm_dw_rescaled",
-                  "hslm_fwdq", "hslm_fwdx", "hslm_grads", "hslm_bwd", "hslm_wprep", "hslm_quant")
+                  "hslm_fwdq", "hslm_fwdx", "hslm_fwdw", "hslm_grads", "hslm_bwd", "hslm_wprep", "hslm_quant")
 
 KERNELS: dict[str, KernelSpec] = {s.name: s for name in FAMILY_MODULES
                                   for s in importlib.import_module(f"hslm_ptx.families.{name}").SPECS}

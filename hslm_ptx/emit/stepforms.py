@@ -41,6 +41,13 @@ def cta_tree_sum(ptx: Ptx, value: str, tid: str, scratch: str) -> str:
     divergence); only warp 0's values mean anything."""
     slot = ptx.mad(tid, 4, scratch)
     ptx.store("shared", "f32", slot, value)
+    return slots_tree_sum(ptx, slot, tid)
+
+
+def slots_tree_sum(ptx: Ptx, slot: str, tid: str) -> str:
+    """:func:`cta_tree_sum` of the 256 values already stored at ``scratch`` (this thread's
+    ``slot``: scratch + 4 tid), the first barrier included: a CTA of 128 threads stores two
+    slots a thread (t and t + 128) and then adds them in the same tree."""
     ptx.barrier()
     for half in (128, 64):
         inside = ptx.setp("lt", tid, half, "u32")
@@ -95,3 +102,59 @@ def load_vector_f32(ptx: Ptx, dtype: str, address: str, guard: str) -> list[str]
         return ptx.load_vector_into("global", "f32", address, [ptx.fmov(0.0) for _ in range(4)], guard=guard)
     words = ptx.load_vector_into("global", "b32", address, [ptx.mov(0) for _ in range(4)], guard=guard)
     return [ptx.cvt("f32", SHORT_NAMES[dtype], half) for word in words for half in ptx.unpack_halves(word)]
+
+
+def partials_beta(ptx: Ptx, partials: str, count: str, tid: str, threads: int, scratch: str) -> str:
+    """beta = mean|W| from the P = ceil(count / SUM_BLOCK) partial sums of |W| * SUM_SCALE,
+    valid in thread 0: the partials summed as :func:`hslm_ptx.reference.stepmath.scale_of_partials`
+    does (256 strided sums, partials t, t + 256, ... in turn, one uniform trip count with the
+    loads past P off, then the tree), divided by ``count`` * SUM_SCALE (``div.rn.f32``), 1 where
+    that is 0. A CTA of ``threads`` = 128 takes the 256 strided sums two a thread (t and
+    t + 128), so every CTA size gets the same bits."""
+    P = ptx.shr(ptx.add(count, stepmath.SUM_BLOCK - 1), (stepmath.SUM_BLOCK).bit_length() - 1)
+    trips = ptx.shr(ptx.add(P, CTA_THREADS - 1), 8)
+    sums = [(ptx.fmov(0.0), ptx.add(tid, first)) for first in range(0, CTA_THREADS, threads)]
+    trip = ptx.mov(0)
+    ptx.label("partials_loop")
+    for acc, index in sums:
+        inside = ptx.setp("lt", index, P, "u32")
+        value = load_f32(ptx, "float32", element_address(ptx, partials, index, "float32"), guard=inside)
+        ptx.ins("add.rn.f32", acc, acc, value)
+        ptx.increment(index, CTA_THREADS)
+    ptx.increment(trip, 1)
+    ptx.branch("partials_loop", guard=ptx.setp("lt", trip, trips, "u32"))
+    slot = ptx.mad(tid, 4, scratch)
+    for i, (acc, _) in enumerate(sums):
+        ptx.store("shared", "f32", slot, acc, 4 * threads * i)
+    total = slots_tree_sum(ptx, slot, tid)
+    scaled = ptx.fmul(ptx.cvt("f32", "u32", count, rnd="rn"), float(stepmath.SUM_SCALE))
+    beta = ptx.fdiv(total, scaled)
+    return ptx.selp_f32(1.0, beta, ptx.setp_f32("eq", beta, 0.0))
+
+
+def ternary_threshold(ptx: Ptx, beta: str) -> tuple[str, str, str]:
+    """(s, h, -h) with code(w) = (w s > h) - (w s < -h) equal to clip(rint(w / beta), -1, 1)
+    (``div.rn.f32``, NaN -> 0) for every f32 w: :func:`hslm_ptx.reference.stepmath.ternary_threshold`,
+    whose docstring gives the proof. Two compares an element instead of a division."""
+    tiny = ptx.setp_f32("lt", beta, stepmath.THRESHOLD_TINY)
+    scale = ptx.selp_f32(stepmath.THRESHOLD_LIFT, 1.0, tiny)
+    half = ptx.fmul(beta, ptx.selp_f32(stepmath.THRESHOLD_LIFT / 2, 0.5, tiny))
+    return scale, half, ptx.fneg(half)
+
+
+def threshold_code(ptx: Ptx, value: str, threshold: tuple[str, str]) -> str:
+    """The 2-bit ternary code (0: 0, 1: +1, 2: -1) of f32 ``value`` by :func:`ternary_threshold`."""
+    scale, half, minus_half = threshold
+    lifted = ptx.fmul(value, scale)
+    negative = ptx.selp(2, 0, ptx.setp_f32("lt", lifted, minus_half))
+    return ptx.selp(1, negative, ptx.setp_f32("gt", lifted, half))
+
+
+def plane_word(ptx: Ptx, quads: list[str]) -> str:
+    """A planes word from four words of 2-bit codes as bytes: word s holds the codes of chunk
+    indices 16 s + 4 w + u (u = byte) and they go to bit 4 u + 16 (s & 1) + 2 (s >> 1)
+    (hslm_ptx/formats/planes.py): x | x >> 4 puts byte pairs in nibbles, prmt gathers them."""
+    nibbles = [ptx.binop("or", q, ptx.shr(q, 4), "b32") for q in quads]
+    low = ptx.prmt(nibbles[0], nibbles[1], 0x6420)
+    high = ptx.prmt(nibbles[2], nibbles[3], 0x6420)
+    return ptx.binop("or", low, ptx.shl(high, 2), "b32")

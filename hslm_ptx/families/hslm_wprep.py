@@ -12,9 +12,10 @@ ternary planes forward and dX read, in two launches, with nothing read back to t
 2. ``hslm_wprep_<dt>`` (grid (Kp/64, Np/64), K and N padded to 128, 256 threads): every
    CTA sums the P partials in :func:`hslm_ptx.reference.stepmath.abs_sum`'s order, so all CTAs hold
    the same beta without a grid-wide sync; CTA (0, 0) stores it. Each CTA then codes a
-   64 x 64 tile of W (rows n, columns k), clip(rint(W / beta), -1, 1) as
-   (q > 1/2) - (q < -1/2) on q = W / beta (``div.rn.f32``; NaN compares false: code 0),
-   which is :func:`hslm_ptx.reference.stepmath.ternary_codes` exactly, and writes that tile's share
+   64 x 64 tile of W (rows n, columns k), clip(rint(W / beta), -1, 1) by two compares
+   with beta / 2 (``stepforms.threshold_code``; NaN compares false: code 0), which is
+   :func:`hslm_ptx.reference.stepmath.ternary_codes` exactly
+   (:func:`hslm_ptx.reference.stepmath.ternary_threshold` says why), and writes that tile's share
    of both plane sets (hslm_ptx/formats/planes.py): forward's plane k/64, columns n (W as K x N),
    and dX's plane n/64, columns k (W^T). Both are 1 KiB contiguous per CTA, one word
    per thread, so every warp store covers whole lines.
@@ -35,10 +36,13 @@ from hslm_ptx.reference import stepmath
 from hslm_ptx.formats.floats import FLOAT_DTYPES, to_f32
 from hslm_ptx.formats.planes import FRAGMENTS, FRAGMENTS_T, shape as planes_shape
 from hslm_ptx.emit.ptx import Ptx
+from hslm_ptx.tile.grouped import Member
 from hslm_ptx.formats.layout import Plain
 from hslm_ptx.kernel.spec import BufferSpec, Dims, KernelSpec, Launch, ScalarSpec, family_name
-from hslm_ptx.emit.stepforms import CTA_THREADS, cta_tree_sum, element_address, load_f32, pack_bytes
+from hslm_ptx.emit.stepforms import (CTA_THREADS, cta_tree_sum, element_address, load_f32, pack_bytes, partials_beta,
+                                     plane_word, ternary_threshold, threshold_code)
 from hslm_ptx.formats.ternary import pack
+from hslm_ptx.tile.geometry import SHARED_ALIGN
 from hslm_ptx.reference.testdata import latent_weights
 
 TILE = 64  # rows and columns of W a preparation CTA codes: one plane chunk each way
@@ -114,36 +118,15 @@ def wsum_spec(dtype: str) -> KernelSpec:
 
 
 def _beta(ptx: Ptx, p: dict[str, str], tid: str, scratch: str, broadcast: str) -> str:
-    """beta in every thread: the partials summed as stepmath.abs_sum does (thread t adds
-    partials t, t + 256, ... in turn, one uniform trip count with the loads past P off,
-    then the tree), divided by N K * SUM_SCALE (the partials are of |W| * SUM_SCALE);
+    """beta in every thread (``stepforms.partials_beta``, then through shared memory);
     thread 0 of CTA (0, 0) stores it."""
-    trips = ptx.shr(ptx.add(p["P"], CTA_THREADS - 1), 8)
-    acc, index, trip = ptx.fmov(0.0), ptx.mov(tid), ptx.mov(0)
-    ptx.label("partials_loop")
-    inside = ptx.setp("lt", index, p["P"], "u32")
-    value = load_f32(ptx, "float32", element_address(ptx, p["partials"], index, "float32"), guard=inside)
-    ptx.ins("add.rn.f32", acc, acc, value)
-    ptx.increment(index, CTA_THREADS)
-    ptx.increment(trip, 1)
-    ptx.branch("partials_loop", guard=ptx.setp("lt", trip, trips, "u32"))
-    total = cta_tree_sum(ptx, acc, tid, scratch)
-    count = ptx.fmul(ptx.cvt("f32", "u32", ptx.mul(p["N"], p["K"]), rnd="rn"), float(stepmath.SUM_SCALE))
-    beta = ptx.fdiv(total, count)
-    beta = ptx.selp_f32(1.0, beta, ptx.setp_f32("eq", beta, 0.0))
+    beta = partials_beta(ptx, p["w_partials"], ptx.mul(p["N"], p["K"]), tid, CTA_THREADS, scratch)
     thread0 = ptx.setp("eq", tid, 0, "u32")
     ptx.store("shared", "f32", broadcast, beta, guard=thread0)
     corner = ptx.binop("or", ptx.binop("or", ptx.special("%ctaid.x"), ptx.special("%ctaid.y"), "b32"), tid, "b32")
     ptx.store("global", "f32", p["beta"], beta, guard=ptx.setp("eq", corner, 0, "u32"))
     ptx.barrier()
     return ptx.load_f32("shared", broadcast)
-
-
-def _code(ptx: Ptx, value: str, beta: str) -> str:
-    """The 2-bit ternary code (0: 0, 1: +1, 2: -1) of value / beta."""
-    q = ptx.fdiv(value, beta)
-    negative = ptx.selp(2, 0, ptx.setp_f32("lt", q, -0.5))
-    return ptx.selp(1, negative, ptx.setp_f32("gt", q, 0.5))
 
 
 def _column_word(ptx: Ptx, column_tile: str, column: Operand, quad: Operand) -> str:
@@ -155,28 +138,28 @@ def _column_word(ptx: Ptx, column_tile: str, column: Operand, quad: Operand) -> 
     return ptx.mad(word, 4, column_tile)
 
 
-def _plane_word(ptx: Ptx, quads: list[str]) -> str:
-    """A planes word from four words of codes as bytes: word s holds the codes of chunk
-    indices 16 s + 4 w + u (u = byte) and they go to bit 4 u + 16 (s & 1) + 2 (s >> 1)
-    (hslm_ptx/formats/planes.py): x | x >> 4 puts byte pairs in nibbles, prmt gathers them."""
-    nibbles = [ptx.binop("or", q, ptx.shr(q, 4), "b32") for q in quads]
-    low = ptx.prmt(nibbles[0], nibbles[1], 0x6420)
-    high = ptx.prmt(nibbles[2], nibbles[3], 0x6420)
-    return ptx.binop("or", low, ptx.shl(high, 2), "b32")
+BUFFERS = ("planes", "planes_t", "beta", "w", "w_partials")
 
 
 def emit_wprep(dtype: str) -> str:
     """beta, then this CTA's 64 x 64 tile of W coded into both plane sets."""
-    names = ("planes", "planes_t", "beta", "w", "partials")
-    ptx = Ptx(family_name("wprep", dtype), [(n, "u64") for n in names] + [(n, "u32") for n in ("N", "K", "P")],
+    ptx = Ptx(family_name("wprep", dtype), [(n, "u64") for n in BUFFERS] + [(n, "u32") for n in ("N", "K")],
               CTA_THREADS)
-    p = {n: ptx.param_ptr(n) for n in names} | {n: ptx.param_u32(n) for n in ("N", "K", "P")}
+    wprep_body(ptx, dtype, {n: ptx.param_ptr(n) for n in BUFFERS} | {n: ptx.param_u32(n) for n in ("N", "K")})
+    return ptx.render()
+
+
+def wprep_body(ptx: Ptx, dtype: str, p: dict[str, str]) -> None:
+    """CTA (%ctaid.x, %ctaid.y)'s share of the preparation (a grouped entry sets the
+    coordinates as its own, ``Ptx.specials``)."""
     tid = ptx.special("%tid.x")
     scratch = ptx.shared_array("sum_scratch", 4 * CTA_THREADS)
     broadcast = ptx.shared_array("beta_shared", 16)
-    row_tile = ptx.shared_array("row_codes", TILE * ROW_TILE_PITCH)
-    column_tile = ptx.shared_array("column_codes", COLUMN_TILE_BYTES)
-    beta = _beta(ptx, p, tid, scratch, broadcast)
+    # both code tiles in one array named as the staged products' ring, so a grouped entry
+    # holding this body and a product (hslm_fwdw) has them inside the ring's bytes
+    row_tile = ptx.shared_array("ring", TILE * ROW_TILE_PITCH + COLUMN_TILE_BYTES, SHARED_ALIGN)
+    column_tile = ptx.add(row_tile, TILE * ROW_TILE_PITCH)
+    threshold = ternary_threshold(ptx, _beta(ptx, p, tid, scratch, broadcast))
 
     ptx.comment("code the tile: warp w takes rows 4w..4w+3 and 32+4w..32+4w+3, lane l columns l and 32+l")
     k0, n0 = ptx.shl(ptx.special("%ctaid.x"), 6), ptx.shl(ptx.special("%ctaid.y"), 6)
@@ -194,7 +177,7 @@ def emit_wprep(dtype: str) -> str:
                 inside = ptx.fresh("pred", "and.pred", k_inside, ptx.setp("lt", n, p["N"], "u32"))
                 index = ptx.mad(n, p["K"], k)
                 value = load_f32(ptx, dtype, element_address(ptx, p["w"], index, dtype), guard=inside)
-                code = _code(ptx, value, beta)
+                code = threshold_code(ptx, value, threshold)
                 ptx.store("shared", "u8", ptx.add(ptx.mad(row, ROW_TILE_PITCH, row_tile), column), code)
                 codes.append(code)
             ptx.store("shared", "u32", _column_word(ptx, column_tile, column, quad), pack_bytes(ptx, codes))
@@ -210,23 +193,33 @@ def emit_wprep(dtype: str) -> str:
     forward_row = ptx.shl(ptx.round_up(p["N"], 128), 2)  # words per plane
     transposed_row = ptx.shl(ptx.round_up(p["K"], 128), 2)
     at = ptx.mad(ptx.special("%ctaid.x"), forward_row, ptx.add(ptx.shl(n0, 2), tid))
-    ptx.store("global", "u32", ptx.byte_offset(p["planes"], at, 4), _plane_word(ptx, forward))
+    ptx.store("global", "u32", ptx.byte_offset(p["planes"], at, 4), plane_word(ptx, forward))
     at_t = ptx.mad(ptx.special("%ctaid.y"), transposed_row, ptx.add(ptx.shl(k0, 2), tid))
-    ptx.store("global", "u32", ptx.byte_offset(p["planes_t"], at_t, 4), _plane_word(ptx, transposed))
-    return ptx.render()
+    ptx.store("global", "u32", ptx.byte_offset(p["planes_t"], at_t, 4), plane_word(ptx, transposed))
 
 
 def wprep_geometry(d: Dims) -> Launch:
     return Launch((planes_shape(d.K, 1)[0], planes_shape(d.N, 1)[0], 1), (CTA_THREADS, 1, 1))
 
 
-def prepared(d: Dims, w: np.ndarray, partials: np.ndarray) -> dict[str, np.ndarray]:
-    """beta from the partials, the codes of W (f32 values), and hslm_ptx/formats/planes.py's own
-    conversion of them (W as K x N packed, then each plane order)."""
+def partials_param() -> BufferSpec:
+    """``w_partials``: the first launch's partial sums of |W|, as the kernels that finish
+    beta from them read them."""
+    return BufferSpec("w_partials", "float32", Plain(lambda d: (partial_count(_count(d)),)))
+
+
+def coded(d: Dims, w: np.ndarray, partials: np.ndarray) -> tuple[np.float32, np.ndarray]:
+    """beta from the partials and W's codes (f32 values, N x K) packed as W is, K x N
+    (hslm_ptx/formats/ternary.py)."""
     beta = stepmath.scale_of_partials(partials, _count(d))
     with np.errstate(invalid="ignore"):
         codes = stepmath.ternary_codes(w, beta)
-    packed = pack(codes.T)
+    return beta, pack(codes.T)
+
+
+def prepared(d: Dims, w: np.ndarray, partials: np.ndarray) -> dict[str, np.ndarray]:
+    """beta, and hslm_ptx/formats/planes.py's own conversion of W's codes into each plane order."""
+    beta, packed = coded(d, w, partials)
     return {"planes": FRAGMENTS(packed, FRAGMENTS.shape(d)), "planes_t": FRAGMENTS_T(packed, FRAGMENTS_T.shape(d)),
             "beta": np.array([beta], dtype=np.float32)}
 
@@ -235,10 +228,10 @@ def wprep_spec(dtype: str) -> KernelSpec:
     def make_inputs(d: Dims, rng: np.random.Generator) -> dict[str, np.ndarray]:
         """W, and the partials the first launch makes of it."""
         w = latent_weights(rng, d.N, d.K, dtype)
-        return {"w": w, "partials": stepmath.abs_partials(to_f32(w, dtype))}
+        return {"w": w, "w_partials": stepmath.abs_partials(to_f32(w, dtype))}
 
     def reference(d: Dims, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return prepared(d, to_f32(inputs["w"], dtype), inputs["partials"])
+        return prepared(d, to_f32(inputs["w"], dtype), inputs["w_partials"])
 
     return KernelSpec(
         name=family_name("wprep", dtype), emit=lambda: emit_wprep(dtype), geometry=wprep_geometry,
@@ -246,12 +239,25 @@ def wprep_spec(dtype: str) -> KernelSpec:
                 BufferSpec("planes_t", "uint32", Plain(FRAGMENTS_T.shape)),
                 BufferSpec("beta", "float32", Plain(lambda d: (1,))),
                 BufferSpec("w", dtype, Plain(lambda d: (d.N, d.K))),
-                BufferSpec("partials", "float32", Plain(lambda d: (partial_count(_count(d)),))),
-                ScalarSpec("N"), ScalarSpec("K"),
-                ScalarSpec("P", lambda d: partial_count(_count(d)))),
+                partials_param(),
+                ScalarSpec("N"), ScalarSpec("K")),
         make_inputs=make_inputs, reference=reference,
         outputs=("planes", "planes_t", "beta"), trip_elements=TILE * TILE // (CTA_THREADS // 32),
     )
+
+
+def wprep_member(dtype: str) -> Member:
+    """``hslm_wprep``'s body as a member of a grouped entry: its (Kp / 64) x (Np / 64) CTAs."""
+    def place(ptx: Ptx, p: dict[str, str]) -> tuple[str, str]:
+        return tuple(ptx.shr(ptx.round_up(p[size], 128), 6) for size in ("K", "N"))
+
+    def emit(ptx: Ptx, p: dict[str, str], local: str, grid: tuple[str, str]) -> None:
+        y = ptx.binop("div", local, grid[0])
+        ptx.specials = {"%ctaid.x": ptx.sub(local, ptx.mul(y, grid[0]), "u32"), "%ctaid.y": y}
+        wprep_body(ptx, dtype, p)
+        ptx.specials = {}
+
+    return Member(wprep_spec(dtype), "wprep", CTA_THREADS, place, lambda ptx, grid: ptx.mul(*grid), emit)
 
 
 SPECS = tuple(wsum_spec(dt) for dt in FLOAT_DTYPES) + tuple(wprep_spec(dt) for dt in FLOAT_DTYPES)

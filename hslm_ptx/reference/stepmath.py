@@ -131,6 +131,40 @@ def ternary_codes(w: np.ndarray, beta: np.float32) -> np.ndarray:
     return _rounded_codes(np.asarray(w, dtype=F32) / F32(beta), 1)
 
 
+# ternary_threshold: below this beta, w and beta are lifted by 2^64 before the compare
+THRESHOLD_TINY = 2.0 ** -100
+THRESHOLD_LIFT = 2.0 ** 64
+
+
+def ternary_threshold(beta: np.float32) -> tuple[np.float32, np.float32]:
+    """(s, h) such that clip(rint(w / beta), -1, 1) is (w s > h) - (w s < -h) for every f32
+    w (NaN: 0): the forward that codes W as it stages it compares instead of dividing.
+
+    Why. With q = rn(w / beta) (``div.rn.f32``), the code is +1 iff q > 1/2 (rint(1/2) = 0,
+    ties to even). rn is monotonic and 1/2 is a float whose next float up is 1/2 (1 + 2^-23),
+    so q > 1/2 iff w / beta lies above the midpoint 1/2 (1 + 2^-24) (a tie rounds to 1/2,
+    its even neighbour); i.e. iff w > h (1 + 2^-24) with h = beta / 2 exact. That threshold
+    lies strictly between h and the next float above h (it is h + h 2^-24, and
+    ulp(h) / 2 <= h 2^-24 < ulp(h)), so for a float w it is just w > h. h = beta / 2 is
+    exact while beta >= 2^-125; below THRESHOLD_TINY both sides are lifted by s = 2^64
+    (h = beta 2^63, exact for any beta >= 2^-149, and w s exact: |w| <= sum |W| keeps it
+    far from overflow). The negative side is the mirror image. beta = inf or NaN makes
+    every compare false, as w / beta is 0 or NaN there; beta is never 0 (1 instead)."""
+    beta = F32(beta)
+    tiny = bool(beta < F32(THRESHOLD_TINY))
+    scale = F32(THRESHOLD_LIFT) if tiny else F32(1.0)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return scale, F32(beta * F32(THRESHOLD_LIFT / 2 if tiny else 0.5))
+
+
+def ternary_codes_by_threshold(w: np.ndarray, beta: np.float32) -> np.ndarray:
+    """:func:`ternary_codes` by :func:`ternary_threshold`'s compares (the same codes)."""
+    scale, half = ternary_threshold(beta)
+    with np.errstate(over="ignore", invalid="ignore"):
+        lifted = np.asarray(w, dtype=F32) * scale
+    return (lifted > half).astype(np.int8) - (lifted < -half).astype(np.int8)
+
+
 def absmax(a: np.ndarray, axis: int) -> np.ndarray:
     """max|a| over ``axis`` in f32, NaN if the slice holds one (``max.NaN.f32``); 0 for an
     empty slice."""

@@ -3,9 +3,17 @@
 A step is weight preparation (once per weight version), forward, and backward (dX, dW and
 the bias gradient). Every GPU operation in it is one of the step's PTX kernels:
 
-- ``prepare_weight``: ``hslm_wsum_<dt>`` (partial sums of |W|), ``hslm_wprep_<dt>``
-  (beta = mean|W|, the planes of W and of W^T): 2 launches, once per weight version
-  (``prepare_and_forward``: then the forward);
+- ``prepare_and_forward``, the first forward of a weight version (a training step's, by
+  default): ``hslm_wsum_<wdt>`` (partial sums of |W|), then ``hslm_fwdw_<dt>_<wdt>``: the
+  forward GEMM coding its own columns of W from the floats (beta finished from the partials
+  in every CTA), x's column codes for dW, and beta and the planes of W and of W^T for dX
+  and a kept weight, in one grid: 2 launches, where the tile rule scores the fused
+  forward no higher than the preparation and ``hslm_fwdx`` (:func:`forward_launches`:
+  every HSLM shape; at the large ones W's floats read by every CTA along M cost more, and
+  it is ``prepare_weight`` then ``forward``: 3);
+- ``prepare_weight`` alone (an inference forward on a new version, or a weight prepared
+  ahead): ``hslm_wsum_<wdt>``, then ``hslm_wprep_<wdt>`` (beta = mean|W|, both plane
+  sets): 2 launches;
 - ``forward``: ``hslm_fwdx_<out>``, the fused GEMM quantizing its own rows of x, with x's
   column scales and transposed codes (kept for dW) made in the same grid: 1 launch; with
   no weight gradient to come (inference, a frozen weight) ``hslm_fwdq_<out>``, the GEMM
@@ -17,8 +25,10 @@ the bias gradient). Every GPU operation in it is one of the step's PTX kernels:
   shape in bf16 and f16); else ``hslm_quant_<dt>`` on dY (row and column codes, column
   sums), then ``hslm_grads_<dt>_<wdt>`` (both products of the codes in one grid): 2. With
   dX or dW alone: ``hslm_qrows_<dt>`` or ``hslm_qcols_<dt>``, then ``hslm_dx_<out>`` or
-  ``hslm_dw_<wdt>``. So a training step with a new weight version is 4 launches at the
-  HSLM shapes (5 at the large ones), 2 with a kept weight (3).
+  ``hslm_dw_<wdt>``. So a training step with a new weight version is 3 launches at the
+  HSLM shapes; at the large ones the tile rule keeps the preparation and the backward's
+  quantization apart (:func:`forward_launches`, :func:`backward_launches`): 5; 2 with a
+  kept weight (3).
 
 Each fused GEMM has an unsplit family and a split-K one (``hslm_fwd_splitk_<out>`` ...,
 which reduces in int32 into a workspace it leaves zeroed); :func:`pick` runs the split one
@@ -57,7 +67,7 @@ import numpy as np
 
 from hslm_ptx.cost import model as cost
 from hslm_ptx.tile import grouped, rule
-from hslm_ptx.families import hslm_bwd, hslm_grads
+from hslm_ptx.families import hslm_bwd, hslm_fwdw, hslm_grads
 from hslm_ptx.catalog import registry
 from hslm_ptx.formats.floats import FLOAT_DTYPES, storage_dtype
 from hslm_ptx.kernel.pitch import pitch
@@ -204,8 +214,8 @@ def sum_partials(count: int) -> int:
 def prepare_weight(rt: Runtime, w: Any) -> PreparedWeight:
     """beta and the planes of W and W^T from the latent float W (N x K), in two launches:
     per-block partial sums of |W|, then beta and both planes (every CTA of the second sums
-    the partials the same way, so all agree on beta). Done once per weight version; the
-    first forward of a version can take the first launch along (:func:`prepare_and_forward`)."""
+    the partials the same way, so all agree on beta): a weight prepared ahead of its
+    forwards. A training forward prepares in its own grid instead (:func:`prepare_and_forward`)."""
     N, K = _matrix("prepare_weight", "w", w, "N x K")
     dt = _float_type(rt, "prepare_weight", "w", w)
     first = _launch(rt, family_name("wsum", dt), weight_dims(N, K), {"w": w}, allocate=("partials",),
@@ -216,8 +226,8 @@ def prepare_weight(rt: Runtime, w: Any) -> PreparedWeight:
 def _planes(rt: Runtime, w: Any, partials: Any) -> PreparedWeight:
     """The second preparation launch: beta and both plane sets from W and its partial sums."""
     N, K = w.shape
-    second = _launch(rt, family_name("wprep", rt.dtype_of(w)), weight_dims(N, K), {"w": w, "partials": partials},
-                     allocate=("planes", "planes_t", "beta"), scalars={"N": N, "K": K, "P": sum_partials(N * K)})
+    second = _launch(rt, family_name("wprep", rt.dtype_of(w)), weight_dims(N, K), {"w": w, "w_partials": partials},
+                     allocate=("planes", "planes_t", "beta"), scalars={"N": N, "K": K})
     return PreparedWeight(second["beta"], second["planes"], second["planes_t"], N, K, rt.dtype_of(w))
 
 
@@ -296,14 +306,32 @@ def _quantizing_product(rt: Runtime, x: Any, prepared: PreparedWeight, bias: Any
 
 
 def prepare_and_forward(rt: Runtime, x: Any, w: Any, bias: Any = None) -> tuple[PreparedWeight, Any, SavedActivations]:
-    """:func:`prepare_weight` then :func:`forward`: 3 launches. The first forward of a
-    weight version, in training every step."""
+    """The first forward of a weight version (in training, every step's): the partial sums
+    of |W| (``hslm_wsum_<wdt>``), then one grid (``hslm_fwdw_<dt>_<wdt>``) holding the
+    forward GEMM that codes its own columns of W from the floats and quantizes its own rows
+    of x, x's column codes for dW, and the preparation of beta and both plane sets (which
+    dX and a kept weight's later forwards read): 2 launches, every output the bits of
+    :func:`prepare_weight` then :func:`forward`; where :func:`forward_launches` scores
+    the fused forward higher, those two (3 launches)."""
     N, K = _matrix("prepare_and_forward", "w", w, "N x K")
-    _float_type(rt, "prepare_and_forward", "w", w)
-    _activations(rt, "prepare_and_forward", x, K)
-    prepared = prepare_weight(rt, w)
-    y, saved = forward(rt, x, prepared, bias)
-    return prepared, y, saved
+    wdt = _float_type(rt, "prepare_and_forward", "w", w)
+    R, _, dt = _activations(rt, "prepare_and_forward", x, K)
+    if forward_launches(Dims(R, K, N), dt, wdt) == 2:  # the preparation, then the forward on its planes
+        prepared = prepare_weight(rt, w)
+        y, saved = forward(rt, x, prepared, bias)
+        return prepared, y, saved
+    sums = _launch(rt, family_name("wsum", wdt), weight_dims(N, K), {"w": w}, allocate=("partials",),
+                   scalars={"count": N * K})
+    dims, family = Dims(R, K, N), hslm_fwdw.family(dt, wdt)
+    idle = grouped.idle_workspace(pick(family, dims), dims)  # one split: any valid pointer, never read
+    given = {"x": x, "w": w, "w_partials": sums["partials"], "bias": sums["partials"] if bias is None else bias,
+             **{name: sums["partials"] for name in idle}}  # no bias: any valid pointer, never read
+    out = _launch(rt, family, dims, given, allocate=("y", "codes_t", "scales", "sums", "planes", "planes_t", "beta"),
+                  scalars={"R": R, "K": K, "N": N, "ldx": K, "has_bias": int(bias is not None), "C": K,
+                           "ldr": pitch(R)},
+                  unused=(*idle, *(("bias",) if bias is None else ())))
+    prepared = PreparedWeight(out["beta"], out["planes"], out["planes_t"], N, K, wdt)
+    return prepared, out["y"], SavedActivations(out["codes_t"], out["scales"], R)
 
 
 def _quantized(out: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -358,6 +386,25 @@ def backward(rt: Runtime, dy: Any, saved: SavedActivations, prepared: PreparedWe
         dw = _launch(rt, _product("dw", wdt), dims, dw_given, allocate=("dw",),
                      scalars={"R": R, "K": K, "N": N, "ldr": pitch(R)})["dw"]
     return dx, dw, db
+
+
+def forward_launches(dims: Dims, dtype: str, weight_dtype: str) -> int:
+    """How many launches a new weight version's forward takes after ``hslm_wsum``: 1
+    (``hslm_fwdw``, every CTA coding its W columns from the floats) where the tile rule
+    scores it no higher than ``hslm_wprep`` then ``hslm_fwdx``, 2 where it does. The fused
+    product's score counts W's floats read by every CTA along M (2 or 4 bytes an element,
+    where the planes are a quarter byte), so at the HSLM shapes the launch it saves
+    outweighs them and at the large ones (R = 8192: W read 64 times over) the planes win.
+    The preparation is scored as a stream of its buffers' bytes, as the quantization is in
+    :func:`backward_launches`. MODEL figures both: where they are close the first GPU run
+    decides."""
+    one = pick(hslm_fwdw.family(dtype, weight_dtype), dims)
+    two = pick(family_name("fwdx", dtype), dims)
+    if one.cost is None or two.cost is None:  # no rule to weigh them by: the one launch
+        return 1
+    prep = registry.get_kernel(family_name("wprep", weight_dtype))
+    prep_us = cost.stream_phases(rule.rule_device(), prep.buffer_bytes(weight_dims(dims.N, dims.K))).device_us
+    return 1 if one.cost(dims) <= two.cost(dims) + prep_us else 2
 
 
 def backward_launches(dims: Dims, dtype: str, weight_dtype: str) -> int:

@@ -209,6 +209,9 @@ class Rescale(NamedTuple):
     # the row factors are the CTA's own, in shared memory: ``row_scales`` names the shared
     # address of its first row's (hslm_ptx.tile.operands.QuantizedRows), not a buffer
     row_scales_shared: bool = False
+    # beta is the CTA's own, in shared memory: ``beta`` names its shared address
+    # (hslm_ptx.tile.operands.CodedTernary), not a buffer
+    beta_shared: bool = False
 
     @property
     def splits(self) -> bool:
@@ -254,7 +257,8 @@ class RescaledRows:
         out, rescale, p = self.out, self.rescale, self.p
         ptx = out.ptx
         self.in_cols = [ptx.setp("gt", out.cols_left, 32 * c) for c in range(out.COLUMN_GROUPS)]
-        self.second = [ptx.load_f32("global", p[rescale.beta])] * out.COLUMN_GROUPS if rescale.beta else []
+        space = "shared" if rescale.beta_shared else "global"
+        self.second = [ptx.load_f32(space, p[rescale.beta])] * out.COLUMN_GROUPS if rescale.beta else []
         if rescale.col_scales:
             at = ptx.byte_offset(p[rescale.col_scales], out.col, 4)
             self.second = [ptx.load("global", "f32", at, 128 * c, guard=ok, into=ptx.fmov(0.0))

@@ -40,7 +40,8 @@ from typing import Iterator
 from hslm_ptx.reference import stepmath
 from hslm_ptx.emit.ptx import TERNARY_PRMT_TABLE, Ptx, decode_ternary
 from hslm_ptx.formats.floats import ELEMENT_BYTES
-from hslm_ptx.emit.stepforms import int8_code, load_f32, pack_bytes, scale_of_absmax, warp_max
+from hslm_ptx.emit.stepforms import (int8_code, load_f32, pack_bytes, partials_beta, plane_word, scale_of_absmax,
+                                     ternary_threshold, threshold_code, warp_max)
 from hslm_ptx.tile.geometry import CHUNK_K, PIECE, PIECES, SHARED_ALIGN, STAGE_BYTES, TILE_N, Tile
 
 class Ring:
@@ -476,3 +477,75 @@ class QuantizedColumns(QuantizedRows):
         for _ in range(PIECE - 1):
             address = ptx.add(address, self.row_step_wide, "s64")
             yield address, 0
+
+
+class CodedTernary(FragmentTernary):
+    """B = ternary W coded from the latent float W (``dtype``, N x K contiguous:
+    ``nn.Linear``'s weight) as the CTA stages it, so the forward of a new weight version
+    needs no launch that writes W's planes before it: the words each lane would have copied
+    from ``FRAGMENTS`` planes are made where they would have landed, bit for bit the words
+    ``hslm_wprep`` writes.
+
+    First beta = mean|W| from the partial sums of |W| (``hslm_wsum``'s output; every CTA
+    adds the few hundred partials itself, ``stepforms.partials_beta``), kept in the CTA's
+    shared ``beta_shared`` for the epilogue (``Rescale.beta_shared``). Then each chunk:
+    the lane (g, t) that copies (the first row of warps) loads, for each of its n tiles'
+    columns n, the 16 floats k = 16 s + 4 t + u (s, u < 4) of W's row n, codes each by two
+    compares with beta / 2 (``stepforms.threshold_code``; no division), packs them in the
+    planes' bit order (``stepforms.plane_word``) and stores the word in its slot of the
+    stage. A warp's load instruction reads 8 rows' 32 consecutive bytes (f16 / bf16; 64 of
+    f32): whole sectors. Elements past K or rows past N load as +0, code 0, as the planes'
+    padding is. The stores are plain: the loop's barrier that publishes a chunk orders them
+    as it orders the copies' wait (:class:`QuantizedRows` does the same).
+
+    Every CTA along M codes the same columns again (its L2 reads of W's floats: R / tile.m
+    passes of 2 or 4 bytes an element, where the planes took a quarter byte); the codes are
+    never written by this operand (the prepared planes, for dX and a kept weight, are the
+    ``hslm_wprep`` member's in the same grid)."""
+
+    addressed_by_k = False
+
+    def __init__(self, ptx: Ptx, at: Coords, ring: Ring, w_ptr: str, dtype: str, partials: str, cols: str,
+                 k_limit: str):
+        super().__init__(ptx, at, ring, w_ptr, cols, k_limit)
+        tile = at.tile
+        self.dtype, self.element, self.cols = dtype, ELEMENT_BYTES[dtype], cols
+        scratch = ptx.shared_array("sum_scratch", 4 * 256)
+        self.beta_at = ptx.shared_array("beta_shared", 16)
+        beta = partials_beta(ptx, partials, ptx.mul(cols, k_limit), at.tid, tile.threads, scratch)
+        ptx.store("shared", "f32", self.beta_at, beta, guard=ptx.setp("eq", at.tid, 0, "u32"))
+        ptx.barrier()
+        self.threshold = ternary_threshold(ptx, ptx.load_f32("shared", self.beta_at))
+        group, self.quad = ptx.shr(at.lane, 2), ptx.band(at.lane, 3)
+        self.first = ptx.add(at.n_base, paired_column_of_row(ptx, ptx.mad(at.warp_n, tile.warp_cols, group)))
+        self.row_bytes = ptx.mul(k_limit, self.element)  # W's row n to row n + 1
+        self.rows_at = ptx.byte_offset(w_ptr, self.first, self.row_bytes)  # row `first`, k = 0
+
+    def issue(self, stage_offset: str | int, k: str, whole: bool = False) -> None:
+        """Code this lane's words of the chunk at ``k`` into its slot of the stage at
+        ``stage_offset``."""
+        ptx = self.ptx
+        k_lane = ptx.mad(self.quad, 4, k)  # k = 4 t: the lane's first element of the chunk
+        left = ptx.sub(self.k_limit, k_lane)  # elements of the row from there (s32; <= 0 past K)
+        at_k = ptx.byte_offset(self.rows_at, k_lane, self.element)
+        words = []
+        for ni in range(self.n_tiles):
+            column = self.offsets[ni] // PIECE  # past `first`
+            inside = ptx.setp("lt", ptx.add(self.first, column), self.cols, "u32")
+            if self.copier is not None:
+                inside = ptx.fresh("pred", "and.pred", inside, self.copier)
+            row_left = ptx.selp(left, 0, inside)
+            row_at = ptx.byte_offset(at_k, column, self.row_bytes)
+            quads = []
+            for s in range(4):
+                codes = []
+                for u in range(4):
+                    e = 16 * s + u
+                    value = load_f32(ptx, self.dtype, row_at, guard=ptx.setp("gt", row_left, e, "s32"),
+                                     offset=e * self.element)
+                    codes.append(threshold_code(ptx, value, self.threshold))
+                quads.append(pack_bytes(ptx, codes))
+            words.append(plane_word(ptx, quads))
+        dst, at = (self.slot, stage_offset) if isinstance(stage_offset, int) else (ptx.add(self.slot, stage_offset), 0)
+        ptx.store("shared", f"v{len(words)}.b32" if len(words) > 1 else "b32", dst,
+                  words if len(words) > 1 else words[0], at, guard=self.copier)

@@ -65,7 +65,8 @@ def staged_spec(family: str, tile: Tile, gemm: tuple[str, str, str], buffers: tu
                 pitch: ScalarSpec,
                 operands: Callable[[Ptx, Coords, Ring, dict[str, str]], tuple["StagedRows", "Source"]],
                 b_share: int = StagedRows.B_SHARE, loop_family: str | None = None, rescale: "Rescale | None" = None,
-                occupancy_of: str | None = None, a_reads: int = 1, **fields: Any) -> KernelSpec:
+                occupancy_of: str | None = None, a_reads: int = 1, b_bytes: int | None = None,
+                **fields: Any) -> KernelSpec:
     """``family`` on ``tile`` as a KernelSpec: what every staged kernel shares, so a kernel
     module says only what differs.
 
@@ -84,7 +85,8 @@ def staged_spec(family: str, tile: Tile, gemm: tuple[str, str, str], buffers: tu
     tile's entry of the family ``occupancy_of`` where given); ``a_reads``: the L2 bytes
     A's rows take per element of a chunk (1: int8 codes copied once; an operand quantized
     from floats as it is staged reads each float twice, the scales pass and the codes:
-    2 x the element's bytes); ``fields``
+    2 x the element's bytes); ``b_bytes``: the L2 bytes B takes a chunk where they are not
+    its ``b_share`` (W's floats coded as they are staged); ``fields``
     are the rest of the KernelSpec (make_inputs, reference, gemm_form, max_rows).
 
     With ``rescale`` the output is the rescaled float tile (:class:`Rescale`): its
@@ -96,7 +98,8 @@ def staged_spec(family: str, tile: Tile, gemm: tuple[str, str, str], buffers: tu
     :func:`split_plans`: one split skips the split-K epilogue (``KernelCounts.outside``),
     so at a short contraction it can beat the shorter chunk loop of a split."""
     name = entry_name(family, tile)
-    chunk_bytes = Ring.copied(tile, b_share) + tile.m * CHUNK_K * (a_reads - 1)
+    chunk_bytes = (Ring.copied(tile, b_share) + tile.m * CHUNK_K * (a_reads - 1)
+                   + (0 if b_bytes is None else b_bytes - b_share))
     rows, cols, contraction = gemm
     split_rescale = bool(rescale and rescale.splits)
     workspace = tuple(n for n in (rescale.partials, rescale.tickets) if n) if rescale else ()

@@ -624,7 +624,7 @@ LAYER_FAMILIES = ("hslm_fwd_s8", "hslm_dx_s8", "hslm_dw_s8")
 # a product that quantizes its own A runs its int32 family's loop: the forward's scales pass
 # over float x is not in the model (docs/performance-model.md: what only a GPU can settle);
 # the backward's products (hslm_bwd) count dY's floats read twice a chunk in their L2 bytes
-SAME_LOOP = {"hslm_fwdq_": "hslm_fwd_s8", "hslm_dxq_": "hslm_dx_s8", "hslm_dwq_": "hslm_dw_s8"}
+SAME_LOOP = {"hslm_fwdq_": "hslm_fwd_s8", "hslm_fwdc_": "hslm_fwd_s8", "hslm_dxq_": "hslm_dx_s8", "hslm_dwq_": "hslm_dw_s8"}
 # the layer step's targets against torch bf16 nn.Linear: the HSLM shapes within this
 # ratio of its time, the large layer at least this many times faster
 HSLM_STEP_MAX_RATIO = 1.5
