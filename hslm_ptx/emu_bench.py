@@ -7,7 +7,9 @@ instruction) runs once each on the emulator, and per launch it prints the warp
 instructions issued, the lockstep steps, the emulator's CPU seconds
 (``time.process_time``, so another process on the machine does not count, though it
 still slows the caches), warp instructions per CPU second, the CPU seconds of the numpy
-integer reference for the same cell (``KernelSpec.expected``) and the ratio of the two.
+integer reference for the same cell (``KernelSpec.expected``), the ratio of the two, and
+whether the launch matched the reference by verify's rule (floats by their bits, any NaN
+equal to any NaN: :func:`matches`).
 The last lines sum the launches named in :data:`HEADLINE`. ``--repeat N`` keeps each
 launch's fastest of N runs; ``--only NAME`` runs the launches of one kernel.
 """
@@ -24,6 +26,7 @@ from hslm_ptx.runtime.launch import launch_outputs
 from hslm_ptx.emu.machine import Module
 from hslm_ptx.catalog.registry import FAMILIES, get_kernel
 from hslm_ptx.kernel.spec import Dims
+from hslm_ptx.formats.floats import same_values
 
 SHAPES = {"ffn_up_r1782": Dims(1782, 243, 729), "ffn_down_r27": Dims(27, 729, 243),
           "ffn_down_r1782": Dims(1782, 729, 243)}
@@ -62,6 +65,18 @@ def _cpu_seconds(run: Callable[[], Any]) -> tuple[float, Any]:
     return time.process_time() - start, value
 
 
+def matches(spec: Any, got: dict[str, Any], want: dict[str, Any]) -> bool:
+    """Every output equal to the reference by verify's rule: integers by value, floats by
+    their bits with any NaN equal to any NaN (:func:`hslm_ptx.formats.floats.same_values`),
+    not ``array_equal``'s, for which a NaN the kernel and the reference both produce is a
+    mismatch."""
+    def same(param: Any, a: np.ndarray, b: np.ndarray) -> bool:
+        if a.shape != b.shape:
+            return False
+        return bool(same_values(a, b, param.dtype).all()) if param.is_float else bool(np.array_equal(a, b))
+    return all(same(p, np.asarray(got[p.name]), np.asarray(want[p.name])) for p in spec.output_params)
+
+
 def time_launch(kernel: str, shape: str, repeat: int = 1) -> Timing:
     """The fastest of ``repeat`` emulator launches of ``kernel`` on ``shape`` (only the
     launch itself is timed: not the parsing, the inputs or the layout copies), and the
@@ -77,11 +92,11 @@ def time_launch(kernel: str, shape: str, repeat: int = 1) -> Timing:
         def timed(*args, **kwargs):
             seconds.append(_cpu_seconds(lambda: fn(*args, **kwargs))[0])
 
-        got = launch_outputs(spec, timed, dims, inputs)
-        emulator_s = min(emulator_s, seconds[0])
-        spent, want = _cpu_seconds(lambda: spec.expected(dims, inputs))
+        spent, want = _cpu_seconds(lambda: spec.expected(dims, {k: np.copy(v) for k, v in inputs.items()}))
         reference_s = min(reference_s, spent)
-        exact &= all(np.array_equal(np.asarray(got[name]), want[name]) for name in want)
+        got = launch_outputs(spec, timed, dims, {k: np.copy(v) for k, v in inputs.items()})
+        emulator_s = min(emulator_s, seconds[0])
+        exact &= matches(spec, got, want)
     stats = fn.stats
     return Timing(kernel, shape, stats.warp_instructions, stats.steps, emulator_s,
                   max(reference_s, 1e-6), exact)

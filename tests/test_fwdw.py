@@ -52,7 +52,7 @@ def test_a_wrong_threshold_is_told_apart():
     assert bool(w[0] * scale >= half) and not bool(w[0] * scale > half)
 
 
-CASES = {"hslm_fwdw_bf16_bf16_m32": Dims(67, 97, 131), "hslm_fwdw_f16_f32_m32n16": Dims(27, 200, 150)}
+CASES = {"hslm_fwdw_bf16_bf16": Dims(67, 97, 131), "hslm_fwdw_f16_f32_m32n16": Dims(27, 200, 150)}
 
 
 @pytest.mark.parametrize("kernel", CASES)
@@ -77,7 +77,7 @@ def test_the_fused_forward_is_wprep_then_fwdx_bit_for_bit(kernel):
 def test_a_code_in_the_wrong_bits_is_caught_in_y_and_the_planes():
     """The planes word's gather (prmt 0x6420) moved: both the product's own codes and the
     preparation's planes go wrong, and verify says so per output."""
-    kernel, dims = "hslm_fwdw_bf16_bf16_m32", CASES["hslm_fwdw_bf16_bf16_m32"]
+    kernel, dims = "hslm_fwdw_bf16_bf16", CASES["hslm_fwdw_bf16_bf16"]
     ptx = KERNELS[kernel].emit()
     assert "0x6420" in ptx
     inputs = KERNELS[kernel].make_inputs(dims, np.random.default_rng(3))

@@ -38,3 +38,20 @@ def test_a_timed_launch_is_exact_and_counted():
     got = bench.time_launch("hslm_dx_s8_m32", "ffn_down_r27")
     assert got.exact and got.warp_instructions > 0 and got.steps > 0
     assert got.emulator_s > 0 and got.reference_s > 0
+
+
+def test_a_nan_both_sides_produce_matches_and_a_changed_bit_does_not():
+    """The bench judges a launch by verify's rule: dY's non-finite slices give db a NaN in
+    the kernel and the reference alike, which ``np.array_equal`` would call a mismatch."""
+    import numpy as np
+
+    from hslm_ptx.catalog.registry import get_kernel
+    from hslm_ptx.emu_bench import matches
+
+    spec = get_kernel("hslm_bwd_bf16_bf16")
+    want = {"dx": np.zeros((2, 3), np.uint16), "dw": np.zeros((3, 3), np.uint16),
+            "db": np.array([1.0, np.nan, 2.0], np.float32)}
+    got = {name: value.copy() for name, value in want.items()}
+    assert not np.array_equal(got["db"], want["db"]) and matches(spec, got, want)
+    got["dx"][1, 2] ^= 1
+    assert not matches(spec, got, want)

@@ -300,8 +300,8 @@ def test_aligned_rows_take_16_byte_vectors(kernel):
 GRADS = {  # every tile pair once, and mixed float types; the shapes split dX (R = 27, N = 729) or dW (R = 1782)
     "hslm_grads_f32_f32_32x128n16_16x128n16": Dims(27, 243, 729),
     "hslm_grads_bf16_f32_32x128n16_32x128n16": Dims(1782, 243, 243),
-    "hslm_grads_f16_bf16_32x128n16_64x128": Dims(67, 97, 131),
-    "hslm_grads_f32_f16_32x128_64x128": Dims(33, 31, 9),
+    "hslm_grads_f16_bf16_32x128n16_16x128n16": Dims(67, 97, 131),
+    "hslm_grads_f32_f16_32x128n16_32x128n16": Dims(33, 31, 9),
     "hslm_grads_bf16_bf16": Dims(130, 68, 132),  # 128 x 128 with 256 x 128
 }
 
@@ -341,7 +341,7 @@ BWD = {  # every tile pair once, mixed float types, shapes where dX (R = 27, N =
     "hslm_bwd_f32_f32": Dims(27, 243, 729),
     "hslm_bwd_bf16_f32_32x128n16_32x128n16": Dims(1782, 243, 243),
     "hslm_bwd_f16_bf16_32x128n16_64x128": Dims(67, 97, 131),
-    "hslm_bwd_f32_f16_32x128_64x128": Dims(33, 31, 9),
+    "hslm_bwd_f32_f16_32x128n16_32x128n16": Dims(33, 31, 9),
     "hslm_bwd_bf16_bf16": Dims(1, 1, 1),
 }
 
@@ -354,12 +354,12 @@ def test_backward_from_float_dy_is_exact(kernel):
     assert mismatches(kernel, got, want) == {"dx": 0, "dw": 0, "db": 0}
 
 
-@pytest.mark.kernel("hslm_bwd_f32_f16_32x128_64x128", "hslm_grads_f32_f16_32x128_64x128", "hslm_quant_f32")
+@pytest.mark.kernel("hslm_bwd_f32_f16_32x128n16_32x128n16", "hslm_grads_f32_f16_32x128n16_32x128n16", "hslm_quant_f32")
 def test_backward_from_float_dy_equals_the_two_launch_backward():
     """On the same dY, x codes and weight: hslm_quant then hslm_grads gives the same bits as
     hslm_bwd (the references are each kernel's own: this ties them together)."""
     d = Dims(33, 31, 9)
-    bwd, grads, quant = (KERNELS[n] for n in ("hslm_bwd_f32_f16_32x128_64x128", "hslm_grads_f32_f16_32x128_64x128",
+    bwd, grads, quant = (KERNELS[n] for n in ("hslm_bwd_f32_f16_32x128n16_32x128n16", "hslm_grads_f32_f16_32x128n16_32x128n16",
                                               "hslm_quant_f32"))
     inputs = bwd.make_inputs(d, np.random.default_rng(3))
     one = launch_outputs(bwd, emulated(bwd.name), d, inputs)

@@ -48,7 +48,13 @@ def choose(family: str, dims: Dims) -> KernelSpec:
 
 @functools.lru_cache(maxsize=4096)
 def _choose(family: str, dims: Dims) -> KernelSpec:
-    return min(FAMILIES[family], key=lambda s: s.cost(dims) if s.cost else -math.inf)
+    return lowest_cost(FAMILIES[family], dims)
+
+
+def lowest_cost(specs: tuple[KernelSpec, ...], dims: Dims) -> KernelSpec:
+    """The rule itself: the configuration of ``specs`` with the lowest ``cost(dims)``,
+    the first listed on a tie (one without a score is taken first)."""
+    return min(specs, key=lambda s: s.cost(dims) if s.cost else -math.inf)
 
 
 def forget_scores() -> None:
