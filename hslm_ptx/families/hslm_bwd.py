@@ -59,7 +59,7 @@ from hslm_ptx.tile.operands import FragmentTernary, QuantizedColumns, QuantizedR
 
 SHARED_NAMES = ("R", "K", "N", "dy")  # the sizes, and dY: every part reads it
 # (dX tile, dW tile): the first is the family's own name; each pair earns its place
-# (hslm_ptx.tile.earned: 32 x 128 with 64 x 128 won no shape over the model's interval)
+# (hslm_ptx.catalog.earned: 32 x 128 with 64 x 128 won no shape over the model's interval)
 PAIRS = ((geometry.NARROW, geometry.SHORT), (geometry.NARROW, geometry.NARROW), (geometry.NARROW, geometry.MID))
 PRODUCTS = ("dx", "dw", "db")  # the parts in grid order
 PARTS: dict[str, tuple[KernelSpec, KernelSpec]] = {}  # each entry's (dX, dW) products

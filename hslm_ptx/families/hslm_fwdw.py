@@ -96,7 +96,7 @@ def product_spec(dtype: str, weight_dtype: str, tile: geometry.Tile) -> KernelSp
 def tiles_of(dtype: str) -> tuple:
     """hslm_fwdx's tiles, less 32 x 128 where it is not the first (f16, bf16): beside
     128 x 128 and 32 x 128n16 it won no shape over the model's interval
-    (hslm_ptx.tile.earned)."""
+    (hslm_ptx.catalog.earned)."""
     tiles = hslm_fwdx.tiles_of(dtype)
     return tiles[:1] + tuple(tile for tile in tiles[1:] if tile != SMALL)
 

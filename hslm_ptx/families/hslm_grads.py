@@ -30,7 +30,7 @@ SHARED_NAMES = ("R", "K", "N")  # the sizes both parts read: one parameter each
 # (dX tile, dW tile): what the rule picks at the large shapes (128 x 128 with 256 x 128:
 # the family's own name, first, as the large tile is in every family) and the HSLM ones
 # (R = 27: 32 x 128n16 with 16 x 128n16; R = 1782: 32 x 128n16 with 32 x 128n16). Each pair
-# earns its place (hslm_ptx.tile.earned): 32 x 128n16 or 32 x 128 with 64 x 128 won one shape
+# earns its place (hslm_ptx.catalog.earned): 32 x 128n16 or 32 x 128 with 64 x 128 won one shape
 # each by less than the model's interval and are not offered
 PAIRS = ((geometry.LARGE, geometry.TALL), (geometry.NARROW, geometry.SHORT), (geometry.NARROW, geometry.NARROW))
 PRODUCTS = ("dx", "dw")  # the parts in grid order
